@@ -1,0 +1,373 @@
+"""rgt.toml: read with tomllib into typed dataclasses, every problem named by file, key and line.
+
+Validation collects all problems in one pass (a user fixing a file wants the whole list), then raises
+one ConfigError whose message is the first problem plus a count; `problems` keeps them all.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+CONFIG_NAME = "rgt.toml"
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+PROVIDERS = (
+    "local", "sim", "ssh", "slurm", "kubernetes", "runpod", "vastai", "lambda", "paperspace", "autodl",
+)
+DEFAULT_REQUIRED = ("best.pth", "best_metrics.json")
+DEFAULT_CHECKPOINT_GLOBS = ("*.pth", "*.pt", "*.ckpt", "*.safetensors")
+DEFAULT_STATE_KEYS = ("model_state_dict", "state_dict", "model")
+
+_SECRET_KEY_NAME = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential)", re.IGNORECASE)
+_SECRET_VALUE = re.compile(
+    r"^(sk-|rpa_|ghp_|gho_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}$|^[A-Za-z0-9_\-]{32,}$"
+)
+
+_TOP_KEYS = {"project", "instances", "runs"}
+_PROJECT_KEYS = {"name"}
+_INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour"}
+_RUN_KEYS = {
+    "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
+    "checkpoint_globs", "state_keys", "allowed_globals", "python",
+}
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    direction: str  # "min" | "max"
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    name: str
+    provider: str
+    host: str | None = None
+    id: str | None = None
+    api_base: str | None = None
+    price_per_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    id: str
+    instance: str
+    workdir: str
+    command: str
+    log: str
+    remote_root: str
+    roster: tuple[str, ...]
+    required: tuple[str, ...] = DEFAULT_REQUIRED
+    metric: Metric | None = None
+    push: tuple[str, ...] = ()
+    checkpoint_globs: tuple[str, ...] = DEFAULT_CHECKPOINT_GLOBS
+    state_keys: tuple[str, ...] = DEFAULT_STATE_KEYS
+    allowed_globals: tuple[str, ...] = ()
+    python: str = "python3"
+
+
+@dataclass(frozen=True)
+class ProjectConfig:
+    root: Path
+    file: Path
+    name: str
+    instances: dict[str, InstanceConfig] = field(default_factory=dict)
+    runs: dict[str, RunConfig] = field(default_factory=dict)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / ".rgt"
+
+    @property
+    def state_db(self) -> Path:
+        return self.state_dir / "state.db"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def run(self, run_id: str) -> RunConfig:
+        if run_id not in self.runs:
+            known = ", ".join(sorted(self.runs)) or "none"
+            raise ConfigError(f"{self.file}: run {run_id!r} does not exist (runs: {known})")
+        return self.runs[run_id]
+
+    def instance_of(self, run_id: str) -> InstanceConfig:
+        return self.instances[self.run(run_id).instance]
+
+
+def find_project_file(start: Path) -> Path | None:
+    """Nearest rgt.toml from `start` upward; `start` may itself be the file."""
+    start = start.resolve()
+    if start.is_file():
+        return start
+    for folder in (start, *start.parents):
+        candidate = folder / CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def resolve_project_file(project: str | None) -> Path:
+    """The rgt.toml named by a PROJECT argument (a folder or a file), or the nearest one upward."""
+    if project is None:
+        found = find_project_file(Path.cwd())
+        if found is None:
+            raise ConfigError(
+                f"no {CONFIG_NAME} in {Path.cwd()} or above: run `rgt init` or `rgt demo`, or pass PROJECT"
+            )
+        return found
+    path = Path(project)
+    if path.is_dir():
+        path = path / CONFIG_NAME
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such project file: run `rgt init {path.parent}` or check the path")
+    return path
+
+
+def load_project(path: Path) -> ProjectConfig:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
+    return _Validator(path, text).project(data)
+
+
+class _Validator:
+    """Walks the parsed TOML once, collecting every problem with its location."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+        self.problems: list[str] = []
+
+    # -- locating ----------------------------------------------------------------------------------
+    def _line_of(self, table: tuple[str, ...], key: str | None) -> int | None:
+        """Best-effort line number of `key` inside `[table]` (or of the table header when key is None)."""
+        header = ".".join(table)
+        current: str | None = "" if not table else None
+        inline_prefix = ".".join(table[1:]) if len(table) > 1 else None
+        for number, raw in enumerate(self.lines, start=1):
+            line = raw.strip()
+            match = re.match(r"^\[+\s*([^\]]+?)\s*\]+", line)
+            if match:
+                current = match.group(1).replace('"', "").replace(" ", "")
+                if key is None and current == header:
+                    return number
+                continue
+            if key is None:
+                continue
+            key_match = re.match(r"^([A-Za-z0-9_.\-\"]+)\s*=", line)
+            if not key_match:
+                continue
+            name = key_match.group(1).replace('"', "")
+            if current == header and name == key:
+                return number
+            if current == table[0] if table else False:
+                if inline_prefix and name == f"{inline_prefix}.{key}":
+                    return number
+        if key is not None and table:
+            return self._line_of(table, None)
+        return None
+
+    def problem(self, table: tuple[str, ...], key: str | None, message: str) -> None:
+        line = self._line_of(table, key)
+        where = ".".join((*table, key) if key else table) or "(top level)"
+        at = f":{line}" if line else ""
+        self.problems.append(f"{self.path}{at}: {where}: {message}")
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _unknown_keys(self, table: tuple[str, ...], data: dict[str, Any], allowed: set[str]) -> None:
+        for key in data:
+            if key in allowed:
+                continue
+            close = difflib.get_close_matches(key, sorted(allowed), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(sorted(allowed))})"
+            self.problem(table, key, f"unknown key{hint}")
+
+    def _str(self, table: tuple[str, ...], data: dict[str, Any], key: str, required: bool) -> str | None:
+        if key not in data:
+            if required:
+                self.problem(table, None, f"missing required key {key!r}")
+            return None
+        value = data[key]
+        if not isinstance(value, str) or not value.strip():
+            self.problem(table, key, "must be a non-empty string")
+            return None
+        return value
+
+    def _str_list(self, table: tuple[str, ...], data: dict[str, Any], key: str) -> tuple[str, ...] | None:
+        if key not in data:
+            return None
+        value = data[key]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            self.problem(table, key, "must be a list of non-empty strings")
+            return None
+        return tuple(value)
+
+    def _secrets(self, table: tuple[str, ...], data: dict[str, Any]) -> None:
+        """Secrets never live in rgt.toml: a key-like name or value is an error (the value is never echoed)."""
+        for key, value in data.items():
+            if isinstance(value, dict):
+                self._secrets((*table, key), value)
+                continue
+            if _SECRET_KEY_NAME.search(key):
+                self.problem(table, key, "looks like a secret: keep API keys in environment variables "
+                             "or the provider CLI's credential file, never in rgt.toml")
+            elif isinstance(value, str) and _SECRET_VALUE.match(value) and "/" not in value:
+                self.problem(table, key, "value looks like an API key or token: remove it from rgt.toml "
+                             "and use an environment variable")
+
+    # -- sections ----------------------------------------------------------------------------------
+    def project(self, data: dict[str, Any]) -> ProjectConfig:
+        self._secrets((), data)
+        self._unknown_keys((), data, _TOP_KEYS)
+        project = data.get("project", {})
+        name = "project"
+        if not isinstance(project, dict):
+            self.problem((), "project", "must be a table")
+        else:
+            self._unknown_keys(("project",), project, _PROJECT_KEYS)
+            name = self._str(("project",), project, "name", required=True) or name
+        instances = self._instances(data.get("instances", {}))
+        runs = self._runs(data.get("runs", {}), instances)
+        if self.problems:
+            first = self.problems[0]
+            more = f" (and {len(self.problems) - 1} more problem(s))" if len(self.problems) > 1 else ""
+            error = ConfigError(first + more)
+            error.problems = list(self.problems)  # type: ignore[attr-defined]
+            raise error
+        return ProjectConfig(
+            root=self.path.parent.resolve(), file=self.path.resolve(), name=name,
+            instances=instances, runs=runs,
+        )
+
+    def _instances(self, raw: Any) -> dict[str, InstanceConfig]:
+        result: dict[str, InstanceConfig] = {}
+        if not isinstance(raw, dict):
+            self.problem((), "instances", "must be a table of instance tables")
+            return result
+        for name, body in raw.items():
+            table = ("instances", name)
+            if not SAFE_NAME.match(name):
+                self.problem(table, None, "instance names use letters, digits, '.', '_' and '-'")
+                continue
+            if not isinstance(body, dict):
+                self.problem(table, None, "must be a table")
+                continue
+            self._unknown_keys(table, body, _INSTANCE_KEYS)
+            provider = self._str(table, body, "provider", required=True)
+            if provider is not None and provider not in PROVIDERS:
+                close = difflib.get_close_matches(provider, PROVIDERS, n=1)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                self.problem(table, "provider", f"unknown provider {provider!r}: {hint}"
+                             f"known: {', '.join(PROVIDERS)}")
+                provider = None
+            price = body.get("price_per_hour")
+            if price is not None and (isinstance(price, bool) or not isinstance(price, int | float)
+                                      or price < 0):
+                self.problem(table, "price_per_hour", "must be a number >= 0 (per hour)")
+                price = None
+            host = self._str(table, body, "host", required=False)
+            ident = self._str(table, body, "id", required=False)
+            api_base = self._str(table, body, "api_base", required=False)
+            if provider is not None:
+                result[name] = InstanceConfig(
+                    name=name, provider=provider, host=host, id=ident, api_base=api_base,
+                    price_per_hour=float(price) if price is not None else None,
+                )
+        return result
+
+    def _runs(self, raw: Any, instances: dict[str, InstanceConfig]) -> dict[str, RunConfig]:
+        result: dict[str, RunConfig] = {}
+        if not isinstance(raw, dict):
+            self.problem((), "runs", "must be a table of run tables")
+            return result
+        for run_id, body in raw.items():
+            table = ("runs", run_id)
+            if not SAFE_NAME.match(run_id):
+                self.problem(table, None, "run ids use letters, digits, '.', '_' and '-' (a safe name)")
+                continue
+            if not isinstance(body, dict):
+                self.problem(table, None, "must be a table")
+                continue
+            run = self._run(run_id, table, body, instances)
+            if run is not None:
+                result[run_id] = run
+        return result
+
+    def _run(self, run_id: str, table: tuple[str, ...], body: dict[str, Any],
+             instances: dict[str, InstanceConfig]) -> RunConfig | None:
+        self._unknown_keys(table, body, _RUN_KEYS)
+        instance = self._str(table, body, "instance", required=True)
+        if instance is not None and instance not in instances:
+            known = ", ".join(sorted(instances)) or "none defined"
+            self.problem(table, "instance", f"no instance named {instance!r} (instances: {known})")
+        workdir = self._str(table, body, "workdir", required=True)
+        command = self._str(table, body, "command", required=True)
+        remote_root = self._str(table, body, "remote_root", required=True)
+        for key, value in (("workdir", workdir), ("remote_root", remote_root)):
+            if value is not None and not value.startswith("/"):
+                self.problem(table, key, "must be an absolute path on the instance")
+        log = self._str(table, body, "log", required=False) or "train.log"
+        roster = self._str_list(table, body, "roster")
+        if roster is None and "roster" not in body:
+            self.problem(table, None, "missing required key 'roster'")
+        elif roster is not None:
+            if not roster:
+                self.problem(table, "roster", "must list at least one cell")
+            for cell in roster:
+                if not SAFE_NAME.match(cell):
+                    self.problem(table, "roster", f"cell {cell!r} is not a safe name")
+            if len(set(roster)) != len(roster):
+                self.problem(table, "roster", "lists a cell twice")
+        required = self._str_list(table, body, "required")
+        if required is not None:
+            for name in required:
+                if not all(SAFE_NAME.match(part) for part in name.split("/")):
+                    self.problem(table, "required", f"{name!r} is not a safe relative path")
+        metric = self._metric(table, body.get("metric"))
+        push = self._str_list(table, body, "push") or ()
+        for item in push:
+            if item.startswith("/") or ".." in Path(item).parts:
+                self.problem(table, "push", f"{item!r} must be a path relative to the project")
+        python = self._str(table, body, "python", required=False) or "python3"
+        if None in (instance, workdir, command, remote_root) or roster is None:
+            return None
+        assert instance is not None and workdir is not None and command is not None
+        assert remote_root is not None
+        return RunConfig(
+            id=run_id, instance=instance, workdir=workdir, command=command, log=log,
+            remote_root=remote_root, roster=roster, required=required or DEFAULT_REQUIRED,
+            metric=metric, push=push,
+            checkpoint_globs=self._str_list(table, body, "checkpoint_globs") or DEFAULT_CHECKPOINT_GLOBS,
+            state_keys=self._str_list(table, body, "state_keys") or DEFAULT_STATE_KEYS,
+            allowed_globals=self._str_list(table, body, "allowed_globals") or (),
+            python=python,
+        )
+
+    def _metric(self, table: tuple[str, ...], raw: Any) -> Metric | None:
+        if raw is None:
+            return None
+        if not isinstance(raw, dict) or set(raw) - {"name", "direction"}:
+            self.problem(table, "metric", 'must be { name = "...", direction = "min" | "max" }')
+            return None
+        name, direction = raw.get("name"), raw.get("direction")
+        if not isinstance(name, str) or not name:
+            self.problem(table, "metric", "needs a non-empty name")
+            return None
+        if direction not in ("min", "max"):
+            self.problem(table, "metric", 'direction must be "min" or "max"')
+            return None
+        return Metric(name=name, direction=direction)

@@ -1,0 +1,42 @@
+"""Errors that carry the CLI exit code of DESIGN.md §3.1, so every face reports them the same way."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+
+
+class RgtError(Exception):
+    """A one-line, user-facing error: what went wrong, where, and how to fix it."""
+
+    exit_code = EXIT_FAILED
+
+
+class ConfigError(RgtError):
+    """Usage or configuration problem (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class VerbFailed(RgtError):
+    """The verb ran and failed, e.g. verification found problems (exit 1)."""
+
+    exit_code = EXIT_FAILED
+
+
+class GateRefused(RgtError):
+    """The teardown gate refused (exit 3); `reasons` lists every failed condition."""
+
+    exit_code = EXIT_REFUSED
+
+    def __init__(self, message: str, reasons: list[str]) -> None:
+        super().__init__(message)
+        self.reasons = reasons
+
+
+class TransportError(RgtError):
+    """The far side could not be reached or answered badly: liveness becomes `unknown`, never `dead`."""
+
+    exit_code = EXIT_FAILED

@@ -1,0 +1,337 @@
+"""`.rgt/state.db`: the project's memory, in SQLite with WAL so it survives kill -9.
+
+The event log is append-only (triggers refuse UPDATE and DELETE): every approval and cost-affecting action
+is written here, with its time and what the screen said, *before* the provider call it authorises.
+The other tables are caches or samples that later code may rebuild; none of them holds a secret.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .clock import Clock, iso_offset, parse_iso, utc_now
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    run_id TEXT,
+    instance TEXT,
+    actor TEXT NOT NULL,
+    summary TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+CREATE TABLE IF NOT EXISTS instance_snapshots (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    provider_id TEXT,
+    state TEXT NOT NULL,
+    price_per_hour REAL,
+    price_source TEXT NOT NULL,
+    storage_per_hour REAL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS instance_snapshots_by_instance ON instance_snapshots (instance, seq);
+CREATE TABLE IF NOT EXISTS meter_samples (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    state TEXT NOT NULL,
+    burn_per_hour REAL NOT NULL,
+    cost_so_far REAL NOT NULL,
+    estimate INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS verification_records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    ok INTEGER NOT NULL,
+    manifest_sha256 TEXT,
+    errors TEXT NOT NULL,
+    files TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS file_hashes (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    inode INTEGER NOT NULL,
+    sha256 TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checkpoint_probes (
+    sha256 TEXT NOT NULL,
+    probe_key TEXT NOT NULL,
+    result TEXT NOT NULL,
+    PRIMARY KEY (sha256, probe_key)
+);
+CREATE TABLE IF NOT EXISTS run_records (
+    run_id TEXT PRIMARY KEY,
+    manifest_sha256 TEXT,
+    manifest_built_at TEXT
+);
+CREATE TABLE IF NOT EXISTS launches (
+    run_id TEXT PRIMARY KEY,
+    instance TEXT NOT NULL,
+    at TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS checklist (
+    run_id TEXT NOT NULL,
+    item_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    note TEXT NOT NULL,
+    at TEXT NOT NULL,
+    PRIMARY KEY (run_id, item_id)
+);
+"""
+
+
+@dataclass(frozen=True)
+class Event:
+    seq: int
+    at: datetime
+    kind: str
+    run_id: str | None
+    instance: str | None
+    actor: str
+    summary: str
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: datetime
+    instance: str
+    provider: str
+    provider_id: str | None
+    state: str
+    price_per_hour: float | None
+    price_source: str
+    storage_per_hour: float | None
+
+
+@dataclass(frozen=True)
+class ChecklistTick:
+    item_id: str
+    status: str
+    note: str
+    at: datetime
+
+
+class StateDB:
+    """Thin typed access to the state database; one connection per process, short transactions."""
+
+    def __init__(self, path: Path, clock: Clock = utc_now) -> None:
+        self.path = path
+        self.clock = clock
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+        self._conn.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+        )
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _now(self) -> str:
+        return iso_offset(self.clock())
+
+    # -- event log -----------------------------------------------------------------------------
+    def append_event(self, kind: str, summary: str, *, run_id: str | None = None,
+                     instance: str | None = None, actor: str = "rgt",
+                     detail: dict[str, Any] | None = None, at: datetime | None = None) -> Event:
+        stamp = iso_offset(at) if at is not None else self._now()
+        body = json.dumps(detail or {}, sort_keys=True, ensure_ascii=False)
+        with self._tx() as conn:
+            cursor = conn.execute(
+                "INSERT INTO events (at, kind, run_id, instance, actor, summary, detail)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (stamp, kind, run_id, instance, actor, summary, body),
+            )
+        seq = cursor.lastrowid
+        assert seq is not None
+        return Event(seq, parse_iso(stamp), kind, run_id, instance, actor, summary, detail or {})
+
+    def events(self, *, run_id: str | None = None, kind: str | None = None,
+               limit: int | None = None) -> list[Event]:
+        query = "SELECT seq, at, kind, run_id, instance, actor, summary, detail FROM events WHERE 1=1"
+        args: list[Any] = []
+        if run_id is not None:
+            query += " AND run_id = ?"
+            args.append(run_id)
+        if kind is not None:
+            query += " AND kind = ?"
+            args.append(kind)
+        query += " ORDER BY seq"
+        if limit is not None:
+            query = f"SELECT * FROM ({query.replace('ORDER BY seq', 'ORDER BY seq DESC')} LIMIT ?) ORDER BY seq"
+            args.append(limit)
+        rows = self._conn.execute(query, args).fetchall()
+        return [Event(r[0], parse_iso(r[1]), r[2], r[3], r[4], r[5], r[6], json.loads(r[7])) for r in rows]
+
+    # -- instance snapshots --------------------------------------------------------------------
+    def add_snapshot(self, snapshot: Snapshot, detail: dict[str, Any] | None = None) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO instance_snapshots (at, instance, provider, provider_id, state, price_per_hour,"
+                " price_source, storage_per_hour, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (iso_offset(snapshot.at), snapshot.instance, snapshot.provider, snapshot.provider_id,
+                 snapshot.state, snapshot.price_per_hour, snapshot.price_source, snapshot.storage_per_hour,
+                 json.dumps(detail or {}, sort_keys=True)),
+            )
+
+    def snapshots(self, instance: str) -> list[Snapshot]:
+        rows = self._conn.execute(
+            "SELECT at, instance, provider, provider_id, state, price_per_hour, price_source,"
+            " storage_per_hour FROM instance_snapshots WHERE instance = ? ORDER BY seq",
+            (instance,),
+        ).fetchall()
+        return [Snapshot(parse_iso(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7]) for r in rows]
+
+    def last_snapshot(self, instance: str) -> Snapshot | None:
+        row = self._conn.execute(
+            "SELECT at, instance, provider, provider_id, state, price_per_hour, price_source,"
+            " storage_per_hour FROM instance_snapshots WHERE instance = ? ORDER BY seq DESC LIMIT 1",
+            (instance,),
+        ).fetchone()
+        if row is None:
+            return None
+        return Snapshot(parse_iso(row[0]), row[1], row[2], row[3], row[4], row[5], row[6], row[7])
+
+    # -- meter samples -------------------------------------------------------------------------
+    def add_meter_sample(self, instance: str, state: str, burn_per_hour: float, cost_so_far: float,
+                         estimate: bool = False) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO meter_samples (at, instance, state, burn_per_hour, cost_so_far, estimate)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (self._now(), instance, state, burn_per_hour, cost_so_far, int(estimate)),
+            )
+
+    def meter_sample_count(self, instance: str) -> int:
+        row = self._conn.execute("SELECT COUNT(*) FROM meter_samples WHERE instance = ?", (instance,))
+        return int(row.fetchone()[0])
+
+    # -- verification --------------------------------------------------------------------------
+    def add_verification(self, run_id: str, ok: bool, manifest_sha256: str | None,
+                         errors: list[dict[str, str]], files: list[dict[str, Any]]) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO verification_records (at, run_id, ok, manifest_sha256, errors, files)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (self._now(), run_id, int(ok), manifest_sha256, json.dumps(errors), json.dumps(files)),
+            )
+
+    def last_verification(self, run_id: str) -> dict[str, Any] | None:
+        row = self._conn.execute(
+            "SELECT at, ok, manifest_sha256, errors, files FROM verification_records WHERE run_id = ?"
+            " ORDER BY seq DESC LIMIT 1", (run_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return {"at": parse_iso(row[0]), "ok": bool(row[1]), "manifest_sha256": row[2],
+                "errors": json.loads(row[3]), "files": json.loads(row[4])}
+
+    # -- caches: file hashes and checkpoint probes --------------------------------------------------
+    def cached_hash(self, path: str, size: int, mtime_ns: int, inode: int) -> str | None:
+        row = self._conn.execute(
+            "SELECT sha256 FROM file_hashes WHERE path = ? AND size = ? AND mtime_ns = ? AND inode = ?",
+            (path, size, mtime_ns, inode),
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    def store_hash(self, path: str, size: int, mtime_ns: int, inode: int, sha256: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO file_hashes (path, size, mtime_ns, inode, sha256)"
+                " VALUES (?, ?, ?, ?, ?)", (path, size, mtime_ns, inode, sha256),
+            )
+
+    def cached_probe(self, sha256: str, probe_key: str) -> dict[str, Any] | None:
+        row = self._conn.execute(
+            "SELECT result FROM checkpoint_probes WHERE sha256 = ? AND probe_key = ?", (sha256, probe_key)
+        ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def store_probe(self, sha256: str, probe_key: str, result: dict[str, Any]) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO checkpoint_probes (sha256, probe_key, result) VALUES (?, ?, ?)",
+                (sha256, probe_key, json.dumps(result, sort_keys=True)),
+            )
+
+    # -- run records and launches -------------------------------------------------------------------
+    def record_manifest(self, run_id: str, manifest_sha256: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT INTO run_records (run_id, manifest_sha256, manifest_built_at) VALUES (?, ?, ?)"
+                " ON CONFLICT(run_id) DO UPDATE SET manifest_sha256 = excluded.manifest_sha256,"
+                " manifest_built_at = excluded.manifest_built_at",
+                (run_id, manifest_sha256, self._now()),
+            )
+
+    def recorded_manifest(self, run_id: str) -> str | None:
+        row = self._conn.execute(
+            "SELECT manifest_sha256 FROM run_records WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return str(row[0]) if row and row[0] else None
+
+    def record_launch(self, run_id: str, instance: str, detail: dict[str, Any]) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO launches (run_id, instance, at, detail) VALUES (?, ?, ?, ?)",
+                (run_id, instance, self._now(), json.dumps(detail, sort_keys=True)),
+            )
+
+    def launch(self, run_id: str) -> dict[str, Any] | None:
+        row = self._conn.execute(
+            "SELECT instance, at, detail FROM launches WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        detail = json.loads(row[2])
+        detail.update({"instance": row[0], "at": row[1]})
+        return dict(detail)
+
+    # -- checklist -----------------------------------------------------------------------------
+    def set_tick(self, run_id: str, item_id: str, status: str, note: str) -> None:
+        with self._tx() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO checklist (run_id, item_id, status, note, at) VALUES (?, ?, ?, ?, ?)",
+                (run_id, item_id, status, note, self._now()),
+            )
+
+    def ticks(self, run_id: str) -> dict[str, ChecklistTick]:
+        rows = self._conn.execute(
+            "SELECT item_id, status, note, at FROM checklist WHERE run_id = ?", (run_id,)
+        ).fetchall()
+        return {r[0]: ChecklistTick(r[0], r[1], r[2], parse_iso(r[3])) for r in rows}
