@@ -1,0 +1,78 @@
+"""Liveness from facts, not from memory (remote-ops.md §7): a pure classification over one probe.
+
+First match wins: unknown (the probe failed) → finished (exit 0 and DONE) → dead (no live process and not
+finished) → stalled (alive, log and checkpoints silent too long) → running. A log line never decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+T_LOG_S = 15 * 60
+T_CKPT_S = 30 * 60
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What one combined probe saw on the far side; `error` set means the probe itself failed."""
+
+    now: float = 0.0
+    pid_state: str = "unknown"  # alive | zombie | gone | unknown
+    exit_code: int | None = None
+    done: bool = False
+    log_size: int = 0
+    log_mtime: float | None = None
+    newest_ckpt_mtime: float | None = None
+    started_at: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Liveness:
+    state: str  # running | finished | dead | stalled | unknown
+    detail: str
+
+
+def classify(probe: ProbeResult, launched: bool, t_log: float = T_LOG_S, t_ckpt: float = T_CKPT_S) -> Liveness:
+    if not launched:
+        return Liveness("unknown", "not launched")
+    if probe.error is not None:
+        return Liveness("unknown", f"unreachable: {probe.error}")
+    if probe.exit_code is not None:
+        if probe.exit_code == 0 and probe.done:
+            return Liveness("finished", "exit 0, artifacts present")
+        if probe.exit_code == 0:
+            return Liveness("dead", "incomplete: exit 0 but required artifacts missing")
+        return Liveness("dead", _exit_detail(probe.exit_code))
+    if probe.pid_state in ("gone", "zombie"):
+        return Liveness("dead", "no exit code: the job was killed or the box rebooted")
+    if probe.pid_state != "alive":
+        return Liveness("unknown", "process state not readable")
+    log_age = probe.now - probe.log_mtime if probe.log_mtime is not None else None
+    ckpt_age = probe.now - probe.newest_ckpt_mtime if probe.newest_ckpt_mtime is not None else None
+    log_silent = log_age is None or log_age > t_log
+    ckpt_stale = ckpt_age is None or ckpt_age > t_ckpt
+    started_long_ago = probe.started_at is None or probe.now - probe.started_at > t_log
+    if log_silent and ckpt_stale and started_long_ago:
+        return Liveness("stalled", f"log silent {_age(log_age)}, newest checkpoint {_age(ckpt_age)}")
+    if log_silent:
+        return Liveness("running", "quiet: log silent but checkpoints fresh")
+    return Liveness("running", f"log updated {_age(log_age)} ago")
+
+
+def _exit_detail(code: int) -> str:
+    if code == 137:
+        return "exit 137 (SIGKILL: out of memory or killed)"
+    if code == 143:
+        return "exit 143 (SIGTERM: stopped or preempted)"
+    return f"exit {code}"
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"

@@ -1,0 +1,36 @@
+"""`local`: the user's own workstation. No meter, nothing to tear down; jobs still run detached."""
+
+from __future__ import annotations
+
+import platform
+
+from ..config import InstanceConfig
+from ..errors import RgtError
+from ..profiles import Profile, load_profile
+from .base import InstanceStatus
+from .transport_local import LocalTransport
+
+
+class LocalProvider:
+    name = "local"
+
+    def __init__(self) -> None:
+        self.profile: Profile = load_profile("local")
+
+    async def get(self, instance: InstanceConfig) -> InstanceStatus:
+        return InstanceStatus(
+            name=instance.name, provider=self.name, provider_id=instance.id or platform.node() or "localhost",
+            state="running", gpu="local", price_per_hour=None, price_source="none",
+        )
+
+    async def list_instances(self) -> list[InstanceStatus]:
+        return []
+
+    async def stop(self, instance: InstanceConfig) -> None:
+        raise RgtError("the local provider has nothing to stop: it is your own machine")
+
+    async def terminate(self, instance: InstanceConfig) -> None:
+        raise RgtError("the local provider has nothing to terminate: it is your own machine")
+
+    def transport(self, instance: InstanceConfig) -> LocalTransport:
+        return LocalTransport(root=None)
