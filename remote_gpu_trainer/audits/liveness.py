@@ -24,6 +24,7 @@ class ProbeResult:
     log_mtime: float | None = None
     newest_ckpt_mtime: float | None = None
     started_at: float | None = None
+    finished_at: float | None = None
     error: str | None = None
 
 

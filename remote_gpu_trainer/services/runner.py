@@ -63,7 +63,7 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
         lines += [
             f'if [ "$rc" -eq 0 ]; then',
             f"  mkdir -p {out}",
-            f'  echo "== rgt: cell {cell} started $(date -u +%Y-%m-%dT%H:%M:%SZ)" >> "$LOG"',
+            f'  echo "== rgt: cell {cell} started" >> "$LOG"',
             f"  ( {cell_command(run, transport, cell)} ) >> \"$LOG\" 2>&1 &",
             "  child=$!",
             '  wait "$child"; crc=$?',

@@ -34,7 +34,7 @@ if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
   else state=alive; fi
 fi
 echo "PID_STATE=$state"
-[ -f "$CTL/exit_code" ] && echo "EXIT_CODE=$(cat "$CTL/exit_code")"
+[ -f "$CTL/exit_code" ] && echo "EXIT_CODE=$(cat "$CTL/exit_code")" && echo "FINISHED=$(stat -c '%Y' "$CTL/exit_code")"
 [ -f "$CTL/DONE" ] && echo "DONE=1"
 if [ -f "$LOG" ]; then echo "LOG=$(stat -c '%s %Y' "$LOG")"; fi
 [ -f "$CTL/launch.json" ] && echo "STARTED=$(stat -c '%Y' "$CTL/launch.json")"
@@ -84,6 +84,7 @@ def parse_probe(text: str) -> ProbeResult:
         log_mtime=log_mtime,
         newest_ckpt_mtime=float(values["CKPT"]) if values.get("CKPT") else None,
         started_at=float(values["STARTED"]) if values.get("STARTED") else None,
+        finished_at=float(values["FINISHED"]) if values.get("FINISHED") else None,
     )
 
 

@@ -1,0 +1,47 @@
+"""The Textual App: wires the dashboard to a Session. No business logic lives here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from .screens.dashboard import DashboardScreen
+from .screens.help import HelpScreen
+from .services.session import Session
+
+
+class RgtApp(App[None]):
+    CSS_PATH = "assets/app.tcss"
+    TITLE = "rgt"
+    BINDINGS = [
+        Binding("q", "quit", "Quit"),
+        Binding("question_mark", "help", "Help"),
+    ]
+
+    def __init__(self, session: Session) -> None:
+        super().__init__()
+        self.session = session
+
+    def on_mount(self) -> None:
+        self.push_screen(DashboardScreen())
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if not isinstance(screen, DashboardScreen):
+            return
+        yield SystemCommand("Pull", "Pull the run's files home (p)", screen.action_pull)
+        yield SystemCommand("Verify", "Verify the pulled files and load-check checkpoints (v)", screen.action_verify)
+        if not self.session.read_only:
+            run = screen.current_run()
+            reason = "" if run is None or run.gate.open else " — disabled: " + "; ".join(run.gate.reasons[:2])
+            yield SystemCommand("Teardown…", f"Terminate the instance after typing its id (t){reason}",
+                                screen.action_teardown)
+        yield SystemCommand("Filter log", "Filter the log (/)", screen.action_filter)
+        yield SystemCommand("Help", "Keys and glossary (?)", self.action_help)

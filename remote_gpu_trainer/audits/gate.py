@@ -1,0 +1,222 @@
+"""The teardown gate's evidence conditions G1-G5 and G7 (gate-and-manifests.md §7), as a pure function.
+
+`evaluate_gate` reads nothing: the service gathers the bytes, listings and hashes (`services.evidence.
+gather_gate_inputs`) and this decides. It is evaluated when the dialog opens and again right before the
+provider call, so it must be cheap and must never trust anything but the inputs: a marker for another run
+or manifest, an upstream-format marker, counts without hashes, or an approval made before the gate opened
+all leave it closed. G6 (the action fully described) belongs to the teardown screen and arrives as a flag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import NamedTuple
+
+from .manifest import (
+    MANIFEST_NAME,
+    MARKER_NAME,
+    Manifest,
+    Marker,
+    is_checkpoint,
+    parse_manifest,
+    parse_marker,
+    required_checkpoints,
+    sha256_bytes,
+)
+
+MAX_FILE_REASONS = 10
+
+
+class LocalFile(NamedTuple):
+    """One entry under the local root (manifest and marker excluded), as `lstat` saw it.
+
+    `sha256` is None when the file was not hashed (not a regular file, not in the manifest, or its size
+    already differs); `regular` is False for symlinks, FIFOs and other non-regular entries.
+    """
+
+    path: str
+    size: int
+    mtime_ns: int
+    sha256: str | None
+    regular: bool = True
+
+
+@dataclass(frozen=True)
+class Approval:
+    """What the user typed (`instance_id`) and when, from the event log."""
+
+    instance_id: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class GateInputs:
+    run_id: str
+    roster: tuple[str, ...]
+    required: tuple[str, ...]
+    checkpoint_globs: tuple[str, ...]
+    marker: bytes | None
+    manifest: bytes | None
+    manifest_mtime_ns: int | None
+    recorded_manifest_sha256: str | None
+    local_files: tuple[LocalFile, ...]
+    instance_id: str
+    approval: Approval | None
+    now: datetime
+    action_described: bool
+    remote_manifest_sha256: str | None = None  # re-read from the box now, when it was reachable
+    remote_checked: bool = False
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    open: bool
+    reasons: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+
+def evaluate_gate(inputs: GateInputs) -> GateDecision:
+    """Open only when every condition holds; otherwise every failed condition is named."""
+    reasons: list[str] = []
+    warnings: list[str] = []
+    marker = _g1_marker(inputs, reasons)
+    manifest = _g2_binding(inputs, marker, reasons, warnings)
+    if marker is not None:
+        _g3_freshness(inputs, marker, reasons)
+    if manifest is not None:
+        _g4_counts(inputs, marker, manifest, reasons)
+        _g5_roster(inputs, manifest, reasons)
+    if not inputs.action_described:
+        reasons.append("the action is not fully described (provider, instance, what it destroys)")
+    _g7_approval(inputs, marker, reasons)
+    return GateDecision(open=not reasons, reasons=reasons, warnings=warnings)
+
+
+def _g1_marker(inputs: GateInputs, reasons: list[str]) -> Marker | None:
+    if inputs.marker is None:
+        reasons.append(f"no {MARKER_NAME}: run verify")
+        return None
+    marker, problems = parse_marker(inputs.marker)
+    reasons.extend(problems)
+    return marker
+
+
+def _g2_binding(inputs: GateInputs, marker: Marker | None, reasons: list[str],
+                warnings: list[str]) -> Manifest | None:
+    """Marker, manifest and run record name the same run and the same manifest bytes."""
+    if inputs.manifest is None:
+        reasons.append(f"no {MANIFEST_NAME}: run pull")
+        return None
+    manifest, problems = parse_manifest(inputs.manifest, roster=inputs.roster, run_id=inputs.run_id)
+    reasons.extend(f"{MANIFEST_NAME}: {problem.line()}" for problem in problems
+                   if problem.code != "roster_mismatch")  # G5 names the roster difference
+    local_sha = sha256_bytes(inputs.manifest)
+    recorded = inputs.recorded_manifest_sha256
+    if recorded is None:
+        reasons.append("no manifest hash recorded at build time for this run: build the manifest with rgt")
+    elif recorded != local_sha:
+        reasons.append(f"local {MANIFEST_NAME} is not the manifest recorded at build time")
+    if inputs.remote_checked:
+        if inputs.remote_manifest_sha256 != local_sha:
+            reasons.append(f"the {MANIFEST_NAME} on the box differs from the local one")
+    else:
+        warnings.append("remote not re-checked")
+    if marker is not None:
+        if marker.run_id != inputs.run_id:
+            reasons.append(f"{MARKER_NAME} is for run {marker.run_id!r}, not {inputs.run_id!r}: run verify")
+        if marker.manifest_sha256 != local_sha:
+            reasons.append(f"{MARKER_NAME} was made for another manifest: run verify")
+    return manifest
+
+
+def _g3_freshness(inputs: GateInputs, marker: Marker, reasons: list[str]) -> None:
+    """Nothing in the local root may be newer than the verification."""
+    verified_ns = _ns(marker.verified_at)
+    if inputs.manifest_mtime_ns is not None and inputs.manifest_mtime_ns > verified_ns:
+        reasons.append(f"{MANIFEST_NAME} changed after verification: run verify")
+    changed = sorted(entry.path for entry in inputs.local_files if entry.mtime_ns > verified_ns)
+    _add_file_reasons(reasons, changed, "changed after verification: run verify")
+    if marker.verified_at > inputs.now:
+        reasons.append(f"{MARKER_NAME} claims a verification in the future: run verify")
+
+
+def _g4_counts(inputs: GateInputs, marker: Marker | None, manifest: Manifest, reasons: list[str]) -> None:
+    """Every listed file present with its size and hash; nothing extra; marker totals and checkpoints."""
+    local = {entry.path: entry for entry in inputs.local_files}
+    listed = manifest.by_path()
+    missing, wrong_size, wrong_hash, odd = [], [], [], []
+    for path, entry in listed.items():
+        found = local.get(path)
+        if found is None:
+            missing.append(path)
+        elif not found.regular:
+            odd.append(path)
+        elif found.size != entry.bytes:
+            wrong_size.append(path)
+        elif found.sha256 is None or found.sha256.lower() != entry.sha256:
+            wrong_hash.append(path)
+    extra = sorted(path for path in local if path not in listed)
+    _add_file_reasons(reasons, sorted(missing), "missing locally: run pull")
+    _add_file_reasons(reasons, sorted(odd), "is not a regular file")
+    _add_file_reasons(reasons, sorted(wrong_size), "size differs from the manifest: run pull, then verify")
+    _add_file_reasons(reasons, sorted(wrong_hash), "content differs from the manifest (sha256)")
+    _add_file_reasons(reasons, extra, "is not in the manifest (unexpected local file)")
+    total_files, total_bytes = len(manifest.files), manifest.total_bytes
+    local_bytes = sum(entry.size for entry in inputs.local_files)
+    if len(inputs.local_files) != total_files or local_bytes != total_bytes:
+        reasons.append(f"local root holds {len(inputs.local_files)} files, {local_bytes} bytes; "
+                       f"the manifest lists {total_files} files, {total_bytes} bytes")
+    if marker is None:
+        return
+    if marker.files != total_files or marker.bytes != total_bytes:
+        reasons.append(f"{MARKER_NAME} counts ({marker.files} files, {marker.bytes} bytes) differ from the "
+                       "manifest: run verify")
+    checked = {item.path: item for item in marker.checkpoints}
+    needed = set(required_checkpoints(inputs.roster, inputs.required, inputs.checkpoint_globs))
+    needed |= {path for path in listed if is_checkpoint(path, inputs.checkpoint_globs)}
+    for path in sorted(needed):
+        item = checked.get(path)
+        if item is None:
+            reasons.append(f"{path} was not load-verified: run verify")
+        elif path not in listed or item.sha256 != listed[path].sha256:
+            reasons.append(f"{path}: the load-verified bytes are not the manifest's: run verify")
+
+
+def _g5_roster(inputs: GateInputs, manifest: Manifest, reasons: list[str]) -> None:
+    cells, roster = set(manifest.top_level_dirs), set(inputs.roster)
+    if cells != roster:
+        parts = []
+        if roster - cells:
+            parts.append("missing " + ", ".join(sorted(roster - cells)))
+        if cells - roster:
+            parts.append("unexpected " + ", ".join(sorted(cells - roster)))
+        reasons.append("manifest cells differ from the roster: " + "; ".join(parts))
+
+
+def _g7_approval(inputs: GateInputs, marker: Marker | None, reasons: list[str]) -> None:
+    """The instance id typed exactly, after the verification that opened the gate."""
+    approval = inputs.approval
+    if approval is None:
+        reasons.append(f"not approved: type the instance id {inputs.instance_id}")
+        return
+    if approval.instance_id != inputs.instance_id:
+        reasons.append(f"approval names {approval.instance_id!r}, not this instance {inputs.instance_id!r}")
+    if approval.at > inputs.now:
+        reasons.append("approval is dated in the future")
+    if marker is not None and approval.at < marker.verified_at:
+        reasons.append("approval was given before the latest verification: approve again")
+
+
+def _add_file_reasons(reasons: list[str], paths: Sequence[str], what: str) -> None:
+    for path in paths[:MAX_FILE_REASONS]:
+        reasons.append(f"{path} {what}")
+    if len(paths) > MAX_FILE_REASONS:
+        reasons.append(f"and {len(paths) - MAX_FILE_REASONS} more files {what}")
+
+
+def _ns(moment: datetime) -> int:
+    """Exact nanoseconds since the epoch (float timestamps would lose the microseconds)."""
+    delta = moment - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000

@@ -1,0 +1,400 @@
+"""PULL_MANIFEST.json and PULL_VERIFIED.json: strict, pure parsing (gate-and-manifests.md §2 and §6).
+
+Pure: these functions take bytes and return values and problems; they open no file and write no state.
+Every rule is applied and every problem collected, because a user repairing a manifest wants the whole list.
+A manifest is refused on anything unexpected (unknown keys, a bool where an int belongs, a path that could
+leave the local root): this file is what lets `rgt` enable an irreversible action.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeGuard
+
+from ..config import SAFE_NAME
+
+MANIFEST_SCHEMA = "remote-gpu-trainer/PULL/v1"
+MARKER_SCHEMA = "remote-gpu-trainer/VERIFIED/v1"
+UPSTREAM_MARKER_SCHEMA = "remote-gpu-trainer/PULL-VERIFIED/v1"
+MANIFEST_NAME = "PULL_MANIFEST.json"
+MARKER_NAME = "PULL_VERIFIED.json"
+CHECKPOINT_FORMATS = ("torch-zip", "torch-legacy", "safetensors")
+
+_MANIFEST_KEYS = {"schema", "run_id", "created_at_utc", "top_level_dirs", "files", "totals"}
+_FILE_KEYS = {"path", "bytes", "sha256"}
+_TOTALS_KEYS = {"files", "bytes"}
+_MARKER_KEYS = {
+    "schema", "run_id", "manifest_sha256", "verified_at_utc", "verifier_version", "files", "bytes",
+    "checkpoints",
+}
+_CHECKPOINT_KEYS = {"path", "sha256", "format", "tensors", "elements", "state_key"}
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One structured finding `{code, path, detail}`; codes are listed in gate-and-manifests.md §5."""
+
+    code: str
+    path: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One line for a user: what and where."""
+        where = f"{self.path}: " if self.path else ""
+        return f"{where}{self.detail} ({self.code})"
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    path: str
+    bytes: int
+    sha256: str
+
+    @property
+    def cell(self) -> str:
+        return self.path.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    run_id: str
+    created_at_utc: str
+    files: tuple[ManifestFile, ...]
+    top_level_dirs: tuple[str, ...]
+    sha256: str  # of the exact bytes: the manifest's identity
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(entry.bytes for entry in self.files)
+
+    def by_path(self) -> dict[str, ManifestFile]:
+        return {entry.path: entry for entry in self.files}
+
+
+@dataclass(frozen=True)
+class MarkerCheckpoint:
+    path: str
+    sha256: str
+    format: str
+    tensors: int
+    elements: int
+    state_key: str
+
+
+@dataclass(frozen=True)
+class Marker:
+    run_id: str
+    manifest_sha256: str
+    verified_at: datetime
+    verifier_version: str
+    files: int
+    bytes: int
+    checkpoints: tuple[MarkerCheckpoint, ...]
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The serialization of §2, shared by the builder, the marker and the tests."""
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_int(value: Any) -> TypeGuard[int]:
+    """A JSON integer; Python's bool is an int, and `true` is never a byte count."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def path_problems(path: Any) -> list[str]:
+    """Why `path` is not a safe relative POSIX path of >= 2 safe-name components (empty when it is)."""
+    if not isinstance(path, str):
+        return ["path must be a string"]
+    reasons: list[str] = []
+    if not path:
+        return ["path is empty"]
+    if path.startswith(("/", "\\")):
+        reasons.append("absolute path")
+    if "\\" in path:
+        reasons.append("backslash in path")
+    if _CONTROL.search(path):
+        reasons.append("control character in path")
+    parts = path.split("/")
+    if any(part == ".." for part in parts):
+        reasons.append("'..' component")
+    if any(part == "." for part in parts):
+        reasons.append("'.' component")
+    if any(part == "" for part in parts) and not path.startswith("/"):
+        reasons.append("empty component")
+    if len(parts) < 2:
+        reasons.append("fewer than 2 components (files live inside a cell folder)")
+    if not reasons:
+        unsafe = [part for part in parts if not SAFE_NAME.match(part)]
+        if unsafe:
+            reasons.append(f"unsafe name {unsafe[0]!r}")
+    return reasons
+
+
+def parse_iso_utc(text: Any) -> datetime | None:
+    """An ISO-8601 timestamp that says `+00:00` explicitly, or None."""
+    if not isinstance(text, str) or not text.endswith("+00:00"):
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    offset = moment.utcoffset()
+    if offset is None or offset.total_seconds() != 0:
+        return None
+    return moment.astimezone(UTC)
+
+
+def _load_object(data: bytes, name: str) -> tuple[dict[str, Any] | None, list[Problem]]:
+    """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, an object at the top."""
+
+    def no_constants(token: str) -> Any:
+        raise ValueError(f"{token} is not valid JSON")
+
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                raise ValueError(f"duplicate key {key!r}")
+            result[key] = value
+        return result
+
+    try:
+        obj = json.loads(data.decode("utf-8"), parse_constant=no_constants, object_pairs_hook=no_duplicates)
+    except UnicodeDecodeError:
+        return None, [Problem("schema", name, "not UTF-8")]
+    except ValueError as exc:
+        return None, [Problem("schema", name, f"not valid JSON: {exc}")]
+    if not isinstance(obj, dict):
+        return None, [Problem("schema", name, "top level is not a JSON object")]
+    return obj, []
+
+
+def _key_problems(obj: dict[str, Any], allowed: set[str], where: str) -> list[Problem]:
+    problems = [Problem("schema", where, f"unknown key {key!r}") for key in sorted(set(obj) - allowed)]
+    problems += [Problem("schema", where, f"missing key {key!r}") for key in sorted(allowed - set(obj))]
+    return problems
+
+
+def parse_manifest(data: bytes, *, roster: Sequence[str],
+                   run_id: str) -> tuple[Manifest | None, list[Problem]]:
+    """Apply every §2 rule, plus `top_level_dirs == roster` and `run_id` equal to the run record's.
+
+    The Manifest comes back whenever every file entry is well formed (safe path, int bytes, hex hash,
+    unique), even if run id, roster or totals are wrong, so verification can still report per-file
+    status; the manifest is acceptable only when the problem list is empty.
+    """
+    obj, problems = _load_object(data, MANIFEST_NAME)
+    if obj is None:
+        return None, problems
+    problems += _key_problems(obj, _MANIFEST_KEYS, MANIFEST_NAME)
+    if obj.get("schema") != MANIFEST_SCHEMA:
+        problems.append(Problem("schema", MANIFEST_NAME, f"schema must be {MANIFEST_SCHEMA!r}"))
+    manifest_run_id = obj.get("run_id")
+    if not isinstance(manifest_run_id, str) or not manifest_run_id.strip() \
+            or not SAFE_NAME.match(manifest_run_id):
+        problems.append(Problem("run_id", MANIFEST_NAME, "run_id must be a safe name"))
+        manifest_run_id = ""
+    elif manifest_run_id != run_id:
+        problems.append(Problem("run_id", MANIFEST_NAME,
+                                f"manifest is for run {manifest_run_id!r}, not {run_id!r}"))
+    created = obj.get("created_at_utc")
+    if parse_iso_utc(created) is None:
+        problems.append(Problem("schema", MANIFEST_NAME, "created_at_utc must be ISO-8601 UTC with +00:00"))
+    files, file_problems, files_ok = _parse_files(obj.get("files"))
+    problems += file_problems
+    tops, top_problems = _parse_top_level_dirs(obj.get("top_level_dirs"), files, roster)
+    problems += top_problems
+    problems += _totals_problems(obj.get("totals"), files)
+    if not files_ok:
+        return None, problems
+    manifest = Manifest(
+        run_id=manifest_run_id, created_at_utc=created if isinstance(created, str) else "",
+        files=tuple(files), top_level_dirs=tuple(tops), sha256=sha256_bytes(data),
+    )
+    return manifest, problems
+
+
+def _parse_files(raw: Any) -> tuple[list[ManifestFile], list[Problem], bool]:
+    """Entries, problems, and whether every entry was well formed."""
+    if not isinstance(raw, list) or not raw:
+        return [], [Problem("schema", MANIFEST_NAME, "files must be a non-empty list")], False
+    problems: list[Problem] = []
+    files: list[ManifestFile] = []
+    seen: set[str] = set()
+    ok = True
+    for index, entry in enumerate(raw):
+        parsed, entry_problems = _parse_file_entry(entry, f"files[{index}]")
+        if parsed is not None and parsed.path in seen:
+            entry_problems.append(Problem("duplicate_path", parsed.path, "path listed twice"))
+        if parsed is None or entry_problems:
+            problems += entry_problems
+            ok = False
+            continue
+        seen.add(parsed.path)
+        files.append(parsed)
+    paths = [entry.get("path") for entry in raw if isinstance(entry, dict)]
+    if all(isinstance(p, str) for p in paths) and paths != sorted(str(p) for p in paths):
+        problems.append(Problem("schema", MANIFEST_NAME, "files must be sorted by path"))
+    return files, problems, ok
+
+
+def _parse_file_entry(entry: Any, where: str) -> tuple[ManifestFile | None, list[Problem]]:
+    """One `{path, bytes, sha256}`; problems name the path when it is printable, else the index."""
+    if not isinstance(entry, dict):
+        return None, [Problem("schema", where, "file entry must be an object")]
+    problems = _key_problems(entry, _FILE_KEYS, where)
+    path, size, digest = entry.get("path"), entry.get("bytes"), entry.get("sha256")
+    if not isinstance(path, str):
+        return None, problems + [Problem("schema", where, "path must be a string")]
+    label = where if _CONTROL.search(path) else path
+    problems += [Problem("path_unsafe", label, reason) for reason in path_problems(path)]
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        problems.append(Problem("schema", label, "bytes must be an integer >= 0 (not a boolean)"))
+        size = -1
+    if not isinstance(digest, str) or not _SHA256.match(digest):
+        problems.append(Problem("schema", label, "sha256 must be 64 lowercase hex digits"))
+        digest = ""
+    if problems:
+        return None, problems
+    return ManifestFile(path=path, bytes=size, sha256=digest), []
+
+
+def _parse_top_level_dirs(raw: Any, files: list[ManifestFile],
+                          roster: Sequence[str]) -> tuple[list[str], list[Problem]]:
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        return [], [Problem("schema", MANIFEST_NAME, "top_level_dirs must be a list of strings")]
+    problems: list[Problem] = []
+    if raw != sorted(set(raw)):
+        problems.append(Problem("schema", MANIFEST_NAME, "top_level_dirs must be sorted and unique"))
+    firsts = {entry.cell for entry in files}
+    if files and set(raw) != firsts:
+        problems.append(Problem("schema", MANIFEST_NAME,
+                                "top_level_dirs differs from the first components of files[].path: "
+                                + _difference(firsts, raw)))
+    if set(raw) != set(roster):
+        problems.append(Problem("roster_mismatch", MANIFEST_NAME,
+                                "top_level_dirs differs from the run's roster: " + _difference(roster, raw)))
+    return list(raw), problems
+
+
+def _difference(expected: Iterable[str], actual: Iterable[str]) -> str:
+    expected_set, actual_set = set(expected), set(actual)
+    parts = []
+    if expected_set - actual_set:
+        parts.append("missing " + ", ".join(sorted(expected_set - actual_set)))
+    if actual_set - expected_set:
+        parts.append("unexpected " + ", ".join(sorted(actual_set - expected_set)))
+    return "; ".join(parts) or "order differs"
+
+
+def _totals_problems(raw: Any, files: list[ManifestFile]) -> list[Problem]:
+    if not isinstance(raw, dict):
+        return [Problem("schema", MANIFEST_NAME, "totals must be an object {files, bytes}")]
+    problems = _key_problems(raw, _TOTALS_KEYS, "totals")
+    count, size = raw.get("files"), raw.get("bytes")
+    if not is_int(count) or not is_int(size):
+        problems.append(Problem("schema", "totals", "totals.files and totals.bytes must be integers"))
+        return problems
+    if count != len(files):
+        problems.append(Problem("totals_mismatch", "totals",
+                                f"totals.files is {count}, files lists {len(files)}"))
+    real = sum(entry.bytes for entry in files)
+    if size != real:
+        problems.append(Problem("totals_mismatch", "totals", f"totals.bytes is {size}, files sum to {real}"))
+    return problems
+
+
+# -- PULL_VERIFIED.json ------------------------------------------------------------------------------------
+
+def marker_bytes(*, run_id: str, manifest_sha256: str, verified_at: datetime, verifier_version: str,
+                 files: int, total_bytes: int, checkpoints: Sequence[MarkerCheckpoint]) -> bytes:
+    """The §6 marker. `verified_at_utc` keeps microseconds so a file touched a moment later is later."""
+    return canonical_json({
+        "schema": MARKER_SCHEMA,
+        "run_id": run_id,
+        "manifest_sha256": manifest_sha256,
+        "verified_at_utc": verified_at.astimezone(UTC).isoformat(timespec="microseconds"),
+        "verifier_version": verifier_version,
+        "files": files,
+        "bytes": total_bytes,
+        "checkpoints": [asdict(item) for item in sorted(checkpoints, key=lambda item: item.path)],
+    })
+
+
+def parse_marker(data: bytes) -> tuple[Marker | None, list[str]]:
+    """G1: the marker parses, its schema is exact, no unknown keys. Returns reasons when it does not."""
+    obj, problems = _load_object(data, MARKER_NAME)
+    if obj is None:
+        return None, [f"{MARKER_NAME} is unreadable: {problems[0].detail}: run verify"]
+    if obj.get("schema") == UPSTREAM_MARKER_SCHEMA:
+        return None, [f"{MARKER_NAME} is an upstream-format marker, not evidence: run verify"]
+    reasons = [problem.detail for problem in _key_problems(obj, _MARKER_KEYS, MARKER_NAME)]
+    if obj.get("schema") != MARKER_SCHEMA:
+        reasons.append(f"schema is not {MARKER_SCHEMA!r}")
+    run_id, digest, version = obj.get("run_id"), obj.get("manifest_sha256"), obj.get("verifier_version")
+    if not isinstance(run_id, str) or not SAFE_NAME.match(run_id):
+        reasons.append("run_id must be a safe name")
+    if not isinstance(digest, str) or not _SHA256.match(digest):
+        reasons.append("manifest_sha256 must be 64 lowercase hex digits")
+    if not isinstance(version, str) or not version:
+        reasons.append("verifier_version must be a non-empty string")
+    verified_at = parse_iso_utc(obj.get("verified_at_utc"))
+    if verified_at is None:
+        reasons.append("verified_at_utc must be ISO-8601 UTC with +00:00")
+    count, size = obj.get("files"), obj.get("bytes")
+    if not is_int(count) or not is_int(size) or count < 0 or size < 0:
+        reasons.append("files and bytes must be integers >= 0")
+    checkpoints, checkpoint_reasons = _parse_marker_checkpoints(obj.get("checkpoints"))
+    reasons += checkpoint_reasons
+    if reasons:
+        return None, [f"{MARKER_NAME} is malformed: {reason}: run verify" for reason in reasons]
+    assert isinstance(run_id, str) and isinstance(digest, str) and isinstance(version, str)
+    assert verified_at is not None and isinstance(count, int) and isinstance(size, int)
+    return Marker(run_id=run_id, manifest_sha256=digest, verified_at=verified_at, verifier_version=version,
+                  files=count, bytes=size, checkpoints=checkpoints), []
+
+
+def _parse_marker_checkpoints(raw: Any) -> tuple[tuple[MarkerCheckpoint, ...], list[str]]:
+    if not isinstance(raw, list):
+        return (), ["checkpoints must be a list"]
+    items: list[MarkerCheckpoint] = []
+    for index, entry in enumerate(raw):
+        if not isinstance(entry, dict) or set(entry) != _CHECKPOINT_KEYS:
+            return (), [f"checkpoints[{index}] must have exactly the keys {sorted(_CHECKPOINT_KEYS)}"]
+        path, digest, fmt, key = entry["path"], entry["sha256"], entry["format"], entry["state_key"]
+        tensors, elements = entry["tensors"], entry["elements"]
+        if (path_problems(path) or not isinstance(digest, str) or not _SHA256.match(digest)
+                or fmt not in CHECKPOINT_FORMATS or not isinstance(key, str)
+                or not is_int(tensors) or not is_int(elements)):
+            return (), [f"checkpoints[{index}] has a malformed field"]
+        items.append(MarkerCheckpoint(path, digest, fmt, tensors, elements, key))
+    if [item.path for item in items] != sorted(item.path for item in items):
+        return (), ["checkpoints must be sorted by path"]
+    return tuple(items), []
+
+
+def is_checkpoint(path: str, globs: Sequence[str]) -> bool:
+    """Whether a manifest path is a checkpoint under the job's `checkpoint_globs` (name or whole path)."""
+    name = path.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(path, pattern) for pattern in globs)
+
+
+def required_checkpoints(roster: Sequence[str], required: Sequence[str], globs: Sequence[str]) -> list[str]:
+    """`<cell>/<file>` for every required file that is a checkpoint, in every roster cell."""
+    return sorted(f"{cell}/{name}" for cell in roster for name in required if is_checkpoint(name, globs))

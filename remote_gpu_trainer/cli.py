@@ -1,0 +1,335 @@
+"""Command line: dispatches to the TUI, `--report`, or a headless verb (DESIGN.md §3.1).
+
+Errors are one line on stderr with the exit code of errors.py; a traceback only with --debug.
+Textual is imported only when the TUI is actually opened, torch never.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+
+from . import __version__
+from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, GateRefused, RgtError, VerbFailed
+
+VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    args_list = [a for a in args_list if a != "--debug"]
+    try:
+        return _dispatch(args_list)
+    except RgtError as exc:
+        if debug:
+            raise
+        print(f"rgt: {exc}", file=sys.stderr)
+        if isinstance(exc, GateRefused) and len(exc.reasons) > 1:
+            for reason in exc.reasons:
+                print(f"  - {reason}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("rgt: interrupted (remote jobs keep running; pulls resume next time)", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if debug:
+            raise
+        print(f"rgt: internal error: {type(exc).__name__}: {exc} (run again with --debug)", file=sys.stderr)
+        return EXIT_FAILED
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ConfigError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _dispatch(argv: list[str]) -> int:
+    if argv and argv[0] in VERBS:
+        return _verb(argv[0], argv[1:])
+    parser = _Parser(prog="rgt", description="remote-gpu-trainer: RUN → VERIFY → DELIVER on a GPU you "
+                     f"own or rent. Verbs: {', '.join(VERBS)} (rgt VERB --help).")
+    parser.add_argument("project", nargs="?", help="project folder or rgt.toml (default: nearest upward)")
+    parser.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    parser.add_argument("--output", help="write the report to FILE (atomically) instead of stdout")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when anything needs attention")
+    parser.add_argument("--read-only", action="store_true", help="TUI with every cost-affecting action hidden")
+    parser.add_argument("--version", action="version", version=f"rgt {__version__}")
+    args = parser.parse_args(argv)
+    if args.report:
+        return _report(args.project, args.format, args.output, args.strict)
+    return _tui(args.project, read_only=args.read_only)
+
+
+def _verb(verb: str, argv: list[str]) -> int:
+    parser = _Parser(prog=f"rgt {verb}")
+    if verb == "demo":
+        parser.add_argument("dir", nargs="?", default="rgt-demo")
+        parser.add_argument("--no-tui", action="store_true", help="launch the run and return at once")
+        parser.add_argument("--quick", action="store_true", help="a few-second run (for tests and trying)")
+        args = parser.parse_args(argv)
+        return _demo(Path(args.dir), args.no_tui, args.quick)
+    if verb == "init":
+        parser.add_argument("dir", nargs="?", default=".")
+        parser.add_argument("--provider", default="ssh")
+        args = parser.parse_args(argv)
+        from .services.project_files import init_project
+
+        target = init_project(Path(args.dir), args.provider)
+        print(f"wrote {target}: edit the instance and run tables, then `rgt {args.dir}`")
+        return EXIT_OK
+    if verb == "info":
+        parser.add_argument("project", nargs="?")
+        args = parser.parse_args(argv)
+        print(_info(args.project))
+        return EXIT_OK
+    if verb == "tick":
+        parser.add_argument("run")
+        parser.add_argument("item")
+        parser.add_argument("project", nargs="?")
+        parser.add_argument("--status", default="ticked", choices=("open", "ticked", "not_applicable"))
+        parser.add_argument("--note", default="")
+        args = parser.parse_args(argv)
+        return _with_session(args.project, lambda s: _tick(s, args.run, args.item, args.status, args.note))
+    parser.add_argument("run")
+    parser.add_argument("project", nargs="?")
+    if verb == "down":
+        parser.add_argument("--confirm", required=True, metavar="INSTANCE_ID",
+                            help="the instance id, typed exactly: the approval for this teardown")
+        parser.add_argument("--stop", action="store_true", help="stop (keeps the disk) instead of terminate")
+    if verb == "watch":
+        parser.add_argument("--once", action="store_true")
+        parser.add_argument("--interval", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    from .services.session import Session
+
+    session = Session.open(args.project)
+    try:
+        session.run_config(args.run)
+        return asyncio.run(_headless(session, verb, args))
+    finally:
+        session.close()
+
+
+def _with_session(project: str | None, action: object) -> int:
+    from .services.session import Session
+
+    session = Session.open(project)
+    try:
+        return int(action(session))  # type: ignore[operator]
+    finally:
+        session.close()
+
+
+def _tick(session: object, run_id: str, item: str, status: str, note: str) -> int:
+    from .services import checklist
+    from .services.session import Session
+
+    assert isinstance(session, Session)
+    session.run_config(run_id)
+    checklist.set_tick(session.db, run_id, item, status, note)
+    print(f"{item}: {status}")
+    return EXIT_OK
+
+
+async def _headless(session: object, verb: str, args: argparse.Namespace) -> int:
+    from .services import teardown
+    from .services.session import Session
+
+    assert isinstance(session, Session)
+    run = session.run_config(args.run)
+    if verb == "up":
+        status = await session.create_instance(run.instance, actor="cli")
+        print(f"{run.instance}: {status.state} ({status.provider_id})")
+        return EXIT_OK
+    if verb == "push":
+        session.require_writable("push")
+        from .services.runner import push
+
+        written = await push(session.project, run, session.transport(run.instance))
+        print("\n".join(f"pushed {path}" for path in written) or "nothing to push")
+        return EXIT_OK
+    if verb == "run":
+        detail = await session.launch(args.run, actor="cli")
+        print(f"launched {args.run} on {run.instance}: pid {detail['pid']}, log {detail['log']}")
+        return EXIT_OK
+    if verb == "watch":
+        return await _watch(session, args.run, args.once, args.interval)
+    if verb == "pull":
+        result = await session.pull(args.run, progress=_ProgressPrinter(), actor="cli")
+        print(f"pulled {len(result.files)} file(s) into {session.project.run_dir(args.run)}", file=sys.stderr)
+        return EXIT_OK
+    if verb == "verify":
+        outcome = await session.verify(args.run, progress=lambda text: print(text, file=sys.stderr), actor="cli")
+        for f in outcome.files:
+            print(f"{f.status:<14} {f.path}  {f.detail}")
+        if not outcome.ok:
+            first = outcome.errors[0]
+            raise VerbFailed(f"verification of {args.run} failed: {len(outcome.errors)} problem(s), first: "
+                             f"{first.code} {first.path} {first.detail}".rstrip())
+        print(f"verified: {session.project.run_dir(args.run) / 'PULL_VERIFIED.json'}")
+        return EXIT_OK
+    if verb == "down":
+        action = "stop" if args.stop else "terminate"
+        plan = await teardown.plan(session, run.instance, action)
+        result = await teardown.execute(session, run.instance, args.confirm, plan.lines, actor="cli",
+                                        action_id=action)
+        print(result.message)
+        return EXIT_OK if result.confirmed else EXIT_FAILED
+    raise ConfigError(f"unknown verb {verb!r}")
+
+
+async def _watch(session: object, run_id: str, once: bool, interval: float) -> int:
+    from .clock import iso_z
+    from .services.session import Session
+
+    assert isinstance(session, Session)
+    last: tuple[str, str] | None = None
+    while True:
+        state = await session.run_state(run_id)
+        current = (state.liveness.state, state.liveness.detail if state.liveness.state != "running" else "")
+        if current != last or once:
+            print(f"{iso_z(session.clock())} run {run_id}: {state.liveness.state} ({state.liveness.detail})",
+                  flush=True)
+            last = current
+        if once:
+            return EXIT_OK
+        if state.liveness.state in ("finished", "dead"):
+            return EXIT_OK if state.liveness.state == "finished" else EXIT_FAILED
+        if state.liveness.detail == "not launched":
+            raise VerbFailed(f"run {run_id} was never launched: `rgt run {run_id}` first")
+        await asyncio.sleep(interval)
+
+
+class _ProgressPrinter:
+    """Pull progress on stderr, at most a few lines a second."""
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def __call__(self, progress: object) -> None:
+        now = time.monotonic()
+        text = str(progress)
+        final = getattr(progress, "phase", "") in ("verified", "done", "failed", "pulled")
+        if final or now - self._last > 0.5:
+            self._last = now
+            print(text, file=sys.stderr, flush=True)
+
+
+def _report(project: str | None, fmt: str, output: str | None, strict: bool) -> int:
+    from .report import needs_attention, render
+    from .services.session import Session
+
+    session = Session.open(project, read_only=True)
+    try:
+        overview = asyncio.run(session.overview())
+    finally:
+        session.close()
+    text = render(overview, fmt)
+    if output:
+        target = Path(output)
+        temp = target.with_name(f".rgt-tmp-{target.name}.{os.getpid()}")
+        try:
+            temp.write_bytes(text.encode("utf-8"))
+            os.replace(temp, target)
+        except OSError as exc:
+            temp.unlink(missing_ok=True)
+            raise ConfigError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+    else:
+        sys.stdout.buffer.write(text.encode("utf-8"))
+        sys.stdout.flush()
+    if strict and needs_attention(overview):
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _demo(folder: Path, no_tui: bool, quick: bool) -> int:
+    from .services.project_files import DEMO_RUN, create_demo
+    from .services.session import Session
+
+    target = create_demo(folder, quick=quick)
+    session = Session.open(str(target))
+    try:
+        asyncio.run(_start_demo(session))
+    finally:
+        session.close()
+    if no_tui:
+        print(f"demo running in {folder}: `rgt watch {DEMO_RUN} {folder}`, then `rgt pull {DEMO_RUN} {folder}`,"
+              f" `rgt verify {DEMO_RUN} {folder}`, or open the TUI with `rgt {folder}`")
+        return EXIT_OK
+    return _tui(str(target), read_only=False)
+
+
+async def _start_demo(session: object) -> None:
+    """Rent the sim box and launch the run, unless it already ran: re-opening re-attaches instead."""
+    from .services.project_files import DEMO_INSTANCE, DEMO_RUN
+    from .services.session import Session
+
+    assert isinstance(session, Session)
+    status = await session.instance_status(DEMO_INSTANCE)
+    if status.state == "terminated":
+        return
+    if session.db.launch(DEMO_RUN) is not None:
+        return
+    await session.create_instance(DEMO_INSTANCE, actor="demo")
+    await session.launch(DEMO_RUN, actor="demo")
+
+
+def _tui(project: str | None, read_only: bool) -> int:
+    from .services.session import Session
+
+    session = Session.open(project, read_only=read_only)
+    from .app import RgtApp
+
+    try:
+        RgtApp(session).run()
+    finally:
+        session.close()
+    return EXIT_OK
+
+
+def _info(project: str | None) -> str:
+    from .config import find_project_file
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    found = Path(project).resolve() if project else find_project_file(Path.cwd())
+    if found is not None and found.is_dir():
+        found = found / "rgt.toml"
+    lines = [
+        f"rgt {__version__}",
+        f"python {sys.version.split()[0]} ({sys.executable})",
+        f"textual {version('textual')} · asyncssh {version('asyncssh')} · torch {version('torch')}"
+        f" · rich {version('rich')}",
+        "",
+        f"project file: {found if found and found.exists() else 'none found (nearest rgt.toml upward)'}",
+    ]
+    if found and found.exists():
+        root = found.parent
+        lines += [f"state database: {root / '.rgt' / 'state.db'}", f"evidence store: {root / 'runs'}",
+                  f"simulated disks: {root / '.rgt' / 'sim'}"]
+    lines += [
+        "",
+        "credentials: local and sim need none; cloud keys are read only from environment variables or the",
+        "  provider CLI's own credential file, never from rgt.toml (values are never shown)",
+        "",
+        f"terminal: TERM={os.environ.get('TERM', '')} NO_COLOR={'set' if 'NO_COLOR' in os.environ else 'unset'}"
+        f" ESCDELAY={os.environ.get('ESCDELAY', '100 (default)')}"
+        " (raise ESCDELAY on slow links if esc is misread)",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

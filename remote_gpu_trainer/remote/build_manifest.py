@@ -1,0 +1,338 @@
+"""Build PULL_MANIFEST.json in a run's result root, on the far side (gate-and-manifests.md §3).
+
+This file is shipped as-is on stdin to the box's own interpreter (`<python> -`), so it is stdlib-only and
+keeps to Python 3.8 syntax (no `from __future__`, no `match`, no `X | Y`; annotations are strings so 3.8
+never evaluates them). The client prepends one line that defines PARAMS:
+
+    import base64, json; PARAMS = json.loads(base64.b64decode("...").decode())
+
+with keys `root`, `run_id`, `roster`, `required`. Nothing from the run is spliced into a shell string.
+
+Exit codes: 0 written (prints `MANIFEST_SHA256=<hex>` and `WROTE <path>`); 1 validation problems (JSON list
+of `{code, path, detail}` on stderr, all of them, not only the first); 2 usage (malformed PARAMS);
+4 a manifest already exists (prints its `MANIFEST_SHA256=<hex>`; it is never overwritten).
+"""
+
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+from datetime import datetime, timezone
+
+SCHEMA = "remote-gpu-trainer/PULL/v1"
+MANIFEST_NAME = "PULL_MANIFEST.json"
+TEMP_PREFIX = ".rgt-tmp-PULL_MANIFEST."
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+TEMP_SUFFIXES = (".tmp", ".part", ".partial", ".swp", "~")
+TEMP_PREFIXES = (".nfs", ".#", ".rgt-tmp")
+CHUNK = 4 << 20
+
+EXIT_OK = 0
+EXIT_PROBLEMS = 1
+EXIT_USAGE = 2
+EXIT_EXISTS = 4
+
+
+def problem(code: str, path: str, detail: str) -> "dict[str, str]":
+    return {"code": code, "path": path, "detail": detail}
+
+
+def canonical_json(obj: object) -> bytes:
+    """The one serialization both sides agree on; the manifest's identity is the hash of these bytes."""
+    return (json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def is_temp_name(name: str) -> bool:
+    """Names that mean 'still being written': hashing them would seal a half-written file."""
+    return name.endswith(TEMP_SUFFIXES) or name.startswith(TEMP_PREFIXES)
+
+
+def check_params(params: object) -> "list[str]":
+    """Usage errors: PARAMS itself is malformed (the client's fault, not the run's)."""
+    if not isinstance(params, dict):
+        return ["PARAMS must be a JSON object"]
+    errors = []
+    for key in ("root", "run_id"):
+        if not isinstance(params.get(key), str):
+            errors.append(f"PARAMS.{key} must be a string")
+    for key in ("roster", "required"):
+        value = params.get(key)
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            errors.append(f"PARAMS.{key} must be a list of strings")
+    unknown = sorted(set(params) - {"root", "run_id", "roster", "required"})
+    if unknown:
+        errors.append("PARAMS has unknown keys: " + ", ".join(unknown))
+    return errors
+
+
+def check_inputs(root: str, run_id: str, roster: "list[str]",
+                 required: "list[str]") -> "list[dict[str, str]]":
+    """Steps 1-2: the root is a real directory, the run id and every cell id are safe names."""
+    problems = []
+    try:
+        info = os.lstat(root)
+    except FileNotFoundError:
+        problems.append(problem("root", root, "result root does not exist"))
+    except OSError as exc:
+        problems.append(problem("root", root, f"cannot stat result root: {exc.strerror}"))
+    else:
+        if stat.S_ISLNK(info.st_mode):
+            problems.append(problem("root", root, "result root is a symlink; "
+                                    "point remote_root at the real folder"))
+        elif not stat.S_ISDIR(info.st_mode):
+            problems.append(problem("root", root, "result root is not a directory"))
+    if not run_id.strip() or not SAFE_NAME.match(run_id):
+        problems.append(problem("run_id", run_id, "run id is not a safe name"))
+    if not roster:
+        problems.append(problem("roster", "", "roster is empty"))
+    seen = set()
+    for cell in roster:
+        if not SAFE_NAME.match(cell):
+            problems.append(problem("roster", cell, "cell id is not a safe name"))
+        if cell in seen:
+            problems.append(problem("roster", cell, "cell id listed twice"))
+        seen.add(cell)
+    for name in required:
+        if not name or not all(SAFE_NAME.match(part) for part in name.split("/")):
+            problems.append(problem("required", name, "required file is not a safe relative path"))
+    return problems
+
+
+def existing_manifest_sha(root: str) -> "str | None":
+    """Step 3: the hash of a manifest already in the root, or None when there is none."""
+    path = os.path.join(root, MANIFEST_NAME)
+    if not os.path.lexists(path):
+        return None
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+def walk(root: str, roster: "list[str]") -> "tuple[list[str], list[dict[str, str]]]":
+    """Steps 4-5: every regular file under the roster's cells, never following a link.
+
+    Returns relative POSIX paths and the problems found; a problem entry is never also a file entry.
+    """
+    files: list[str] = []  # local annotations are never evaluated, so 3.8 accepts them
+    problems: list[dict[str, str]] = []
+    found_cells = set()
+    with os.scandir(root) as entries:
+        top = sorted(entries, key=lambda entry: entry.name)
+    for entry in top:
+        name = entry.name
+        if entry.is_symlink():
+            problems.append(problem("symlink", name, "symlink in the result root; copy the real data in"))
+        elif not entry.is_dir(follow_symlinks=False):
+            problems.append(problem("loose_file", name, "file directly in the result root; "
+                                    "results belong in a cell folder"))
+        elif name not in roster:
+            problems.append(problem("unexpected_dir", name, "folder is not a cell of the roster"))
+        else:
+            found_cells.add(name)
+            walk_cell(root, name, files, problems)
+    for cell in roster:
+        if cell not in found_cells and not os.path.lexists(os.path.join(root, cell)):
+            problems.append(problem("missing_dir", cell, "roster cell has no folder in the result root"))
+    return sorted(files), problems
+
+
+def walk_cell(root: str, cell: str, files: "list[str]", problems: "list[dict[str, str]]") -> None:
+    """Iterative walk of one cell (no recursion limit on deep trees), lstat only."""
+    stack = [cell]
+    while stack:
+        relative = stack.pop()
+        with os.scandir(os.path.join(root, relative)) as entries:
+            children = sorted(entries, key=lambda entry: entry.name)
+        for entry in children:
+            path = relative + "/" + entry.name
+            if entry.is_symlink():
+                problems.append(problem("symlink", path, "symlink; the manifest lists real files only"))
+            elif is_temp_name(entry.name):
+                problems.append(problem("temp_file", path, "temporary file: still being written?"))
+            elif not SAFE_NAME.match(entry.name):
+                problems.append(problem("path_unsafe", path, "name is not a safe name "
+                                        "(letters, digits, '.', '_', '-'; not starting with '.')"))
+            elif entry.is_dir(follow_symlinks=False):
+                stack.append(path)
+            elif entry.is_file(follow_symlinks=False):
+                files.append(path)
+            else:
+                problems.append(problem("not_regular", path, "not a regular file (fifo, socket or device)"))
+
+
+def check_required(root: str, roster: "list[str]", required: "list[str]") -> "list[dict[str, str]]":
+    """Step 6: every cell holds every required file, regular and non-empty."""
+    problems = []
+    for cell in roster:
+        try:
+            if not stat.S_ISDIR(os.lstat(os.path.join(root, cell)).st_mode):
+                continue
+        except OSError:
+            continue
+        for name in required:
+            path = cell + "/" + name
+            try:
+                info = os.lstat(os.path.join(root, cell, *name.split("/")))
+            except OSError:
+                problems.append(problem("required_missing", path, "required file is missing"))
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                problems.append(problem("required_missing", path, "required file is not a regular file"))
+            elif info.st_size == 0:
+                problems.append(problem("required_empty", path, "required file is empty"))
+    return problems
+
+
+def hash_file(root: str, path: str) -> "tuple[dict[str, object] | None, dict[str, str] | None]":
+    """Step 7: hash from one descriptor; a size or mtime change while reading is an error."""
+    full = os.path.join(root, *path.split("/"))
+    try:
+        fd = os.open(full, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        return None, problem("unreadable", path, f"cannot open: {exc.strerror}")
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            return None, problem("not_regular", path, "not a regular file")
+        digest = hashlib.sha256()
+        while True:
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                break
+            digest.update(chunk)
+        after = os.fstat(fd)
+    except OSError as exc:
+        return None, problem("unreadable", path, f"read failed: {exc.strerror}")
+    finally:
+        os.close(fd)
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        return None, problem("changed_while_hashing", path, "file changed while hashing; wait for the writer")
+    return {"path": path, "bytes": after.st_size, "sha256": digest.hexdigest()}, None
+
+
+def utc_now_iso() -> str:
+    """ISO-8601 UTC with `+00:00`, whole seconds. (`datetime.UTC` is 3.11+, hence `timezone.utc`.)"""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()  # noqa: UP017
+
+
+def manifest_object(run_id: str, roster: "list[str]",
+                    entries: "list[dict[str, object]]") -> "dict[str, object]":
+    total = 0
+    for entry in entries:
+        size = entry["bytes"]
+        assert isinstance(size, int)
+        total += size
+    return {
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "created_at_utc": utc_now_iso(),
+        "top_level_dirs": sorted(roster),
+        "files": entries,
+        "totals": {"files": len(entries), "bytes": total},
+    }
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_no_clobber(root: str, data: bytes) -> bool:
+    """Step 9: O_EXCL temp, fsync, hard link onto the final name (fails if it exists), fsync the folder.
+
+    Returns whether the write was atomic and no-clobber; where hard links are unsupported (some FUSE/NFS
+    mounts) it re-checks absence and renames, which leaves a tiny race, and says so.
+    """
+    final = os.path.join(root, MANIFEST_NAME)
+    temp = os.path.join(root, TEMP_PREFIX + str(os.getpid()))
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temp, final)
+            atomic = True
+        except FileExistsError:
+            raise
+        except OSError:
+            if os.path.lexists(final):
+                raise FileExistsError(final) from None
+            os.replace(temp, final)
+            atomic = False
+    finally:
+        if os.path.lexists(temp):
+            os.unlink(temp)
+    fsync_dir(root)
+    return atomic
+
+
+def build(root: str, run_id: str, roster: "list[str]", required: "list[str]") -> int:
+    """Steps 1-10 in order; every problem of a step is gathered before failing."""
+    root = root.rstrip("/") or "/"
+    problems = check_inputs(root, run_id, roster, required)
+    if problems:
+        return fail(problems)
+    existing = existing_manifest_sha(root)
+    if existing is not None:
+        print(f"MANIFEST_SHA256={existing}")
+        print("EXISTS " + os.path.join(root, MANIFEST_NAME))
+        return EXIT_EXISTS
+    files, problems = walk(root, roster)
+    problems.extend(check_required(root, roster, required))
+    if problems:
+        return fail(problems)  # hashing is the expensive step: only for an otherwise valid tree
+    entries = []
+    for path in files:
+        entry, issue = hash_file(root, path)
+        if issue is not None:
+            problems.append(issue)
+        elif entry is not None:
+            entries.append(entry)
+    if not entries and not problems:
+        problems.append(problem("no_files", "", "the result root holds no files"))
+    if problems:
+        return fail(problems)
+    data = canonical_json(manifest_object(run_id, roster, entries))
+    try:
+        atomic = write_no_clobber(root, data)
+    except FileExistsError:
+        print(f"MANIFEST_SHA256={existing_manifest_sha(root)}")
+        return EXIT_EXISTS
+    except OSError as exc:
+        return fail([problem("write", MANIFEST_NAME, f"cannot write the manifest: {exc.strerror}")])
+    print("MANIFEST_SHA256=" + hashlib.sha256(data).hexdigest())
+    print("WROTE " + os.path.join(root, MANIFEST_NAME))
+    if not atomic:
+        print("atomic_no_clobber=false")
+    return EXIT_OK
+
+
+def fail(problems: "list[dict[str, str]]") -> int:
+    sys.stderr.write(json.dumps(problems, ensure_ascii=False) + "\n")
+    return EXIT_PROBLEMS
+
+
+def main(params: object) -> int:
+    errors = check_params(params)
+    if errors:
+        sys.stderr.write("usage: " + "; ".join(errors) + "\n")
+        return EXIT_USAGE
+    assert isinstance(params, dict)
+    return build(params["root"], params["run_id"], list(params["roster"]), list(params["required"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(globals().get("PARAMS")))

@@ -1,0 +1,159 @@
+"""`rgt --report`: one Overview rendered as text, Markdown or JSON (DESIGN.md §3.5, ux.md §8).
+
+Stable ordering and fixed widths so two reports over the same state diff cleanly; JSON keys in contract
+order; money rounded only when rendered as text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .clock import iso_z
+from .services.overview import Overview, RunView
+
+SCHEMA = "rgt-report/v1"
+FORMATS = ("text", "markdown", "json")
+_SEVERITY_ORDER = {"critical": 0, "error": 1, "warn": 2, "info": 3}
+
+
+def to_dict(overview: Overview) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "generated_at": iso_z(overview.generated_at),
+        "project": overview.project,
+        "meter": {"currency": overview.currency, "total": round(overview.total, 6),
+                  "burn_per_hour": round(overview.burn_per_hour, 6)},
+        "instances": [
+            {"name": i.name, "provider": i.provider, "id": i.id, "state": i.state, "gpu": i.gpu,
+             "price_per_hour": i.price_per_hour, "price_source": i.price_source, "billing": i.billing,
+             "cost_so_far": round(i.cost_so_far, 6), "verified_month": i.verified_month, "stale": i.stale,
+             "burn_per_hour": round(i.burn_per_hour, 6), "estimate": i.estimate}
+            for i in sorted(overview.instances, key=lambda i: i.name)
+        ],
+        "runs": [_run_dict(r) for r in sorted(overview.runs, key=lambda r: r.id)],
+        "alerts": list(overview.alerts),
+    }
+
+
+def _run_dict(run: RunView) -> dict[str, Any]:
+    return {
+        "id": run.id,
+        "instance": run.instance,
+        "evidence_state": run.evidence_state,
+        "liveness": run.liveness,
+        "checkpoints": [
+            {"path": c.path, "bytes": c.bytes, "sha256": c.sha256, "status": c.status, "detail": c.detail}
+            for c in sorted(run.checkpoints, key=lambda c: c.path)
+        ],
+        "gate": {"open": run.gate.open, "action": run.gate.action, "destroys": list(run.gate.destroys),
+                 "reasons": list(run.gate.reasons)},
+        "findings": [
+            {"id": f.id, "check": f.check, "severity": f.severity, "status": f.status, "message": f.message}
+            for f in sorted(run.findings, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 9), f.id))
+        ],
+        "checklist": [{"id": c.id, "title": c.title, "status": c.status, "note": c.note} for c in run.checklist],
+        "liveness_detail": run.liveness_detail,
+    }
+
+
+def render(overview: Overview, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(to_dict(overview), indent=2, ensure_ascii=False) + "\n"
+    if fmt == "markdown":
+        return _markdown(overview)
+    return _text(overview)
+
+
+def needs_attention(overview: Overview) -> list[str]:
+    """What `--strict` exits 1 for (ux.md §8)."""
+    reasons = []
+    for run in overview.runs:
+        if not run.gate.open:
+            reasons.append(f"run {run.id}: gate closed")
+        if any(f.severity in ("warn", "error", "critical") and f.status == "open" for f in run.findings):
+            reasons.append(f"run {run.id}: open findings")
+        if run.liveness == "unknown" and run.evidence_state != "planned_not_started":
+            reasons.append(f"run {run.id}: liveness unknown")
+    reasons.extend(f"instance {i.name}: billing facts stale" for i in overview.instances if i.stale)
+    return reasons
+
+
+def _money(value: float | None, currency: str = "USD") -> str:
+    if value is None:
+        return "—"
+    symbol = "$" if currency == "USD" else f"{currency} "
+    return f"{symbol}{value:.2f}"
+
+
+def _short(sha: str | None) -> str:
+    return f"{sha[:8]}…{sha[-4:]}" if sha else "—"
+
+
+def _size(value: int | None) -> str:
+    if value is None:
+        return "—"
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value = value / 1024  # type: ignore[assignment]
+    return f"{value} B"
+
+
+def _text(o: Overview) -> str:
+    out = [
+        f"rgt report · project {o.project} · generated {iso_z(o.generated_at)}",
+        f"meter: total {_money(o.total, o.currency)} · burning {_money(o.burn_per_hour, o.currency)}/h",
+    ]
+    out.extend(o.alerts)
+    out.append("")
+    out.append("INSTANCES")
+    out.append(f"  {'name':<14} {'provider':<9} {'state':<11} {'price/h':>10} {'source':<8} {'spent':>10}"
+               f" {'billing':<14} facts")
+    for i in o.instances:
+        facts = f"{i.verified_month}{' STALE' if i.stale else ''}"
+        out.append(f"  {i.name:<14} {i.provider:<9} {i.state:<11} {_money(i.price_per_hour, i.currency):>10}"
+                   f" {i.price_source:<8} {_money(i.cost_so_far, i.currency):>10} {i.billing:<14} {facts}")
+    for run in o.runs:
+        out.append("")
+        out.append(f"RUN {run.id} on {run.instance}: {run.evidence_state} · liveness {run.liveness}"
+                   f" ({run.liveness_detail})")
+        gate = "OPEN" if run.gate.open else "CLOSED"
+        out.append(f"  gate {gate}: {run.gate.action}")
+        out.extend(f"    - {reason}" for reason in run.gate.reasons)
+        out.append("  checkpoints:")
+        if not run.checkpoints:
+            out.append("    (none yet: the manifest is built when the run finishes)")
+        for c in run.checkpoints:
+            out.append(f"    {c.status:<14} {c.path:<34} {_size(c.bytes):>10} {_short(c.sha256)}  {c.detail}")
+        if run.findings:
+            out.append("  findings:")
+            out.extend(f"    {f.severity:<5} {f.status:<6} {f.message}" for f in run.findings)
+        out.append("  checklist:")
+        out.extend(f"    [{c.status:<14}] {c.id} {c.title}" + (f" — {c.note}" if c.note else "")
+                   for c in run.checklist)
+    return "\n".join(out) + "\n"
+
+
+def _markdown(o: Overview) -> str:
+    out = [f"# rgt report: {o.project}", "", f"Generated {iso_z(o.generated_at)}. "
+           f"Meter: total {_money(o.total, o.currency)}, burning {_money(o.burn_per_hour, o.currency)}/h.", ""]
+    out.extend(f"> {alert}" for alert in o.alerts)
+    out += ["## Instances", "", "| name | provider | state | price/h | source | spent | billing | facts verified |",
+            "|---|---|---|---:|---|---:|---|---|"]
+    for i in o.instances:
+        out.append(f"| {i.name} | {i.provider} | {i.state} | {_money(i.price_per_hour, i.currency)} | "
+                   f"{i.price_source} | {_money(i.cost_so_far, i.currency)} | {i.billing} | "
+                   f"{i.verified_month}{' (stale)' if i.stale else ''} |")
+    for run in o.runs:
+        out += ["", f"## Run {run.id}", "",
+                f"Instance {run.instance}; evidence state **{run.evidence_state}**; liveness **{run.liveness}** "
+                f"({run.liveness_detail}).", "",
+                f"Gate: **{'open' if run.gate.open else 'closed'}** — {run.gate.action}", ""]
+        out.extend(f"- {reason}" for reason in run.gate.reasons)
+        out += ["", "| status | path | size | sha256 | detail |", "|---|---|---:|---|---|"]
+        out.extend(f"| {c.status} | {c.path} | {_size(c.bytes)} | {_short(c.sha256)} | {c.detail} |"
+                   for c in run.checkpoints)
+        out += ["", "| checklist | item | status | note |", "|---|---|---|---|"]
+        out.extend(f"| {c.id} | {c.title} | {c.status} | {c.note} |" for c in run.checklist)
+    return "\n".join(out) + "\n"

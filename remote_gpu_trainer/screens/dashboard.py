@@ -1,0 +1,277 @@
+"""The dashboard: instances + meter, checkpoints, live log, checklist; 2×2 when wide, tabs when narrow.
+
+The screen composes panels and forwards intents to the Session; every number it shows comes from an
+Overview built by the services, refreshed by workers so the UI thread never waits on the far side.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Container
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
+
+from ..errors import GateRefused, RgtError
+from ..services import checklist, teardown
+from ..services.overview import Overview, RunView
+from ..widgets.checklist_panel import ChecklistPanel
+from ..widgets.checkpoints_panel import CheckpointsPanel
+from ..widgets.instances_panel import InstancesPanel
+from ..widgets.log_panel import LogPanel
+from .note import NoteScreen
+from .teardown import TeardownScreen
+
+if TYPE_CHECKING:
+    from ..app import RgtApp
+
+PANELS = ("panel-instances", "panel-checkpoints", "panel-log", "panel-checklist")
+TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log", "4 Checklist")
+REFRESH_S = 2.0
+LOG_POLL_S = 0.5
+
+
+class DashboardScreen(Screen[None]):
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    BINDINGS = [
+        Binding("p", "pull", "Pull"),
+        Binding("v", "verify", "Verify"),
+        Binding("t", "teardown", "Teardown"),
+        Binding("slash", "filter", "Filter"),
+        Binding("f", "follow", "Follow", show=False),
+        Binding("r", "refresh", "Refresh", show=False),
+        Binding("space", "tick", "Tick", show=False),
+        Binding("escape", "clear_filter", "Clear filter", show=False),
+        Binding("1", "panel(0)", "Instances", show=False),
+        Binding("2", "panel(1)", "Checkpoints", show=False),
+        Binding("3", "panel(2)", "Log", show=False),
+        Binding("4", "panel(3)", "Checklist", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.overview: Overview | None = None
+        self.run_id: str | None = None
+        self.log_offset = 0
+        self.busy: set[str] = set()
+
+    @property
+    def rgt(self) -> RgtApp:
+        from ..app import RgtApp
+
+        assert isinstance(self.app, RgtApp)
+        return self.app
+
+    def compose(self) -> ComposeResult:
+        yield Static("rgt · loading…", id="topbar")
+        yield Static("", id="alert")
+        yield Tabs(*(Tab(title, id=f"tab-{index}") for index, title in enumerate(TITLES)), id="tabs")
+        with Container(id="panels"):
+            yield InstancesPanel(id="panel-instances", classes="panel -active")
+            yield CheckpointsPanel(id="panel-checkpoints", classes="panel")
+            yield LogPanel(id="panel-log", classes="panel")
+            yield ChecklistPanel(id="panel-checklist", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        for panel_id, title in zip(PANELS, TITLES, strict=True):
+            self.query_one(f"#{panel_id}").border_title = title
+        runs = sorted(self.rgt.session.project.runs)
+        self.run_id = runs[0] if runs else None
+        self.refresh_overview()
+        self.poll_log()
+        self.set_interval(REFRESH_S, self.refresh_overview)
+        self.set_interval(LOG_POLL_S, self.poll_log)
+
+    # -- data ------------------------------------------------------------------------------------------
+    @work(exclusive=True, group="overview")
+    async def refresh_overview(self) -> None:
+        try:
+            overview = await self.rgt.session.overview()
+        except RgtError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+            return
+        self.apply(overview)
+
+    def apply(self, overview: Overview) -> None:
+        first = self.overview is None
+        self.overview = overview
+        run = self.current_run()
+        read_only = self.rgt.session.read_only
+        self.query_one(InstancesPanel).show(overview, self.run_id, read_only)
+        self.query_one(CheckpointsPanel).show(run)
+        self.query_one(ChecklistPanel).show(run)
+        self.query_one("#topbar", Static).update(self.topbar_text(overview, run))
+        alert = self.query_one("#alert", Static)
+        alert.update("\n".join(overview.alerts))
+        alert.set_class(bool(overview.alerts), "-visible")
+        if run is not None:
+            self.query_one(LogPanel).border_title = f"3 Log · {run.id} · {run.liveness}"
+        if first:
+            self.query_one("#instances", DataTable).focus()
+        self.refresh_bindings()
+
+    def current_run(self) -> RunView | None:
+        if self.overview is None or self.run_id is None:
+            return None
+        return self.overview.run(self.run_id)
+
+    def topbar_text(self, overview: Overview, run: RunView | None) -> str:
+        gate = "—"
+        if run is not None:
+            gate = "GATE OPEN" if run.gate.open else f"GATE CLOSED {len(run.gate.reasons)}"
+        age = max(0, int((self.rgt.session.clock() - overview.generated_at).total_seconds()))
+        parts = [f"rgt · {overview.project}", f"burn ${overview.burn_per_hour:.2f}/h",
+                 f"spent ${overview.total:.2f}", gate]
+        if run is not None:
+            parts.append(f"{run.id}: {run.liveness}")
+        if overview.read_only:
+            parts.append("READ-ONLY")
+        parts.append(f"updated {age}s ago")
+        return " · ".join(parts)
+
+    @work(exclusive=True, group="log")
+    async def poll_log(self) -> None:
+        if self.run_id is None or self.rgt.session.db.launch(self.run_id) is None:
+            return
+        panel = self.query_one(LogPanel)
+        try:
+            data, offset = await self.rgt.session.tail_log(self.run_id, self.log_offset)
+        except RgtError:
+            return  # the box is unreachable or gone; the overview says so
+        if offset < self.log_offset or (offset == len(data) and self.log_offset > 0 and data):
+            panel.reset()  # the log was truncated or replaced: start again from its top
+        self.log_offset = offset
+        if data:
+            panel.feed(data)
+
+    # -- actions -----------------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "teardown":
+            if self.rgt.session.read_only:
+                return False
+            run = self.current_run()
+            return True if run is not None and run.gate.open else None
+        return True
+
+    def action_panel(self, index: int) -> None:
+        for position, panel_id in enumerate(PANELS):
+            self.query_one(f"#{panel_id}").set_class(position == index, "-active")
+        self.query_one("#tabs", Tabs).active = f"tab-{index}"
+        panel = self.query_one(f"#{PANELS[index]}")
+        focusable = panel.query("DataTable, RichLog")
+        if focusable:
+            focusable.first().focus()
+
+    @on(Tabs.TabActivated, "#tabs")
+    def _tab(self, event: Tabs.TabActivated) -> None:
+        if event.tab.id:
+            index = int(event.tab.id.split("-")[1])
+            for position, panel_id in enumerate(PANELS):
+                self.query_one(f"#{panel_id}").set_class(position == index, "-active")
+
+    def action_refresh(self) -> None:
+        self.refresh_overview()
+
+    def action_filter(self) -> None:
+        self.action_panel(2)
+        field = self.query_one("#log-filter", Input)
+        field.add_class("-visible")
+        field.focus()
+
+    @on(Input.Changed, "#log-filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.query_one(LogPanel).set_filter(event.value)
+
+    def action_clear_filter(self) -> None:
+        field = self.query_one("#log-filter", Input)
+        field.value = ""
+        field.remove_class("-visible")
+        self.query_one(LogPanel).set_filter("")
+
+    def action_follow(self) -> None:
+        following = self.query_one(LogPanel).toggle_follow()
+        self.notify("following the log" if following else "log paused (f resumes)")
+
+    @work(group="pull", exclusive=True)
+    async def action_pull(self) -> None:
+        if self.run_id is None or "pull" in self.busy:
+            return
+        self.busy.add("pull")
+        summary = self.query_one("#checkpoint-summary", Static)
+        try:
+            self.notify(f"pulling {self.run_id}…")
+            result = await self.rgt.session.pull(self.run_id, progress=lambda p: summary.update(str(p)))
+            self.notify(f"pulled {len(result.files)} file(s) into runs/{self.run_id}/: verify with v")
+        except RgtError as exc:
+            self.notify(f"pull failed: {exc}", severity="error", timeout=15)
+        finally:
+            self.busy.discard("pull")
+        self.refresh_overview()
+
+    @work(group="verify", exclusive=True)
+    async def action_verify(self) -> None:
+        if self.run_id is None or "verify" in self.busy:
+            return
+        self.busy.add("verify")
+        summary = self.query_one("#checkpoint-summary", Static)
+        try:
+            self.notify(f"verifying {self.run_id}…")
+            result = await self.rgt.session.verify(self.run_id, progress=summary.update)
+            if result.ok:
+                self.notify("✔ verified: every file matches and every checkpoint loads", timeout=8)
+            else:
+                first = result.errors[0]
+                self.notify(f"✖ verification failed: {first.code} {first.path} ({len(result.errors)} problem(s))",
+                            severity="error", timeout=15)
+        except RgtError as exc:
+            self.notify(f"verify failed: {exc}", severity="error", timeout=15)
+        finally:
+            self.busy.discard("verify")
+        self.refresh_overview()
+
+    @work(group="teardown", exclusive=True)
+    async def action_teardown(self) -> None:
+        run = self.current_run()
+        if run is None or self.rgt.session.read_only:
+            return
+        if not run.gate.open:
+            self.notify("gate closed: " + "; ".join(run.gate.reasons[:3]), severity="warning", timeout=10)
+            return
+        plan = await teardown.plan(self.rgt.session, run.instance)
+        typed = await self.app.push_screen_wait(TeardownScreen(plan))
+        if typed is None:
+            self.notify("teardown cancelled: nothing was done")
+            return
+        try:
+            result = await teardown.execute(self.rgt.session, run.instance, typed, plan.lines)
+        except GateRefused as exc:
+            self.notify(f"refused: {exc}", severity="error", timeout=15)
+        except RgtError as exc:
+            self.notify(f"teardown failed: {exc}", severity="error", timeout=15)
+        else:
+            self.notify(result.message, severity="information" if result.confirmed else "warning", timeout=15)
+        self.refresh_overview()
+
+    @work(group="tick", exclusive=True)
+    async def action_tick(self) -> None:
+        panel = self.query_one(ChecklistPanel)
+        item = panel.highlighted_item()
+        run = self.current_run()
+        if item is None or run is None or not self.query_one("#checklist", DataTable).has_focus:
+            return
+        entry = next((c for c in run.checklist if c.id == item), None)
+        if entry is None or entry.kind != "tick":
+            self.notify(f"{item} is answered automatically by rgt's audits", severity="warning")
+            return
+        if entry.status == "ticked":
+            checklist.set_tick(self.rgt.session.db, run.id, item, "open", "")
+        else:
+            note = await self.app.push_screen_wait(NoteScreen(f"{item}: {entry.title}"))
+            if note is None:
+                return
+            checklist.set_tick(self.rgt.session.db, run.id, item, "ticked", note)
+        self.refresh_overview()

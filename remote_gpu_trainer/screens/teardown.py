@@ -1,0 +1,58 @@
+"""The teardown confirmation (ux.md §6): the exact action, what it destroys, what still burns.
+
+Focus starts on Cancel; the Terminate button stays disabled until the typed id matches; there is no
+shortcut key. The screen only collects the approval: the teardown service decides and acts.
+"""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+from ..services.teardown import TeardownPlan
+
+
+class TeardownScreen(ModalScreen[str | None]):
+    """Dismisses with the typed instance id on confirm, or None on cancel."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    AUTO_FOCUS = "#cancel"
+
+    def __init__(self, plan: TeardownPlan) -> None:
+        super().__init__()
+        self.plan = plan
+
+    def compose(self) -> ComposeResult:
+        kind = "IRREVERSIBLE" if self.plan.action_id == "terminate" else "keeps billing storage"
+        with Vertical(id="teardown-dialog") as dialog:
+            dialog.border_title = f"{self.plan.action_label} {self.plan.provider_id} — {kind}"
+            yield Static("\n".join(self.plan.lines), id="teardown-lines", markup=False)
+            yield Static("\n".join(f"✖ {r}" for r in self.plan.reasons), id="teardown-reasons", markup=False)
+            yield Label(f"Type the instance id ({self.plan.provider_id}) to confirm:")
+            yield Input(placeholder=self.plan.provider_id, id="confirm-id")
+            yield Static("", id="teardown-progress")
+            with Horizontal(id="teardown-buttons"):
+                yield Button("Cancel", id="cancel", variant="primary")
+                yield Button(self.plan.action_label, id="confirm", variant="error", disabled=True)
+
+    @on(Input.Changed, "#confirm-id")
+    def _typed(self, event: Input.Changed) -> None:
+        matches = event.value.strip() == self.plan.provider_id
+        self.query_one("#confirm", Button).disabled = not (matches and self.plan.gate_open)
+
+    @on(Input.Submitted, "#confirm-id")
+    def _submitted(self, event: Input.Submitted) -> None:
+        if not self.query_one("#confirm", Button).disabled:
+            self.dismiss(event.value.strip())
+
+    @on(Button.Pressed, "#cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    @on(Button.Pressed, "#confirm")
+    def _confirm(self) -> None:
+        self.dismiss(self.query_one("#confirm-id", Input).value.strip())

@@ -1,0 +1,882 @@
+"""The evidence chain: build the manifest on the box, pull it resumably, verify locally, feed the gate.
+
+gate-and-manifests.md §3-§7 and remote-ops.md §8. Trust the artifact, not the claim: the builder's hash
+is recorded at build time (trust boundary 1), the pull checks every byte against it while streaming, and
+verification re-derives everything from the local bytes before it writes PULL_VERIFIED.json, which it
+deletes first so a failed or interrupted run never leaves an old success behind.
+
+Torch is never imported here: checkpoints are load-verified by `remote_gpu_trainer.verify.ckpt_probe` in a
+subprocess with its own process group and a timeout. Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import hashlib
+import importlib.metadata
+import importlib.resources
+import json
+import os
+import re
+import shlex
+import signal
+import stat
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..audits.gate import Approval, GateInputs, LocalFile
+from ..audits.manifest import (
+    MANIFEST_NAME,
+    MARKER_NAME,
+    Manifest,
+    MarkerCheckpoint,
+    Problem,
+    is_checkpoint,
+    marker_bytes,
+    parse_manifest,
+    path_problems,
+    required_checkpoints,
+    sha256_bytes,
+)
+from ..clock import utc_now
+from ..config import ProjectConfig, RunConfig
+from ..errors import TransportError, VerbFailed
+from ..providers.base import Transport
+from ..state import StateDB
+from ..verify.ckpt_probe import PROBE_VERSION
+
+BUILDER_TIMEOUT_S = 3600.0
+PULL_PARALLEL = 3
+PULL_TRIES = 3
+CHUNK = 4 << 20
+FSYNC_EVERY = 256 << 20
+PROBE_MIN_TIMEOUT_S = 120.0
+PROBE_S_PER_GIB = 30.0
+MARKER_TEMP_PREFIX = ".rgt-tmp-PULL_VERIFIED."
+VERIFIER_VERSION = f"{__version__}+{PROBE_VERSION}"
+STATUSES = ("pending", "pulled", "verified", "missing", "size_mismatch", "hash_mismatch", "unloadable",
+            "nonfinite")
+_SHA_LINE = re.compile(r"^MANIFEST_SHA256=([0-9a-f]{64})$", re.MULTILINE)
+_DETERMINISTIC_PROBE_ERRORS = {"blocked_global", "nonfinite", "no_tensors", "no_state_key"}
+_PROBE_CODES = {
+    "blocked_global": "ckpt_blocked_global", "nonfinite": "ckpt_nonfinite", "no_tensors": "ckpt_no_tensors",
+    "no_state_key": "ckpt_no_state_key", "timeout": "ckpt_timeout",
+}
+_STATUS_OF_CODE = {
+    "missing_local": "missing", "required_missing": "missing", "incomplete_part": "missing",
+    "size_mismatch": "size_mismatch", "hash_mismatch": "hash_mismatch", "ckpt_nonfinite": "nonfinite",
+    "metrics_invalid": "unloadable",
+}
+_STATUS_RANK = {status: rank for rank, status in enumerate(
+    ("missing", "size_mismatch", "hash_mismatch", "nonfinite", "unloadable"))}
+
+
+# -- value types ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PullProgress:
+    """One file's progress; `phase` is present, resuming, downloading, done, retrying or failed."""
+
+    path: str
+    done: int
+    total: int
+    phase: str
+
+
+@dataclass(frozen=True)
+class PullResult:
+    manifest_sha256: str
+    files: int
+    bytes: int
+    fetched: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    failed: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+@dataclass(frozen=True)
+class VerifyProgress:
+    """`phase` is manifest, files, hash, metrics, probe or marker; done/total count files in the phase."""
+
+    phase: str
+    path: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    path: str
+    bytes: int
+    sha256: str
+    status: str  # one of STATUSES
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    ok: bool
+    errors: list[Problem]
+    files: list[FileStatus]
+    manifest_sha256: str | None = None
+    marker: Path | None = None
+
+
+# -- building the manifest on the far side -------------------------------------------------------------------
+
+def builder_stdin(params: dict[str, Any]) -> bytes:
+    """The builder's source with its PARAMS line in front: the parameters travel base64-encoded inside
+    the program on stdin, so no run-derived string is ever spliced into a shell command."""
+    source = importlib.resources.files("remote_gpu_trainer.remote").joinpath("build_manifest.py").read_bytes()
+    encoded = base64.b64encode(json.dumps(params, ensure_ascii=False).encode("utf-8")).decode("ascii")
+    header = f'import base64, json; PARAMS = json.loads(base64.b64decode("{encoded}").decode())\n'
+    return header.encode("ascii") + source
+
+
+async def build_manifest(transport: Transport, run: RunConfig, db: StateDB, *,
+                         timeout: float = BUILDER_TIMEOUT_S) -> str:
+    """Run the builder on the box and record the manifest's hash (trust boundary 1). Returns the hash."""
+    params = {"root": transport.resolve(run.remote_root), "run_id": run.id, "roster": list(run.roster),
+              "required": list(run.required)}
+    where = f"{run.remote_root}/{MANIFEST_NAME}"
+    result = await transport.run(f"{shlex.quote(run.python)} -", stdin=builder_stdin(params), timeout=timeout)
+    match = _SHA_LINE.search(result.text)
+    printed = match.group(1) if match else None
+    if result.rc == 0 and printed:
+        db.record_manifest(run.id, printed)
+        return printed
+    if result.rc == 4:
+        recorded = db.recorded_manifest(run.id)
+        if printed is not None and printed == recorded:
+            return printed
+        known = "this project never recorded one" if recorded is None else f"recorded {recorded[:12]}"
+        raise VerbFailed(f"{where}: a different manifest already exists ({(printed or '?')[:12]}; {known}): "
+                         "use a new run id or move the old manifest aside")
+    if result.rc == 1:
+        raise VerbFailed(f"{run.remote_root}: manifest refused: {_builder_problems(result.error_text)}")
+    if result.rc == 127:
+        raise VerbFailed(f"{run.python}: interpreter not found on the instance: "
+                         f"set python in [runs.{run.id}]")
+    tail = " ".join(result.error_text.split())[-300:] or "no output"
+    raise VerbFailed(f"{where}: manifest builder failed (exit {result.rc}): {tail}")
+
+
+def _builder_problems(stderr: str) -> str:
+    """The first problems of the builder's JSON list, in one line."""
+    try:
+        problems = json.loads(stderr.strip().splitlines()[-1])
+        items = [Problem(str(p["code"]), str(p["path"]), str(p["detail"])) for p in problems]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return " ".join(stderr.split())[-300:] or "no details"
+    shown = "; ".join(item.line() for item in items[:3])
+    more = f" (and {len(items) - 3} more)" if len(items) > 3 else ""
+    return shown + more
+
+
+# -- pulling -------------------------------------------------------------------------------------------------
+
+class _ContractBroken(Exception):
+    """The remote file no longer matches the manifest: retrying cannot help."""
+
+
+async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,
+               progress: Callable[[PullProgress], None] | None = None) -> PullResult:
+    """Manifest first, then every listed file resumably; never deletes anything local but its own `.part`."""
+    root = project.run_dir(run.id)
+    root.mkdir(parents=True, exist_ok=True)
+    recorded = db.recorded_manifest(run.id) or await build_manifest(transport, run, db)
+    data = await _manifest_for_pull(root, run, transport, recorded)
+    manifest, problems = parse_manifest(data, roster=run.roster, run_id=run.id)
+    if manifest is None or problems:
+        first = problems[0].line() if problems else "unreadable"
+        raise VerbFailed(f"{root / MANIFEST_NAME}: manifest refused: {first}")
+    report = progress or (lambda _: None)
+    limit = asyncio.Semaphore(PULL_PARALLEL)
+    async with asyncio.TaskGroup() as group:
+        tasks = [group.create_task(_pull_file(root, run.remote_root, entry.path, entry.bytes, entry.sha256,
+                                              transport, limit, report))
+                 for entry in manifest.files]
+    fetched, present, failed = [], [], []
+    for entry, task in zip(manifest.files, tasks, strict=True):
+        outcome = task.result()
+        if isinstance(outcome, Problem):
+            failed.append(outcome)
+        elif outcome == "present":
+            present.append(entry.path)
+        else:
+            fetched.append(entry.path)
+    return PullResult(manifest_sha256=manifest.sha256, files=len(manifest.files), bytes=manifest.total_bytes,
+                      fetched=fetched, present=present, failed=failed)
+
+
+async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, recorded: str) -> bytes:
+    """The recorded manifest's bytes in the local root; a different local manifest stops the pull."""
+    final = root / MANIFEST_NAME
+    if os.path.lexists(final):
+        if not final.is_file() or final.is_symlink():
+            raise VerbFailed(f"{final}: not a regular file: move it aside")
+        existing = final.read_bytes()
+        if sha256_bytes(existing) != recorded:
+            raise VerbFailed(f"{final}: a different manifest is already here (sha256 "
+                             f"{sha256_bytes(existing)[:12]}, run records {recorded[:12]}): never mix two "
+                             f"manifests; move {root} aside or use a new run id")
+        return existing
+    remote = f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}"
+    chunks = [chunk async for chunk in transport.read_chunks(remote, 0)]
+    data = b"".join(chunks)
+    if sha256_bytes(data) != recorded:
+        raise VerbFailed(f"{remote}: manifest on the box (sha256 {sha256_bytes(data)[:12]}) is not the one "
+                         f"recorded at build time ({recorded[:12]}): the evidence changed; investigate")
+    part = root / (MANIFEST_NAME + ".part")
+    await asyncio.to_thread(_write_durably, part, data)
+    os.replace(part, final)
+    _fsync_dir(root)
+    return data
+
+
+async def _pull_file(root: Path, remote_root: str, path: str, size: int, sha256: str, transport: Transport,
+                     limit: asyncio.Semaphore, report: Callable[[PullProgress], None]) -> str | Problem:
+    """'present', 'fetched', or the Problem that made the file fail after its tries."""
+    target, problem = _local_target(root, path)
+    if problem is not None:
+        report(PullProgress(path, 0, size, "failed"))
+        return problem
+    assert target is not None
+    remote = f"{remote_root.rstrip('/')}/{path}"
+    last = ""
+    async with limit:
+        for attempt in range(1, PULL_TRIES + 1):
+            try:
+                return await _fetch(target, remote, path, size, sha256, transport, report)
+            except _ContractBroken as exc:
+                report(PullProgress(path, 0, size, "failed"))
+                return Problem("pull_failed", path, str(exc))
+            except (TransportError, OSError) as exc:
+                last = str(exc) or type(exc).__name__
+            except _HashMismatch as exc:
+                last = str(exc)
+            report(PullProgress(path, 0, size, "retrying" if attempt < PULL_TRIES else "failed"))
+    return Problem("pull_failed", path, f"failed after {PULL_TRIES} tries: {last}")
+
+
+class _HashMismatch(Exception):
+    pass
+
+
+async def _fetch(target: Path, remote: str, path: str, size: int, sha256: str, transport: Transport,
+                 report: Callable[[PullProgress], None]) -> str:
+    """One try: resume the `.part` (re-hashing its prefix), stream the rest, check, rename, fsync."""
+    info = _lstat(target)
+    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size == size:
+        report(PullProgress(path, size, size, "present"))
+        return "present"  # hashed again at verification
+    remote_info = await transport.stat(remote)
+    if remote_info is None or remote_info.kind != "file":
+        raise _ContractBroken(f"{remote}: missing on the instance or not a regular file")
+    if remote_info.size != size:
+        raise _ContractBroken(f"{remote}: is {remote_info.size} bytes, the manifest says {size}: "
+                              "it changed after the manifest was built")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    if size > 0:
+        report(PullProgress(path, 0, size, "resuming"))
+    offset, digest = await asyncio.to_thread(_resume_prefix, part, size)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    done, unsynced = offset, 0
+    try:
+        report(PullProgress(path, done, size, "downloading"))
+        if done < size:
+            async for chunk in transport.read_chunks(remote, offset, CHUNK):
+                if done + len(chunk) > size:
+                    raise _ContractBroken(f"{remote}: grew past {size} bytes while reading")
+                await asyncio.to_thread(_append, fd, chunk, digest)
+                done += len(chunk)
+                unsynced += len(chunk)
+                if unsynced >= FSYNC_EVERY:
+                    await asyncio.to_thread(os.fsync, fd)
+                    unsynced = 0
+                report(PullProgress(path, done, size, "downloading"))
+        await asyncio.to_thread(os.fsync, fd)
+    except _ContractBroken:
+        os.close(fd)
+        _unlink(part)
+        raise
+    else:
+        os.close(fd)
+    if done != size:
+        _unlink(part)
+        raise _ContractBroken(f"{remote}: ended at {done} bytes, the manifest says {size}")
+    if digest.hexdigest() != sha256:
+        _unlink(part)
+        raise _HashMismatch(f"{path}: sha256 after transfer differs from the manifest")
+    os.replace(part, target)
+    _fsync_dir(target.parent)
+    report(PullProgress(path, size, size, "done"))
+    return "fetched"
+
+
+def _resume_prefix(part: Path, size: int) -> tuple[int, Any]:
+    """Resume offset and a hasher fed with the existing prefix (hash state cannot be persisted)."""
+    digest = hashlib.sha256()
+    info = _lstat(part)
+    if info is None:
+        return 0, digest
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(f"{part}: not a regular file")
+    if info.st_size > size:
+        os.truncate(part, 0)
+        return 0, digest
+    with open(part, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return info.st_size, digest
+
+
+def _append(fd: int, chunk: bytes, digest: Any) -> None:
+    view = memoryview(chunk)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    digest.update(chunk)
+
+
+def _local_target(root: Path, path: str) -> tuple[Path | None, Problem | None]:
+    """The local path for a manifest entry, refusing anything that could land outside the local root."""
+    reasons = path_problems(path)
+    if reasons:
+        return None, Problem("path_unsafe", path, reasons[0])
+    current = root
+    for part in path.split("/")[:-1]:
+        current = current / part
+        info = _lstat(current)
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            return None, Problem("path_unsafe", path, f"{current} is a symlink or not a folder")
+    target = root.joinpath(*path.split("/"))
+    info = _lstat(target)
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        return None, Problem("path_unsafe", path, f"{target} exists and is not a regular file")
+    if not target.resolve().is_relative_to(root.resolve()):
+        return None, Problem("path_unsafe", path, "resolves outside the local root")
+    return target, None
+
+
+# -- verification --------------------------------------------------------------------------------------------
+
+async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
+                 progress: Callable[[VerifyProgress], None] | None = None, *,
+                 probe_timeout: float | None = None) -> VerifyResult:
+    """§5 in order; the marker is written only when every error list is empty."""
+    root = project.run_dir(run.id)
+    report = progress or (lambda _: None)
+    _remove_marker(root)
+    errors: list[Problem] = []
+    manifest = _verify_manifest(root, run, db, errors)
+    report(VerifyProgress("manifest", MANIFEST_NAME, 1, 1))
+    if manifest is None:
+        return _finish(root, run, db, None, errors, {}, {}, [])
+    local = _local_entries(root, errors)
+    listed = manifest.by_path()
+    per_file: dict[str, list[Problem]] = {path: [] for path in listed}
+    stats: dict[str, os.stat_result] = {}
+    for path, info in sorted(local.items()):
+        if path in listed:
+            stats[path] = info
+        elif not path.endswith(".part"):
+            errors.append(Problem("unexpected_local", path, "not in the manifest; remove it or re-pull"))
+    for path, entry in listed.items():
+        seen = stats.get(path)
+        if seen is None:
+            per_file[path].append(Problem("missing_local", path, "in the manifest, absent here: run pull"))
+        elif seen.st_size != entry.bytes:
+            per_file[path].append(Problem("size_mismatch", path,
+                                          f"{seen.st_size} bytes here, {entry.bytes} in the manifest"))
+    hashed = await _hash_listed(root, manifest, per_file, db, report)
+    _check_required(run, manifest, errors)
+    await asyncio.to_thread(_check_metrics, root, hashed, per_file)
+    checkpoints = await _probe_checkpoints(root, run, manifest, hashed, per_file, db, report, probe_timeout)
+    for problems in per_file.values():
+        errors.extend(problems)
+    return _finish(root, run, db, manifest, errors, per_file, stats, checkpoints, report)
+
+
+def _remove_marker(root: Path) -> None:
+    """Step 0: no old success may survive a verification that fails or is interrupted."""
+    if not root.is_dir():
+        return
+    names = [MARKER_NAME] + [name for name in os.listdir(root) if name.startswith(MARKER_TEMP_PREFIX)]
+    try:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(root / name)
+        _fsync_dir(root)
+    except OSError as exc:
+        raise VerbFailed(f"{root / MARKER_NAME}: cannot remove the old marker ({exc.strerror}): "
+                         "verification aborted") from None
+
+
+def _verify_manifest(root: Path, run: RunConfig, db: StateDB, errors: list[Problem]) -> Manifest | None:
+    path = root / MANIFEST_NAME
+    info = _lstat(path)
+    if info is None:
+        errors.append(Problem("missing_local", MANIFEST_NAME, "no manifest in the local root: run pull"))
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        errors.append(Problem("symlink", MANIFEST_NAME, "manifest is a symlink or not a regular file"))
+        return None
+    data = path.read_bytes()
+    manifest, problems = parse_manifest(data, roster=run.roster, run_id=run.id)
+    errors.extend(problems)
+    recorded = db.recorded_manifest(run.id)
+    if recorded is not None and recorded != sha256_bytes(data):
+        errors.append(Problem("manifest_mismatch", MANIFEST_NAME,
+                              f"sha256 {sha256_bytes(data)[:12]} is not the manifest recorded at build time "
+                              f"({recorded[:12]})"))
+    return manifest
+
+
+def _local_entries(root: Path, errors: list[Problem]) -> dict[str, os.stat_result]:
+    """Step 2: every regular file under the root by relative path (lstat, links never followed).
+
+    Symlinks, other non-regular entries and `.part` files become errors; the manifest and the marker at
+    the root are not entries.
+    """
+    found: dict[str, os.stat_result] = {}
+    stack = [""]
+    while stack:
+        relative = stack.pop()
+        with os.scandir(root / relative if relative else root) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+        for entry in entries:
+            path = f"{relative}/{entry.name}" if relative else entry.name
+            if not relative and entry.name in (MANIFEST_NAME, MARKER_NAME):
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode):
+                errors.append(Problem("symlink", path, "symlink in the local root; replace it by the file"))
+            elif stat.S_ISDIR(info.st_mode):
+                stack.append(path)
+            elif not stat.S_ISREG(info.st_mode):
+                errors.append(Problem("symlink", path, "not a regular file"))
+            elif entry.name.endswith(".part"):
+                errors.append(Problem("incomplete_part", path, "incomplete transfer: run pull again"))
+                found[path] = info
+            else:
+                found[path] = info
+    return found
+
+
+async def _hash_listed(root: Path, manifest: Manifest, per_file: dict[str, list[Problem]], db: StateDB,
+                       report: Callable[[VerifyProgress], None]) -> dict[str, str]:
+    """Steps 3-4: hash only files whose size matched, using the (path, size, mtime, inode) cache."""
+    todo = [entry for entry in manifest.files if not per_file[entry.path]]
+    hashed: dict[str, str] = {}
+    for index, entry in enumerate(todo, start=1):
+        report(VerifyProgress("hash", entry.path, index, len(todo)))
+        local = root.joinpath(*entry.path.split("/"))
+        try:
+            digest = await hash_with_cache(db, local)
+        except OSError as exc:
+            per_file[entry.path].append(Problem("missing_local", entry.path, f"unreadable: {exc.strerror}"))
+            continue
+        if digest != entry.sha256:
+            detail = f"sha256 {digest[:12]} here, {entry.sha256[:12]} in the manifest"
+            per_file[entry.path].append(Problem("hash_mismatch", entry.path, detail))
+        else:
+            hashed[entry.path] = digest
+    return hashed
+
+
+async def hash_with_cache(db: StateDB, path: Path) -> str:
+    """SHA-256 of a regular file; unchanged files (same size, mtime, inode) are answered from the cache."""
+    info = os.lstat(path)
+    cached = db.cached_hash(str(path), info.st_size, info.st_mtime_ns, info.st_ino)
+    if cached is not None:
+        return cached
+    digest, key = await asyncio.to_thread(_hash_stable, path)
+    if key is not None:
+        db.store_hash(str(path), *key, digest)
+    return digest
+
+
+def hash_with_cache_sync(db: StateDB, path: Path) -> str:
+    """The same, for synchronous callers (the gate, dashboards run it in a worker thread)."""
+    info = os.lstat(path)
+    cached = db.cached_hash(str(path), info.st_size, info.st_mtime_ns, info.st_ino)
+    if cached is not None:
+        return cached
+    digest, key = _hash_stable(path)
+    if key is not None:
+        db.store_hash(str(path), *key, digest)
+    return digest
+
+
+def _hash_stable(path: Path) -> tuple[str, tuple[int, int, int] | None]:
+    """Hash from one descriptor; the cache key comes back only if the file did not change meanwhile."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        digest = hashlib.sha256()
+        while chunk := os.read(fd, CHUNK):
+            digest.update(chunk)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    stable = (before.st_size, before.st_mtime_ns, before.st_ino) == (after.st_size, after.st_mtime_ns,
+                                                                      after.st_ino)
+    return digest.hexdigest(), (after.st_size, after.st_mtime_ns, after.st_ino) if stable else None
+
+
+def _check_required(run: RunConfig, manifest: Manifest, errors: list[Problem]) -> None:
+    """Step 5a: every roster cell lists every required file."""
+    listed = manifest.by_path()
+    for cell in run.roster:
+        for name in run.required:
+            path = f"{cell}/{name}"
+            if path not in listed:
+                errors.append(Problem("required_missing", path, "required file is not in the manifest"))
+
+
+def _check_metrics(root: Path, hashed: dict[str, str], per_file: dict[str, list[Problem]]) -> None:
+    """Step 5b: every `*metrics*.json` is a JSON object with no NaN or Infinity."""
+
+    def refuse(token: str) -> Any:
+        raise ValueError(f"{token} is not a finite number")
+
+    for path in sorted(hashed):
+        name = path.rsplit("/", 1)[-1]
+        if "metrics" not in name or not name.endswith(".json"):
+            continue
+        try:
+            value = json.loads(root.joinpath(*path.split("/")).read_text(encoding="utf-8"),
+                               parse_constant=refuse)
+        except (ValueError, UnicodeDecodeError) as exc:
+            per_file[path].append(Problem("metrics_invalid", path, f"not valid finite JSON: {exc}"))
+            continue
+        if not isinstance(value, dict):
+            per_file[path].append(Problem("metrics_invalid", path, "not a JSON object"))
+
+
+def probe_key(run: RunConfig) -> str:
+    """What besides the bytes decides a probe's verdict: probe version, torch version, allow-list, keys."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "none"
+    return json.dumps({"probe": PROBE_VERSION, "torch": torch_version, "allow": sorted(run.allowed_globals),
+                       "keys": list(run.state_keys)}, sort_keys=True)
+
+
+async def _probe_checkpoints(root: Path, run: RunConfig, manifest: Manifest, hashed: dict[str, str],
+                             per_file: dict[str, list[Problem]], db: StateDB,
+                             report: Callable[[VerifyProgress], None],
+                             timeout: float | None) -> list[MarkerCheckpoint]:
+    """Step 6: one subprocess per checkpoint whose bytes matched; identical bytes reuse the cached verdict."""
+    wanted = set(required_checkpoints(run.roster, run.required, run.checkpoint_globs))
+    wanted |= {entry.path for entry in manifest.files if is_checkpoint(entry.path, run.checkpoint_globs)}
+    todo = sorted(path for path in wanted if path in hashed)
+    key = probe_key(run)
+    limit = asyncio.Semaphore(max(1, min(4, os.cpu_count() or 1)))
+    counter = iter(range(1, len(todo) + 1))
+
+    async def one(path: str) -> tuple[str, dict[str, Any]]:
+        cached = db.cached_probe(hashed[path], key)
+        if cached is not None:
+            return path, cached
+        async with limit:
+            report(VerifyProgress("probe", path, next(counter), len(todo)))
+            local = root.joinpath(*path.split("/"))
+            result = await run_probe(local, run, timeout or _probe_timeout(local))
+        if result.get("ok") or result.get("error") in _DETERMINISTIC_PROBE_ERRORS:
+            db.store_probe(hashed[path], key, result)
+        return path, result
+
+    results = await asyncio.gather(*(one(path) for path in todo))
+    checkpoints: list[MarkerCheckpoint] = []
+    for path, result in results:
+        if result.get("ok"):
+            checkpoints.append(MarkerCheckpoint(
+                path=path, sha256=hashed[path], format=str(result["format"]), tensors=int(result["tensors"]),
+                elements=int(result["elements"]), state_key=str(result["state_key"])))
+        else:
+            per_file[path].append(_probe_problem(path, result))
+    return checkpoints
+
+
+def _probe_timeout(path: Path) -> float:
+    return max(PROBE_MIN_TIMEOUT_S, PROBE_S_PER_GIB * path.stat().st_size / (1 << 30))
+
+
+async def run_probe(path: Path, run: RunConfig, timeout: float) -> dict[str, Any]:
+    """The probe in its own process group, GPU hidden; killed as a group on timeout or cancellation."""
+    command = [sys.executable, "-I", "-m", "remote_gpu_trainer.verify.ckpt_probe", str(path)]
+    for name in run.allowed_globals:
+        command += ["--allow-global", name]
+    for key in run.state_keys:
+        command += ["--state-key", key]
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
+    process = await asyncio.create_subprocess_exec(
+        *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout)
+    except (TimeoutError, asyncio.CancelledError) as exc:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        return {"ok": False, "error": "timeout", "detail": f"no verdict within {timeout:.0f} s"}
+    try:
+        result = json.loads(out.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        result = None
+    if not isinstance(result, dict) or (process.returncode != 0 and result.get("error") != "load_failed"):
+        tail = " ".join(err.decode("utf-8", errors="replace").split())[-300:]
+        return {"ok": False, "error": "crash", "detail": f"probe exit {process.returncode}: {tail}"}
+    return result
+
+
+def _probe_problem(path: str, result: dict[str, Any]) -> Problem:
+    error = str(result.get("error"))
+    code = _PROBE_CODES.get(error, "ckpt_crash")
+    if error == "blocked_global":
+        detail = (f"pickle needs global {result.get('global')}, which weights-only loading refuses; "
+                  "nothing was executed (allow it in allowed_globals only if you trust the file)")
+    elif error == "nonfinite":
+        detail = "non-finite values in " + ", ".join(str(label) for label in result.get("labels", []))
+    elif error == "no_tensors":
+        detail = "holds no tensors"
+    else:
+        detail = str(result.get("detail") or error)
+    return Problem(code, path, detail)
+
+
+def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, errors: list[Problem],
+            per_file: dict[str, list[Problem]], stats: dict[str, os.stat_result],
+            checkpoints: list[MarkerCheckpoint],
+            report: Callable[[VerifyProgress], None] | None = None) -> VerifyResult:
+    """Step 7 and the verification record: statuses per file, the marker only on full success."""
+    files = _file_statuses(manifest, errors, per_file)
+    marker_path: Path | None = None
+    ok = not errors and manifest is not None
+    if ok and manifest is not None:
+        verified_at = utc_now()  # after the last read: nothing read later can predate it
+        data = marker_bytes(run_id=manifest.run_id, manifest_sha256=manifest.sha256, verified_at=verified_at,
+                            verifier_version=VERIFIER_VERSION, files=len(manifest.files),
+                            total_bytes=manifest.total_bytes, checkpoints=checkpoints)
+        marker_path = _write_marker(root, data)
+        if report is not None:
+            report(VerifyProgress("marker", MARKER_NAME, 1, 1))
+    records = []
+    for status in files:
+        record = status.to_dict()
+        info = stats.get(status.path)
+        record["local_size"] = info.st_size if info is not None else None
+        record["mtime_ns"] = info.st_mtime_ns if info is not None else None
+        records.append(record)
+    db.add_verification(run.id, ok, manifest.sha256 if manifest else None,
+                        [problem.to_dict() for problem in errors], records)
+    return VerifyResult(ok=ok, errors=errors, files=files,
+                        manifest_sha256=manifest.sha256 if manifest else None, marker=marker_path)
+
+
+def _file_statuses(manifest: Manifest | None, errors: list[Problem],
+                   per_file: dict[str, list[Problem]]) -> list[FileStatus]:
+    if manifest is None:
+        return []
+    statuses: list[FileStatus] = []
+    for entry in manifest.files:
+        problems = per_file.get(entry.path, [])
+        worst = min(problems, key=lambda p: _STATUS_RANK[_status_of(p.code)], default=None)
+        status = _status_of(worst.code) if worst is not None else "verified"
+        statuses.append(FileStatus(entry.path, entry.bytes, entry.sha256, status,
+                                   worst.detail if worst is not None else ""))
+    for problem in errors:
+        if problem.code == "required_missing":
+            statuses.append(FileStatus(problem.path, 0, "", "missing", problem.detail))
+    return sorted(statuses, key=lambda item: item.path)
+
+
+def _status_of(code: str) -> str:
+    """§5 mapping: missing, size/hash mismatch, nonfinite, every other ckpt_* (and bad metrics) unloadable."""
+    return _STATUS_OF_CODE.get(code, "unloadable")
+
+
+def _write_marker(root: Path, data: bytes) -> Path:
+    """Temp file, fsync, rename, fsync the folder: a reader sees no marker or a whole one."""
+    temp = root / f"{MARKER_TEMP_PREFIX}{os.getpid()}"
+    final = root / MARKER_NAME
+    _write_durably(temp, data)
+    os.replace(temp, final)
+    _fsync_dir(root)
+    return final
+
+
+# -- dashboards and the gate ---------------------------------------------------------------------------------
+
+def checkpoint_statuses(project: ProjectConfig, run: RunConfig, db: StateDB) -> list[FileStatus]:
+    """Cheap per-checkpoint status for dashboards: no hashing, only stat and the last verification record.
+
+    `pending` = not local yet; `pulled` = present but not verified as it is now; otherwise the status of
+    the last verification, as long as the file's size and mtime are what that verification saw.
+    """
+    root = project.run_dir(run.id)
+    manifest = _local_manifest(root, run)
+    record = db.last_verification(run.id)
+    seen: dict[str, dict[str, Any]] = {}
+    if record is not None and manifest is not None and record.get("manifest_sha256") == manifest.sha256:
+        seen = {item["path"]: item for item in record["files"] if isinstance(item, dict) and "path" in item}
+    if manifest is None:
+        names = required_checkpoints(run.roster, run.required, run.checkpoint_globs)
+        return [FileStatus(path, 0, "", "pending", "no manifest pulled yet") for path in names]
+    statuses = []
+    for entry in manifest.files:
+        if not is_checkpoint(entry.path, run.checkpoint_globs):
+            continue
+        info = _lstat(root.joinpath(*entry.path.split("/")))
+        previous = seen.get(entry.path)
+        if info is None or not stat.S_ISREG(info.st_mode):
+            status, detail = "pending", ""
+        elif previous is not None and previous.get("local_size") == info.st_size \
+                and previous.get("mtime_ns") == info.st_mtime_ns:
+            status, detail = str(previous.get("status")), str(previous.get("detail", ""))
+        else:
+            status, detail = "pulled", "not verified since it was written"
+        statuses.append(FileStatus(entry.path, entry.bytes, entry.sha256, status, detail))
+    return statuses
+
+
+def _local_manifest(root: Path, run: RunConfig) -> Manifest | None:
+    path = root / MANIFEST_NAME
+    info = _lstat(path)
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return None
+    manifest, _ = parse_manifest(path.read_bytes(), roster=run.roster, run_id=run.id)
+    return manifest
+
+
+def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, instance_id: str,
+                       approval: Approval | None, *, now: datetime | None = None,
+                       action_described: bool = True, remote_manifest_sha256: str | None = None,
+                       remote_checked: bool = False) -> GateInputs:
+    """Read what the gate decides on: marker and manifest bytes, and every local entry with its hash.
+
+    Hashes come from the cache when the file is unchanged, so evaluating the gate twice in a row (dialog
+    open, then right before the call) is cheap. `action_described` is G6, decided by the teardown screen.
+    """
+    root = project.run_dir(run.id)
+    marker = _read_regular(root / MARKER_NAME)
+    manifest_bytes = _read_regular(root / MANIFEST_NAME)
+    manifest_info = _lstat(root / MANIFEST_NAME)
+    listed: dict[str, int] = {}
+    if manifest_bytes is not None:
+        manifest, _ = parse_manifest(manifest_bytes, roster=run.roster, run_id=run.id)
+        if manifest is not None:
+            listed = {entry.path: entry.bytes for entry in manifest.files}
+    files = tuple(_gate_listing(root, listed, db))
+    return GateInputs(
+        run_id=run.id, roster=tuple(run.roster), required=tuple(run.required),
+        checkpoint_globs=tuple(run.checkpoint_globs), marker=marker, manifest=manifest_bytes,
+        manifest_mtime_ns=manifest_info.st_mtime_ns if manifest_info is not None else None,
+        recorded_manifest_sha256=db.recorded_manifest(run.id), local_files=files,
+        instance_id=instance_id, approval=approval, now=now or utc_now(), action_described=action_described,
+        remote_manifest_sha256=remote_manifest_sha256, remote_checked=remote_checked,
+    )
+
+
+async def remote_manifest_sha256(transport: Transport, run: RunConfig) -> str | None:
+    """G2's re-read of the manifest on the box, or None when the box cannot be reached."""
+    try:
+        return await transport.sha256(f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}")
+    except (TransportError, OSError, TimeoutError):
+        return None
+
+
+def _gate_listing(root: Path, listed: dict[str, int], db: StateDB) -> list[LocalFile]:
+    """Every entry under the local root but the manifest and marker; listed files of the right size hashed."""
+    if not root.is_dir():
+        return []
+    result: list[LocalFile] = []
+    stack = [""]
+    while stack:
+        relative = stack.pop()
+        with os.scandir(root / relative if relative else root) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+        for entry in entries:
+            path = f"{relative}/{entry.name}" if relative else entry.name
+            if not relative and entry.name in (MANIFEST_NAME, MARKER_NAME):
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(path)
+                continue
+            regular = stat.S_ISREG(info.st_mode)
+            digest = None
+            if regular and listed.get(path) == info.st_size:
+                with contextlib.suppress(OSError):
+                    digest = hash_with_cache_sync(db, Path(entry.path))
+            result.append(LocalFile(path, info.st_size, info.st_mtime_ns, digest, regular))
+    return sorted(result)
+
+
+# -- small file-system helpers -------------------------------------------------------------------------------
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+
+
+def _read_regular(path: Path) -> bytes | None:
+    info = _lstat(path)
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return None
+    return path.read_bytes()
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        _append(fd, data, hashlib.sha256())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def problems_line(problems: Sequence[Problem], limit: int = 3) -> str:
+    """The first problems in one line, for CLI errors."""
+    shown = "; ".join(problem.line() for problem in problems[:limit])
+    more = f" (and {len(problems) - limit} more)" if len(problems) > limit else ""
+    return shown + more

@@ -1,0 +1,91 @@
+"""The one data model: what the dashboard panels and every `--report` format render.
+
+If the TUI shows it, the report can print it: both take an Overview built by services.session, and
+neither computes anything of its own beyond layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .checklist import ChecklistItem
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    name: str
+    provider: str
+    id: str
+    state: str
+    gpu: str
+    price_per_hour: float | None
+    price_source: str
+    billing: str
+    cost_so_far: float
+    burn_per_hour: float
+    estimate: bool
+    verified_month: str
+    stale: bool
+    currency: str = "USD"
+    since_finished: float = 0.0
+
+
+@dataclass(frozen=True)
+class CheckpointView:
+    path: str
+    bytes: int | None
+    sha256: str | None
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class GateView:
+    open: bool
+    action: str
+    destroys: tuple[str, ...]
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FindingView:
+    id: str
+    check: str
+    severity: str
+    status: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RunView:
+    id: str
+    instance: str
+    evidence_state: str
+    liveness: str
+    liveness_detail: str
+    checkpoints: tuple[CheckpointView, ...]
+    gate: GateView
+    findings: tuple[FindingView, ...]
+    checklist: tuple[ChecklistItem, ...]
+    log: str
+    metric: str | None = None
+
+
+@dataclass(frozen=True)
+class Overview:
+    project: str
+    generated_at: datetime
+    currency: str
+    total: float
+    burn_per_hour: float
+    instances: tuple[InstanceView, ...]
+    runs: tuple[RunView, ...]
+    read_only: bool = False
+    alerts: tuple[str, ...] = field(default_factory=tuple)
+
+    def run(self, run_id: str) -> RunView | None:
+        return next((r for r in self.runs if r.id == run_id), None)
+
+    def instance(self, name: str) -> InstanceView | None:
+        return next((i for i in self.instances if i.name == name), None)

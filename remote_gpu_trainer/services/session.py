@@ -1,0 +1,318 @@
+"""A project opened for work: config, state database and providers, behind the verbs every face uses.
+
+The TUI, the CLI verbs and `--report` all go through a Session, so a number or a refusal is computed in
+one place. A Session never imports Textual; long work is async and bounded by timeouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..audits.checklist import ChecklistFacts
+from ..audits.liveness import Liveness, classify
+from ..clock import Clock, utc_now
+from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file
+from ..errors import RgtError
+from ..profiles import Profile
+from ..providers.base import InstanceStatus, Transport
+from ..providers.registry import AnyProvider, provider_for
+from ..state import Snapshot, StateDB
+from . import checklist, evidence, runner, watcher
+from .meter import accrue
+from .overview import CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
+
+PROVIDER_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The live facts about one run that the overview and `rgt watch` need."""
+
+    liveness: Liveness
+    finished_at: datetime | None
+
+
+class Session:
+    def __init__(self, project: ProjectConfig, *, clock: Clock = utc_now, read_only: bool = False) -> None:
+        self.project = project
+        self.clock = clock
+        self.read_only = read_only
+        self.db = StateDB(project.state_db, clock)
+        self._providers: dict[str, AnyProvider] = {}
+        self._transports: dict[str, Transport] = {}
+
+    @classmethod
+    def open(cls, project_arg: str | None, *, clock: Clock = utc_now, read_only: bool = False) -> Session:
+        return cls(load_project(resolve_project_file(project_arg)), clock=clock, read_only=read_only)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- plumbing ------------------------------------------------------------------------------------
+    def instance(self, name: str) -> InstanceConfig:
+        return self.project.instances[name]
+
+    def provider(self, name: str) -> AnyProvider:
+        if name not in self._providers:
+            self._providers[name] = provider_for(self.instance(name), self.project.state_dir, self.clock)
+        return self._providers[name]
+
+    def profile(self, name: str) -> Profile:
+        return self.provider(name).profile
+
+    def transport(self, name: str) -> Transport:
+        if name not in self._transports:
+            self._transports[name] = self.provider(name).transport(self.instance(name))
+        return self._transports[name]
+
+    def run_config(self, run_id: str) -> RunConfig:
+        return self.project.run(run_id)
+
+    def require_writable(self, what: str) -> None:
+        if self.read_only:
+            raise RgtError(f"{what} is a cost-affecting action and rgt is in --read-only mode")
+
+    # -- instances and the meter --------------------------------------------------------------------
+    async def instance_status(self, name: str) -> InstanceStatus:
+        """Ask the provider, record a snapshot when something changed; failures read as `unknown`."""
+        instance = self.instance(name)
+        provider = self.provider(name)
+        try:
+            status = await asyncio.wait_for(provider.get(instance), PROVIDER_TIMEOUT_S)
+        except (RgtError, OSError, TimeoutError) as exc:
+            last = self.db.last_snapshot(name)
+            status = InstanceStatus(
+                name=name, provider=instance.provider, provider_id=last.provider_id or "" if last else "",
+                state="unknown", gpu="?", price_per_hour=last.price_per_hour if last else None,
+                price_source=last.price_source if last else "none",
+                storage_per_hour=last.storage_per_hour if last else None, detail={"error": str(exc)},
+            )
+        if instance.price_per_hour is not None:
+            status = InstanceStatus(**{**status.__dict__, "price_per_hour": instance.price_per_hour,
+                                       "price_source": "user"})
+        self.record_snapshot(status)
+        return status
+
+    def record_snapshot(self, status: InstanceStatus) -> None:
+        last = self.db.last_snapshot(status.name)
+        changed = last is None or (last.state, last.price_per_hour, last.storage_per_hour) != (
+            status.state, status.price_per_hour, status.storage_per_hour)
+        if changed:
+            self.db.add_snapshot(Snapshot(
+                at=self.clock(), instance=status.name, provider=status.provider, provider_id=status.provider_id,
+                state=status.state, price_per_hour=status.price_per_hour, price_source=status.price_source,
+                storage_per_hour=status.storage_per_hour,
+            ))
+
+    async def create_instance(self, name: str, actor: str = "user") -> InstanceStatus:
+        """Start billing for a sim box (the embedded default's `up`); logged before it happens."""
+        self.require_writable("creating an instance")
+        provider = self.provider(name)
+        if not hasattr(provider, "create"):
+            raise RgtError(f"instances.{name}: provider {provider.name!r} cannot create instances here")
+        current = await self.instance_status(name)
+        if current.state in ("running", "pending"):
+            return current
+        price = provider.profile.pricing.compute_per_hour
+        self.db.append_event("approval", f"create instance {name} at ${price}/h", instance=name, actor=actor,
+                             detail={"action": "create", "price_per_hour": price})
+        await provider.create(self.instance(name))
+        return await self.instance_status(name)
+
+    # -- runs ------------------------------------------------------------------------------------------
+    async def launch(self, run_id: str, actor: str = "user") -> dict[str, Any]:
+        self.require_writable("launching a run")
+        run = self.run_config(run_id)
+        return await runner.launch(self.project, run, self.transport(run.instance), self.db, self.clock,
+                                   actor=actor)
+
+    async def run_state(self, run_id: str) -> RunState:
+        run = self.run_config(run_id)
+        launch = self.db.launch(run_id)
+        try:
+            transport = self.transport(run.instance)
+            probe = await watcher.probe(run, transport, launch)
+        except RgtError as exc:
+            return RunState(Liveness("unknown", str(exc)), None)
+        finished = datetime.fromtimestamp(probe.finished_at, UTC) if probe.finished_at else None
+        return RunState(classify(probe, launched=launch is not None), finished)
+
+    async def tail_log(self, run_id: str, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
+        run = self.run_config(run_id)
+        return await self.transport(run.instance).tail(runner.log_path(run), offset, limit)
+
+    async def pull(self, run_id: str, progress: Callable[[evidence.PullProgress], None] | None = None,
+                   actor: str = "user") -> evidence.PullResult:
+        run = self.run_config(run_id)
+        self.db.append_event("pull", f"pull of run {run_id} started", run_id=run_id, instance=run.instance,
+                             actor=actor)
+        result = await evidence.pull(self.project, run, self.transport(run.instance), self.db, progress)
+        self.db.append_event("pull", f"pull of run {run_id} finished", run_id=run_id, instance=run.instance,
+                             actor=actor, detail={"files": len(result.files)})
+        return result
+
+    async def verify(self, run_id: str, progress: Callable[[str], None] | None = None,
+                     actor: str = "user") -> evidence.VerifyResult:
+        run = self.run_config(run_id)
+        result = await evidence.verify(self.project, run, self.db, progress)
+        summary = "passed" if result.ok else f"failed ({len(result.errors)} problem(s))"
+        self.db.append_event("verify", f"verification of run {run_id} {summary}", run_id=run_id,
+                             instance=run.instance, actor=actor,
+                             detail={"ok": result.ok, "errors": [e.__dict__ for e in result.errors[:50]]})
+        return result
+
+    # -- the gate as the dashboard shows it --------------------------------------------------------------
+    def gate_view(self, run_id: str, provider_id: str) -> GateView:
+        run = self.run_config(run_id)
+        profile = self.profile(run.instance)
+        action = profile.action("terminate")
+        if action is None:
+            return GateView(False, "none", (), (f"{profile.display_name} has no teardown action",))
+        inputs = evidence.gather_gate_inputs(self.project, run, self.db, provider_id, None)
+        decision = evaluate_evidence(inputs)
+        label = f"{run.instance}: {action.label} ({profile.id} {action.id} {provider_id})"
+        return GateView(decision.open, label, tuple(profile.destroys_text(action)), tuple(decision.reasons))
+
+    # -- overview ----------------------------------------------------------------------------------------
+    async def overview(self) -> Overview:
+        now = self.clock()
+        statuses = {name: await self.instance_status(name) for name in sorted(self.project.instances)}
+        run_states = {run_id: await self.run_state(run_id) for run_id in sorted(self.project.runs)}
+        instances = []
+        for name, status in statuses.items():
+            finished = [s.finished_at for rid, s in run_states.items()
+                        if self.project.runs[rid].instance == name and s.finished_at is not None]
+            reading = accrue(self.db.snapshots(name), now, max(finished) if finished else None)
+            profile = self.profile(name)
+            instances.append(InstanceView(
+                name=name, provider=status.provider, id=status.provider_id, state=status.state,
+                gpu=status.gpu, price_per_hour=status.price_per_hour, price_source=status.price_source,
+                billing=billing_text(status), cost_so_far=reading.total, burn_per_hour=reading.burn_per_hour,
+                estimate=reading.estimate, verified_month=profile.oldest_verified(),
+                stale=profile.is_stale(now), currency=profile.pricing.currency,
+                since_finished=reading.since_finished,
+            ))
+            self._sample_meter(name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
+        runs = [self._run_view(run_id, run_states[run_id], statuses) for run_id in sorted(self.project.runs)]
+        alerts = tuple(idle_burn_alerts(instances, runs))
+        return Overview(
+            project=self.project.name, generated_at=now,
+            currency=instances[0].currency if instances else "USD",
+            total=sum(i.cost_so_far for i in instances), burn_per_hour=sum(i.burn_per_hour for i in instances),
+            instances=tuple(instances), runs=tuple(runs), read_only=self.read_only, alerts=alerts,
+        )
+
+    def _sample_meter(self, name: str, state: str, burn: float, total: float, estimate: bool) -> None:
+        self.db.add_meter_sample(name, state, burn, total, estimate)
+
+    def _run_view(self, run_id: str, state: RunState, statuses: dict[str, InstanceStatus]) -> RunView:
+        run = self.run_config(run_id)
+        status = statuses[run.instance]
+        files = evidence.checkpoint_statuses(self.project, run, self.db)
+        gate = self.gate_view(run_id, status.provider_id)
+        facts = checklist_facts(self.project, run, self.db, gate)
+        items = checklist.evaluate(run_id, facts, self.db)
+        findings = tuple(
+            FindingView(id=f"{run_id}:{item.id}", check=item.id, severity="warn", status="open",
+                        message=f"{item.title}: {item.note}")
+            for item in items if item.kind == "auto" and item.status == "findings"
+        )
+        return RunView(
+            id=run_id, instance=run.instance,
+            evidence_state=evidence_state(self.db.launch(run_id) is not None, state.liveness, gate,
+                                          self.db.recorded_manifest(run_id), status.state),
+            liveness=state.liveness.state, liveness_detail=state.liveness.detail,
+            checkpoints=tuple(CheckpointView(f.path, f.bytes, f.sha256, f.status, f.detail) for f in files),
+            gate=gate, findings=findings, checklist=tuple(items), log=runner.log_path(run),
+            metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
+        )
+
+
+def evaluate_evidence(inputs: evidence.GateInputs) -> evidence.GateDecision:
+    """The gate as the dashboard shows it: every evidence condition, before any approval is typed."""
+    return evidence.evaluate_evidence_only(inputs)
+
+
+def billing_text(status: InstanceStatus) -> str:
+    if status.state in ("running", "pending", "stopping", "terminating"):
+        return "compute" if status.price_per_hour else "no meter"
+    if status.state == "stopped":
+        return "storage only" if status.storage_per_hour else "nothing"
+    if status.state == "terminated":
+        return "nothing"
+    return "unknown (last known rate)"
+
+
+def evidence_state(launched: bool, liveness: Liveness, gate: GateView, manifest: str | None,
+                   instance_state: str) -> str:
+    """The run's rung on the evidence ladder (gate-and-manifests.md §8), each entered on its own evidence."""
+    if instance_state == "terminated" and gate.open:
+        return "torn_down"
+    if gate.open:
+        return "pull_verified"
+    if manifest is not None:
+        return "hash_verified"
+    if not launched:
+        return "planned_not_started"
+    if liveness.state == "finished":
+        return "trained"
+    if liveness.state == "dead":
+        return "failed"
+    if liveness.state == "unknown":
+        return "unknown"
+    return "launched"
+
+
+def checklist_facts(project: ProjectConfig, run: RunConfig, db: StateDB, gate: GateView) -> ChecklistFacts:
+    local_root = project.run_dir(run.id)
+    last = db.last_verification(run.id)
+    verified_paths = {f["path"]: f for f in (last or {}).get("files", []) if f.get("status") == "verified"}
+    metric_files: dict[str, tuple[bytes | None, bool]] = {}
+    for cell in run.roster:
+        rel = f"{cell}/best_metrics.json"
+        path = local_root / rel
+        data = path.read_bytes() if path.is_file() else None
+        record = verified_paths.get(rel)
+        verified = bool(gate.open and record is not None and data is not None
+                        and _sha256(data) == record.get("sha256"))
+        metric_files[cell] = (data, verified)
+    return ChecklistFacts(
+        gate_evidence_ok=gate.open, evidence_reasons=gate.reasons, roster=run.roster,
+        metric_name=run.metric.name if run.metric else None,
+        metric_direction=run.metric.direction if run.metric else None, metric_files=metric_files,
+    )
+
+
+def idle_burn_alerts(instances: list[InstanceView], runs: list[RunView]) -> list[str]:
+    """A finished or dead job on a box that still bills: one line with the money and the next step."""
+    alerts = []
+    for instance in instances:
+        if instance.burn_per_hour <= 0:
+            continue
+        idle = [r for r in runs if r.instance == instance.name and r.liveness in ("finished", "dead")]
+        busy = [r for r in runs if r.instance == instance.name and r.liveness in ("running", "stalled")]
+        if idle and not busy:
+            run = idle[0]
+            step = "teardown (t)" if run.gate.open else (
+                "verify (v)" if any(c.status == "pulled" for c in run.checkpoints) else "pull (p) → verify (v)")
+            alerts.append(
+                f"$ BURN {instance.name}: job {run.liveness}, box still billing "
+                f"${instance.burn_per_hour:.2f}/h (${instance.since_finished:.2f} since it finished) "
+                f"→ next: {step}"
+            )
+    return alerts
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def project_root_of(session: Session) -> Path:
+    return session.project.root

@@ -1,0 +1,166 @@
+"""The teardown service: the only code that may stop or terminate an instance (DESIGN.md §3.4).
+
+At call time it re-evaluates the gate for every run on the instance, checks the typed instance id,
+writes the approval (with the exact lines the user was shown) to the event log, evaluates the gate once
+more with that approval, logs the action, and only then calls the provider. Afterwards it polls until
+the provider says the instance is gone. The property holds whichever face called it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from ..audits.gate import Approval, evaluate_gate
+from ..errors import GateRefused, RgtError
+from ..providers.base import InstanceStatus
+from . import evidence
+from .meter import accrue
+from .session import Session
+
+POLL_START_S = 0.2
+POLL_MAX_S = 30.0
+POLL_GIVE_UP_S = 600.0
+
+
+@dataclass(frozen=True)
+class TeardownPlan:
+    instance: str
+    provider_id: str
+    action_id: str
+    action_label: str
+    runs: tuple[str, ...]
+    gate_open: bool
+    reasons: tuple[str, ...]
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TeardownResult:
+    instance: str
+    final_state: str
+    confirmed: bool
+    message: str
+
+
+async def plan(session: Session, instance_name: str, action_id: str = "terminate") -> TeardownPlan:
+    """What the confirmation shows: the exact action, what it destroys, what still bills, the evidence."""
+    status = await session.instance_status(instance_name)
+    profile = session.profile(instance_name)
+    action = profile.action(action_id)
+    run_ids = tuple(r for r, cfg in sorted(session.project.runs.items()) if cfg.instance == instance_name)
+    reasons: list[str] = []
+    if action is None:
+        reasons.append(f"{profile.display_name} has no {action_id!r} action")
+    if status.state in ("terminated", "unknown"):
+        reasons.append(f"instance state is {status.state}: nothing to {action_id} until the provider says so")
+    for run_id in run_ids:
+        view = session.gate_view(run_id, status.provider_id)
+        prefix = f"{run_id}: " if len(run_ids) > 1 else ""
+        reasons.extend(prefix + reason for reason in view.reasons)
+    lines = describe(session, instance_name, status, action_id, run_ids)
+    return TeardownPlan(
+        instance=instance_name, provider_id=status.provider_id, action_id=action_id,
+        action_label=action.label if action else action_id, runs=run_ids, gate_open=not reasons,
+        reasons=tuple(reasons), lines=tuple(lines),
+    )
+
+
+def describe(session: Session, instance_name: str, status: InstanceStatus, action_id: str,
+             run_ids: tuple[str, ...]) -> list[str]:
+    profile = session.profile(instance_name)
+    action = profile.action(action_id)
+    now = session.clock()
+    reading = accrue(session.db.snapshots(instance_name), now)
+    destroys = ", ".join(profile.destroys_text(action)) if action else "?"
+    reversible = "reversible" if action and action.reversible else "IRREVERSIBLE"
+    residuals = [str(r.get("what")) for r in profile.residuals] or ["nothing keeps billing"]
+    stamp = profile.oldest_verified()
+    stale = "  ▲ STALE" if profile.is_stale(now) else ""
+    price = f"${status.price_per_hour:.2f}/h ({status.price_source})" if status.price_per_hour else "no meter"
+    lines = [
+        f"Action:    {profile.id}  {action.label if action else action_id} {status.provider_id} ({reversible})",
+        f"Destroys:  {destroys} and everything on it that was not pulled",
+        f"Survives:  {'; '.join(residuals)}",
+        f"Burning:   {price} · spent ${reading.total:.2f}",
+        f"Billing facts: {profile.id} profile, verified {stamp}{stale}",
+    ]
+    if action:
+        lines.extend(f"Caveat:    {caveat}" for caveat in action.caveats)
+    for run_id in run_ids:
+        files = evidence.checkpoint_statuses(session.project, session.run_config(run_id), session.db)
+        verified = [f for f in files if f.status == "verified"]
+        lines.append(f"Verified here: run {run_id}: {len(verified)}/{len(files)} files verified in runs/{run_id}/")
+    return lines
+
+
+async def execute(session: Session, instance_name: str, typed_id: str, shown: list[str] | tuple[str, ...],
+                  *, actor: str = "user", action_id: str = "terminate") -> TeardownResult:
+    session.require_writable(f"{action_id} of {instance_name}")
+    current = await plan(session, instance_name, action_id)
+    if not current.gate_open:
+        _refuse(session, current, list(current.reasons), typed_id, actor)
+    if typed_id.strip() != current.provider_id:
+        _refuse(session, current, [f"typed id {typed_id.strip()!r} does not match instance id "
+                                   f"{current.provider_id!r}"], typed_id, actor)
+    approval_event = session.db.append_event(
+        "approval", f"approved {action_id} of {instance_name} ({current.provider_id})",
+        instance=instance_name, actor=actor,
+        detail={"action": action_id, "typed_id": typed_id.strip(), "shown": list(shown),
+                "runs": list(current.runs)},
+    )
+    approval = Approval(instance_id=typed_id.strip(), at=approval_event.at)
+    reasons = []
+    for run_id in current.runs:
+        inputs = evidence.gather_gate_inputs(session.project, session.run_config(run_id), session.db,
+                                             current.provider_id, approval)
+        decision = evaluate_gate(inputs)
+        reasons.extend(decision.reasons)
+    if reasons:
+        _refuse(session, current, reasons, typed_id, actor)
+    session.db.append_event("action", f"{action_id} {instance_name} ({current.provider_id}) requested",
+                            instance=instance_name, actor=actor, detail={"action": action_id})
+    provider = session.provider(instance_name)
+    instance = session.instance(instance_name)
+    try:
+        if action_id == "terminate":
+            await provider.terminate(instance)
+        elif action_id == "stop":
+            await provider.stop(instance)
+        else:
+            raise RgtError(f"unknown teardown action {action_id!r}")
+    except RgtError as exc:
+        session.db.append_event("action_failed", f"{action_id} of {instance_name} failed: {exc}",
+                                instance=instance_name, actor="rgt")
+        raise
+    return await _confirm(session, instance_name, action_id)
+
+
+async def _confirm(session: Session, instance_name: str, action_id: str) -> TeardownResult:
+    """A provider's 'OK' is not proof: re-query until the state says so, backing off, then give up."""
+    wanted = "terminated" if action_id == "terminate" else "stopped"
+    delay, waited = POLL_START_S, 0.0
+    while True:
+        status = await session.instance_status(instance_name)
+        if status.state == wanted:
+            message = f"{instance_name} {wanted}, confirmed by the provider"
+            session.db.append_event("torn_down" if wanted == "terminated" else "stopped", message,
+                                    instance=instance_name, actor="rgt",
+                                    detail={"evidence": "provider-confirmed", "state": status.state})
+            return TeardownResult(instance_name, status.state, True, message)
+        if waited >= POLL_GIVE_UP_S:
+            message = f"provider still lists {instance_name} as {status.state}: check the console"
+            session.db.append_event("teardown_unconfirmed", message, instance=instance_name, actor="rgt")
+            return TeardownResult(instance_name, "unknown", False, message)
+        await asyncio.sleep(delay)
+        waited += delay
+        delay = min(delay * 2, POLL_MAX_S)
+
+
+def _refuse(session: Session, current: TeardownPlan, reasons: list[str], typed_id: str, actor: str) -> None:
+    session.db.append_event(
+        "refused", f"{current.action_id} of {current.instance} refused by the gate", instance=current.instance,
+        actor=actor, detail={"reasons": reasons, "typed_id": typed_id.strip()},
+    )
+    raise GateRefused(f"teardown of {current.instance} refused: {reasons[0]}"
+                      + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""), reasons)

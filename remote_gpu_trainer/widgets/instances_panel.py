@@ -1,0 +1,55 @@
+"""Instances and the running meter, with the teardown control and the gate's reasons."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Button, DataTable, Static
+
+from ..services.overview import Overview
+from .glyphs import badge, money
+
+
+class InstancesPanel(Vertical):
+    def compose(self) -> ComposeResult:
+        table: DataTable[object] = DataTable(id="instances", cursor_type="row", zebra_stripes=False)
+        table.add_columns("instance", "state", "price/h", "source", "spent", "burn/h", "facts")
+        yield table
+        yield Static("", id="meter-summary")
+        yield Static("gate: waiting for the first refresh", id="gate-status")
+        with Horizontal(id="teardown-row"):
+            yield Button("Terminate… (t)", id="teardown", variant="error", disabled=True)
+
+    def show(self, overview: Overview, run_id: str | None, read_only: bool) -> None:
+        table = self.query_one("#instances", DataTable)
+        table.clear()
+        for i in overview.instances:
+            facts = f"{i.verified_month}{' ▲STALE' if i.stale else ''}"
+            spent = money(i.cost_so_far) + ("~" if i.estimate else "")
+            table.add_row(f"{i.name} ({i.provider})", badge(i.state), money(i.price_per_hour), i.price_source,
+                          spent, money(i.burn_per_hour), facts, key=i.name)
+        run = overview.run(run_id) if run_id else None
+        summary = self.query_one("#meter-summary", Static)
+        if run is not None:
+            instance = overview.instance(run.instance)
+            since = f" · ${instance.since_finished:.2f} since the job finished" if instance and \
+                instance.since_finished > 0 else ""
+            summary.update(f"id {instance.id if instance else '?'} · billing {instance.billing if instance else '?'}"
+                           f"{since}")
+        gate_status = self.query_one("#gate-status", Static)
+        button = self.query_one("#teardown", Button)
+        button.display = not read_only
+        if run is None:
+            gate_status.update("no run selected")
+            button.disabled = True
+            return
+        if run.gate.open:
+            gate_status.update(f"✔ GATE OPEN · {run.gate.action}")
+            gate_status.add_class("-open")
+        else:
+            reasons = "; ".join(run.gate.reasons[:3]) + (" …" if len(run.gate.reasons) > 3 else "")
+            gate_status.update(f"✖ GATE CLOSED ({len(run.gate.reasons)}): {reasons}")
+            gate_status.remove_class("-open")
+        instance = overview.instance(run.instance)
+        button.disabled = not run.gate.open or instance is None or instance.state in ("terminated", "unknown")
+        button.tooltip = None if run.gate.open else "\n".join(run.gate.reasons)

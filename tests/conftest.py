@@ -1,0 +1,29 @@
+"""Shared fixtures: a fixed clock, sim projects built from committed real checkpoints, an isolated cwd."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.pop("NO_COLOR", None)  # NO_COLOR would turn every snapshot monochrome (environment.md §7)
+
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from helpers import FIXED_NOW, FixedClock, write_project  # noqa: E402
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(FIXED_NOW)
+
+
+@pytest.fixture
+def project_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh sim project whose job copies committed checkpoints; cwd is the project (config isolation)."""
+    root = tmp_path / "proj"
+    write_project(root)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    yield root

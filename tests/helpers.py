@@ -1,0 +1,86 @@
+"""Test helpers: a controllable clock, project writers, and waiting for a real detached run to end."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from remote_gpu_trainer.services.session import Session
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXED_NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+RUN = "r1"
+INSTANCE = "box"
+
+
+class FixedClock:
+    """A clock the test moves by hand: meter totals and 'ago' labels become exact."""
+
+    def __init__(self, start: datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now = self.now + timedelta(**delta)
+
+
+def copy_command() -> str:
+    """A real job that writes the committed checkpoints into its cell folder and logs like a trainer."""
+    cells = shlex.quote(str(FIXTURES / "cells"))
+    return (f"cp -R {cells}/{{cell}}/. {{out}}/ && echo 'epoch=1 step=10/10 loss=0.500000 lr=0.001' "
+            f"&& echo 'cell {{cell}} complete'")
+
+
+def write_project(root: Path, command: str | None = None, roster: tuple[str, ...] = ("seed0", "seed1"),
+                  extra_run: str = "") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    cells = ", ".join(f'"{c}"' for c in roster)
+    text = f"""\
+[project]
+name = "test-project"
+
+[instances.{INSTANCE}]
+provider = "sim"
+
+[runs.{RUN}]
+instance = "{INSTANCE}"
+workdir = "/workspace/job"
+command = {_toml(command or copy_command())}
+log = "train.log"
+remote_root = "/workspace/rgt/{RUN}"
+roster = [{cells}]
+required = ["best.pth", "best_metrics.json"]
+metric = {{ name = "val_loss", direction = "min" }}
+python = {_toml(sys.executable)}
+{extra_run}
+"""
+    path = root / "rgt.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _toml(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+async def wait_for_liveness(session: Session, run_id: str = RUN, states: tuple[str, ...] = ("finished",),
+                            timeout: float = 60.0) -> str:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        state = await session.run_state(run_id)
+        if state.liveness.state in states:
+            return state.liveness.state
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"run {run_id} still {state.liveness} after {timeout}s")
+        await asyncio.sleep(0.1)
+
+
+async def launched_and_finished(session: Session) -> None:
+    await session.create_instance(INSTANCE)
+    await session.launch(RUN)
+    await wait_for_liveness(session)

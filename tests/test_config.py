@@ -1,0 +1,102 @@
+"""rgt.toml: valid projects load; every kind of bad input is one error naming file, key and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from remote_gpu_trainer.config import load_project, resolve_project_file
+from remote_gpu_trainer.errors import ConfigError
+
+GOOD = """\
+[project]
+name = "p"
+
+[instances.box]
+provider = "sim"
+
+[runs.exp1]
+instance = "box"
+workdir = "/workspace/proj"
+command = "python train.py --seed {cell} --out {out}"
+remote_root = "/workspace/rgt/exp1"
+roster = ["seed0", "seed1"]
+metric = { name = "val_loss", direction = "min" }
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "rgt.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        load_project(write(tmp_path, text))
+    return str(info.value)
+
+
+def test_valid_project_loads_into_typed_values(tmp_path: Path) -> None:
+    project = load_project(write(tmp_path, GOOD))
+    run = project.runs["exp1"]
+    assert project.name == "p"
+    assert project.instances["box"].provider == "sim"
+    assert run.roster == ("seed0", "seed1")
+    assert run.required == ("best.pth", "best_metrics.json")
+    assert run.metric is not None and run.metric.direction == "min"
+    assert project.state_db == tmp_path.resolve() / ".rgt" / "state.db"
+
+
+def test_malformed_toml_names_file_and_line(tmp_path: Path) -> None:
+    message = error_of(tmp_path, GOOD.replace('name = "p"', 'name = "p'))
+    assert "rgt.toml" in message and "malformed TOML" in message and "line 2" in message
+
+
+def test_unknown_key_suggests_and_names_line(tmp_path: Path) -> None:
+    message = error_of(tmp_path, GOOD.replace('remote_root =', 'remote_rot = "/x"\nremote_root ='))
+    assert "rgt.toml:11: runs.exp1.remote_rot: unknown key (did you mean 'remote_root'?)" in message
+
+
+def test_unknown_provider_is_refused_with_a_hint(tmp_path: Path) -> None:
+    message = error_of(tmp_path, GOOD.replace('provider = "sim"', 'provider = "runpd"'))
+    assert "rgt.toml:5: instances.box.provider: unknown provider 'runpd'" in message
+    assert "did you mean 'runpod'" in message
+
+
+def test_all_problems_are_collected(tmp_path: Path) -> None:
+    bad = GOOD.replace('instance = "box"', 'instance = "nope"').replace('"/workspace/proj"', '"relative"')
+    with pytest.raises(ConfigError) as info:
+        load_project(write(tmp_path, bad))
+    problems = info.value.problems  # type: ignore[attr-defined]
+    assert any("no instance named 'nope'" in p for p in problems)
+    assert any("workdir: must be an absolute path" in p for p in problems)
+    assert "and 1 more problem" in str(info.value)
+
+
+def test_roster_must_be_safe_and_unique(tmp_path: Path) -> None:
+    message = error_of(tmp_path, GOOD.replace('["seed0", "seed1"]', '["seed0", "../x", "seed0"]'))
+    assert "cell '../x' is not a safe name" in message
+
+
+def test_secrets_in_the_project_file_are_refused_without_echoing_them(tmp_path: Path) -> None:
+    secret = "rpa_ABCDEFGHIJKLMNOPQRSTUVWXYZ123456"
+    message = error_of(tmp_path, GOOD.replace('provider = "sim"', f'provider = "sim"\nid = "{secret}"'))
+    assert "looks like an API key" in message
+    assert secret not in message
+    message = error_of(tmp_path, GOOD.replace('[project]', '[project]\napi_key = "x"'))
+    assert "looks like a secret" in message
+
+
+def test_missing_project_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such project file"):
+        resolve_project_file(str(tmp_path / "nowhere"))
+
+
+def test_nearest_project_file_is_found_upward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, GOOD)
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    monkeypatch.chdir(deep)
+    assert resolve_project_file(None) == path
