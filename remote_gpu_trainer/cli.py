@@ -16,7 +16,9 @@ from importlib import metadata
 from pathlib import Path
 
 from . import __version__
-from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, GateRefused, RgtError, VerbFailed
+from .errors import EXIT_FAILED, EXIT_OK, ConfigError, GateRefused, RgtError, VerbFailed
+from .formatting import pull_progress_line
+from .services.evidence import PullProgress
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick")
 
@@ -179,10 +181,10 @@ async def _headless(session: object, verb: str, args: argparse.Namespace) -> int
     if verb == "down":
         action = "stop" if args.stop else "terminate"
         plan = await teardown.plan(session, run.instance, action)
-        result = await teardown.execute(session, run.instance, args.confirm, plan.lines, actor="cli",
-                                        action_id=action)
-        print(result.message)
-        return EXIT_OK if result.confirmed else EXIT_FAILED
+        done = await teardown.execute(session, run.instance, args.confirm, plan.lines, actor="cli",
+                                      action_id=action)
+        print(done.message)
+        return EXIT_OK if done.confirmed else EXIT_FAILED
     raise ConfigError(f"unknown verb {verb!r}")
 
 
@@ -214,10 +216,10 @@ class _ProgressPrinter:
     def __init__(self) -> None:
         self._last = 0.0
 
-    def __call__(self, progress: object) -> None:
+    def __call__(self, progress: PullProgress) -> None:
         now = time.monotonic()
-        text = str(progress)
-        final = getattr(progress, "phase", "") in ("verified", "done", "failed", "pulled")
+        text = pull_progress_line(progress)
+        final = progress.phase in ("done", "failed")
         if final or now - self._last > 0.5:
             self._last = now
             print(text, file=sys.stderr, flush=True)

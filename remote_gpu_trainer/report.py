@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from .clock import iso_z
+from .formatting import money, short_hash, size
 from .services.overview import Overview, RunView
 
 SCHEMA = "rgt-report/v1"
@@ -79,31 +80,10 @@ def needs_attention(overview: Overview) -> list[str]:
     return reasons
 
 
-def _money(value: float | None, currency: str = "USD") -> str:
-    if value is None:
-        return "—"
-    symbol = "$" if currency == "USD" else f"{currency} "
-    return f"{symbol}{value:.2f}"
-
-
-def _short(sha: str | None) -> str:
-    return f"{sha[:8]}…{sha[-4:]}" if sha else "—"
-
-
-def _size(value: int | None) -> str:
-    if value is None:
-        return "—"
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value = value / 1024  # type: ignore[assignment]
-    return f"{value} B"
-
-
 def _text(o: Overview) -> str:
     out = [
         f"rgt report · project {o.project} · generated {iso_z(o.generated_at)}",
-        f"meter: total {_money(o.total, o.currency)} · burning {_money(o.burn_per_hour, o.currency)}/h",
+        f"meter: total {money(o.total, o.currency)} · burning {money(o.burn_per_hour, o.currency)}/h",
     ]
     out.extend(o.alerts)
     out.append("")
@@ -112,8 +92,8 @@ def _text(o: Overview) -> str:
                f" {'billing':<14} facts")
     for i in o.instances:
         facts = f"{i.verified_month}{' STALE' if i.stale else ''}"
-        out.append(f"  {i.name:<14} {i.provider:<9} {i.state:<11} {_money(i.price_per_hour, i.currency):>10}"
-                   f" {i.price_source:<8} {_money(i.cost_so_far, i.currency):>10} {i.billing:<14} {facts}")
+        out.append(f"  {i.name:<14} {i.provider:<9} {i.state:<11} {money(i.price_per_hour, i.currency):>10}"
+                   f" {i.price_source:<8} {money(i.cost_so_far, i.currency):>10} {i.billing:<14} {facts}")
     for run in o.runs:
         out.append("")
         out.append(f"RUN {run.id} on {run.instance}: {run.evidence_state} · liveness {run.liveness}"
@@ -125,7 +105,7 @@ def _text(o: Overview) -> str:
         if not run.checkpoints:
             out.append("    (none yet: the manifest is built when the run finishes)")
         for c in run.checkpoints:
-            out.append(f"    {c.status:<14} {c.path:<34} {_size(c.bytes):>10} {_short(c.sha256)}  {c.detail}")
+            out.append(f"    {c.status:<14} {c.path:<34} {size(c.bytes):>10} {short_hash(c.sha256)}  {c.detail}")
         if run.findings:
             out.append("  findings:")
             out.extend(f"    {f.severity:<5} {f.status:<6} {f.message}" for f in run.findings)
@@ -137,13 +117,13 @@ def _text(o: Overview) -> str:
 
 def _markdown(o: Overview) -> str:
     out = [f"# rgt report: {o.project}", "", f"Generated {iso_z(o.generated_at)}. "
-           f"Meter: total {_money(o.total, o.currency)}, burning {_money(o.burn_per_hour, o.currency)}/h.", ""]
+           f"Meter: total {money(o.total, o.currency)}, burning {money(o.burn_per_hour, o.currency)}/h.", ""]
     out.extend(f"> {alert}" for alert in o.alerts)
     out += ["## Instances", "", "| name | provider | state | price/h | source | spent | billing | facts verified |",
             "|---|---|---|---:|---|---:|---|---|"]
     for i in o.instances:
-        out.append(f"| {i.name} | {i.provider} | {i.state} | {_money(i.price_per_hour, i.currency)} | "
-                   f"{i.price_source} | {_money(i.cost_so_far, i.currency)} | {i.billing} | "
+        out.append(f"| {i.name} | {i.provider} | {i.state} | {money(i.price_per_hour, i.currency)} | "
+                   f"{i.price_source} | {money(i.cost_so_far, i.currency)} | {i.billing} | "
                    f"{i.verified_month}{' (stale)' if i.stale else ''} |")
     for run in o.runs:
         out += ["", f"## Run {run.id}", "",
@@ -152,7 +132,7 @@ def _markdown(o: Overview) -> str:
                 f"Gate: **{'open' if run.gate.open else 'closed'}** — {run.gate.action}", ""]
         out.extend(f"- {reason}" for reason in run.gate.reasons)
         out += ["", "| status | path | size | sha256 | detail |", "|---|---|---:|---|---|"]
-        out.extend(f"| {c.status} | {c.path} | {_size(c.bytes)} | {_short(c.sha256)} | {c.detail} |"
+        out.extend(f"| {c.status} | {c.path} | {size(c.bytes)} | {short_hash(c.sha256)} | {c.detail} |"
                    for c in run.checkpoints)
         out += ["", "| checklist | item | status | note |", "|---|---|---|---|"]
         out.extend(f"| {c.id} | {c.title} | {c.status} | {c.note} |" for c in run.checklist)

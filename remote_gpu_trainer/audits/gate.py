@@ -81,17 +81,31 @@ def evaluate_gate(inputs: GateInputs) -> GateDecision:
     """Open only when every condition holds; otherwise every failed condition is named."""
     reasons: list[str] = []
     warnings: list[str] = []
-    marker = _g1_marker(inputs, reasons)
-    manifest = _g2_binding(inputs, marker, reasons, warnings)
-    if marker is not None:
-        _g3_freshness(inputs, marker, reasons)
-    if manifest is not None:
-        _g4_counts(inputs, marker, manifest, reasons)
-        _g5_roster(inputs, manifest, reasons)
+    marker = _evidence(inputs, reasons, warnings)
     if not inputs.action_described:
         reasons.append("the action is not fully described (provider, instance, what it destroys)")
     _g7_approval(inputs, marker, reasons)
     return GateDecision(open=not reasons, reasons=reasons, warnings=warnings)
+
+
+def evaluate_evidence_only(inputs: GateInputs) -> GateDecision:
+    """G1-G5 alone: what a dashboard shows before anyone has typed an approval. Never enough to act on."""
+    reasons: list[str] = []
+    warnings: list[str] = []
+    _evidence(inputs, reasons, warnings)
+    return GateDecision(open=not reasons, reasons=reasons, warnings=warnings)
+
+
+def _evidence(inputs: GateInputs, reasons: list[str], warnings: list[str]) -> Marker | None:
+    """G1-G5, appending reasons; returns the marker when it parsed (G7 compares the approval with it)."""
+    marker = _g1_marker(inputs, reasons)
+    manifest = _g2_binding(inputs, marker, reasons, warnings)
+    if marker is not None:
+        pass
+    if manifest is not None:
+        _g4_counts(inputs, marker, manifest, reasons)
+        _g5_roster(inputs, manifest, reasons)
+    return marker
 
 
 def _g1_marker(inputs: GateInputs, reasons: list[str]) -> Marker | None:
@@ -205,7 +219,8 @@ def _g7_approval(inputs: GateInputs, marker: Marker | None, reasons: list[str]) 
         reasons.append(f"approval names {approval.instance_id!r}, not this instance {inputs.instance_id!r}")
     if approval.at > inputs.now:
         reasons.append("approval is dated in the future")
-    if marker is not None and approval.at < marker.verified_at:
+    # The event log stamps approvals in whole seconds; an approval in the verification's own second counts.
+    if marker is not None and approval.at < marker.verified_at.replace(microsecond=0):
         reasons.append("approval was given before the latest verification: approve again")
 
 

@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
 
 from ..errors import GateRefused, RgtError
+from ..formatting import pull_progress_line
 from ..services import checklist, teardown
 from ..services.overview import Overview, RunView
 from ..widgets.checklist_panel import ChecklistPanel
@@ -110,7 +111,7 @@ class DashboardScreen(Screen[None]):
         alert.set_class(bool(overview.alerts), "-visible")
         if run is not None:
             self.query_one(LogPanel).border_title = f"3 Log · {run.id} · {run.liveness}"
-        if first:
+        if first and self.app.focused is None:
             self.query_one("#instances", DataTable).focus()
         self.refresh_bindings()
 
@@ -127,10 +128,10 @@ class DashboardScreen(Screen[None]):
         parts = [f"rgt · {overview.project}", f"burn ${overview.burn_per_hour:.2f}/h",
                  f"spent ${overview.total:.2f}", gate]
         if run is not None:
-            parts.append(f"{run.id}: {run.liveness}")
+            parts.append(f"{run.id} {run.liveness}")
         if overview.read_only:
             parts.append("READ-ONLY")
-        parts.append(f"updated {age}s ago")
+        parts.append(f"{age}s ago")
         return " · ".join(parts)
 
     @work(exclusive=True, group="log")
@@ -204,7 +205,7 @@ class DashboardScreen(Screen[None]):
         summary = self.query_one("#checkpoint-summary", Static)
         try:
             self.notify(f"pulling {self.run_id}…")
-            result = await self.rgt.session.pull(self.run_id, progress=lambda p: summary.update(str(p)))
+            result = await self.rgt.session.pull(self.run_id, progress=lambda p: summary.update(pull_progress_line(p)))
             self.notify(f"pulled {len(result.files)} file(s) into runs/{self.run_id}/: verify with v")
         except RgtError as exc:
             self.notify(f"pull failed: {exc}", severity="error", timeout=15)

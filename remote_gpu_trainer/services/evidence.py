@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..audits.gate import Approval, GateInputs, LocalFile
+from ..audits.gate import Approval, GateDecision, GateInputs, LocalFile, evaluate_evidence_only, evaluate_gate
 from ..audits.manifest import (
     MANIFEST_NAME,
     MARKER_NAME,
@@ -51,6 +51,12 @@ from ..errors import TransportError, VerbFailed
 from ..providers.base import Transport
 from ..state import StateDB
 from ..verify.ckpt_probe import PROBE_VERSION
+
+__all__ = [
+    "Approval", "FileStatus", "GateDecision", "GateInputs", "LocalFile", "PullProgress", "PullResult",
+    "VerifyResult", "build_manifest", "builder_stdin", "checkpoint_statuses", "evaluate_evidence_only",
+    "evaluate_gate", "gather_gate_inputs", "hash_with_cache", "pull", "remote_manifest_sha256", "verify",
+]
 
 BUILDER_TIMEOUT_S = 3600.0
 PULL_PARALLEL = 3
@@ -93,7 +99,7 @@ class PullProgress:
 @dataclass(frozen=True)
 class PullResult:
     manifest_sha256: str
-    files: int
+    files: list[str]  # every path the manifest lists
     bytes: int
     fetched: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
@@ -102,16 +108,6 @@ class PullResult:
     @property
     def ok(self) -> bool:
         return not self.failed
-
-
-@dataclass(frozen=True)
-class VerifyProgress:
-    """`phase` is manifest, files, hash, metrics, probe or marker; done/total count files in the phase."""
-
-    phase: str
-    path: str
-    done: int
-    total: int
 
 
 @dataclass(frozen=True)
@@ -218,7 +214,8 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
             present.append(entry.path)
         else:
             fetched.append(entry.path)
-    return PullResult(manifest_sha256=manifest.sha256, files=len(manifest.files), bytes=manifest.total_bytes,
+    return PullResult(manifest_sha256=manifest.sha256, files=[entry.path for entry in manifest.files],
+                      bytes=manifest.total_bytes,
                       fetched=fetched, present=present, failed=failed)
 
 
@@ -376,15 +373,18 @@ def _local_target(root: Path, path: str) -> tuple[Path | None, Problem | None]:
 # -- verification --------------------------------------------------------------------------------------------
 
 async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
-                 progress: Callable[[VerifyProgress], None] | None = None, *,
+                 progress: Callable[[str], None] | None = None, *,
                  probe_timeout: float | None = None) -> VerifyResult:
-    """§5 in order; the marker is written only when every error list is empty."""
+    """§5 in order; the marker is written only when every error list is empty.
+
+    `progress` receives one-line status texts (for a status bar or a headless log).
+    """
     root = project.run_dir(run.id)
     report = progress or (lambda _: None)
     _remove_marker(root)
     errors: list[Problem] = []
     manifest = _verify_manifest(root, run, db, errors)
-    report(VerifyProgress("manifest", MANIFEST_NAME, 1, 1))
+    report(f"manifest {MANIFEST_NAME} checked")
     if manifest is None:
         return _finish(root, run, db, None, errors, {}, {}, [])
     local = _local_entries(root, errors)
@@ -479,12 +479,12 @@ def _local_entries(root: Path, errors: list[Problem]) -> dict[str, os.stat_resul
 
 
 async def _hash_listed(root: Path, manifest: Manifest, per_file: dict[str, list[Problem]], db: StateDB,
-                       report: Callable[[VerifyProgress], None]) -> dict[str, str]:
+                       report: Callable[[str], None]) -> dict[str, str]:
     """Steps 3-4: hash only files whose size matched, using the (path, size, mtime, inode) cache."""
     todo = [entry for entry in manifest.files if not per_file[entry.path]]
     hashed: dict[str, str] = {}
     for index, entry in enumerate(todo, start=1):
-        report(VerifyProgress("hash", entry.path, index, len(todo)))
+        report(f"hashing {entry.path} ({index}/{len(todo)})")
         local = root.joinpath(*entry.path.split("/"))
         try:
             digest = await hash_with_cache(db, local)
@@ -583,7 +583,7 @@ def probe_key(run: RunConfig) -> str:
 
 async def _probe_checkpoints(root: Path, run: RunConfig, manifest: Manifest, hashed: dict[str, str],
                              per_file: dict[str, list[Problem]], db: StateDB,
-                             report: Callable[[VerifyProgress], None],
+                             report: Callable[[str], None],
                              timeout: float | None) -> list[MarkerCheckpoint]:
     """Step 6: one subprocess per checkpoint whose bytes matched; identical bytes reuse the cached verdict."""
     wanted = set(required_checkpoints(run.roster, run.required, run.checkpoint_globs))
@@ -598,7 +598,7 @@ async def _probe_checkpoints(root: Path, run: RunConfig, manifest: Manifest, has
         if cached is not None:
             return path, cached
         async with limit:
-            report(VerifyProgress("probe", path, next(counter), len(todo)))
+            report(f"load-verifying {path} ({next(counter)}/{len(todo)})")
             local = root.joinpath(*path.split("/"))
             result = await run_probe(local, run, timeout or _probe_timeout(local))
         if result.get("ok") or result.get("error") in _DETERMINISTIC_PROBE_ERRORS:
@@ -670,7 +670,7 @@ def _probe_problem(path: str, result: dict[str, Any]) -> Problem:
 def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, errors: list[Problem],
             per_file: dict[str, list[Problem]], stats: dict[str, os.stat_result],
             checkpoints: list[MarkerCheckpoint],
-            report: Callable[[VerifyProgress], None] | None = None) -> VerifyResult:
+            report: Callable[[str], None] | None = None) -> VerifyResult:
     """Step 7 and the verification record: statuses per file, the marker only on full success."""
     files = _file_statuses(manifest, errors, per_file)
     marker_path: Path | None = None
@@ -682,7 +682,7 @@ def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, 
                             total_bytes=manifest.total_bytes, checkpoints=checkpoints)
         marker_path = _write_marker(root, data)
         if report is not None:
-            report(VerifyProgress("marker", MARKER_NAME, 1, 1))
+            report(f"verified: wrote {MARKER_NAME}")
     records = []
     for status in files:
         record = status.to_dict()

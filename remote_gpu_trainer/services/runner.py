@@ -61,7 +61,7 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
     for cell in run.roster:
         out = q(transport.resolve(f"{run.remote_root.rstrip('/')}/{cell}"))
         lines += [
-            f'if [ "$rc" -eq 0 ]; then',
+            'if [ "$rc" -eq 0 ]; then',
             f"  mkdir -p {out}",
             f'  echo "== rgt: cell {cell} started" >> "$LOG"',
             f"  ( {cell_command(run, transport, cell)} ) >> \"$LOG\" 2>&1 &",

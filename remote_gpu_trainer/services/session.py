@@ -10,7 +10,6 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from ..audits.checklist import ChecklistFacts
@@ -100,6 +99,8 @@ class Session:
 
     def record_snapshot(self, status: InstanceStatus) -> None:
         last = self.db.last_snapshot(status.name)
+        if last is None and status.state == "unknown":
+            return  # nothing known yet, so nothing to bill or to estimate
         changed = last is None or (last.state, last.price_per_hour, last.storage_per_hour) != (
             status.state, status.price_per_hour, status.storage_per_hour)
         if changed:
@@ -313,6 +314,3 @@ def _sha256(data: bytes) -> str:
 
     return hashlib.sha256(data).hexdigest()
 
-
-def project_root_of(session: Session) -> Path:
-    return session.project.root

@@ -12,12 +12,14 @@ import asyncio
 from dataclasses import dataclass
 
 from ..audits.gate import Approval, evaluate_gate
+from ..audits.manifest import is_checkpoint
 from ..errors import GateRefused, RgtError
 from ..providers.base import InstanceStatus
 from . import evidence
 from .meter import accrue
 from .session import Session
 
+MAX_LISTED = 4
 POLL_START_S = 0.2
 POLL_MAX_S = 30.0
 POLL_GIVE_UP_S = 600.0
@@ -91,6 +93,9 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
         files = evidence.checkpoint_statuses(session.project, session.run_config(run_id), session.db)
         verified = [f for f in files if f.status == "verified"]
         lines.append(f"Verified here: run {run_id}: {len(verified)}/{len(files)} files verified in runs/{run_id}/")
+        globs = session.run_config(run_id).checkpoint_globs
+        for f in [f for f in verified if is_checkpoint(f.path, globs)][:MAX_LISTED]:
+            lines.append(f"  {f.path}  {f.bytes} B  sha256 {(f.sha256 or '')[:8]}…{(f.sha256 or '')[-4:]}")
     return lines
 
 

@@ -8,7 +8,6 @@ reaps. Any transport failure becomes `unknown`, never `dead`.
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 from typing import Any
 
@@ -53,7 +52,7 @@ async def probe(run: RunConfig, transport: Transport, launch: dict[str, Any] | N
     args = " ".join(shlex.quote(transport.resolve(p)) for p in (ctl_dir(run), log_path(run), run.remote_root))
     try:
         result = await transport.run(f"bash -s -- {args}", stdin=_PROBE.encode(), timeout=PROBE_TIMEOUT_S)
-    except (TransportError, OSError, TimeoutError, asyncio.TimeoutError) as exc:
+    except (TransportError, OSError, TimeoutError) as exc:
         return ProbeResult(error=str(exc) or type(exc).__name__)
     if result.rc != 0:
         return ProbeResult(error=f"probe exited {result.rc}: {result.error_text.strip()[:200]}")

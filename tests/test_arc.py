@@ -1,0 +1,146 @@
+"""The whole arc on a sim box through the services: launch, watch, pull, verify, gate, teardown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from helpers import INSTANCE, RUN, launched_and_finished, wait_for_liveness, write_project
+from remote_gpu_trainer.errors import GateRefused
+from remote_gpu_trainer.services import teardown
+from remote_gpu_trainer.services.session import Session
+
+
+async def test_arc_gate_opens_only_after_verify_and_the_typed_id(project_dir: Path) -> None:
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    disk = project_dir / ".rgt" / "sim" / INSTANCE
+    assert (disk / "workspace" / "rgt" / RUN / "seed0" / "best.pth").is_file()
+
+    plan = await teardown.plan(session, INSTANCE)
+    assert not plan.gate_open
+    assert any("PULL_VERIFIED" in reason for reason in plan.reasons)
+    with pytest.raises(GateRefused):
+        await teardown.execute(session, INSTANCE, plan.provider_id, plan.lines)
+    assert disk.is_dir()
+
+    await session.pull(RUN)
+    plan = await teardown.plan(session, INSTANCE)
+    assert not plan.gate_open, "pulled but not verified must keep the gate closed"
+
+    result = await session.verify(RUN)
+    assert result.ok, result.errors
+    overview = await session.overview()
+    run = overview.run(RUN)
+    assert run is not None and run.gate.open and run.evidence_state == "pull_verified"
+    assert {c.status for c in run.checkpoints} == {"verified"}
+
+    plan = await teardown.plan(session, INSTANCE)
+    assert plan.gate_open
+    with pytest.raises(GateRefused, match="does not match"):
+        await teardown.execute(session, INSTANCE, "wrong-id", plan.lines)
+    assert disk.is_dir()
+
+    outcome = await teardown.execute(session, INSTANCE, plan.provider_id, plan.lines)
+    assert outcome.confirmed and outcome.final_state == "terminated"
+    assert not disk.exists()
+    assert (project_dir / "runs" / RUN / "PULL_VERIFIED.json").is_file()
+
+    kinds = [e.kind for e in session.db.events()]
+    assert kinds.count("refused") == 2
+    approval = next(e for e in session.db.events(kind="approval") if "terminate" in e.summary)
+    assert approval.detail["typed_id"] == plan.provider_id
+    assert approval.detail["shown"] == list(plan.lines)
+    assert kinds.index("approval", kinds.index("verify")) < kinds.index("action") < kinds.index("torn_down")
+    overview = await session.overview()
+    instance = overview.instance(INSTANCE)
+    assert instance is not None and instance.state == "terminated" and instance.burn_per_hour == 0
+    session.close()
+
+
+async def test_damage_after_verification_closes_the_gate(project_dir: Path) -> None:
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    await session.pull(RUN)
+    assert (await session.verify(RUN)).ok
+    target = project_dir / "runs" / RUN / "seed1" / "best.pth"
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    plan = await teardown.plan(session, INSTANCE)
+    assert not plan.gate_open
+    assert any("seed1/best.pth" in reason for reason in plan.reasons)
+    session.close()
+
+
+async def test_killed_job_is_dead_and_reopening_reattaches(project_dir: Path) -> None:
+    write_project(project_dir, command="sleep 30")
+    session = Session.open(str(project_dir))
+    await session.create_instance(INSTANCE)
+    detail = await session.launch(RUN)
+    assert await wait_for_liveness(session, states=("running",)) == "running"
+    session.close()
+
+    reopened = Session.open(str(project_dir))  # a new TUI or CLI process re-attaches from the state db
+    assert (await reopened.run_state(RUN)).liveness.state == "running"
+    ctl = project_dir / ".rgt" / "sim" / INSTANCE / "workspace" / "job" / ".rgt" / RUN
+    pgid = int((ctl / "pgid").read_text())
+    assert pgid == detail["pid"]
+    os.killpg(pgid, signal.SIGKILL)
+    state = await wait_for_liveness(reopened, states=("dead",))
+    assert state == "dead"
+    assert (await reopened.run_state(RUN)).liveness.detail.startswith("no exit code")
+    reopened.close()
+
+
+async def test_failing_job_reports_its_exit_code(project_dir: Path) -> None:
+    write_project(project_dir, command="echo boom; exit 7")
+    session = Session.open(str(project_dir))
+    await session.create_instance(INSTANCE)
+    await session.launch(RUN)
+    await wait_for_liveness(session, states=("dead",))
+    state = await session.run_state(RUN)
+    assert state.liveness.detail == "exit 7"
+    overview = await session.overview()
+    run = overview.run(RUN)
+    assert run is not None and run.evidence_state == "failed"
+    session.close()
+
+
+async def test_unreachable_box_is_unknown_never_dead(project_dir: Path) -> None:
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    import shutil
+
+    shutil.rmtree(project_dir / ".rgt" / "sim" / INSTANCE)  # the disk vanished behind rgt's back
+    state = await session.run_state(RUN)
+    assert state.liveness.state == "unknown"
+    status = await session.instance_status(INSTANCE)
+    assert status.state == "unknown"
+    session.close()
+
+
+async def test_report_json_has_the_contract_keys(project_dir: Path) -> None:
+    from remote_gpu_trainer.report import render
+
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    data = json.loads(render(await session.overview(), "json"))
+    assert list(data)[:6] == ["schema", "generated_at", "project", "meter", "instances", "runs"]
+    assert data["schema"] == "rgt-report/v1"
+    assert set(data["meter"]) == {"currency", "total", "burn_per_hour"}
+    instance_keys = {"name", "provider", "id", "state", "gpu", "price_per_hour", "price_source", "billing",
+                     "cost_so_far", "verified_month", "stale"}
+    assert instance_keys <= set(data["instances"][0])
+    run = data["runs"][0]
+    assert {"id", "instance", "evidence_state", "liveness", "checkpoints", "gate", "findings",
+            "checklist"} <= set(run)
+    assert set(run["gate"]) == {"open", "action", "destroys", "reasons"}
+    assert run["gate"]["open"] is False and run["liveness"] == "finished"
+    assert {"id", "title", "status", "note"} == set(run["checklist"][0])
+    assert data["instances"][0]["state"] == "running" and data["instances"][0]["price_source"] == "profile"
+    session.close()

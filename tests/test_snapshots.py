@@ -1,0 +1,111 @@
+"""Labelled snapshots of the dashboard, at 80×24 and at a large size, on a fixed clock.
+
+The job copies committed checkpoints, so hashes, sizes and log lines are the same on every run.
+Regenerate deliberately with `pytest tests/test_snapshots.py --snapshot-update` and look at the SVGs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Input
+
+from helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liveness, write_project
+from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.screens.dashboard import DashboardScreen
+from remote_gpu_trainer.screens.teardown import TeardownScreen
+from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.widgets.log_panel import LogPanel
+
+
+def finished_session(root: Path, verified: bool) -> Session:
+    write_project(root)
+    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+
+    async def prepare() -> None:
+        await session.create_instance(INSTANCE)
+        await session.launch(RUN)
+        await wait_for_liveness(session)
+        if verified:
+            await session.pull(RUN)
+            assert (await session.verify(RUN)).ok
+
+    asyncio.run(prepare())
+    return session
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    """Wait for the first overview and the whole log, then let the screen redraw."""
+    app = pilot.app
+    for _ in range(400):
+        screen = app.screen_stack[-1] if len(app.screen_stack) > 1 else None
+        if isinstance(screen, DashboardScreen) and screen.overview is not None and \
+                "exited 0" in screen.query_one(LogPanel).text().split("seed1")[-1]:
+            break
+        await pilot.pause(0.05)
+    else:
+        raise AssertionError("dashboard never settled")
+    await pilot.pause()
+
+
+def before(*keys: str, then: Callable[[Pilot[None]], Awaitable[None]] | None = None
+           ) -> Callable[[Pilot[None]], Awaitable[None]]:
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        if keys:
+            await pilot.press(*keys)
+            await pilot.pause(0.2)
+        if then is not None:
+            await then(pilot)
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_dashboard_gate_closed(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """[gate closed] the run finished, nothing pulled: teardown greyed with its reasons."""
+    session = finished_session(tmp_path / "p", verified=False)
+    assert snap_compare(RgtApp(session), terminal_size=size, run_before=before())
+    session.close()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_dashboard_gate_open(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """[gate open] pulled and verified: every checkpoint verified, the teardown control enabled."""
+    session = finished_session(tmp_path / "p", verified=True)
+    assert snap_compare(RgtApp(session), terminal_size=size, run_before=before())
+    session.close()
+
+
+def test_checkpoints_tab_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """[checkpoints tab] number keys switch panels on a narrow terminal."""
+    session = finished_session(tmp_path / "p", verified=True)
+    assert snap_compare(RgtApp(session), terminal_size=(80, 24), run_before=before("2"))
+    session.close()
+
+
+def test_teardown_modal_id_typed(snap_compare: Any, tmp_path: Path) -> None:
+    """[id typed] the confirmation with the instance id typed: Terminate enabled, nothing done yet."""
+    session = finished_session(tmp_path / "p", verified=True)
+
+    async def type_id(pilot: Pilot[None]) -> None:
+        for _ in range(200):
+            if isinstance(pilot.app.screen, TeardownScreen):
+                break
+            await pilot.pause(0.05)
+        screen = pilot.app.screen
+        assert isinstance(screen, TeardownScreen)
+        field = screen.query_one("#confirm-id", Input)
+        field.cursor_blink = False
+        field.focus()
+        await pilot.press(*screen.plan.provider_id)
+
+    assert snap_compare(RgtApp(session), terminal_size=(100, 32), run_before=before("t", then=type_id))
+    assert (tmp_path / "p" / ".rgt" / "sim" / INSTANCE).is_dir()
+    session.close()

@@ -1,0 +1,125 @@
+"""The real app driven by keyboard through Pilot, on a real sim project with a real finished run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.pilot import Pilot
+from textual.widgets import Button, Input
+
+from helpers import INSTANCE, RUN, launched_and_finished
+from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.screens.dashboard import DashboardScreen
+from remote_gpu_trainer.screens.help import HelpScreen
+from remote_gpu_trainer.screens.teardown import TeardownScreen
+from remote_gpu_trainer.services.session import Session
+
+
+async def wait_until(pilot: Pilot[None], predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    waited = 0.0
+    while not predicate():
+        await pilot.pause(0.05)
+        waited += 0.05
+        assert waited < timeout, "condition not reached in time"
+
+
+def dashboard(app: RgtApp) -> DashboardScreen:
+    screen = app.screen_stack[1]
+    assert isinstance(screen, DashboardScreen)
+    return screen
+
+
+def gate_open(app: RgtApp) -> bool:
+    run = dashboard(app).current_run()
+    return run is not None and run.gate.open
+
+
+async def test_teardown_only_after_verify_and_typed_id(project_dir: Path) -> None:
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    disk = project_dir / ".rgt" / "sim" / INSTANCE
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        button = app.screen.query_one("#teardown", Button)
+        assert button.disabled
+        assert dashboard(app).check_action("teardown", ()) is None  # shown greyed, with reasons
+        await pilot.press("t")
+        await pilot.pause()
+        assert not isinstance(app.screen, TeardownScreen)
+
+        await pilot.press("p")
+        await wait_until(pilot, lambda: (project_dir / "runs" / RUN / "seed1" / "best.pth").is_file()
+                         and "pull" not in dashboard(app).busy)
+        await pilot.press("v")
+        await wait_until(pilot, lambda: gate_open(app))
+        await wait_until(pilot, lambda: not app.screen.query_one("#teardown", Button).disabled)
+
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+        assert app.focused is not None and app.focused.id == "cancel"
+        await pilot.press("enter")  # Enter on Cancel cancels
+        await wait_until(pilot, lambda: not isinstance(app.screen, TeardownScreen))
+        assert disk.is_dir()
+
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+        await pilot.click("#confirm-id")
+        await pilot.press(*"wrong-id")
+        assert app.screen.query_one("#confirm", Button).disabled
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, TeardownScreen) and disk.is_dir()
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, TeardownScreen))
+        assert disk.is_dir()
+
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+        plan_id = app.screen.plan.provider_id  # type: ignore[attr-defined]
+        await pilot.click("#confirm-id")
+        await pilot.press(*plan_id)
+        assert app.screen.query_one("#confirm-id", Input).value == plan_id
+        assert not app.screen.query_one("#confirm", Button).disabled
+        await pilot.click("#confirm")
+        await wait_until(pilot, lambda: not disk.exists())
+        await wait_until(pilot, lambda: dashboard(app).overview is not None and
+                         dashboard(app).overview.instance(INSTANCE).state == "terminated")  # type: ignore[union-attr]
+    approvals = [e for e in session.db.events(kind="approval") if "terminate" in e.summary]
+    assert len(approvals) == 1 and approvals[0].detail["typed_id"] == plan_id
+    session.close()
+
+
+async def test_read_only_hides_teardown_and_help_opens(project_dir: Path) -> None:
+    session = Session.open(str(project_dir), read_only=True)
+    app = RgtApp(session)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        assert dashboard(app).check_action("teardown", ()) is False
+        assert not app.screen.query_one("#teardown", Button).display
+        assert "READ-ONLY" in str(app.screen.query_one("#topbar").render())
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
+    session.close()
+
+
+async def test_log_streams_and_filters(project_dir: Path) -> None:
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = dashboard(app)
+        from remote_gpu_trainer.widgets.log_panel import LogPanel
+
+        panel = screen.query_one(LogPanel)
+        await wait_until(pilot, lambda: "cell seed1 complete" in panel.text())
+        await pilot.press("slash")
+        await pilot.press(*"seed0")
+        await wait_until(pilot, lambda: "seed1" not in panel.text())
+        assert "cell seed0 complete" in panel.text()
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: "cell seed1 complete" in panel.text())
+    session.close()
