@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -16,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from . import __version__
+from .clock import report_now
 from .errors import EXIT_FAILED, EXIT_OK, ConfigError, GateRefused, RgtError, VerbFailed
 from .formatting import pull_progress_line
 from .services.evidence import PullProgress
@@ -110,11 +112,13 @@ def _verb(verb: str, argv: list[str]) -> int:
         parser.add_argument("--once", action="store_true")
         parser.add_argument("--interval", type=float, default=2.0)
     args = parser.parse_args(argv)
+    from .config import load_project, resolve_project_file
     from .services.session import Session
 
-    session = Session.open(args.project)
+    project = load_project(resolve_project_file(args.project))
+    project.run(args.run)  # an unknown run is refused before anything is created
+    session = Session(project)
     try:
-        session.run_config(args.run)
         return asyncio.run(_headless(session, verb, args))
     finally:
         session.close()
@@ -234,7 +238,7 @@ def _report(project: str | None, fmt: str, output: str | None, strict: bool) -> 
         overview = asyncio.run(session.overview())
     finally:
         session.close()
-    text = render(overview, fmt)
+    text = render(dataclasses.replace(overview, generated_at=report_now()), fmt)
     if output:
         target = Path(output)
         temp = target.with_name(f".rgt-tmp-{target.name}.{os.getpid()}")

@@ -101,7 +101,7 @@ def _evidence(inputs: GateInputs, reasons: list[str], warnings: list[str]) -> Ma
     marker = _g1_marker(inputs, reasons)
     manifest = _g2_binding(inputs, marker, reasons, warnings)
     if marker is not None:
-        pass
+        _g3_freshness(inputs, marker, reasons)
     if manifest is not None:
         _g4_counts(inputs, marker, manifest, reasons)
         _g5_roster(inputs, manifest, reasons)
