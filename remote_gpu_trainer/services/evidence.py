@@ -194,11 +194,7 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
     root = project.run_dir(run.id)
     root.mkdir(parents=True, exist_ok=True)
     recorded = db.recorded_manifest(run.id) or await build_manifest(transport, run, db)
-    data = await _manifest_for_pull(root, run, transport, recorded)
-    manifest, problems = parse_manifest(data, roster=run.roster, run_id=run.id)
-    if manifest is None or problems:
-        first = problems[0].line() if problems else "unreadable"
-        raise VerbFailed(f"{root / MANIFEST_NAME}: manifest refused: {first}")
+    manifest = await _manifest_for_pull(root, run, transport, recorded)
     report = progress or (lambda _: None)
     limit = asyncio.Semaphore(PULL_PARALLEL)
     async with asyncio.TaskGroup() as group:
@@ -219,8 +215,11 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
                       fetched=fetched, present=present, failed=failed)
 
 
-async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, recorded: str) -> bytes:
-    """The recorded manifest's bytes in the local root; a different local manifest stops the pull."""
+async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, recorded: str) -> Manifest:
+    """The recorded manifest, checked by every §2 rule before it is written into the local root.
+
+    A different manifest already there stops the pull: two manifests are never mixed.
+    """
     final = root / MANIFEST_NAME
     if os.path.lexists(final):
         if not final.is_file() or final.is_symlink():
@@ -230,18 +229,26 @@ async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, r
             raise VerbFailed(f"{final}: a different manifest is already here (sha256 "
                              f"{sha256_bytes(existing)[:12]}, run records {recorded[:12]}): never mix two "
                              f"manifests; move {root} aside or use a new run id")
-        return existing
+        return _acceptable(existing, run, final)
     remote = f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}"
     chunks = [chunk async for chunk in transport.read_chunks(remote, 0)]
     data = b"".join(chunks)
     if sha256_bytes(data) != recorded:
         raise VerbFailed(f"{remote}: manifest on the box (sha256 {sha256_bytes(data)[:12]}) is not the one "
                          f"recorded at build time ({recorded[:12]}): the evidence changed; investigate")
+    manifest = _acceptable(data, run, remote)
     part = root / (MANIFEST_NAME + ".part")
     await asyncio.to_thread(_write_durably, part, data)
     os.replace(part, final)
     _fsync_dir(root)
-    return data
+    return manifest
+
+
+def _acceptable(data: bytes, run: RunConfig, where: object) -> Manifest:
+    manifest, problems = parse_manifest(data, roster=run.roster, run_id=run.id)
+    if manifest is None or problems:
+        raise VerbFailed(f"{where}: manifest refused: {problems_line(problems) if problems else 'unreadable'}")
+    return manifest
 
 
 async def _pull_file(root: Path, remote_root: str, path: str, size: int, sha256: str, transport: Transport,
@@ -288,31 +295,11 @@ async def _fetch(target: Path, remote: str, path: str, size: int, sha256: str, t
                               "it changed after the manifest was built")
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
-    if size > 0:
+    if os.path.lexists(part):
         report(PullProgress(path, 0, size, "resuming"))
     offset, digest = await asyncio.to_thread(_resume_prefix, part, size)
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
-    done, unsynced = offset, 0
-    try:
-        report(PullProgress(path, done, size, "downloading"))
-        if done < size:
-            async for chunk in transport.read_chunks(remote, offset, CHUNK):
-                if done + len(chunk) > size:
-                    raise _ContractBroken(f"{remote}: grew past {size} bytes while reading")
-                await asyncio.to_thread(_append, fd, chunk, digest)
-                done += len(chunk)
-                unsynced += len(chunk)
-                if unsynced >= FSYNC_EVERY:
-                    await asyncio.to_thread(os.fsync, fd)
-                    unsynced = 0
-                report(PullProgress(path, done, size, "downloading"))
-        await asyncio.to_thread(os.fsync, fd)
-    except _ContractBroken:
-        os.close(fd)
-        _unlink(part)
-        raise
-    else:
-        os.close(fd)
+    done = await _stream(remote, part, offset, size, digest, transport,
+                         lambda count: report(PullProgress(path, count, size, "downloading")))
     if done != size:
         _unlink(part)
         raise _ContractBroken(f"{remote}: ended at {done} bytes, the manifest says {size}")
@@ -323,6 +310,34 @@ async def _fetch(target: Path, remote: str, path: str, size: int, sha256: str, t
     _fsync_dir(target.parent)
     report(PullProgress(path, size, size, "done"))
     return "fetched"
+
+
+async def _stream(remote: str, part: Path, offset: int, size: int, digest: Any, transport: Transport,
+                  report: Callable[[int], None]) -> int:
+    """Append the remote bytes after `offset` to `part`, hashing as they pass; fsync every 256 MiB and at
+    the end. A remote file that grows past the manifest's size breaks the contract: the part is dropped."""
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    done, unsynced = offset, 0
+    try:
+        report(done)
+        if done < size:
+            async for chunk in transport.read_chunks(remote, offset, CHUNK):
+                if done + len(chunk) > size:
+                    raise _ContractBroken(f"{remote}: grew past {size} bytes while reading")
+                await asyncio.to_thread(_append, fd, chunk, digest)
+                done += len(chunk)
+                unsynced += len(chunk)
+                if unsynced >= FSYNC_EVERY:
+                    await asyncio.to_thread(os.fsync, fd)
+                    unsynced = 0
+                report(done)
+        await asyncio.to_thread(os.fsync, fd)
+    except _ContractBroken:
+        _unlink(part)
+        raise
+    finally:
+        os.close(fd)  # on any other error (transport, cancel) the part stays for the next try to resume
+    return done
 
 
 def _resume_prefix(part: Path, size: int) -> tuple[int, Any]:
@@ -381,7 +396,7 @@ async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
     """
     root = project.run_dir(run.id)
     report = progress or (lambda _: None)
-    pass
+    _remove_marker(root)
     errors: list[Problem] = []
     manifest = _verify_manifest(root, run, db, errors)
     report(f"manifest {MANIFEST_NAME} checked")
