@@ -95,6 +95,7 @@ async def test_every_problem_is_gathered_and_nothing_is_written(env: Env) -> Non
     (env.box / "seed1" / "best_metrics.json").write_bytes(b"")
     (env.box / "seed1" / "best.pth").unlink()
     (env.box / "loose.txt").write_text("at the root")
+    (env.box / ".rgt-tmp-PULL_MANIFEST.99").write_text("left by a killed build")
     (env.box / "seed9").mkdir()
     (env.box / "seed1" / "bad name.txt").write_text("x")
     os.mkfifo(env.box / "seed1" / "pipe")
@@ -104,7 +105,8 @@ async def test_every_problem_is_gathered_and_nothing_is_written(env: Env) -> Non
         ("symlink", "seed0/alias.pth"), ("symlink", "seed1/linked"), ("temp_file", "seed0/ckpt.pth.part"),
         ("temp_file", "seed0/notes.txt~"), ("temp_file", "seed0/.rgt-tmp-x"),
         ("required_empty", "seed1/best_metrics.json"), ("required_missing", "seed1/best.pth"),
-        ("loose_file", "loose.txt"), ("unexpected_dir", "seed9"), ("missing_dir", "seed2"),
+        ("loose_file", "loose.txt"), ("temp_file", ".rgt-tmp-PULL_MANIFEST.99"),
+        ("unexpected_dir", "seed9"), ("missing_dir", "seed2"),
         ("path_unsafe", "seed1/bad name.txt"), ("not_regular", "seed1/pipe"),
     }
     assert not (env.box / MANIFEST_NAME).exists()

@@ -140,7 +140,7 @@ def test_demo_project_runs_the_real_training_job(tmp_path: Path) -> None:
     started = rgt("demo", str(demo), "--no-tui", "--quick", cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     assert rgt("watch", "demo", str(demo), "--interval", "0.5", cwd=tmp_path, timeout=180).returncode == 0
-    log = (demo / ".rgt" / "sim" / "sim-box" / "workspace" / "demo" / "train.log").read_text()
+    log = (demo / ".rgt" / "sim" / "gpu-box" / "workspace" / "demo" / "train.log").read_text()
     assert "loss=" in log and "lr=" in log and "cell seed1 complete" in log
     assert rgt("pull", "demo", str(demo), cwd=tmp_path).returncode == 0
     verified = rgt("verify", "demo", str(demo), cwd=tmp_path)
@@ -151,10 +151,10 @@ def test_demo_project_runs_the_real_training_job(tmp_path: Path) -> None:
     assert metrics["seed"] == 0 and metrics["val_loss"] > 0
     reopened = rgt("demo", str(demo), "--no-tui", cwd=tmp_path)  # re-opening re-attaches, never relaunches
     assert reopened.returncode == 0
-    assert sum(1 for line in (demo / ".rgt" / "sim" / "sim-box" / "workspace" / "demo" / "train.log")
+    assert sum(1 for line in (demo / ".rgt" / "sim" / "gpu-box" / "workspace" / "demo" / "train.log")
                .read_text().splitlines() if "cell seed0 started" in line) == 1
-    assert rgt("down", "demo", str(demo), "--confirm", "sim-sim-box", cwd=tmp_path).returncode == 0
-    assert not (demo / ".rgt" / "sim" / "sim-box").exists()
+    assert rgt("down", "demo", str(demo), "--confirm", "sim-gpu-box", cwd=tmp_path).returncode == 0
+    assert not (demo / ".rgt" / "sim" / "gpu-box").exists()
 
 
 def test_write_project_helper_matches_the_contract(tmp_path: Path) -> None:

@@ -361,3 +361,20 @@ async def test_checkpoint_statuses_follow_the_evidence(env: Env) -> None:
     os.utime(target, ns=(target.stat().st_atime_ns, target.stat().st_mtime_ns + 1_000_000_000))
     statuses = {s.path: s.status for s in checkpoint_statuses(env.project, env.run, env.db)}
     assert statuses == {"seed0/best.pth": "verified", "seed1/best.pth": "pulled"}
+
+
+async def test_a_recorded_manifest_with_an_escaping_path_is_refused_before_any_write(
+        env: Env, tmp_path: Path) -> None:
+    digest = hashlib.sha256(b"x").hexdigest()
+    files = [{"path": "seed0/../../../escaped.txt", "bytes": 1, "sha256": digest},
+             {"path": "seed1/best.pth", "bytes": 1, "sha256": digest}]
+    data = canonical_json({
+        "schema": "remote-gpu-trainer/PULL/v1", "run_id": env.run.id, "created_at_utc": "2026-07-14T09:00:00+00:00",
+        "top_level_dirs": ["seed0", "seed1"], "files": files, "totals": {"files": 2, "bytes": 2}})
+    (env.box / MANIFEST_NAME).write_bytes(data)
+    env.db.record_manifest(env.run.id, hashlib.sha256(data).hexdigest())
+    with pytest.raises(VerbFailed, match="manifest refused: .*'..' component"):
+        await pull(env.project, env.run, env.transport, env.db)
+    assert not list(tmp_path.rglob("escaped.txt"))
+    assert not (env.local / "seed1" / "best.pth").exists()
+    assert not (env.local / MANIFEST_NAME).exists(), "a refused manifest never becomes the local one"

@@ -126,6 +126,9 @@ def walk(root: str, roster: "list[str]") -> "tuple[list[str], list[dict[str, str
         name = entry.name
         if entry.is_symlink():
             problems.append(problem("symlink", name, "symlink in the result root; copy the real data in"))
+        elif is_temp_name(name):
+            problems.append(problem("temp_file", name, "temporary file: still being written, or left by "
+                                    "an interrupted build; remove it once nothing writes it"))
         elif not entry.is_dir(follow_symlinks=False):
             problems.append(problem("loose_file", name, "file directly in the result root; "
                                     "results belong in a cell folder"))

@@ -33,7 +33,7 @@ class TeardownScreen(ModalScreen[str | None]):
             yield Static("\n".join(self.plan.lines), id="teardown-lines", markup=False)
             yield Static("\n".join(f"✖ {r}" for r in self.plan.reasons), id="teardown-reasons", markup=False)
             yield Label(f"Type the instance id ({self.plan.provider_id}) to confirm:")
-            yield Input(placeholder=self.plan.provider_id, id="confirm-id")
+            yield Input(placeholder="instance id", id="confirm-id")
             yield Static("", id="teardown-progress")
             with Horizontal(id="teardown-buttons"):
                 yield Button("Cancel", id="cancel", variant="primary")
@@ -41,13 +41,19 @@ class TeardownScreen(ModalScreen[str | None]):
 
     @on(Input.Changed, "#confirm-id")
     def _typed(self, event: Input.Changed) -> None:
-        matches = event.value.strip() == self.plan.provider_id
-        self.query_one("#confirm", Button).disabled = not (matches and self.plan.gate_open)
+        self.query_one("#confirm", Button).disabled = not self._accepts(event.value)
 
     @on(Input.Submitted, "#confirm-id")
     def _submitted(self, event: Input.Submitted) -> None:
-        if not self.query_one("#confirm", Button).disabled:
+        if self._accepts(event.value):
             self.dismiss(event.value.strip())
+        elif not self.plan.gate_open:
+            self.notify(f"gate closed: {self.plan.reasons[0]}: nothing was done", severity="warning")
+        else:
+            self.notify(f"{event.value.strip()!r} is not the instance id: nothing was done", severity="warning")
+
+    def _accepts(self, typed: str) -> bool:
+        return self.plan.gate_open and typed.strip() == self.plan.provider_id
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:

@@ -44,7 +44,7 @@ push = ["train.py"]                                     # local files copied int
 """
 
 DEMO_RUN = "demo"
-DEMO_INSTANCE = "sim-box"
+DEMO_INSTANCE = "gpu-box"
 
 
 def write_new_file(path: Path, text: str) -> None:

@@ -16,7 +16,7 @@ from ..audits.checklist import ChecklistFacts
 from ..audits.liveness import Liveness, classify
 from ..clock import Clock, utc_now
 from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file
-from ..errors import RgtError
+from ..errors import RgtError, VerbFailed
 from ..profiles import Profile
 from ..providers.base import InstanceStatus, Transport
 from ..providers.registry import AnyProvider, provider_for
@@ -150,6 +150,10 @@ class Session:
     async def pull(self, run_id: str, progress: Callable[[evidence.PullProgress], None] | None = None,
                    actor: str = "user") -> evidence.PullResult:
         run = self.run_config(run_id)
+        state = await self.run_state(run_id)
+        if state.liveness.state in ("running", "stalled"):
+            raise VerbFailed(f"run {run_id} is still {state.liveness.state}: pull once it has finished, "
+                             "because the manifest is built once, from the finished files")
         self.db.append_event("pull", f"pull of run {run_id} started", run_id=run_id, instance=run.instance,
                              actor=actor)
         result = await evidence.pull(self.project, run, self.transport(run.instance), self.db, progress)
@@ -228,7 +232,8 @@ class Session:
             evidence_state=evidence_state(self.db.launch(run_id) is not None, state.liveness, gate,
                                           self.db.recorded_manifest(run_id), status.state),
             liveness=state.liveness.state, liveness_detail=state.liveness.detail,
-            checkpoints=tuple(CheckpointView(f.path, f.bytes, f.sha256, f.status, f.detail) for f in files),
+            checkpoints=tuple(CheckpointView(f.path, f.bytes if f.sha256 else None, f.sha256 or None, f.status,
+                                             f.detail) for f in files),
             gate=gate, findings=findings, checklist=tuple(items), log=runner.log_path(run),
             metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
         )

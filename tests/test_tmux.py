@@ -1,0 +1,95 @@
+"""The installed console script in a real terminal (tmux), read back as a person would read it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import launched_and_finished
+from remote_gpu_trainer.services.session import Session
+
+pytestmark = pytest.mark.tmux
+
+
+class Terminal:
+    def __init__(self, socket: Path) -> None:
+        self.socket = socket
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-S", str(self.socket), *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    def start(self, command: str, width: int, height: int) -> None:
+        """Size the window first, then start the app in it, so its first frame has the final size."""
+        self.tmux("new-session", "-d", "-s", "ui", "-x", str(width), "-y", str(height), "sleep 600")
+        self.tmux("respawn-pane", "-k", "-t", "ui", command)
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "ui")
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if text in screen:
+                return screen
+            time.sleep(0.1)
+        raise AssertionError(f"{text!r} never appeared; screen was:\n{self.screen()}")
+
+    def keys(self, *keys: str, literal: bool = False) -> None:
+        self.tmux("send-keys", "-t", "ui", *(["-l"] if literal else []), *keys)
+        time.sleep(0.2)  # a person's pace: Textual waits ESCDELAY to tell Escape from a sequence
+
+    def alive(self) -> bool:
+        return subprocess.run(["tmux", "-S", str(self.socket), "has-session", "-t", "ui"],
+                              capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> Iterator[Terminal]:
+    assert shutil.which("tmux"), "tmux is missing: run .ci/run, which installs it"
+    term = Terminal(tmp_path / "tmux.sock")
+    yield term
+    subprocess.run(["tmux", "-S", str(term.socket), "kill-server"], capture_output=True)
+
+
+def rgt_command(project: Path) -> str:
+    # The pane's shell may export COLUMNS/LINES from before the window was sized; Textual would trust them.
+    return f"env -u COLUMNS -u LINES TERM=xterm-256color {sys.executable} -m remote_gpu_trainer {project}"
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+async def test_dashboard_in_a_real_terminal(project_dir: Path, terminal: Terminal, size: tuple[int, int]) -> None:
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    session.close()
+    terminal.start(rgt_command(project_dir), *size)
+    screen = terminal.wait_for("GATE CLOSED")
+    assert "Terminate" in screen and "box (sim)" in screen and "$0.89" in screen
+    terminal.keys("p")
+    terminal.wait_for("GATE CLOSED 1")  # pulled: only the missing marker remains
+    terminal.keys("v")
+    screen = terminal.wait_for("GATE OPEN")
+    if size[0] < 120:
+        terminal.keys("2")
+    screen = terminal.wait_for("seed1/best.pth")
+    assert screen.count("✔ verified") >= 4
+    terminal.keys("t")
+    screen = terminal.wait_for("Type the instance id")
+    assert "IRREVERSIBLE" in screen and "Burning" in screen
+    terminal.keys("BTab")  # from Cancel back to the id field
+    terminal.keys("sim-box", literal=True)
+    terminal.keys("Enter")
+    terminal.wait_for("terminated", timeout=30)
+    assert not (project_dir / ".rgt" / "sim" / "box").exists()
+    terminal.keys("q")
+    deadline = time.monotonic() + 10
+    while terminal.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not terminal.alive()
