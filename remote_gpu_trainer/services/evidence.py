@@ -611,6 +611,7 @@ async def _probe_checkpoints(root: Path, run: RunConfig, manifest: Manifest, has
     async def one(path: str) -> tuple[str, dict[str, Any]]:
         cached = db.cached_probe(hashed[path], key)
         if cached is not None:
+            report(f"load-verifying {path}: identical bytes were load-verified before (cached verdict)")
             return path, cached
         async with limit:
             report(f"load-verifying {path} ({next(counter)}/{len(todo)})")
