@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
 from .screens.dashboard import DashboardScreen
-from .screens.help import HelpScreen
 from .services.session import Session
 
 
 class RgtApp(App[None]):
-    CSS_PATH = "assets/app.tcss"
+    CSS_PATH = str(Path(__file__).parent / "assets" / "app.tcss")  # absolute: subclasses live elsewhere
     TITLE = "rgt"
     BINDINGS = [
         Binding("q", "quit", "Quit"),
@@ -29,6 +29,8 @@ class RgtApp(App[None]):
         self.push_screen(DashboardScreen())
 
     def action_help(self) -> None:
+        from .screens.help import HelpScreen  # Markdown is only loaded when help is first asked for
+
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 

@@ -22,7 +22,7 @@ from .errors import EXIT_FAILED, EXIT_OK, ConfigError, GateRefused, RgtError, Ve
 from .formatting import pull_progress_line
 from .services.evidence import PullProgress
 
-VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick")
+VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -94,6 +94,11 @@ def _verb(verb: str, argv: list[str]) -> int:
         args = parser.parse_args(argv)
         print(_info(args.project))
         return EXIT_OK
+    if verb == "events":
+        parser.add_argument("project", nargs="?")
+        parser.add_argument("--run", help="only events of this run")
+        args = parser.parse_args(argv)
+        return _with_session(args.project, lambda s: _events(s, args.run))
     if verb == "tick":
         parser.add_argument("run")
         parser.add_argument("item")
@@ -142,6 +147,21 @@ def _tick(session: object, run_id: str, item: str, status: str, note: str) -> in
     session.run_config(run_id)
     checklist.set_tick(session.db, run_id, item, status, note)
     print(f"{item}: {status}")
+    return EXIT_OK
+
+
+def _events(session: object, run_id: str | None) -> int:
+    """The append-only event log: every approval and cost-affecting action, with what the screen said."""
+    from .services.session import Session
+
+    assert isinstance(session, Session)
+    for event in session.db.events(run_id=run_id):
+        where = " ".join(part for part in (event.instance, event.run_id) if part)
+        print(f"{event.seq:>5} {event.at.isoformat()} {event.kind:<10} {event.actor:<5} {where:<16} {event.summary}")
+        for line in event.detail.get("shown", []):
+            print(f"{'':>6}│ {line}")
+        for reason in event.detail.get("reasons", []):
+            print(f"{'':>6}✖ {reason}")
     return EXIT_OK
 
 

@@ -50,6 +50,11 @@ def test_the_whole_arc_headless(project_dir: Path) -> None:
     assert "terminated, confirmed by the provider" in done.stdout
     assert not (project_dir / ".rgt" / "sim" / INSTANCE).exists()
 
+    events = rgt("events", cwd=project_dir)
+    assert events.returncode == 0
+    assert "approval" in events.stdout and "│ Action:    sim  Terminate instance sim-box" in events.stdout
+    assert "✖ no PULL_VERIFIED.json: run verify" in events.stdout  # the refusal is on record too
+
     report = json.loads(rgt("--report", "--format", "json", cwd=project_dir).stdout)
     assert report["instances"][0]["state"] == "terminated"
     assert report["runs"][0]["evidence_state"] == "torn_down"
