@@ -237,6 +237,12 @@ class StateDB:
                 (self._now(), instance, state, burn_per_hour, cost_so_far, int(estimate)),
             )
 
+    def last_meter_sample_at(self, instance: str) -> datetime | None:
+        row = self._conn.execute(
+            "SELECT at FROM meter_samples WHERE instance = ? ORDER BY seq DESC LIMIT 1", (instance,)
+        ).fetchone()
+        return parse_iso(row[0]) if row else None
+
     def meter_sample_count(self, instance: str) -> int:
         row = self._conn.execute("SELECT COUNT(*) FROM meter_samples WHERE instance = ?", (instance,))
         return int(row.fetchone()[0])

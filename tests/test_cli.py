@@ -165,3 +165,36 @@ def test_demo_project_runs_the_real_training_job(tmp_path: Path) -> None:
 def test_write_project_helper_matches_the_contract(tmp_path: Path) -> None:
     path = write_project(tmp_path / "x")
     assert "[runs.r1]" in path.read_text()
+
+
+@pytest.mark.parametrize(("damage", "code"), [("absolute", "path_unsafe"), ("dotdot", "path_unsafe"),
+                                              ("duplicate", "duplicate_path"), ("symlink", "symlink")])
+def test_bad_local_manifest_or_symlink_fails_verify_in_one_line(project_dir: Path, damage: str, code: str) -> None:
+    assert rgt("up", RUN, cwd=project_dir).returncode == 0
+    assert rgt("run", RUN, cwd=project_dir).returncode == 0
+    assert rgt("watch", RUN, "--interval", "0.2", cwd=project_dir).returncode == 0
+    assert rgt("pull", RUN, cwd=project_dir).returncode == 0
+    local = project_dir / "runs" / RUN
+    manifest_path = local / "PULL_MANIFEST.json"
+    manifest = json.loads(manifest_path.read_text())
+    if damage == "absolute":
+        manifest["files"][0]["path"] = "/etc/passwd"
+    elif damage == "dotdot":
+        manifest["files"][0]["path"] = "seed0/../../outside.pth"
+    elif damage == "duplicate":
+        manifest["files"].append(dict(manifest["files"][0]))
+    if damage == "symlink":
+        (local / "seed0" / "extra.pth").symlink_to(local / "seed0" / "best.pth")
+    else:
+        manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    before = listing(project_dir / "runs")
+    result = rgt("verify", RUN, cwd=project_dir)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if line.startswith("rgt:")]  # the rest is progress
+    assert len(errors) == 1 and errors[0] == result.stderr.strip().splitlines()[-1]
+    assert errors[0].startswith("rgt: verification of r1 failed") and f"first: {code}" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert listing(project_dir / "runs") == before
+    assert not (local / "PULL_VERIFIED.json").exists()
+    refused = rgt("down", RUN, "--confirm", "sim-box", cwd=project_dir)
+    assert refused.returncode == 3

@@ -41,3 +41,22 @@ def test_snapshots_launches_and_ticks_round_trip(tmp_path: Path) -> None:
     assert launch is not None and launch["pid"] == 42 and launch["instance"] == "box"
     assert db.ticks("r1")["T01"].note == "same budget"
     assert db.launch("other") is None
+
+
+async def test_meter_samples_are_stored_at_most_every_30_seconds(project_dir: Path) -> None:
+    from helpers import INSTANCE
+    from remote_gpu_trainer.services.session import Session
+
+    clock = FixedClock(FIXED_NOW)
+    session = Session.open(str(project_dir), clock=clock)
+    await session.create_instance(INSTANCE)
+    await session.overview()
+    clock.advance(seconds=10)
+    await session.overview()
+    assert session.db.meter_sample_count(INSTANCE) == 1
+    clock.advance(seconds=25)
+    overview = await session.overview()
+    assert session.db.meter_sample_count(INSTANCE) == 2
+    instance = overview.instance(INSTANCE)
+    assert instance is not None and abs(instance.cost_so_far - 0.89 * 35 / 3600) < 1e-9
+    session.close()

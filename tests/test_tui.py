@@ -65,7 +65,8 @@ async def test_teardown_only_after_verify_and_typed_id(project_dir: Path) -> Non
 
         await pilot.press("t")
         await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
-        await pilot.click("#confirm-id")
+        await pilot.press("shift+tab")  # from Cancel back to the id field
+        assert app.focused is not None and app.focused.id == "confirm-id"
         await pilot.press(*"wrong-id")
         assert app.screen.query_one("#confirm", Button).disabled
         await pilot.press("enter")
@@ -78,11 +79,11 @@ async def test_teardown_only_after_verify_and_typed_id(project_dir: Path) -> Non
         await pilot.press("t")
         await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
         plan_id = app.screen.plan.provider_id  # type: ignore[attr-defined]
-        await pilot.click("#confirm-id")
+        await pilot.press("shift+tab")
         await pilot.press(*plan_id)
         assert app.screen.query_one("#confirm-id", Input).value == plan_id
         assert not app.screen.query_one("#confirm", Button).disabled
-        await pilot.click("#confirm")
+        await pilot.press("enter")
         await wait_until(pilot, lambda: not disk.exists())
         await wait_until(pilot, lambda: dashboard(app).overview is not None and
                          dashboard(app).overview.instance(INSTANCE).state == "terminated")  # type: ignore[union-attr]
@@ -123,3 +124,24 @@ async def test_log_streams_and_filters(project_dir: Path) -> None:
         await pilot.press("escape")
         await wait_until(pilot, lambda: "cell seed1 complete" in panel.text())
     session.close()
+
+
+async def test_job_survives_the_tui_quitting(project_dir: Path) -> None:
+    from helpers import wait_for_liveness, write_project
+
+    write_project(project_dir, command="sleep 3 && echo slow-job-done")
+    session = Session.open(str(project_dir))
+    await session.create_instance(INSTANCE)
+    await session.launch(RUN)
+    app = RgtApp(session)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        await pilot.press("q")
+    session.close()
+    reopened = Session.open(str(project_dir))
+    assert (await reopened.run_state(RUN)).liveness.state == "running"
+    assert await wait_for_liveness(reopened, states=("finished", "dead")) == "dead"  # no artifacts: incomplete
+    assert (await reopened.run_state(RUN)).liveness.detail.startswith("incomplete")
+    log, _ = await reopened.tail_log(RUN, 0)
+    assert log.count(b"slow-job-done") == 2
+    reopened.close()

@@ -26,6 +26,7 @@ from .meter import accrue
 from .overview import CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
 
 PROVIDER_TIMEOUT_S = 20.0
+METER_SAMPLE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,10 @@ class Session:
         )
 
     def _sample_meter(self, name: str, state: str, burn: float, total: float, estimate: bool) -> None:
-        self.db.add_meter_sample(name, state, burn, total, estimate)
+        """One stored sample per instance per METER_SAMPLE_S: the UI ticks every 2 s, the record needs less."""
+        last = self.db.last_meter_sample_at(name)
+        if last is None or (self.clock() - last).total_seconds() >= METER_SAMPLE_S:
+            self.db.add_meter_sample(name, state, burn, total, estimate)
 
     def _run_view(self, run_id: str, state: RunState, statuses: dict[str, InstanceStatus]) -> RunView:
         run = self.run_config(run_id)
