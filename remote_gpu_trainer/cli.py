@@ -12,15 +12,19 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .clock import report_now
 from .errors import EXIT_FAILED, EXIT_OK, ConfigError, GateRefused, RgtError, VerbFailed
 from .formatting import pull_progress_line
 from .services.evidence import PullProgress
+
+if TYPE_CHECKING:
+    from .services.session import Session
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events")
 
@@ -129,32 +133,28 @@ def _verb(verb: str, argv: list[str]) -> int:
         session.close()
 
 
-def _with_session(project: str | None, action: object) -> int:
+def _with_session(project: str | None, action: Callable[[Session], int]) -> int:
     from .services.session import Session
 
     session = Session.open(project)
     try:
-        return int(action(session))  # type: ignore[operator]
+        return action(session)
     finally:
         session.close()
 
 
-def _tick(session: object, run_id: str, item: str, status: str, note: str) -> int:
+def _tick(session: Session, run_id: str, item: str, status: str, note: str) -> int:
     from .services import checklist
-    from .services.session import Session
 
-    assert isinstance(session, Session)
     session.run_config(run_id)
     checklist.set_tick(session.db, run_id, item, status, note)
     print(f"{item}: {status}")
     return EXIT_OK
 
 
-def _events(session: object, run_id: str | None) -> int:
+def _events(session: Session, run_id: str | None) -> int:
     """The append-only event log: every approval and cost-affecting action, with what the screen said."""
-    from .services.session import Session
 
-    assert isinstance(session, Session)
     for event in session.db.events(run_id=run_id):
         where = " ".join(part for part in (event.instance, event.run_id) if part)
         print(f"{event.seq:>5} {event.at.isoformat()} {event.kind:<10} {event.actor:<5} {where:<16} {event.summary}")
@@ -165,11 +165,9 @@ def _events(session: object, run_id: str | None) -> int:
     return EXIT_OK
 
 
-async def _headless(session: object, verb: str, args: argparse.Namespace) -> int:
+async def _headless(session: Session, verb: str, args: argparse.Namespace) -> int:
     from .services import teardown
-    from .services.session import Session
 
-    assert isinstance(session, Session)
     run = session.run_config(args.run)
     if verb == "up":
         status = await session.create_instance(run.instance, actor="cli")
@@ -212,11 +210,9 @@ async def _headless(session: object, verb: str, args: argparse.Namespace) -> int
     raise ConfigError(f"unknown verb {verb!r}")
 
 
-async def _watch(session: object, run_id: str, once: bool, interval: float) -> int:
+async def _watch(session: Session, run_id: str, once: bool, interval: float) -> int:
     from .clock import iso_z
-    from .services.session import Session
 
-    assert isinstance(session, Session)
     last: tuple[str, str] | None = None
     while True:
         state = await session.run_state(run_id)
@@ -293,12 +289,10 @@ def _demo(folder: Path, no_tui: bool, quick: bool) -> int:
     return _tui(str(target), read_only=False)
 
 
-async def _start_demo(session: object) -> None:
+async def _start_demo(session: Session) -> None:
     """Rent the sim box and launch the run, unless it already ran: re-opening re-attaches instead."""
     from .services.project_files import DEMO_INSTANCE, DEMO_RUN
-    from .services.session import Session
 
-    assert isinstance(session, Session)
     status = await session.instance_status(DEMO_INSTANCE)
     if status.state == "terminated":
         return
