@@ -185,9 +185,9 @@ class Model:
         self.verified = False
 
     def gate_should_open(self) -> bool:
-        """Verified since the last damage; the latest approval names this instance and was typed after
+        """Verified since the last damage, no extra file present; the latest approval names this instance and was typed after
         that verification (approvals are stamped in whole seconds, so its own second counts)."""
-        return (self.verified and self.approval is not None and self.approval.instance_id == INSTANCE_ID
+        return (self.verified and not self.extra and self.approval is not None and self.approval.instance_id == INSTANCE_ID
                 and self.verified_second is not None and self.approval.at >= self.verified_second)
 
 
@@ -261,8 +261,7 @@ def apply(world: World, model: Model, op: str, index: int) -> None:
         extra.parent.mkdir(parents=True, exist_ok=True)
         extra.write_text("not from the box")
         later(extra)
-        model.extra = True
-        model.damage()
+        model.extra = True  # closes the gate while present; removing it restores the verified state
     elif op == "unextra" and model.extra:
         extra.unlink()
         model.extra = False
@@ -280,7 +279,7 @@ OPS = ["pull", "verify", "verify", "approve", "approve", "approve_wrong", "flip"
        "unextra", "unmark", "touch"]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(st.tuples(st.sampled_from(OPS), st.integers(0, 63)), min_size=1, max_size=14))
 def test_gate_opens_only_after_fresh_verification_and_the_right_approval(
         world: World, steps: list[tuple[str, int]]) -> None:

@@ -145,3 +145,31 @@ async def test_job_survives_the_tui_quitting(project_dir: Path) -> None:
     log, _ = await reopened.tail_log(RUN, 0)
     assert log.count(b"slow-job-done") == 2
     reopened.close()
+
+
+async def test_ticking_a_manual_checklist_item_needs_a_note(project_dir: Path) -> None:
+    from remote_gpu_trainer.screens.note import NoteScreen
+
+    session = Session.open(str(project_dir))
+    app = RgtApp(session)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        await pilot.press("4")
+        await pilot.press("down", "down", "down", "down")  # A01..A04 are automatic; T01 is the fifth row
+        await pilot.press("space")
+        await wait_until(pilot, lambda: isinstance(app.screen, NoteScreen))
+        await pilot.press("enter")  # an empty note is refused
+        await pilot.pause()
+        assert isinstance(app.screen, NoteScreen)
+        await pilot.press(*"same budget for all", "enter")
+        await wait_until(pilot, lambda: "T01" in session.db.ticks("r1"))
+        await wait_until(pilot, lambda: any(c.id == "T01" and c.status == "ticked"
+                                            for c in dashboard(app).current_run().checklist))  # type: ignore[union-attr]
+        assert "T01 ticked: same budget for all" in str(app.screen.query_one("#checklist-summary").render())
+        await pilot.press("up", "space")  # automatic items cannot be ticked
+        await pilot.pause()
+        assert not isinstance(app.screen, NoteScreen)
+    tick = session.db.ticks("r1")["T01"]
+    assert tick.status == "ticked" and tick.note == "same budget for all"
+    assert session.db.events(kind="checklist")[0].detail["note"] == "same budget for all"
+    session.close()

@@ -688,7 +688,7 @@ def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, 
             checkpoints: list[MarkerCheckpoint],
             report: Callable[[str], None] | None = None) -> VerifyResult:
     """Step 7 and the verification record: statuses per file, the marker only on full success."""
-    files = _file_statuses(manifest, errors, per_file)
+    files = _file_statuses(manifest, errors, per_file, checkpoints)
     marker_path: Path | None = None
     ok = not errors and manifest is not None
     if ok and manifest is not None:
@@ -712,17 +712,21 @@ def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, 
                         manifest_sha256=manifest.sha256 if manifest else None, marker=marker_path)
 
 
-def _file_statuses(manifest: Manifest | None, errors: list[Problem],
-                   per_file: dict[str, list[Problem]]) -> list[FileStatus]:
+def _file_statuses(manifest: Manifest | None, errors: list[Problem], per_file: dict[str, list[Problem]],
+                   checkpoints: Sequence[MarkerCheckpoint] = ()) -> list[FileStatus]:
+    """Each file's worst problem, or what passed: the load result for a checkpoint, the hash for the rest."""
     if manifest is None:
         return []
+    loads = {c.path: f"loads: {c.format} · {c.tensors} tensors · {c.elements:,} values · key {c.state_key}"
+             for c in checkpoints}
     statuses: list[FileStatus] = []
     for entry in manifest.files:
         problems = per_file.get(entry.path, [])
         worst = min(problems, key=lambda p: _STATUS_RANK[_status_of(p.code)], default=None)
         status = _status_of(worst.code) if worst is not None else "verified"
+        passed = loads.get(entry.path, "size and sha256 match")
         statuses.append(FileStatus(entry.path, entry.bytes, entry.sha256, status,
-                                   worst.detail if worst is not None else ""))
+                                   worst.detail if worst is not None else passed))
     for problem in errors:
         if problem.code == "required_missing":
             statuses.append(FileStatus(problem.path, 0, "", "missing", problem.detail))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
@@ -11,6 +12,11 @@ from .glyphs import badge, short_hash, size
 
 
 class CheckpointsPanel(Vertical):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.run: RunView | None = None
+        self.summary = ""
+
     def compose(self) -> ComposeResult:
         table: DataTable[object] = DataTable(id="checkpoints", cursor_type="row")
         table.add_columns("status", "file", "size", "sha256", "load / detail")
@@ -18,7 +24,9 @@ class CheckpointsPanel(Vertical):
         yield Static("", id="checkpoint-summary")
 
     def show(self, run: RunView | None) -> None:
+        self.run = run
         table = self.query_one("#checkpoints", DataTable)
+        cursor = table.cursor_row
         table.clear()
         summary = self.query_one("#checkpoint-summary", Static)
         if run is None:
@@ -28,6 +36,15 @@ class CheckpointsPanel(Vertical):
             table.add_row(badge(c.status), c.path, size(c.bytes), short_hash(c.sha256), c.detail, key=c.path)
         verified = sum(1 for c in run.checkpoints if c.status == "verified")
         if not run.checkpoints:
-            summary.update(f"{run.evidence_state} · no manifest yet: p pulls once the job finished")
+            self.summary = f"{run.evidence_state} · no manifest yet: p pulls once the job finished"
         else:
-            summary.update(f"{run.evidence_state} · {verified}/{len(run.checkpoints)} verified · p pull · v verify")
+            self.summary = f"{run.evidence_state} · {verified}/{len(run.checkpoints)} verified · p pull · v verify"
+            table.move_cursor(row=min(cursor, len(run.checkpoints) - 1))
+        summary.update(self.summary)
+
+    @on(DataTable.RowHighlighted, "#checkpoints")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """The highlighted file's full result under the table, when the focus is here."""
+        row = next((c for c in self.run.checkpoints if c.path == event.row_key.value), None) if self.run else None
+        if row is not None and self.query_one("#checkpoints", DataTable).has_focus:
+            self.query_one("#checkpoint-summary", Static).update(f"{row.path}: {row.status} · {row.detail}")
