@@ -144,3 +144,21 @@ async def test_report_json_has_the_contract_keys(project_dir: Path) -> None:
     assert {"id", "title", "status", "note"} == set(run["checklist"][0])
     assert data["instances"][0]["state"] == "running" and data["instances"][0]["price_source"] == "profile"
     session.close()
+
+
+async def test_a_changed_manifest_on_the_box_refuses_at_call_time(project_dir: Path) -> None:
+    """G2 re-reads the box's manifest right before the call: evidence for other bytes never counts."""
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    await session.pull(RUN)
+    assert (await session.verify(RUN)).ok
+    plan = await teardown.plan(session, INSTANCE)
+    assert plan.gate_open
+    remote = project_dir / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt" / RUN / "PULL_MANIFEST.json"
+    remote.write_text(remote.read_text().replace('"files"', '"files" ', 1))
+    with pytest.raises(GateRefused, match="on the box differs"):
+        await teardown.execute(session, INSTANCE, plan.provider_id, plan.lines)
+    assert (project_dir / ".rgt" / "sim" / INSTANCE).is_dir()
+    assert session.db.events(kind="refused")[-1].detail["reasons"] == [
+        "the PULL_MANIFEST.json on the box differs from the local one"]
+    session.close()

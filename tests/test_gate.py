@@ -185,9 +185,11 @@ class Model:
         self.verified = False
 
     def gate_should_open(self) -> bool:
-        """Verified since the last damage, no extra file present; the latest approval names this instance and was typed after
-        that verification (approvals are stamped in whole seconds, so its own second counts)."""
-        return (self.verified and not self.extra and self.approval is not None and self.approval.instance_id == INSTANCE_ID
+        """Verified since the last damage, no extra file present; the latest approval names this instance
+        and was typed after that verification (approvals are stamped in whole seconds, so its own second
+        counts)."""
+        return (self.verified and not self.extra and self.approval is not None
+                and self.approval.instance_id == INSTANCE_ID
                 and self.verified_second is not None and self.approval.at >= self.verified_second)
 
 

@@ -117,8 +117,10 @@ async def execute(session: Session, instance_name: str, typed_id: str, shown: li
     approval = Approval(instance_id=typed_id.strip(), at=approval_event.at)
     reasons = []
     for run_id in current.runs:
-        inputs = evidence.gather_gate_inputs(session.project, session.run_config(run_id), session.db,
-                                             current.provider_id, approval)
+        run = session.run_config(run_id)
+        remote_sha = await evidence.remote_manifest_sha256(session.transport(run.instance), run)
+        inputs = evidence.gather_gate_inputs(session.project, run, session.db, current.provider_id, approval,
+                                             remote_manifest_sha256=remote_sha, remote_checked=remote_sha is not None)
         decision = evaluate_gate(inputs)
         reasons.extend(decision.reasons)
     if reasons:
