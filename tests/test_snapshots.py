@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Input
+from textual.widgets import DataTable, Input
 
 from helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liveness, write_project
 from remote_gpu_trainer.app import RgtApp
@@ -39,17 +39,26 @@ def finished_session(root: Path, verified: bool) -> Session:
     return session
 
 
+def still_app(session: Session) -> RgtApp:
+    """The app without animations: a tab underline caught mid-slide would differ from run to run."""
+    app = RgtApp(session)
+    app.animation_level = "none"
+    return app
+
+
 async def settle(pilot: Pilot[None]) -> None:
     """Wait for the first overview and the whole log, then let the screen redraw."""
     app = pilot.app
     for _ in range(400):
         screen = app.screen_stack[-1] if len(app.screen_stack) > 1 else None
         if isinstance(screen, DashboardScreen) and screen.overview is not None and \
-                "exited 0" in screen.query_one(LogPanel).text().split("seed1")[-1]:
-            break
+                "exited 0" in screen.query_one(LogPanel).text().split("seed1")[-1] and \
+                not any(table._require_update_dimensions for table in screen.query(DataTable)):
+            break  # DataTable sizes its columns when idle; under load that can come after the first paint
         await pilot.pause(0.05)
     else:
         raise AssertionError("dashboard never settled")
+    await pilot.wait_for_scheduled_animations()
     await pilot.pause()
 
 
@@ -71,7 +80,7 @@ def before(*keys: str, then: Callable[[Pilot[None]], Awaitable[None]] | None = N
 def test_dashboard_gate_closed(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
     """[gate closed] the run finished, nothing pulled: teardown greyed with its reasons."""
     session = finished_session(tmp_path / "p", verified=False)
-    assert snap_compare(RgtApp(session), terminal_size=size, run_before=before())
+    assert snap_compare(still_app(session), terminal_size=size, run_before=before())
     session.close()
 
 
@@ -79,14 +88,14 @@ def test_dashboard_gate_closed(snap_compare: Any, tmp_path: Path, size: tuple[in
 def test_dashboard_gate_open(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
     """[gate open] pulled and verified: every checkpoint verified, the teardown control enabled."""
     session = finished_session(tmp_path / "p", verified=True)
-    assert snap_compare(RgtApp(session), terminal_size=size, run_before=before())
+    assert snap_compare(still_app(session), terminal_size=size, run_before=before())
     session.close()
 
 
 def test_checkpoints_tab_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
     """[checkpoints tab] number keys switch panels on a narrow terminal."""
     session = finished_session(tmp_path / "p", verified=True)
-    assert snap_compare(RgtApp(session), terminal_size=(80, 24), run_before=before("2"))
+    assert snap_compare(still_app(session), terminal_size=(80, 24), run_before=before("2"))
     session.close()
 
 
@@ -106,6 +115,6 @@ def test_teardown_modal_id_typed(snap_compare: Any, tmp_path: Path) -> None:
         field.focus()
         await pilot.press(*screen.plan.provider_id)
 
-    assert snap_compare(RgtApp(session), terminal_size=(100, 32), run_before=before("t", then=type_id))
+    assert snap_compare(still_app(session), terminal_size=(100, 32), run_before=before("t", then=type_id))
     assert (tmp_path / "p" / ".rgt" / "sim" / INSTANCE).is_dir()
     session.close()

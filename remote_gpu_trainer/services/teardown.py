@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..audits.gate import Approval, evaluate_gate
 from ..audits.manifest import is_checkpoint
 from ..errors import GateRefused, RgtError
+from ..formatting import short_hash, size
 from ..providers.base import InstanceStatus
 from . import evidence
 from .meter import accrue
@@ -94,8 +95,11 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
         verified = [f for f in files if f.status == "verified"]
         lines.append(f"Verified here: run {run_id}: {len(verified)}/{len(files)} files verified in runs/{run_id}/")
         globs = session.run_config(run_id).checkpoint_globs
-        for f in [f for f in verified if is_checkpoint(f.path, globs)][:MAX_LISTED]:
-            lines.append(f"  {f.path}  {f.bytes} B  sha256 {(f.sha256 or '')[:8]}…{(f.sha256 or '')[-4:]}")
+        checkpoints = [f for f in verified if is_checkpoint(f.path, globs)]
+        for f in checkpoints[:MAX_LISTED]:
+            lines.append(f"  {f.path}  {size(f.bytes)}  sha256 {short_hash(f.sha256)}")
+        if len(checkpoints) > MAX_LISTED:
+            lines.append(f"  … and {len(checkpoints) - MAX_LISTED} more verified checkpoint(s)")
     return lines
 
 

@@ -9,6 +9,7 @@ from textual.widgets import DataTable, Static
 
 from ..services.overview import RunView
 from .glyphs import badge
+from .stable_table import StableTable
 
 HINT = "space: tick / untick a manual item (a note is required)"
 
@@ -19,23 +20,18 @@ class ChecklistPanel(Vertical):
         self.run: RunView | None = None
 
     def compose(self) -> ComposeResult:
-        table: DataTable[object] = DataTable(id="checklist", cursor_type="row")
+        table = StableTable(id="checklist", cursor_type="row")
         table.add_columns("status", "item", "note")
         yield table
         yield Static(HINT, id="checklist-summary")
 
     def show(self, run: RunView | None) -> None:
         self.run = run
-        table = self.query_one("#checklist", DataTable)
-        cursor = table.cursor_row
-        table.clear()
-        if run is None:
-            return
-        for item in run.checklist:
-            kind = "auto" if item.kind == "auto" else "tick"
-            table.add_row(badge(item.status), f"{item.id} [{kind}] {item.title}", item.note, key=item.id)
-        if run.checklist:
-            table.move_cursor(row=min(cursor, len(run.checklist) - 1))
+        table = self.query_one("#checklist", StableTable)
+        rows = [(item.id, (badge(item.status), f"{item.id} [{item.kind}] {item.title}", item.note))
+                for item in (run.checklist if run else ())]
+        if not table.fill(rows) and table.row_count:
+            self._describe(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
 
     def highlighted_item(self) -> str | None:
         table = self.query_one("#checklist", DataTable)
@@ -46,7 +42,10 @@ class ChecklistPanel(Vertical):
 
     @on(DataTable.RowHighlighted, "#checklist")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._describe(event.row_key.value)
+
+    def _describe(self, item_id: str | None) -> None:
         """The highlighted item's answer or note, in full, under the table: narrow screens cut the column."""
-        item = next((c for c in self.run.checklist if c.id == event.row_key.value), None) if self.run else None
+        item = next((c for c in self.run.checklist if c.id == item_id), None) if self.run else None
         text = f"{item.id} {item.status}: {item.note or item.title}" if item else HINT
         self.query_one("#checklist-summary", Static).update(text)

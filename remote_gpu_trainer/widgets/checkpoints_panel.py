@@ -9,6 +9,7 @@ from textual.widgets import DataTable, Static
 
 from ..services.overview import RunView
 from .glyphs import badge, short_hash, size
+from .stable_table import StableTable
 
 
 class CheckpointsPanel(Vertical):
@@ -18,28 +19,25 @@ class CheckpointsPanel(Vertical):
         self.summary = ""
 
     def compose(self) -> ComposeResult:
-        table: DataTable[object] = DataTable(id="checkpoints", cursor_type="row")
+        table = StableTable(id="checkpoints", cursor_type="row")
         table.add_columns("status", "file", "size", "sha256", "load / detail")
         yield table
         yield Static("", id="checkpoint-summary")
 
     def show(self, run: RunView | None) -> None:
         self.run = run
-        table = self.query_one("#checkpoints", DataTable)
-        cursor = table.cursor_row
-        table.clear()
+        table = self.query_one("#checkpoints", StableTable)
         summary = self.query_one("#checkpoint-summary", Static)
         if run is None:
             summary.update("no run")
             return
-        for c in run.checkpoints:
-            table.add_row(badge(c.status), c.path, size(c.bytes), short_hash(c.sha256), c.detail, key=c.path)
+        table.fill([(c.path, (badge(c.status), c.path, size(c.bytes), short_hash(c.sha256), c.detail))
+                    for c in run.checkpoints])
         verified = sum(1 for c in run.checkpoints if c.status == "verified")
         if not run.checkpoints:
             self.summary = f"{run.evidence_state} · no manifest yet: p pulls once the job finished"
         else:
             self.summary = f"{run.evidence_state} · {verified}/{len(run.checkpoints)} verified · p pull · v verify"
-            table.move_cursor(row=min(cursor, len(run.checkpoints) - 1))
         summary.update(self.summary)
 
     @on(DataTable.RowHighlighted, "#checkpoints")

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, DataTable, Static
+from textual.widgets import Button, Static
 
 from ..services.overview import Overview
 from .glyphs import badge, money
+from .stable_table import StableTable
 
 
 class InstancesPanel(Vertical):
     def compose(self) -> ComposeResult:
-        table: DataTable[object] = DataTable(id="instances", cursor_type="row", zebra_stripes=False)
+        table = StableTable(id="instances", cursor_type="row")
         table.add_columns("instance", "state", "price/h", "source", "spent", "burn/h", "facts")
         yield table
         yield Static("", id="meter-summary")
@@ -21,13 +22,13 @@ class InstancesPanel(Vertical):
             yield Button("Terminate… (t)", id="teardown", variant="error", disabled=True)
 
     def show(self, overview: Overview, run_id: str | None, read_only: bool) -> None:
-        table = self.query_one("#instances", DataTable)
-        table.clear()
+        rows = []
         for i in overview.instances:
             facts = f"{i.verified_month}{' ▲STALE' if i.stale else ''}"
             spent = money(i.cost_so_far) + ("~" if i.estimate else "")
-            table.add_row(f"{i.name} ({i.provider})", badge(i.state), money(i.price_per_hour), i.price_source,
-                          spent, money(i.burn_per_hour), facts, key=i.name)
+            rows.append((i.name, (f"{i.name} ({i.provider})", badge(i.state), money(i.price_per_hour),
+                                  i.price_source, spent, money(i.burn_per_hour), facts)))
+        self.query_one("#instances", StableTable).fill(rows)
         run = overview.run(run_id) if run_id else None
         summary = self.query_one("#meter-summary", Static)
         if run is not None:

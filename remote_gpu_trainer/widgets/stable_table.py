@@ -1,0 +1,34 @@
+"""A DataTable that is refilled only when its rows changed, keeping the cursor where the user left it.
+
+The dashboard refreshes every two seconds; rebuilding unchanged tables would reset column widths until the
+next idle moment and make the screen flicker under load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+Row = tuple[str, Sequence[str | Text]]
+
+
+class StableTable(DataTable[object]):
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._signature: list[tuple[str, tuple[str, ...]]] | None = None
+
+    def fill(self, rows: Sequence[Row]) -> bool:
+        """Replace the rows (key, cells) unless they equal what is shown; returns whether anything changed."""
+        signature = [(key, tuple(str(cell) for cell in cells)) for key, cells in rows]
+        if signature == self._signature:
+            return False
+        self._signature = signature
+        cursor = self.cursor_row
+        self.clear()
+        for key, cells in rows:
+            self.add_row(*cells, key=key)
+        if rows:
+            self.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
+        return True
