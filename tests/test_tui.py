@@ -173,3 +173,36 @@ async def test_ticking_a_manual_checklist_item_needs_a_note(project_dir: Path) -
     assert tick.status == "ticked" and tick.note == "same budget for all"
     assert session.db.events(kind="checklist")[0].detail["note"] == "same budget for all"
     session.close()
+
+
+async def test_stop_is_a_plain_confirmation_and_the_disk_keeps_billing(project_dir: Path) -> None:
+    from helpers import write_project
+
+    from remote_gpu_trainer.screens.confirm import ConfirmScreen
+
+    write_project(project_dir, command="sleep 60")
+    session = Session.open(str(project_dir))
+    await session.create_instance(INSTANCE)
+    await session.launch(RUN)
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        await pilot.press("s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert app.focused is not None and app.focused.id == "no"
+        lines = str(app.screen.query_one("#confirm-lines").render())
+        assert "the disk keeps billing at the storage price" in lines
+        await pilot.press("enter")  # Enter on Cancel does nothing
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert (await session.instance_status(INSTANCE)).state == "running"
+        await pilot.press("s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("right", "enter")
+        await wait_until(pilot, lambda: dashboard(app).overview is not None and
+                         dashboard(app).overview.instance(INSTANCE).state == "stopped")  # type: ignore[union-attr]
+        instance = dashboard(app).overview.instance(INSTANCE)  # type: ignore[union-attr]
+        assert instance is not None and instance.burn_per_hour == 0.02 and instance.billing == "storage only"
+    approval = [e for e in session.db.events(kind="approval") if "stop" in e.summary]
+    assert len(approval) == 1 and approval[0].detail["gated"] is False
+    assert (await session.run_state(RUN)).liveness.state == "dead"  # powering off killed the job
+    session.close()

@@ -23,6 +23,7 @@ from ..widgets.checklist_panel import ChecklistPanel
 from ..widgets.checkpoints_panel import CheckpointsPanel
 from ..widgets.instances_panel import InstancesPanel
 from ..widgets.log_panel import LogPanel
+from .confirm import ConfirmScreen
 from .note import NoteScreen
 from .teardown import TeardownScreen
 
@@ -41,6 +42,7 @@ class DashboardScreen(Screen[None]):
         Binding("p", "pull", "Pull"),
         Binding("v", "verify", "Verify"),
         Binding("t", "teardown", "Teardown"),
+        Binding("s", "stop", "Stop", show=False),
         Binding("slash", "filter", "Filter"),
         Binding("f", "follow", "Follow", show=False),
         Binding("r", "refresh", "Refresh", show=False),
@@ -151,11 +153,14 @@ class DashboardScreen(Screen[None]):
 
     # -- actions -----------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("teardown", "stop") and self.rgt.session.read_only:
+            return False
+        run = self.current_run()
         if action == "teardown":
-            if self.rgt.session.read_only:
-                return False
-            run = self.current_run()
             return True if run is not None and run.gate.open else None
+        if action == "stop":
+            has_stop = run is not None and self.rgt.session.profile(run.instance).action("stop") is not None
+            return True if has_stop else None
         return True
 
     def action_panel(self, index: int) -> None:
@@ -255,6 +260,29 @@ class DashboardScreen(Screen[None]):
             self.notify(f"teardown failed: {exc}", severity="error", timeout=15)
         else:
             self.notify(result.message, severity="information" if result.confirmed else "warning", timeout=15)
+        self.refresh_overview()
+
+    @work(group="teardown", exclusive=True)
+    async def action_stop(self) -> None:
+        """Stop keeps the disk: a reversible action gets a plain confirmation that lists what still bills."""
+        run = self.current_run()
+        if run is None or self.rgt.session.read_only:
+            return
+        plan = await teardown.plan(self.rgt.session, run.instance, "stop")
+        if plan.gated or not plan.gate_open:
+            reasons = "; ".join(plan.reasons[:2]) or "it destroys data: use t"
+            self.notify(f"stop not available: {reasons}", severity="warning", timeout=10)
+            return
+        title = f"{plan.action_label} {plan.provider_id} — reversible, storage keeps billing"
+        if not await self.app.push_screen_wait(ConfirmScreen(title, plan.lines, plan.action_label)):
+            self.notify("stop cancelled: nothing was done")
+            return
+        try:
+            result = await teardown.execute(self.rgt.session, run.instance, None, plan.lines, action_id="stop")
+        except RgtError as exc:
+            self.notify(f"stop failed: {exc}", severity="error", timeout=15)
+        else:
+            self.notify(result.message, timeout=10)
         self.refresh_overview()
 
     @work(group="tick", exclusive=True)

@@ -33,6 +33,7 @@ class TeardownPlan:
     action_id: str
     action_label: str
     runs: tuple[str, ...]
+    gated: bool  # irreversible or destroying: the full gate and the typed id; otherwise a plain confirmation
     gate_open: bool
     reasons: tuple[str, ...]
     lines: tuple[str, ...]
@@ -57,14 +58,16 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
         reasons.append(f"{profile.display_name} has no {action_id!r} action")
     if status.state in ("terminated", "unknown"):
         reasons.append(f"instance state is {status.state}: nothing to {action_id} until the provider says so")
-    for run_id in run_ids:
-        view = session.gate_view(run_id, status.provider_id)
-        prefix = f"{run_id}: " if len(run_ids) > 1 else ""
-        reasons.extend(prefix + reason for reason in view.reasons)
+    gated = action is None or action.needs_gate
+    if gated:
+        for run_id in run_ids:
+            view = session.gate_view(run_id, status.provider_id)
+            prefix = f"{run_id}: " if len(run_ids) > 1 else ""
+            reasons.extend(prefix + reason for reason in view.reasons)
     lines = describe(session, instance_name, status, action_id, run_ids)
     return TeardownPlan(
         instance=instance_name, provider_id=status.provider_id, action_id=action_id,
-        action_label=action.label if action else action_id, runs=run_ids, gate_open=not reasons,
+        action_label=action.label if action else action_id, runs=run_ids, gated=gated, gate_open=not reasons,
         reasons=tuple(reasons), lines=tuple(lines),
     )
 
@@ -103,32 +106,30 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
     return lines
 
 
-async def execute(session: Session, instance_name: str, typed_id: str, shown: list[str] | tuple[str, ...],
+async def execute(session: Session, instance_name: str, typed_id: str | None, shown: list[str] | tuple[str, ...],
                   *, actor: str = "user", action_id: str = "terminate") -> TeardownResult:
+    """Gated actions need the typed instance id and pass the gate twice; reversible ones a confirmation.
+
+    Either way the approval, with what the screen showed, is in the event log before the provider call.
+    """
     session.require_writable(f"{action_id} of {instance_name}")
+    typed = (typed_id or "").strip()
     current = await plan(session, instance_name, action_id)
     if not current.gate_open:
-        _refuse(session, current, list(current.reasons), typed_id, actor)
-    if typed_id.strip() != current.provider_id:
-        _refuse(session, current, [f"typed id {typed_id.strip()!r} does not match instance id "
-                                   f"{current.provider_id!r}"], typed_id, actor)
+        _refuse(session, current, list(current.reasons), typed, actor)
+    if current.gated and typed != current.provider_id:
+        _refuse(session, current, [f"typed id {typed!r} does not match instance id {current.provider_id!r}"],
+                typed, actor)
     approval_event = session.db.append_event(
         "approval", f"approved {action_id} of {instance_name} ({current.provider_id})",
         instance=instance_name, actor=actor,
-        detail={"action": action_id, "typed_id": typed_id.strip(), "shown": list(shown),
-                "runs": list(current.runs)},
+        detail={"action": action_id, "typed_id": typed, "shown": list(shown), "runs": list(current.runs),
+                "gated": current.gated},
     )
-    approval = Approval(instance_id=typed_id.strip(), at=approval_event.at)
-    reasons = []
-    for run_id in current.runs:
-        run = session.run_config(run_id)
-        remote_sha = await evidence.remote_manifest_sha256(session.transport(run.instance), run)
-        inputs = evidence.gather_gate_inputs(session.project, run, session.db, current.provider_id, approval,
-                                             remote_manifest_sha256=remote_sha, remote_checked=remote_sha is not None)
-        decision = evaluate_gate(inputs)
-        reasons.extend(decision.reasons)
-    if reasons:
-        _refuse(session, current, reasons, typed_id, actor)
+    if current.gated:
+        reasons = await _gate_with_approval(session, current, Approval(instance_id=typed, at=approval_event.at))
+        if reasons:
+            _refuse(session, current, reasons, typed, actor)
     session.db.append_event("action", f"{action_id} {instance_name} ({current.provider_id}) requested",
                             instance=instance_name, actor=actor, detail={"action": action_id})
     provider = session.provider(instance_name)
@@ -145,6 +146,18 @@ async def execute(session: Session, instance_name: str, typed_id: str, shown: li
                                 instance=instance_name, actor="rgt")
         raise
     return await _confirm(session, instance_name, action_id)
+
+
+async def _gate_with_approval(session: Session, current: TeardownPlan, approval: Approval) -> list[str]:
+    """The gate at call time, G2 included: the box's manifest is re-read now when the box answers."""
+    reasons: list[str] = []
+    for run_id in current.runs:
+        run = session.run_config(run_id)
+        remote_sha = await evidence.remote_manifest_sha256(session.transport(run.instance), run)
+        inputs = evidence.gather_gate_inputs(session.project, run, session.db, current.provider_id, approval,
+                                             remote_manifest_sha256=remote_sha, remote_checked=remote_sha is not None)
+        reasons.extend(evaluate_gate(inputs).reasons)
+    return reasons
 
 
 async def _confirm(session: Session, instance_name: str, action_id: str) -> TeardownResult:
