@@ -177,7 +177,6 @@ async def test_ticking_a_manual_checklist_item_needs_a_note(project_dir: Path) -
 
 async def test_stop_is_a_plain_confirmation_and_the_disk_keeps_billing(project_dir: Path) -> None:
     from helpers import write_project
-
     from remote_gpu_trainer.screens.confirm import ConfirmScreen
 
     write_project(project_dir, command="sleep 60")
