@@ -28,6 +28,9 @@ class RgtApp(App[None]):
     def on_mount(self) -> None:
         self.push_screen(DashboardScreen())
 
+    async def on_unmount(self) -> None:
+        await self.session.close_transports()
+
     def action_help(self) -> None:
         from .screens.help import HelpScreen  # Markdown is only loaded when help is first asked for
 

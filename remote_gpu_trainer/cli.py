@@ -24,6 +24,7 @@ from .formatting import pull_progress_line
 from .services.evidence import PullProgress
 
 if TYPE_CHECKING:
+    from .services.overview import Overview
     from .services.session import Session
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events")
@@ -128,7 +129,7 @@ def _verb(verb: str, argv: list[str]) -> int:
     project.run(args.run)  # an unknown run is refused before anything is created
     session = Session(project)
     try:
-        return asyncio.run(_headless(session, verb, args))
+        return asyncio.run(_headless_and_close(session, verb, args))
     finally:
         session.close()
 
@@ -163,6 +164,13 @@ def _events(session: Session, run_id: str | None) -> int:
         for reason in event.detail.get("reasons", []):
             print(f"{'':>6}✖ {reason}")
     return EXIT_OK
+
+
+async def _headless_and_close(session: Session, verb: str, args: argparse.Namespace) -> int:
+    try:
+        return await _headless(session, verb, args)
+    finally:
+        await session.close_transports()
 
 
 async def _headless(session: Session, verb: str, args: argparse.Namespace) -> int:
@@ -251,7 +259,7 @@ def _report(project: str | None, fmt: str, output: str | None, strict: bool) -> 
 
     session = Session.open(project, read_only=True)
     try:
-        overview = asyncio.run(session.overview())
+        overview = asyncio.run(_overview_and_close(session))
     finally:
         session.close()
     text = render(dataclasses.replace(overview, generated_at=report_now()), fmt)
@@ -270,6 +278,13 @@ def _report(project: str | None, fmt: str, output: str | None, strict: bool) -> 
     if strict and needs_attention(overview):
         return EXIT_FAILED
     return EXIT_OK
+
+
+async def _overview_and_close(session: Session) -> Overview:
+    try:
+        return await session.overview()
+    finally:
+        await session.close_transports()
 
 
 def _demo(folder: Path, no_tui: bool, quick: bool) -> int:

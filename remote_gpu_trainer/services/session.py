@@ -53,6 +53,15 @@ class Session:
     def close(self) -> None:
         self.db.close()
 
+    async def close_transports(self) -> None:
+        """Close connections to the far side (jobs keep running: they were launched detached)."""
+        transports, self._transports = list(self._transports.values()), {}
+        for transport in transports:
+            try:
+                await transport.close()
+            except (RgtError, OSError):
+                pass
+
     # -- plumbing ------------------------------------------------------------------------------------
     def instance(self, name: str) -> InstanceConfig:
         return self.project.instances[name]
