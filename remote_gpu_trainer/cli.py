@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .services.overview import Overview
     from .services.session import Session
 
-VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events")
+VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events", "trust")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,6 +99,12 @@ def _verb(verb: str, argv: list[str]) -> int:
         args = parser.parse_args(argv)
         print(_info(args.project))
         return EXIT_OK
+    if verb == "trust":
+        parser.add_argument("instance")
+        parser.add_argument("project", nargs="?")
+        parser.add_argument("--fingerprint", help="the SHA256 fingerprint you compared (non-interactive)")
+        args = parser.parse_args(argv)
+        return _with_session(args.project, lambda s: asyncio.run(_trust(s, args.instance, args.fingerprint)))
     if verb == "events":
         parser.add_argument("project", nargs="?")
         parser.add_argument("--run", help="only events of this run")
@@ -151,6 +157,33 @@ def _tick(session: Session, run_id: str, item: str, status: str, note: str) -> i
     checklist.set_tick(session.db, run_id, item, status, note)
     print(f"{item}: {status}")
     return EXIT_OK
+
+
+async def _trust(session: Session, name: str, fingerprint: str | None) -> int:
+    """Trust a first-contact host key: the user states the fingerprint they compared, or confirms at a tty."""
+    if name not in session.project.instances:
+        raise ConfigError(f"{session.project.file}: no instance named {name!r}")
+    try:
+        await session.instance_status(name)
+        presented = session.host_key_prompts.get(name)
+        if presented is None:
+            raise VerbFailed(f"{name}: no unknown host key to trust (already trusted, changed, or unreachable: "
+                             "see `rgt --report`)")
+        if fingerprint is None:
+            shown = f"{presented.key_type} {presented.fingerprint_sha256}"
+            if not sys.stdin.isatty():
+                raise ConfigError(f"{name} presents {shown}: compare it, then run "
+                                  f"`rgt trust {name} --fingerprint {presented.fingerprint_sha256}`")
+            answer = input(f"{name} ({presented.host}:{presented.port}) presents {shown}. Trust it? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("not trusted")
+                return EXIT_FAILED
+            fingerprint = presented.fingerprint_sha256
+        receipt = await session.trust_host_key(name, fingerprint, actor="cli")
+        print(f"trusted {receipt['key_type']} {receipt['fingerprint_sha256']} for {name}")
+        return EXIT_OK
+    finally:
+        await session.close_transports()
 
 
 def _events(session: Session, run_id: str | None) -> int:

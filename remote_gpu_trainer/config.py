@@ -34,7 +34,7 @@ _PROJECT_KEYS = {"name"}
 _INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour"}
 _RUN_KEYS = {
     "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
-    "checkpoint_globs", "state_keys", "allowed_globals", "python",
+    "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after",
 }
 
 
@@ -70,6 +70,7 @@ class RunConfig:
     state_keys: tuple[str, ...] = DEFAULT_STATE_KEYS
     allowed_globals: tuple[str, ...] = ()
     python: str = "python3"
+    stall_after: float = 900.0  # seconds of log silence (and no fresh checkpoint) before `stalled`
 
 
 @dataclass(frozen=True)
@@ -282,6 +283,8 @@ class _Validator:
             host = self._str(table, body, "host", required=False)
             ident = self._str(table, body, "id", required=False)
             api_base = self._str(table, body, "api_base", required=False)
+            if provider == "ssh" and host is None:
+                self.problem(table, None, 'provider "ssh" needs host = "alias" or "user@host[:port]"')
             if provider is not None:
                 result[name] = InstanceConfig(
                     name=name, provider=provider, host=host, id=ident, api_base=api_base,
@@ -343,6 +346,10 @@ class _Validator:
             if item.startswith("/") or ".." in Path(item).parts:
                 self.problem(table, "push", f"{item!r} must be a path relative to the project")
         python = self._str(table, body, "python", required=False) or "python3"
+        stall_after = body.get("stall_after", 900)
+        if isinstance(stall_after, bool) or not isinstance(stall_after, int | float) or stall_after <= 0:
+            self.problem(table, "stall_after", "must be a number of seconds > 0")
+            stall_after = 900
         if None in (instance, workdir, command, remote_root) or roster is None:
             return None
         assert instance is not None and workdir is not None and command is not None
@@ -354,7 +361,7 @@ class _Validator:
             checkpoint_globs=self._str_list(table, body, "checkpoint_globs") or DEFAULT_CHECKPOINT_GLOBS,
             state_keys=self._str_list(table, body, "state_keys") or DEFAULT_STATE_KEYS,
             allowed_globals=self._str_list(table, body, "allowed_globals") or (),
-            python=python,
+            python=python, stall_after=float(stall_after),
         )
 
     def _metric(self, table: tuple[str, ...], raw: Any) -> Metric | None:

@@ -29,7 +29,7 @@ def to_dict(overview: Overview) -> dict[str, Any]:
             {"name": i.name, "provider": i.provider, "id": i.id, "state": i.state, "gpu": i.gpu,
              "price_per_hour": i.price_per_hour, "price_source": i.price_source, "billing": i.billing,
              "cost_so_far": round(i.cost_so_far, 6), "verified_month": i.verified_month, "stale": i.stale,
-             "burn_per_hour": round(i.burn_per_hour, 6), "estimate": i.estimate}
+             "burn_per_hour": round(i.burn_per_hour, 6), "estimate": i.estimate, "note": i.note}
             for i in sorted(overview.instances, key=lambda i: i.name)
         ],
         "runs": [_run_dict(r) for r in sorted(overview.runs, key=lambda r: r.id)],

@@ -50,13 +50,13 @@ provider = "sim"
 [runs.{RUN}]
 instance = "{INSTANCE}"
 workdir = "/workspace/job"
-command = {_toml(command or copy_command())}
+command = {toml_string(command or copy_command())}
 log = "train.log"
 remote_root = "/workspace/rgt/{RUN}"
 roster = [{cells}]
 required = ["best.pth", "best_metrics.json"]
 metric = {{ name = "val_loss", direction = "min" }}
-python = {_toml(sys.executable)}
+python = {toml_string(sys.executable)}
 {extra_run}
 """
     path = root / "rgt.toml"
@@ -64,7 +64,7 @@ python = {_toml(sys.executable)}
     return path
 
 
-def _toml(value: str) -> str:
+def toml_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

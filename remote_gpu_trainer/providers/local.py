@@ -17,9 +17,12 @@ class LocalProvider:
     def __init__(self) -> None:
         self.profile: Profile = load_profile("local")
 
+    def provider_id(self, instance: InstanceConfig) -> str:
+        return instance.id or platform.node() or "localhost"
+
     async def get(self, instance: InstanceConfig) -> InstanceStatus:
         return InstanceStatus(
-            name=instance.name, provider=self.name, provider_id=instance.id or platform.node() or "localhost",
+            name=instance.name, provider=self.name, provider_id=self.provider_id(instance),
             state="running", gpu="local", price_per_hour=None, price_source="none",
         )
 
@@ -34,3 +37,6 @@ class LocalProvider:
 
     def transport(self, instance: InstanceConfig) -> LocalTransport:
         return LocalTransport(root=None)
+
+    async def close(self) -> None:
+        return None

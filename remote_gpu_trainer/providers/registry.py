@@ -9,8 +9,9 @@ from ..config import InstanceConfig
 from ..errors import ConfigError
 from .local import LocalProvider
 from .sim import SimProvider
+from .ssh import SSHProvider
 
-AnyProvider = LocalProvider | SimProvider
+AnyProvider = LocalProvider | SimProvider | SSHProvider
 
 
 def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_now) -> AnyProvider:
@@ -18,7 +19,9 @@ def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_n
         return SimProvider(state_dir / "sim", clock)
     if instance.provider == "local":
         return LocalProvider()
+    if instance.provider == "ssh":
+        return SSHProvider(state_dir, clock)
     raise ConfigError(
         f"instances.{instance.name}: provider {instance.provider!r} is not available in this version of rgt "
-        "(available: local, sim)"
+        "(available: local, sim, ssh)"
     )

@@ -104,6 +104,9 @@ class SimProvider:
     def transport(self, instance: InstanceConfig) -> LocalTransport:
         return LocalTransport(root=self.disk(instance))
 
+    async def close(self) -> None:
+        return None
+
     # -- helpers -------------------------------------------------------------------------------------
     def _require(self, instance: InstanceConfig) -> dict[str, Any]:
         record = self._read(instance)

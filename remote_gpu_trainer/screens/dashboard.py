@@ -60,6 +60,7 @@ class DashboardScreen(Screen[None]):
         self.run_id: str | None = None
         self.log_offset = 0
         self.busy: set[str] = set()
+        self.asked_host_keys: set[tuple[str, str]] = set()  # asked once per key per session
 
     @property
     def rgt(self) -> RgtApp:
@@ -116,6 +117,39 @@ class DashboardScreen(Screen[None]):
         if first and self.app.focused is None:
             self.query_one("#instances", DataTable).focus()
         self.refresh_bindings()
+        self.ask_host_keys()
+
+    def ask_host_keys(self) -> None:
+        for name, presented in self.rgt.session.host_key_prompts.items():
+            key = (name, presented.fingerprint_sha256)
+            if key not in self.asked_host_keys and not self.read_only_or_modal():
+                self.asked_host_keys.add(key)
+                self.trust_host_key(name, presented.host, presented.port, presented.key_type,
+                                    presented.fingerprint_sha256)
+                return
+
+    def read_only_or_modal(self) -> bool:
+        return self.app.screen is not self
+
+    @work(group="host-key", exclusive=True)
+    async def trust_host_key(self, name: str, host: str, port: int, key_type: str, fingerprint: str) -> None:
+        """First contact: show the fingerprint once and let the user decide; never trusted silently."""
+        lines = [
+            f"Instance {name} ({host}:{port}) presents a host key rgt has never seen:",
+            f"  {key_type}  {fingerprint}",
+            "Compare it with the provider's console (or `ssh-keygen -lf` of the box's host key).",
+            "Trusting records it in .rgt/known_hosts; your ~/.ssh/known_hosts is never written.",
+        ]
+        if not await self.app.push_screen_wait(ConfirmScreen(f"Unknown host key — {name}", lines, "Trust key")):
+            self.notify(f"{name}: host key not trusted; the box stays unknown", severity="warning")
+            return
+        try:
+            await self.rgt.session.trust_host_key(name, fingerprint)
+        except RgtError as exc:
+            self.notify(str(exc), severity="error", timeout=15)
+            return
+        self.notify(f"{name}: host key trusted ({fingerprint})")
+        self.refresh_overview()
 
     def current_run(self) -> RunView | None:
         if self.overview is None or self.run_id is None:

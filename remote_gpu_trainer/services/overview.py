@@ -29,6 +29,7 @@ class InstanceView:
     stale: bool
     currency: str = "USD"
     since_finished: float = 0.0
+    note: str = ""  # why the state is what it is, e.g. the transport error behind `unknown`
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from ..errors import RgtError, VerbFailed
 from ..profiles import Profile
 from ..providers.base import InstanceStatus, Transport
 from ..providers.registry import AnyProvider, provider_for
+from ..providers.transport_ssh import HostKeyUnknown, accept_host_key
 from ..state import Snapshot, StateDB
 from . import checklist, evidence, runner, watcher
 from .meter import accrue
@@ -44,6 +45,7 @@ class Session:
         self.read_only = read_only
         self.db = StateDB(project.state_db, clock)
         self._providers: dict[str, AnyProvider] = {}
+        self.host_key_prompts: dict[str, HostKeyUnknown] = {}  # instance -> the unknown key it presented
         self._transports: dict[str, Transport] = {}
 
     @classmethod
@@ -56,9 +58,10 @@ class Session:
     async def close_transports(self) -> None:
         """Close connections to the far side (jobs keep running: they were launched detached)."""
         transports, self._transports = list(self._transports.values()), {}
-        for transport in transports:
+        closers = [t.close for t in transports] + [p.close for p in self._providers.values()]
+        for close in closers:
             try:
-                await transport.close()
+                await close()
             except (RgtError, OSError):
                 pass
 
@@ -101,11 +104,33 @@ class Session:
                 price_source=last.price_source if last else "none",
                 storage_per_hour=last.storage_per_hour if last else None, detail={"error": str(exc)},
             )
+        unknown_key = status.detail.get("host_key_unknown")
+        if isinstance(unknown_key, HostKeyUnknown):
+            self.host_key_prompts[name] = unknown_key
+        else:
+            self.host_key_prompts.pop(name, None)
         if instance.price_per_hour is not None:
             status = InstanceStatus(**{**status.__dict__, "price_per_hour": instance.price_per_hour,
                                        "price_source": "user"})
         self.record_snapshot(status)
         return status
+
+    async def trust_host_key(self, name: str, fingerprint: str, actor: str = "user") -> dict[str, Any]:
+        """Trust on first use, once, by the user: the fingerprint they compared must be the one presented."""
+        await self.instance_status(name)
+        presented = self.host_key_prompts.get(name)
+        if presented is None:
+            raise RgtError(f"instances.{name}: no unknown host key to trust (already trusted, or unreachable)")
+        if fingerprint.strip() != presented.fingerprint_sha256:
+            raise RgtError(f"instances.{name}: the host presents {presented.fingerprint_sha256}, not "
+                           f"{fingerprint.strip()}: nothing was trusted")
+        receipt = accept_host_key(presented.known_hosts_file, presented.host, presented.port, presented.key,
+                                  instance_id=self.provider(name).provider_id(self.instance(name)),
+                                  now=self.clock())
+        self.db.append_event("host_key_trusted", f"trusted host key of {name}: {receipt['fingerprint_sha256']}",
+                             instance=name, actor=actor, detail=receipt)
+        self.host_key_prompts.pop(name, None)
+        return receipt
 
     def record_snapshot(self, status: InstanceStatus) -> None:
         last = self.db.last_snapshot(status.name)
@@ -151,7 +176,8 @@ class Session:
         except RgtError as exc:
             return RunState(Liveness("unknown", str(exc)), None)
         finished = datetime.fromtimestamp(probe.finished_at, UTC) if probe.finished_at else None
-        return RunState(classify(probe, launched=launch is not None), finished)
+        liveness = classify(probe, launched=launch is not None, t_log=run.stall_after, t_ckpt=2 * run.stall_after)
+        return RunState(liveness, finished)
 
     async def tail_log(self, run_id: str, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
         run = self.run_config(run_id)
@@ -210,7 +236,7 @@ class Session:
                 billing=billing_text(status), cost_so_far=reading.total, burn_per_hour=reading.burn_per_hour,
                 estimate=reading.estimate, verified_month=profile.oldest_verified(),
                 stale=profile.is_stale(now), currency=profile.pricing.currency,
-                since_finished=reading.since_finished,
+                since_finished=reading.since_finished, note=str(status.detail.get("error", ""))[:300],
             ))
             self._sample_meter(name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
         runs = [self._run_view(run_id, run_states[run_id], statuses) for run_id in sorted(self.project.runs)]

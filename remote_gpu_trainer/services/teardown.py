@@ -167,10 +167,12 @@ async def _confirm(session: Session, instance_name: str, action_id: str) -> Tear
     while True:
         status = await session.instance_status(instance_name)
         if status.state == wanted:
-            message = f"{instance_name} {wanted}, confirmed by the provider"
+            evidence = str(status.detail.get("evidence", "provider-confirmed"))
+            how = "recorded as user-attested" if evidence == "user-attested" else "confirmed by the provider"
+            message = f"{instance_name} {wanted}, {how}"
             session.db.append_event("torn_down" if wanted == "terminated" else "stopped", message,
                                     instance=instance_name, actor="rgt",
-                                    detail={"evidence": "provider-confirmed", "state": status.state})
+                                    detail={"evidence": evidence, "state": status.state})
             return TeardownResult(instance_name, status.state, True, message)
         if waited >= POLL_GIVE_UP_S:
             message = f"provider still lists {instance_name} as {status.state}: check the console"

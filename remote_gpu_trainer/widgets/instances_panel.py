@@ -35,8 +35,9 @@ class InstancesPanel(Vertical):
             instance = overview.instance(run.instance)
             since = f" · ${instance.since_finished:.2f} since the job finished" if instance and \
                 instance.since_finished > 0 else ""
+            note = f" · {instance.note}" if instance and instance.note else ""
             summary.update(f"id {instance.id if instance else '?'} · billing {instance.billing if instance else '?'}"
-                           f"{since}")
+                           f"{since}{note}")
         gate_status = self.query_one("#gate-status", Static)
         button = self.query_one("#teardown", Button)
         button.display = not read_only

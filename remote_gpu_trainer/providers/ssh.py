@@ -1,0 +1,91 @@
+"""`ssh`: any box reached over SSH. Instance = host; no control plane, so no price API and no terminate.
+
+State comes from reachability: `running` while the box answers, `unknown` when it does not (never
+`terminated`), and `terminated` only once the user attests, after the gate, that they ended it in the
+provider's console. The price per hour is whatever the user entered (price_source "user").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..clock import Clock, iso_offset, utc_now
+from ..config import InstanceConfig
+from ..errors import ConfigError, RgtError, TransportError
+from ..profiles import Profile, load_profile
+from .base import InstanceStatus
+from .transport_ssh import HostKeyUnknown, SSHPool, SSHSettings, SSHTransport
+
+REACH_TIMEOUT_S = 10.0
+
+
+class SSHProvider:
+    name = "ssh"
+
+    def __init__(self, state_dir: Path, clock: Clock = utc_now, settings: SSHSettings | None = None,
+                 pool: SSHPool | None = None) -> None:
+        self.state_dir = state_dir
+        self.clock = clock
+        self.settings = settings or SSHSettings(known_hosts_file=state_dir / "known_hosts")
+        self.pool = pool if pool is not None else SSHPool()
+        self.profile: Profile = load_profile("ssh")
+
+    def transport(self, instance: InstanceConfig) -> SSHTransport:
+        if not instance.host:
+            raise ConfigError(f"instances.{instance.name}: provider 'ssh' needs host = \"alias\" or \"user@host\"")
+        return SSHTransport(instance.host, self.settings, self.pool)
+
+    async def close(self) -> None:
+        """Close every connection this provider opened; detached jobs on the boxes live on."""
+        await self.pool.close_all()
+
+    def provider_id(self, instance: InstanceConfig) -> str:
+        return instance.id or instance.host or instance.name
+
+    # -- the user's attestation is the only teardown record ----------------------------------------------
+    def _record_path(self, instance: InstanceConfig) -> Path:
+        return self.state_dir / "ssh" / f"{instance.name}.json"
+
+    def _attested(self, instance: InstanceConfig) -> dict[str, Any] | None:
+        try:
+            return dict(json.loads(self._record_path(instance).read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            return None
+
+    async def get(self, instance: InstanceConfig) -> InstanceStatus:
+        attested = self._attested(instance)
+        if attested is not None:
+            return self._status(instance, "terminated", {"evidence": "user-attested", **attested})
+        try:
+            result = await self.transport(instance).run("true", timeout=REACH_TIMEOUT_S)
+        except HostKeyUnknown as exc:
+            return self._status(instance, "unknown", {"error": str(exc), "host_key_unknown": exc})
+        except (TransportError, OSError, TimeoutError) as exc:
+            return self._status(instance, "unknown", {"error": str(exc)})
+        return self._status(instance, "running" if result.rc == 0 else "unknown", {})
+
+    def _status(self, instance: InstanceConfig, state: str, detail: dict[str, Any]) -> InstanceStatus:
+        price = instance.price_per_hour
+        return InstanceStatus(
+            name=instance.name, provider=self.name, provider_id=self.provider_id(instance), state=state, gpu="?",
+            price_per_hour=price, price_source="user" if price is not None else "none", detail=detail,
+        )
+
+    async def list_instances(self) -> list[InstanceStatus]:
+        return []
+
+    async def stop(self, instance: InstanceConfig) -> None:
+        raise RgtError(f"{instance.name}: a generic SSH box has no stop rgt can call: use the provider's console")
+
+    async def terminate(self, instance: InstanceConfig) -> None:
+        """Called by the teardown service only after the gate and the typed id: records the attestation."""
+        path = self._record_path(instance)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"attested_at": iso_offset(self.clock()), "host": instance.host}
+        temp = path.with_name(f".{path.name}.tmp")
+        temp.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
+        os.replace(temp, path)
+        await self.transport(instance).close()
