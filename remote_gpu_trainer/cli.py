@@ -24,6 +24,7 @@ from .formatting import pull_progress_line
 from .services.evidence import PullProgress
 
 if TYPE_CHECKING:
+    from .audits.env_audit import AuditRow
     from .services.overview import Overview
     from .services.session import Session
 
@@ -124,6 +125,8 @@ def _verb(verb: str, argv: list[str]) -> int:
         parser.add_argument("--confirm", required=True, metavar="INSTANCE_ID",
                             help="the instance id, typed exactly: the approval for this teardown")
         parser.add_argument("--stop", action="store_true", help="stop (keeps the disk) instead of terminate")
+    if verb == "run":
+        parser.add_argument("--ack", metavar="NOTE", help="launch despite failed phase-0 rows; NOTE says why")
     if verb == "watch":
         parser.add_argument("--once", action="store_true")
         parser.add_argument("--interval", type=float, default=2.0)
@@ -211,9 +214,13 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
 
     run = session.run_config(args.run)
     if verb == "up":
-        status = await session.create_instance(run.instance, actor="cli")
+        provider = session.provider(run.instance)
+        status = (await session.create_instance(run.instance, actor="cli") if hasattr(provider, "create")
+                  else await session.instance_status(run.instance))
         print(f"{run.instance}: {status.state} ({status.provider_id})")
-        return EXIT_OK
+        rows = await session.env_audit(args.run, actor="cli")
+        _print_audit(rows)
+        return EXIT_FAILED if any(r.status == "fail" for r in rows) else EXIT_OK
     if verb == "push":
         session.require_writable("push")
         from .services.runner import push
@@ -222,6 +229,16 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
         print("\n".join(f"pushed {path}" for path in written) or "nothing to push")
         return EXIT_OK
     if verb == "run":
+        rows = await session.env_audit(args.run, actor="cli")
+        _print_audit(rows)
+        failed = [r for r in rows if r.status == "fail"]
+        if failed and not args.ack:
+            raise VerbFailed(f"phase-0 audit: {len(failed)} row(s) failed, first: {failed[0].check}: "
+                             f"{failed[0].detail}; fix it, or launch anyway with --ack \"why\"")
+        if failed:
+            session.db.append_event("env_ack", f"launched {args.run} despite {len(failed)} failed audit row(s)",
+                                    run_id=args.run, instance=run.instance, actor="cli",
+                                    detail={"note": args.ack, "rows": [r.check for r in failed]})
         detail = await session.launch(args.run, actor="cli")
         print(f"launched {args.run} on {run.instance}: pid {detail['pid']}, log {detail['log']}")
         return EXIT_OK
@@ -249,6 +266,12 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
         print(done.message)
         return EXIT_OK if done.confirmed else EXIT_FAILED
     raise ConfigError(f"unknown verb {verb!r}")
+
+
+def _print_audit(rows: Sequence[AuditRow]) -> None:
+    glyph = {"pass": "✔", "warn": "▲", "fail": "✖", "skipped": "·"}
+    for row in rows:
+        print(f"{glyph.get(row.status, '?')} {row.status:<7} {row.id:>2} {row.check:<22} {row.detail}")
 
 
 async def _watch(session: Session, run_id: str, once: bool, interval: float) -> int:
@@ -347,6 +370,7 @@ async def _start_demo(session: Session) -> None:
     if session.db.launch(DEMO_RUN) is not None:
         return
     await session.create_instance(DEMO_INSTANCE, actor="demo")
+    await session.env_audit(DEMO_RUN, actor="demo")  # shown in the checklist panel; the demo never blocks on it
     await session.launch(DEMO_RUN, actor="demo")
 
 

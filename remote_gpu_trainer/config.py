@@ -34,7 +34,7 @@ _PROJECT_KEYS = {"name"}
 _INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour"}
 _RUN_KEYS = {
     "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
-    "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after",
+    "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after", "gpus",
 }
 
 
@@ -71,6 +71,7 @@ class RunConfig:
     allowed_globals: tuple[str, ...] = ()
     python: str = "python3"
     stall_after: float = 900.0  # seconds of log silence (and no fresh checkpoint) before `stalled`
+    gpus: int = 0  # GPUs the run needs; 0 = a CPU run (the phase-0 audit checks the box has them)
 
 
 @dataclass(frozen=True)
@@ -346,6 +347,10 @@ class _Validator:
             if item.startswith("/") or ".." in Path(item).parts:
                 self.problem(table, "push", f"{item!r} must be a path relative to the project")
         python = self._str(table, body, "python", required=False) or "python3"
+        gpus = body.get("gpus", 0)
+        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
+            self.problem(table, "gpus", "must be a whole number >= 0")
+            gpus = 0
         stall_after = body.get("stall_after", 900)
         if isinstance(stall_after, bool) or not isinstance(stall_after, int | float) or stall_after <= 0:
             self.problem(table, "stall_after", "must be a number of seconds > 0")
@@ -361,7 +366,7 @@ class _Validator:
             checkpoint_globs=self._str_list(table, body, "checkpoint_globs") or DEFAULT_CHECKPOINT_GLOBS,
             state_keys=self._str_list(table, body, "state_keys") or DEFAULT_STATE_KEYS,
             allowed_globals=self._str_list(table, body, "allowed_globals") or (),
-            python=python, stall_after=float(stall_after),
+            python=python, stall_after=float(stall_after), gpus=gpus,
         )
 
     def _metric(self, table: tuple[str, ...], raw: Any) -> Metric | None:

@@ -78,6 +78,12 @@ class Profile:
         """Facts older than `stale_after_months` (or unstamped) are shown with a stale badge, never blocking."""
         return months_old(self.oldest_verified(), now) > self.stale_after_months
 
+    def durable_survives(self) -> bool | None:
+        """Whether the checkpoint tier outlives the full teardown (None when the profile does not say)."""
+        tier = self.raw.get("checkpoints", {}).get("durable_tier")
+        entry = next((s for s in self.storage if s.get("name") == tier), None)
+        return bool(entry["survives_destroy"]) if entry is not None and "survives_destroy" in entry else None
+
     def destroys_text(self, action: Action) -> list[str]:
         """Each destroyed tier with its path, so the modal names real places, not tier ids."""
         tiers = {str(s["name"]): s for s in self.storage}

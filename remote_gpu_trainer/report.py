@@ -55,6 +55,8 @@ def _run_dict(run: RunView) -> dict[str, Any]:
         ],
         "checklist": [{"id": c.id, "title": c.title, "status": c.status, "note": c.note} for c in run.checklist],
         "liveness_detail": run.liveness_detail,
+        "environment": [{"id": r.id, "check": r.check, "status": r.status, "detail": r.detail}
+                        for r in run.environment],
     }
 
 
@@ -109,6 +111,9 @@ def _text(o: Overview) -> str:
         if run.findings:
             out.append("  findings:")
             out.extend(f"    {f.severity:<5} {f.status:<6} {f.message}" for f in run.findings)
+        if run.environment:
+            out.append("  environment (phase-0 audit):")
+            out.extend(f"    [{r.status:<7}] {r.id:>2} {r.check:<22} {r.detail}" for r in run.environment)
         out.append("  checklist:")
         out.extend(f"    [{c.status:<14}] {c.id} {c.title}" + (f" — {c.note}" if c.note else "")
                    for c in run.checklist)
@@ -134,6 +139,9 @@ def _markdown(o: Overview) -> str:
         out += ["", "| status | path | size | sha256 | detail |", "|---|---|---:|---|---|"]
         out.extend(f"| {c.status} | {c.path} | {size(c.bytes)} | {short_hash(c.sha256)} | {c.detail} |"
                    for c in run.checkpoints)
+        if run.environment:
+            out += ["", "| environment | check | status | detail |", "|---:|---|---|---|"]
+            out.extend(f"| {r.id} | {r.check} | {r.status} | {r.detail} |" for r in run.environment)
         out += ["", "| checklist | item | status | note |", "|---|---|---|---|"]
         out.extend(f"| {c.id} | {c.title} | {c.status} | {c.note} |" for c in run.checklist)
     return "\n".join(out) + "\n"

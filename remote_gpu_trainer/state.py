@@ -91,6 +91,13 @@ CREATE TABLE IF NOT EXISTS launches (
     at TEXT NOT NULL,
     detail TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS audit_records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    rows TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS checklist (
     run_id TEXT NOT NULL,
     item_id TEXT NOT NULL,
@@ -327,6 +334,19 @@ class StateDB:
         detail = json.loads(row[2])
         detail.update({"instance": row[0], "at": row[1]})
         return dict(detail)
+
+    # -- audit records (phase-0 environment audit, ...) --------------------------------------------
+    def add_audit(self, run_id: str, kind: str, rows: list[dict[str, Any]]) -> None:
+        with self._tx() as conn:
+            conn.execute("INSERT INTO audit_records (at, run_id, kind, rows) VALUES (?, ?, ?, ?)",
+                         (self._now(), run_id, kind, json.dumps(rows, sort_keys=True)))
+
+    def last_audit(self, run_id: str, kind: str) -> tuple[datetime, list[dict[str, Any]]] | None:
+        row = self._conn.execute(
+            "SELECT at, rows FROM audit_records WHERE run_id = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
+            (run_id, kind),
+        ).fetchone()
+        return (parse_iso(row[0]), list(json.loads(row[1]))) if row else None
 
     # -- checklist -----------------------------------------------------------------------------
     def set_tick(self, run_id: str, item_id: str, status: str, note: str) -> None:

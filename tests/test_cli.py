@@ -198,3 +198,23 @@ def test_bad_local_manifest_or_symlink_fails_verify_in_one_line(project_dir: Pat
     assert not (local / "PULL_VERIFIED.json").exists()
     refused = rgt("down", RUN, "--confirm", "sim-box", cwd=project_dir)
     assert refused.returncode == 3
+
+
+def test_phase0_audit_rows_before_launch_and_a_failed_row_needs_an_ack(project_dir: Path) -> None:
+    config = project_dir / "rgt.toml"
+    config.write_text(config.read_text().replace('python = ', 'gpus = 1\npython = '))  # a CPU box cannot pass
+    up = rgt("up", RUN, cwd=project_dir)
+    assert up.returncode == 1  # the box is up, and the audit says it cannot run this job
+    assert "✖ fail     7 gpus" in up.stdout and "✔ pass     1 disk_bytes" in up.stdout
+    refused = rgt("run", RUN, cwd=project_dir)
+    assert refused.returncode == 1 and "phase-0 audit: 2 row(s) failed, first: gpus" in refused.stderr
+    assert not (project_dir / ".rgt" / "sim" / INSTANCE / "workspace" / "job" / ".rgt").exists()
+    launched = rgt("run", RUN, "--ack", "smoke test on a CPU box", cwd=project_dir)
+    assert launched.returncode == 0, launched.stderr
+    events = rgt("events", cwd=project_dir).stdout
+    assert "env_ack" in events and "despite 2 failed audit row" in events
+    report = json.loads(rgt("--report", "--format", "json", cwd=project_dir).stdout)
+    environment = {row["check"]: row for row in report["runs"][0]["environment"]}
+    assert environment["gpus"]["status"] == "fail" and environment["torch"]["status"] == "fail"
+    assert environment["checkpoints_survive"]["status"] == "warn"  # the sim disk dies with the box
+    assert len(report["runs"][0]["environment"]) == 16

@@ -33,7 +33,7 @@ class Terminal:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "ui")
 
-    def wait_for(self, text: str, timeout: float = 30.0) -> str:
+    def wait_for(self, text: str, timeout: float = 60.0) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             screen = self.screen()

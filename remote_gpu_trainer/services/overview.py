@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ..audits.env_audit import AuditRow
 from .checklist import ChecklistItem
 
 
@@ -71,6 +72,7 @@ class RunView:
     checklist: tuple[ChecklistItem, ...]
     log: str
     metric: str | None = None
+    environment: tuple[AuditRow, ...] = ()  # the last phase-0 audit of the run's instance
 
 
 @dataclass(frozen=True)

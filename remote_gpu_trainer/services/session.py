@@ -7,12 +7,15 @@ one place. A Session never imports Textual; long work is async and bounded by ti
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from ..audits.checklist import ChecklistFacts
+from ..audits.env_audit import AuditRow, RunRequirements, audit_environment, worst
 from ..audits.liveness import Liveness, classify
 from ..clock import Clock, utc_now
 from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file
@@ -23,6 +26,7 @@ from ..providers.registry import AnyProvider, provider_for
 from ..providers.transport_ssh import HostKeyUnknown, accept_host_key
 from ..state import Snapshot, StateDB
 from . import checklist, evidence, runner, watcher
+from .env_probe import run_env_probe
 from .meter import accrue
 from .overview import CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
 
@@ -161,6 +165,30 @@ class Session:
         return await self.instance_status(name)
 
     # -- runs ------------------------------------------------------------------------------------------
+    async def env_audit(self, run_id: str, actor: str = "user") -> list[AuditRow]:
+        """Phase 0 on the run's instance: one probe, sixteen rows, stored and logged (remote-ops.md §4)."""
+        run = self.run_config(run_id)
+        transport = self.transport(run.instance)
+        workdir, durable = transport.resolve(run.workdir), transport.resolve(run.remote_root)
+        made = await transport.run(f"mkdir -p {shlex.quote(workdir)} {shlex.quote(durable)}", timeout=30)
+        if made.rc != 0:
+            raise VerbFailed(f"cannot create {run.workdir} or {run.remote_root} on {run.instance}: "
+                             f"{made.error_text.strip()[:200]}")
+        facts = await run_env_probe(transport, scratch=run.workdir, durable=run.remote_root, python=run.python,
+                                    workdir=run.workdir)
+        rows = audit_environment(facts, RunRequirements(gpus=run.gpus,
+                                                        ckpt_tier_survives=self.profile(run.instance).durable_survives()))
+        self.db.add_audit(run_id, "env", [dataclasses.asdict(row) for row in rows])
+        counts = {status: sum(1 for r in rows if r.status == status) for status in ("fail", "warn", "pass")}
+        self.db.append_event("env_audit", f"environment audit of {run.instance} for {run_id}: worst "
+                             f"{worst(rows)} ({counts['fail']} fail, {counts['warn']} warn)", run_id=run_id,
+                             instance=run.instance, actor=actor, detail={"rows": [dataclasses.asdict(r) for r in rows]})
+        return rows
+
+    def last_env_audit(self, run_id: str) -> tuple[AuditRow, ...]:
+        record = self.db.last_audit(run_id, "env")
+        return tuple(AuditRow(**row) for row in record[1]) if record else ()
+
     async def launch(self, run_id: str, actor: str = "user") -> dict[str, Any]:
         self.require_writable("launching a run")
         run = self.run_config(run_id)
@@ -275,6 +303,7 @@ class Session:
                                              f.detail) for f in files),
             gate=gate, findings=findings, checklist=tuple(items), log=runner.log_path(run),
             metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
+            environment=self.last_env_audit(run_id),
         )
 
 

@@ -30,6 +30,8 @@ class ChecklistPanel(Vertical):
         table = self.query_one("#checklist", StableTable)
         rows = [(item.id, (badge(item.status), f"{item.id} [{item.kind}] {item.title}", item.note))
                 for item in (run.checklist if run else ())]
+        rows += [(f"E{row.id:02d}", (badge(row.status), f"E{row.id:02d} [env] {row.check}", row.detail))
+                 for row in (run.environment if run else ())]
         if not table.fill(rows) and table.row_count:
             self._describe(table.coordinate_to_cell_key(table.cursor_coordinate).row_key.value)
 
@@ -47,5 +49,11 @@ class ChecklistPanel(Vertical):
     def _describe(self, item_id: str | None) -> None:
         """The highlighted item's answer or note, in full, under the table: narrow screens cut the column."""
         item = next((c for c in self.run.checklist if c.id == item_id), None) if self.run else None
-        text = f"{item.id} {item.status}: {item.note or item.title}" if item else HINT
+        env = next((r for r in self.run.environment if f"E{r.id:02d}" == item_id), None) if self.run else None
+        if item is not None:
+            text = f"{item.id} {item.status}: {item.note or item.title}"
+        elif env is not None:
+            text = f"E{env.id:02d} {env.check} {env.status}: {env.detail}"
+        else:
+            text = HINT
         self.query_one("#checklist-summary", Static).update(text)

@@ -12,6 +12,7 @@ _STYLE = {"ok": "green", "info": "", "warn": "yellow", "error": "bold red", "unk
 
 STATUS_LEVEL = {
     "verified": "ok", "pass": "ok", "ticked": "ok", "finished": "ok", "terminated": "ok",
+    "warn": "warn", "fail": "error",
     "pending": "info", "pulled": "info", "open": "info", "running": "info", "skipped": "unknown",
     "not_applicable": "unknown", "stopped": "warn", "stalled": "warn", "findings": "warn",
     "missing": "error", "size_mismatch": "error", "hash_mismatch": "error", "unloadable": "error",
