@@ -18,7 +18,7 @@ SCHEMA = "remote-gpu-trainer/PROFILE/v1"
 _TOP_KEYS = {
     "schema", "id", "display_name", "kind", "family", "stale_after_months", "control", "ssh", "storage",
     "checkpoints", "actions", "residuals", "danger_clocks", "spot", "detach", "network", "env", "verbs",
-    "surface_to_user", "pricing",
+    "surface_to_user", "pricing", "gpu_sampling",
 }
 _REQUIRED = ("schema", "id", "display_name", "kind")
 _ACTION_REQUIRED = ("id", "label", "stops_compute", "stops_storage_billing", "destroys", "reversible")
@@ -61,6 +61,7 @@ class Profile:
     surface_to_user: tuple[dict[str, Any], ...]
     pricing: Pricing
     raw: dict[str, Any]
+    gpu_sampling: bool = True  # false where there is no real GPU to ask (the simulated box)
 
     def action(self, action_id: str) -> Action | None:
         return next((a for a in self.actions if a.id == action_id), None)
@@ -144,4 +145,5 @@ def parse_profile(data: dict[str, Any], where: str) -> Profile:
         stale_after_months=int(data.get("stale_after_months", 6)), actions=tuple(actions),
         storage=tuple(data.get("storage", [])), residuals=tuple(data.get("residuals", [])),
         surface_to_user=tuple(data.get("surface_to_user", [])), pricing=pricing, raw=data,
+        gpu_sampling=bool(data.get("gpu_sampling", True)),
     )

@@ -162,3 +162,37 @@ async def test_a_changed_manifest_on_the_box_refuses_at_call_time(project_dir: P
     assert session.db.events(kind="refused")[-1].detail["reasons"] == [
         "the PULL_MANIFEST.json on the box differs from the local one"]
     session.close()
+
+
+async def test_gpu_samples_feed_the_instances_panel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `local` box whose nvidia-smi replays recorded 8×H100 samples (an external tool's stand-in)."""
+    import shutil
+    import stat
+
+    from remote_gpu_trainer.audits import gpu_health
+
+    gpu = Path(__file__).parent / "fixtures" / "gpu"
+    bin_dir, data = tmp_path / "bin", tmp_path / "nvsmi"
+    bin_dir.mkdir()
+    data.mkdir()
+    shutil.copy(gpu / "fake_nvidia_smi.sh", bin_dir / "nvidia-smi")
+    (bin_dir / "nvidia-smi").chmod(stat.S_IRWXU)
+    first_sample = (gpu / "h100x8_load_samples.csv").read_text().splitlines(keepends=True)[:8]  # one per GPU
+    (data / "samples.csv").write_text("".join(first_sample))
+    shutil.copy(gpu / "h100x8_inventory.csv", data / "inventory.csv")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_NVSMI_DIR", str(data))
+    monkeypatch.setenv("FAKE_NVSMI_INVENTORY_QUERY", ",".join(gpu_health.INVENTORY_FIELDS))
+    monkeypatch.setenv("FAKE_NVSMI_SAMPLE_QUERY", ",".join(gpu_health.SAMPLE_FIELDS))
+    root = tmp_path / "proj"
+    write_project(root)
+    config = root / "rgt.toml"
+    config.write_text(config.read_text().replace('provider = "sim"', 'provider = "local"'))
+    session = Session.open(str(root))
+    overview = await session.overview()
+    instance = overview.instance(INSTANCE)
+    samples = gpu_health.parse_gpu_samples("".join(first_sample))
+    hottest = max(s.temperature_c for s in samples if s.temperature_c is not None)
+    assert instance is not None and instance.gpu.startswith("8× util ")
+    assert instance.gpu.endswith(f"{hottest:.0f}°C") and "/80 GiB" in instance.gpu
+    session.close()

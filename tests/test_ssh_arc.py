@@ -207,3 +207,18 @@ def test_cli_trust_needs_the_fingerprint_when_not_at_a_terminal(sshd: Sshd, ssh_
     watch = subprocess.run([*rgt, "--report", str(root), "--format", "json"], capture_output=True, text=True,
                            env=env, timeout=60)
     assert '"state": "running"' in watch.stdout
+
+
+async def test_no_gpu_is_a_state_on_the_instances_panel(
+        sshd: Sshd, ssh_home: Path, tmp_path: Path) -> None:
+    """Over SSH to a box without nvidia-smi: the panel says so instead of failing."""
+    root, box = tmp_path / "proj", tmp_path / "box"
+    ssh_project(root, box, sshd, ssh_home, copy_command())
+    session = await trusted_session(root, sshd)
+    try:
+        overview = await session.overview()
+        instance = overview.instance(INSTANCE)
+        assert instance is not None and instance.gpu == "no GPU"  # this machine has no nvidia-smi
+    finally:
+        await session.close_transports()
+        session.close()

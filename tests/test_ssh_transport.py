@@ -156,6 +156,15 @@ async def test_the_users_known_hosts_wins_and_is_never_written(sshd: Sshd, ssh_h
     assert not settings.known_hosts_file.exists(), "a host the user knows is never copied into rgt's file"
 
 
+async def test_a_port_22_entry_never_vouches_for_another_port(sshd: Sshd, ssh_home: Path, tmp_path: Path) -> None:
+    """Rented boxes share one host name across many ports (vast.ai): as in OpenSSH, `host` alone means
+    port 22, so even the right key recorded without a port leaves this port unknown."""
+    settings = settings_for(sshd, tmp_path / "ssh")
+    settings.known_hosts_file.write_text(sshd.known_hosts_line().replace(f"[127.0.0.1]:{sshd.port}", "127.0.0.1"))
+    with pytest.raises(HostKeyUnknown):
+        await transport(sshd, settings).run("true")
+
+
 async def test_a_changed_host_key_is_refused_naming_both_fingerprints(
         sshd_factory: Callable[..., Sshd], ssh_home: Path, tmp_path: Path) -> None:
     server = sshd_factory()

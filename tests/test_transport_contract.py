@@ -183,6 +183,14 @@ async def test_read_chunks_streams_from_any_offset(case: Case, offset: int) -> N
     assert all(0 < len(chunk) <= 3000 for chunk in chunks)
 
 
+async def test_read_chunks_of_a_large_file_with_the_default_chunk(case: Case) -> None:
+    data = os.urandom((9 << 20) + 12345)
+    case.write("big.pth", data)
+    chunks = [chunk async for chunk in case.transport.read_chunks(case.path("big.pth"), 1_234_567)]
+    assert b"".join(chunks) == data[1_234_567:]
+    assert len(chunks) >= 2 and all(len(chunk) <= 4 << 20 for chunk in chunks)
+
+
 async def test_read_chunks_of_a_missing_file_fails_as_not_found(case: Case) -> None:
     with pytest.raises(FileNotFoundError):
         async for _ in case.transport.read_chunks(case.path("absent"), 0):

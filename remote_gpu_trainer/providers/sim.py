@@ -77,7 +77,7 @@ class SimProvider:
         pricing = self.profile.pricing
         return InstanceStatus(
             name=instance.name, provider=self.name, provider_id=self.provider_id(instance), state=state,
-            gpu="none (simulated)", price_per_hour=pricing.compute_per_hour, price_source=pricing.source,
+            gpu="none (sim)", price_per_hour=pricing.compute_per_hour, price_source=pricing.source,
             storage_per_hour=pricing.storage_per_hour,
             detail={"disk": str(self.disk(instance)), "history": (record or {}).get("history", [])},
         )

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shlex
+import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,6 +18,7 @@ from typing import Any
 
 from ..audits.checklist import ChecklistFacts
 from ..audits.env_audit import AuditRow, RunRequirements, audit_environment, worst
+from ..audits.gpu_health import GpuSample
 from ..audits.liveness import Liveness, classify
 from ..clock import Clock, utc_now
 from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file
@@ -26,11 +29,12 @@ from ..providers.registry import AnyProvider, provider_for
 from ..providers.transport_ssh import HostKeyUnknown, accept_host_key
 from ..state import Snapshot, StateDB
 from . import checklist, evidence, runner, watcher
-from .env_probe import run_env_probe
+from .env_probe import run_env_probe, sample_gpus
 from .meter import accrue
 from .overview import CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
 
 PROVIDER_TIMEOUT_S = 20.0
+GPU_SAMPLE_S = 10.0
 METER_SAMPLE_S = 30.0
 
 
@@ -50,6 +54,7 @@ class Session:
         self.db = StateDB(project.state_db, clock)
         self._providers: dict[str, AnyProvider] = {}
         self.host_key_prompts: dict[str, HostKeyUnknown] = {}  # instance -> the unknown key it presented
+        self._gpu_text: dict[str, tuple[float, str]] = {}  # instance -> (monotonic time, panel text)
         self._transports: dict[str, Transport] = {}
 
     @classmethod
@@ -260,7 +265,8 @@ class Session:
             profile = self.profile(name)
             instances.append(InstanceView(
                 name=name, provider=status.provider, id=status.provider_id, state=status.state,
-                gpu=status.gpu, price_per_hour=status.price_per_hour, price_source=status.price_source,
+                gpu=await self.gpu_text(name, status), price_per_hour=status.price_per_hour,
+                price_source=status.price_source,
                 billing=billing_text(status), cost_so_far=reading.total, burn_per_hour=reading.burn_per_hour,
                 estimate=reading.estimate, verified_month=profile.oldest_verified(),
                 stale=profile.is_stale(now), currency=profile.pricing.currency,
@@ -275,6 +281,22 @@ class Session:
             total=sum(i.cost_so_far for i in instances), burn_per_hour=sum(i.burn_per_hour for i in instances),
             instances=tuple(instances), runs=tuple(runs), read_only=self.read_only, alerts=alerts,
         )
+
+    async def gpu_text(self, name: str, status: InstanceStatus) -> str:
+        """What the GPUs are doing, sampled at most every GPU_SAMPLE_S per instance; "no GPU" is a state."""
+        if not self.profile(name).gpu_sampling or status.state != "running":
+            return status.gpu
+        cached = self._gpu_text.get(name)
+        if cached is not None and time.monotonic() - cached[0] < GPU_SAMPLE_S:
+            return cached[1]
+        try:
+            samples = await sample_gpus(self.transport(name))
+        except RgtError:
+            text = f"{cached[1]} (stale)" if cached else "?"
+        else:
+            text = describe_gpus(samples)
+        self._gpu_text[name] = (time.monotonic(), text)
+        return text
 
     def _sample_meter(self, name: str, state: str, burn: float, total: float, estimate: bool) -> None:
         """One stored sample per instance per METER_SAMPLE_S: the UI ticks every 2 s, the record needs less."""
@@ -310,6 +332,29 @@ class Session:
 def evaluate_evidence(inputs: evidence.GateInputs) -> evidence.GateDecision:
     """The gate as the dashboard shows it: every evidence condition, before any approval is typed."""
     return evidence.evaluate_evidence_only(inputs)
+
+
+def describe_gpus(samples: list[GpuSample] | None) -> str:
+    """`2× util 87% · mem 61/80 GiB · 71°C` (medians over GPUs), or `no GPU`."""
+    if samples is None:
+        return "no GPU"
+    if not samples:
+        return "no GPU visible"
+
+    def middle(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    util = middle([s.util_pct for s in samples])
+    used = middle([s.memory_used_mib for s in samples])
+    total = middle([s.memory_total_mib for s in samples])
+    temp = max((s.temperature_c for s in samples if s.temperature_c is not None), default=None)
+    parts = [f"util {util:.0f}%" if util is not None else "util ?"]
+    if used is not None and total is not None:
+        parts.append(f"mem {used / 1024:.0f}/{total / 1024:.0f} GiB")
+    if temp is not None:
+        parts.append(f"{temp:.0f}°C")
+    return f"{len({s.index for s in samples})}× " + " · ".join(parts)
 
 
 def billing_text(status: InstanceStatus) -> str:

@@ -14,7 +14,7 @@ from .stable_table import StableTable
 class InstancesPanel(Vertical):
     def compose(self) -> ComposeResult:
         table = StableTable(id="instances", cursor_type="row")
-        table.add_columns("instance", "state", "price/h", "source", "spent", "burn/h", "facts")
+        table.add_columns("instance", "state", "price/h", "source", "spent", "burn/h", "facts", "gpu")
         yield table
         yield Static("", id="meter-summary")
         yield Static("gate: waiting for the first refresh", id="gate-status")
@@ -27,7 +27,7 @@ class InstancesPanel(Vertical):
             facts = f"{i.verified_month}{' ▲STALE' if i.stale else ''}"
             spent = money(i.cost_so_far) + ("~" if i.estimate else "")
             rows.append((i.name, (f"{i.name} ({i.provider})", badge(i.state), money(i.price_per_hour),
-                                  i.price_source, spent, money(i.burn_per_hour), facts)))
+                                  i.price_source, spent, money(i.burn_per_hour), facts, i.gpu)))
         self.query_one("#instances", StableTable).fill(rows)
         run = overview.run(run_id) if run_id else None
         summary = self.query_one("#meter-summary", Static)
