@@ -9,9 +9,10 @@ from ..config import InstanceConfig
 from ..errors import ConfigError
 from .local import LocalProvider
 from .sim import SimProvider
+from .slurm_cluster import SlurmProvider
 from .ssh import SSHProvider
 
-AnyProvider = LocalProvider | SimProvider | SSHProvider
+AnyProvider = LocalProvider | SimProvider | SSHProvider | SlurmProvider
 
 
 def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_now) -> AnyProvider:
@@ -21,7 +22,9 @@ def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_n
         return LocalProvider()
     if instance.provider == "ssh":
         return SSHProvider(state_dir, clock)
+    if instance.provider == "slurm":
+        return SlurmProvider(state_dir, clock)
     raise ConfigError(
         f"instances.{instance.name}: provider {instance.provider!r} is not available in this version of rgt "
-        "(available: local, sim, ssh)"
+        "(available: local, sim, ssh, slurm)"
     )

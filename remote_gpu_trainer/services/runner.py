@@ -15,6 +15,7 @@ from pathlib import Path
 from ..clock import Clock, iso_offset, utc_now
 from ..config import ProjectConfig, RunConfig
 from ..errors import ConfigError, VerbFailed
+from ..providers import slurm
 from ..providers.base import Transport
 from ..state import StateDB
 
@@ -104,17 +105,9 @@ async def push(project: ProjectConfig, run: RunConfig, transport: Transport) -> 
 
 
 async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,
-                 clock: Clock = utc_now, *, actor: str = "user") -> dict[str, object]:
-    """Push, then start the wrapper detached; refuses while a recorded launch is still alive."""
-    existing = db.launch(run.id)
-    if existing is not None:
-        from .watcher import probe  # local import: watcher imports this module's path helpers
-
-        status = await probe(run, transport, existing)
-        if status.pid_state == "alive":
-            raise VerbFailed(
-                f"run {run.id!r} is already running (pid {existing.get('pid')}): its inputs are not touched"
-            )
+                 clock: Clock = utc_now, *, actor: str = "user", method: str = "setsid") -> dict[str, object]:
+    """Push, then start the wrapper detached (`setsid`) or as a batch job (`sbatch`); refuses while a
+    recorded launch is still alive, so the inputs of a live run are never rewritten."""
     ctl = ctl_dir(run)
     result = await transport.run(f"rm -rf {shlex.quote(transport.resolve(ctl))}", timeout=30)
     if result.rc != 0:
@@ -122,16 +115,23 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
     pushed = await push(project, run, transport)
     started = clock()
     launch_json = {
-        "run_id": run.id, "cells": list(run.roster), "method": "setsid",
-        "command": run.command, "started_at": iso_offset(started),
+        "run_id": run.id, "cells": list(run.roster),
+        "command": run.command, "started_at": iso_offset(started), "method": method,
     }
     await transport.put_bytes((json.dumps(launch_json, indent=2) + "\n").encode(), f"{ctl}/launch.json")
-    pid = await transport.launch_detached(wrapper_script(run, transport), ctl)
-    detail: dict[str, object] = {
-        "pid": pid, "ctl_dir": ctl, "log": log_path(run), "started_at": iso_offset(started),
-        "method": "setsid", "pushed": pushed,
-    }
+    detail: dict[str, object] = {"ctl_dir": ctl, "log": log_path(run), "started_at": iso_offset(started),
+                                 "method": method, "pushed": pushed}
+    if method == "sbatch":
+        wrapper = f"{ctl}/wrapper.sh"
+        await transport.put_bytes(wrapper_script(run, transport).encode(), wrapper, mode=0o700)
+        detail["slurm_job"] = await slurm.submit(
+            transport, transport.resolve(wrapper), job_name=f"rgt-{run.id}", workdir=transport.resolve(run.workdir),
+            output=transport.resolve(f"{ctl}/slurm.out"))
+        detail["pid"] = None
+    else:
+        detail["pid"] = await transport.launch_detached(wrapper_script(run, transport), ctl)
     db.record_launch(run.id, run.instance, detail)
-    db.append_event("launch", f"launched run {run.id} on {run.instance} (pid {pid})", run_id=run.id,
+    handle = f"Slurm job {detail['slurm_job']}" if method == "sbatch" else f"pid {detail['pid']}"
+    db.append_event("launch", f"launched run {run.id} on {run.instance} ({handle})", run_id=run.id,
                     instance=run.instance, actor=actor, detail=detail)
     return detail

@@ -24,6 +24,7 @@ from ..clock import Clock, utc_now
 from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file
 from ..errors import RgtError, VerbFailed
 from ..profiles import Profile
+from ..providers import slurm
 from ..providers.base import InstanceStatus, Transport
 from ..providers.registry import AnyProvider, provider_for
 from ..providers.transport_ssh import HostKeyUnknown, accept_host_key
@@ -197,8 +198,13 @@ class Session:
     async def launch(self, run_id: str, actor: str = "user") -> dict[str, Any]:
         self.require_writable("launching a run")
         run = self.run_config(run_id)
+        current = await self.run_state(run_id)
+        if current.liveness.state in ("running", "stalled"):
+            raise VerbFailed(f"run {run_id} is already {current.liveness.state} ({current.liveness.detail}): "
+                             "its inputs are not touched")
+        primitive = str(self.profile(run.instance).raw.get("detach", {}).get("primitive", "setsid"))
         return await runner.launch(self.project, run, self.transport(run.instance), self.db, self.clock,
-                                   actor=actor)
+                                   actor=actor, method="sbatch" if primitive == "sbatch" else "setsid")
 
     async def run_state(self, run_id: str) -> RunState:
         run = self.run_config(run_id)
@@ -206,10 +212,14 @@ class Session:
         try:
             transport = self.transport(run.instance)
             probe = await watcher.probe(run, transport, launch)
+            job = await slurm.job_state(transport, str(launch["slurm_job"])) if launch and \
+                launch.get("slurm_job") else None
         except RgtError as exc:
             return RunState(Liveness("unknown", str(exc)), None)
         finished = datetime.fromtimestamp(probe.finished_at, UTC) if probe.finished_at else None
         liveness = classify(probe, launched=launch is not None, t_log=run.stall_after, t_ckpt=2 * run.stall_after)
+        if job is not None:
+            liveness = batch_liveness(job, liveness)
         return RunState(liveness, finished)
 
     async def tail_log(self, run_id: str, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
@@ -332,6 +342,17 @@ class Session:
 def evaluate_evidence(inputs: evidence.GateInputs) -> evidence.GateDecision:
     """The gate as the dashboard shows it: every evidence condition, before any approval is typed."""
     return evidence.evaluate_evidence_only(inputs)
+
+
+def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
+    """A batch job: Slurm says whether it is queued, running or ended; once ended, the wrapper's files
+    (exit code and artifacts) decide finished versus incomplete, as for any detached job."""
+    state, detail = slurm.liveness_of(job)
+    if state == "finished":
+        return files if files.state in ("finished", "dead") else Liveness("unknown", "ended; no exit code file")
+    if state == "dead" and files.state == "dead" and files.detail.startswith("exit"):
+        return files
+    return Liveness(state, f"Slurm job {job.job_id}: {detail}")
 
 
 def describe_gpus(samples: list[GpuSample] | None) -> str:
