@@ -149,6 +149,7 @@ async def test_permission_denied_on_the_box_is_one_clear_line(
         os.chmod(env.box, 0o755)
     message = str(caught.value)
     assert "\n" not in message and "Permission denied" in message and str(env.box) in message
+    assert "Traceback" not in message and "unreadable" in message
 
     await build_manifest(transport, env.run, env.db)
     os.chmod(env.box / "seed1", 0)  # the manifest is built; then a folder becomes unreadable

@@ -120,8 +120,11 @@ def walk(root: str, roster: "list[str]") -> "tuple[list[str], list[dict[str, str
     files: list[str] = []  # local annotations are never evaluated, so 3.8 accepts them
     problems: list[dict[str, str]] = []
     found_cells = set()
-    with os.scandir(root) as entries:
-        top = sorted(entries, key=lambda entry: entry.name)
+    try:
+        with os.scandir(root) as entries:
+            top = sorted(entries, key=lambda entry: entry.name)
+    except OSError as exc:
+        return [], [problem("unreadable", root, "cannot list the result root: " + str(exc.strerror))]
     for entry in top:
         name = entry.name
         if entry.is_symlink():
@@ -148,8 +151,12 @@ def walk_cell(root: str, cell: str, files: "list[str]", problems: "list[dict[str
     stack = [cell]
     while stack:
         relative = stack.pop()
-        with os.scandir(os.path.join(root, relative)) as entries:
-            children = sorted(entries, key=lambda entry: entry.name)
+        try:
+            with os.scandir(os.path.join(root, relative)) as entries:
+                children = sorted(entries, key=lambda entry: entry.name)
+        except OSError as exc:
+            problems.append(problem("unreadable", relative, "cannot list folder: " + str(exc.strerror)))
+            continue
         for entry in children:
             path = relative + "/" + entry.name
             if entry.is_symlink():
