@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 
 from helpers import FIXED_NOW, FixedClock, write_project  # noqa: E402
 
-pytest_plugins = ["sshd_fixtures"]
+pytest_plugins = ["sshd_fixtures", "slurm_fixtures"]
 
 @pytest.fixture
 def clock() -> FixedClock:

@@ -48,6 +48,7 @@ class GateView:
     action: str
     destroys: tuple[str, ...]
     reasons: tuple[str, ...]
+    evidence_ok: bool = False  # G1-G5 hold: the local copy is verified, whatever the profile can tear down
 
 
 @dataclass(frozen=True)

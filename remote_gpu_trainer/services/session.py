@@ -252,15 +252,18 @@ class Session:
 
     # -- the gate as the dashboard shows it --------------------------------------------------------------
     def gate_view(self, run_id: str, provider_id: str) -> GateView:
+        """The evidence conditions always; `open` also needs a teardown action the profile names."""
         run = self.run_config(run_id)
         profile = self.profile(run.instance)
         action = profile.action("terminate")
-        if action is None:
-            return GateView(False, "none", (), (f"{profile.display_name} has no teardown action",))
         inputs = evidence.gather_gate_inputs(self.project, run, self.db, provider_id, None)
         decision = evaluate_evidence(inputs)
+        if action is None:
+            reasons = (f"{profile.display_name} has no teardown action: nothing to destroy", *decision.reasons)
+            return GateView(False, "none", (), reasons, evidence_ok=decision.open)
         label = f"{run.instance}: {action.label} ({profile.id} {action.id} {provider_id})"
-        return GateView(decision.open, label, tuple(profile.destroys_text(action)), tuple(decision.reasons))
+        return GateView(decision.open, label, tuple(profile.destroys_text(action)), tuple(decision.reasons),
+                        evidence_ok=decision.open)
 
     # -- overview ----------------------------------------------------------------------------------------
     async def overview(self) -> Overview:
@@ -391,9 +394,9 @@ def billing_text(status: InstanceStatus) -> str:
 def evidence_state(launched: bool, liveness: Liveness, gate: GateView, manifest: str | None,
                    instance_state: str) -> str:
     """The run's rung on the evidence ladder (gate-and-manifests.md §8), each entered on its own evidence."""
-    if instance_state == "terminated" and gate.open:
+    if instance_state == "terminated" and gate.evidence_ok:
         return "torn_down"
-    if gate.open:
+    if gate.evidence_ok:
         return "pull_verified"
     if manifest is not None:
         return "hash_verified"
@@ -418,11 +421,11 @@ def checklist_facts(project: ProjectConfig, run: RunConfig, db: StateDB, gate: G
         path = local_root / rel
         data = path.read_bytes() if path.is_file() else None
         record = verified_paths.get(rel)
-        verified = bool(gate.open and record is not None and data is not None
+        verified = bool(gate.evidence_ok and record is not None and data is not None
                         and _sha256(data) == record.get("sha256"))
         metric_files[cell] = (data, verified)
     return ChecklistFacts(
-        gate_evidence_ok=gate.open, evidence_reasons=gate.reasons, roster=run.roster,
+        gate_evidence_ok=gate.evidence_ok, evidence_reasons=gate.reasons, roster=run.roster,
         metric_name=run.metric.name if run.metric else None,
         metric_direction=run.metric.direction if run.metric else None, metric_files=metric_files,
     )
