@@ -1,0 +1,83 @@
+"""The box's disk fills while the manifest is built: a clear one-line error, and nothing half-written
+anywhere (no manifest, no temp file on the box, nothing recorded or pulled here)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers import FIXTURES, toml_string
+from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.services.session import Session
+
+RUN = "r1"
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs: a real filesystem that really runs out of space (tests and CI run as root)."""
+    mount = tmp_path / "box"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs for the disk-full test (needs root, as in .ci/run): {done.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(path: Path) -> int:
+    """Write until the filesystem refuses; returns the bytes that fit."""
+    written = 0
+    with open(path, "wb", buffering=0) as handle:
+        try:
+            while True:
+                written += handle.write(b"\0" * 4096) or 0
+        except OSError:
+            pass
+    return written
+
+
+async def test_disk_full_during_the_manifest_build(tiny_disk: Path, tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    result_root = tiny_disk / "rgt" / RUN
+    for cell in ("seed0", "seed1"):
+        shutil.copytree(FIXTURES / "cells" / cell, result_root / cell)
+    assert fill(result_root / "seed1" / "filler.bin") > 0
+    (root / "rgt.toml").write_text(f"""\
+[project]
+name = "disk-full"
+
+[instances.box]
+provider = "local"
+
+[runs.{RUN}]
+instance = "box"
+workdir = {toml_string(str(tmp_path / "work"))}
+command = "true"
+remote_root = {toml_string(str(result_root))}
+roster = ["seed0", "seed1"]
+python = {toml_string(sys.executable)}
+""")
+    session = Session.open(str(root))
+    try:
+        with pytest.raises(VerbFailed) as caught:
+            await session.pull(RUN)
+    finally:
+        session.close()
+    message = str(caught.value)
+    assert "\n" not in message and "No space left on device" in message and "PULL_MANIFEST.json" in message
+    assert not (result_root / "PULL_MANIFEST.json").exists()
+    assert [p.name for p in result_root.iterdir() if p.name.startswith(".rgt-tmp")] == []
+    assert not (root / "runs" / RUN / "PULL_MANIFEST.json").exists()
+    reopened = Session.open(str(root))
+    assert reopened.db.recorded_manifest(RUN) is None
+    reopened.close()
