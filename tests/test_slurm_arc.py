@@ -59,6 +59,9 @@ async def test_a_batch_run_is_watched_pulled_and_verified(cluster: Cluster, tmp_
         assert detail["method"] == "sbatch" and str(detail["slurm_job"]).isdigit()
         state, text = await liveness_until(session, ("running",))
         assert text.startswith(f"Slurm job {detail['slurm_job']}")
+        meter = (await session.overview()).instance(INSTANCE)
+        assert meter is not None and meter.billing.startswith("allocation · walltime ")
+        assert meter.billing.endswith("/ unlimited")  # the walltime the meter shows for a batch job
         assert await liveness_until(session, ("finished",)) == ("finished", "exit 0, artifacts present")
         await session.pull(RUN)
         assert (await session.verify(RUN)).ok

@@ -45,6 +45,7 @@ class RunState:
 
     liveness: Liveness
     finished_at: datetime | None
+    walltime: str | None = None  # a batch job's `elapsed / limit`, for the meter
 
 
 class Session:
@@ -220,7 +221,7 @@ class Session:
         liveness = classify(probe, launched=launch is not None, t_log=run.stall_after, t_ckpt=2 * run.stall_after)
         if job is not None:
             liveness = batch_liveness(job, liveness)
-        return RunState(liveness, finished)
+        return RunState(liveness, finished, job.walltime() if job is not None and job.state else None)
 
     async def tail_log(self, run_id: str, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
         run = self.run_config(run_id)
@@ -280,7 +281,8 @@ class Session:
                 name=name, provider=status.provider, id=status.provider_id, state=status.state,
                 gpu=await self.gpu_text(name, status), price_per_hour=status.price_per_hour,
                 price_source=status.price_source,
-                billing=billing_text(status), cost_so_far=reading.total, burn_per_hour=reading.burn_per_hour,
+                billing=billing_text(status, self._walltime(name, run_states)), cost_so_far=reading.total,
+                burn_per_hour=reading.burn_per_hour,
                 estimate=reading.estimate, verified_month=profile.oldest_verified(),
                 stale=profile.is_stale(now), currency=profile.pricing.currency,
                 since_finished=reading.since_finished, note=str(status.detail.get("error", ""))[:300],
@@ -294,6 +296,11 @@ class Session:
             total=sum(i.cost_so_far for i in instances), burn_per_hour=sum(i.burn_per_hour for i in instances),
             instances=tuple(instances), runs=tuple(runs), read_only=self.read_only, alerts=alerts,
         )
+
+    def _walltime(self, name: str, run_states: dict[str, RunState]) -> str | None:
+        times = [s.walltime for rid, s in sorted(run_states.items())
+                 if self.project.runs[rid].instance == name and s.walltime]
+        return times[-1] if times else None
 
     async def gpu_text(self, name: str, status: InstanceStatus) -> str:
         """What the GPUs are doing, sampled at most every GPU_SAMPLE_S per instance; "no GPU" is a state."""
@@ -381,7 +388,10 @@ def describe_gpus(samples: list[GpuSample] | None) -> str:
     return f"{len({s.index for s in samples})}× " + " · ".join(parts)
 
 
-def billing_text(status: InstanceStatus) -> str:
+def billing_text(status: InstanceStatus, walltime: str | None = None) -> str:
+    """What is being paid for right now, in words; a batch job's walltime where there is one."""
+    if walltime is not None:
+        return f"allocation · walltime {walltime}"
     if status.state in ("running", "pending", "stopping", "terminating"):
         return "compute" if status.price_per_hour else "no meter"
     if status.state == "stopped":
