@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from textual.pilot import Pilot
-from textual.widgets import Button, Input
+from textual.widgets import Button, Input, ProgressBar
 
 from helpers import INSTANCE, RUN, launched_and_finished
 from remote_gpu_trainer.app import RgtApp
@@ -52,6 +52,10 @@ async def test_teardown_only_after_verify_and_typed_id(project_dir: Path) -> Non
         await pilot.press("p")
         await wait_until(pilot, lambda: (project_dir / "runs" / RUN / "seed1" / "best.pth").is_file()
                          and "pull" not in dashboard(app).busy)
+        bar = app.screen.query_one("#pull-progress", ProgressBar)
+        pulled = sum(p.stat().st_size for p in (project_dir / "runs" / RUN).rglob("*")
+                     if p.is_file() and p.name != "PULL_MANIFEST.json")
+        assert bar.total == pulled and bar.progress == pulled  # the bar counted every byte of every file
         await pilot.press("v")
         await wait_until(pilot, lambda: gate_open(app))
         await wait_until(pilot, lambda: not app.screen.query_one("#teardown", Button).disabled)

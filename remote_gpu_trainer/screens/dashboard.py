@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
 from ..errors import GateRefused, RgtError
 from ..formatting import pull_progress_line
 from ..services import checklist, teardown
+from ..services.evidence import PullProgress
 from ..services.overview import Overview, RunView
 from ..widgets.checklist_panel import ChecklistPanel
 from ..widgets.checkpoints_panel import CheckpointsPanel
@@ -241,15 +242,23 @@ class DashboardScreen(Screen[None]):
         if self.run_id is None or "pull" in self.busy:
             return
         self.busy.add("pull")
-        summary = self.query_one("#checkpoint-summary", Static)
+        panel = self.query_one(CheckpointsPanel)
+        files: dict[str, tuple[int, int]] = {}
+
+        def progress(update: PullProgress) -> None:
+            files[update.path] = (update.done, update.total)
+            done, total = sum(d for d, _ in files.values()), sum(t for _, t in files.values())
+            panel.show_progress(done, total, pull_progress_line(update))
+
         try:
             self.notify(f"pulling {self.run_id}…")
-            result = await self.rgt.session.pull(self.run_id, progress=lambda p: summary.update(pull_progress_line(p)))
+            result = await self.rgt.session.pull(self.run_id, progress=progress)
             self.notify(f"pulled {len(result.files)} file(s) into runs/{self.run_id}/: verify with v")
         except RgtError as exc:
             self.notify(f"pull failed: {exc}", severity="error", timeout=15)
         finally:
             self.busy.discard("pull")
+            panel.hide_progress()
         self.refresh_overview()
 
     @work(group="verify", exclusive=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import DataTable, Static
+from textual.widgets import DataTable, ProgressBar, Static
 
 from ..services.overview import RunView
 from .glyphs import badge, short_hash, size
@@ -22,6 +22,7 @@ class CheckpointsPanel(Vertical):
         table = StableTable(id="checkpoints", cursor_type="row")
         table.add_columns("status", "file", "size", "sha256", "load / detail")
         yield table
+        yield ProgressBar(id="pull-progress", show_eta=True)
         yield Static("", id="checkpoint-summary")
 
     def show(self, run: RunView | None) -> None:
@@ -46,3 +47,13 @@ class CheckpointsPanel(Vertical):
         row = next((c for c in self.run.checkpoints if c.path == event.row_key.value), None) if self.run else None
         if row is not None and self.query_one("#checkpoints", DataTable).has_focus:
             self.query_one("#checkpoint-summary", Static).update(f"{row.path}: {row.status} · {row.detail}")
+
+    def show_progress(self, done: int, total: int, line: str) -> None:
+        """The pull's bytes so far over all files, and the latest file's line under it."""
+        bar = self.query_one("#pull-progress", ProgressBar)
+        bar.add_class("-visible")
+        bar.update(total=max(total, 1), progress=done)
+        self.query_one("#checkpoint-summary", Static).update(line)
+
+    def hide_progress(self) -> None:
+        self.query_one("#pull-progress", ProgressBar).remove_class("-visible")
