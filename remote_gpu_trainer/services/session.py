@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..audits.checklist import ChecklistFacts
 from ..audits.env_audit import AuditRow, RunRequirements, audit_environment, worst
@@ -26,13 +26,16 @@ from ..errors import RgtError, VerbFailed
 from ..profiles import Profile
 from ..providers import slurm
 from ..providers.base import InstanceStatus, Transport
-from ..providers.registry import AnyProvider, provider_for
-from ..providers.transport_ssh import HostKeyUnknown, accept_host_key
+from ..providers.registry import provider_for
 from ..state import Snapshot, StateDB
 from . import checklist, evidence, runner, watcher
 from .env_probe import run_env_probe, sample_gpus
 from .meter import accrue
 from .overview import CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
+
+if TYPE_CHECKING:
+    from ..providers.registry import AnyProvider
+    from ..providers.transport_ssh import HostKeyUnknown
 
 PROVIDER_TIMEOUT_S = 20.0
 GPU_SAMPLE_S = 10.0
@@ -115,8 +118,8 @@ class Session:
                 price_source=last.price_source if last else "none",
                 storage_per_hour=last.storage_per_hour if last else None, detail={"error": str(exc)},
             )
-        unknown_key = status.detail.get("host_key_unknown")
-        if isinstance(unknown_key, HostKeyUnknown):
+        unknown_key = status.detail.get("host_key_unknown")  # set only by SSH-based providers
+        if unknown_key is not None:
             self.host_key_prompts[name] = unknown_key
         else:
             self.host_key_prompts.pop(name, None)
@@ -135,6 +138,8 @@ class Session:
         if fingerprint.strip() != presented.fingerprint_sha256:
             raise RgtError(f"instances.{name}: the host presents {presented.fingerprint_sha256}, not "
                            f"{fingerprint.strip()}: nothing was trusted")
+        from ..providers.transport_ssh import accept_host_key  # asyncssh only when a host key is trusted
+
         receipt = accept_host_key(presented.known_hosts_file, presented.host, presented.port, presented.key,
                                   instance_id=self.provider(name).provider_id(self.instance(name)),
                                   now=self.clock())
