@@ -31,7 +31,7 @@ _SECRET_VALUE = re.compile(
 
 _TOP_KEYS = {"project", "instances", "runs"}
 _PROJECT_KEYS = {"name"}
-_INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour"}
+_INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour", "teardown_command"}
 _RUN_KEYS = {
     "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
     "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after", "gpus",
@@ -52,6 +52,7 @@ class InstanceConfig:
     id: str | None = None
     api_base: str | None = None
     price_per_hour: float | None = None
+    teardown_command: str | None = None  # ssh: run here (no shell) after the gate, e.g. a provider CLI call
 
 
 @dataclass(frozen=True)
@@ -284,12 +285,13 @@ class _Validator:
             host = self._str(table, body, "host", required=False)
             ident = self._str(table, body, "id", required=False)
             api_base = self._str(table, body, "api_base", required=False)
+            teardown_command = self._str(table, body, "teardown_command", required=False)
             if provider == "ssh" and host is None:
                 self.problem(table, None, 'provider "ssh" needs host = "alias" or "user@host[:port]"')
             if provider is not None:
                 result[name] = InstanceConfig(
                     name=name, provider=provider, host=host, id=ident, api_base=api_base,
-                    price_per_hour=float(price) if price is not None else None,
+                    price_per_hour=float(price) if price is not None else None, teardown_command=teardown_command,
                 )
         return result
 

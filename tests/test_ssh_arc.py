@@ -27,7 +27,8 @@ pytestmark = pytest.mark.sshd
 RUN, INSTANCE, ALIAS = "r1", "box", "gpu-box"
 
 
-def ssh_project(root: Path, box: Path, server: Sshd, home: Path, command: str, stall_after: int = 900) -> Path:
+def ssh_project(root: Path, box: Path, server: Sshd, home: Path, command: str, stall_after: int = 900,
+                instance_extra: str = "") -> Path:
     """A project whose instance is an ssh-config alias; the box's folders live under `box`."""
     ssh_dir = home / ".ssh"
     ssh_dir.mkdir(parents=True, exist_ok=True)
@@ -45,6 +46,7 @@ name = "ssh-arc"
 provider = "ssh"
 host = "{ALIAS}"
 price_per_hour = 1.5
+{instance_extra}
 
 [runs.{RUN}]
 instance = "{INSTANCE}"
@@ -222,6 +224,39 @@ async def test_no_gpu_is_a_state_on_the_instances_panel(
         overview = await session.overview()
         instance = overview.instance(INSTANCE)
         assert instance is not None and instance.gpu == "no GPU"  # this machine has no nvidia-smi
+    finally:
+        await session.close_transports()
+        session.close()
+
+
+async def test_a_configured_teardown_command_runs_only_after_the_gate(
+        sshd: Sshd, ssh_home: Path, tmp_path: Path) -> None:
+    root, box = tmp_path / "proj", tmp_path / "box"
+    marker, flag = tmp_path / "destroyed", tmp_path / "allow"
+    command = f"bash -c 'test -e {flag} && touch {marker}'"  # fails until the flag exists, like a refused API call
+    ssh_project(root, box, sshd, ssh_home, copy_command(), instance_extra=f"teardown_command = {toml_string(command)}")
+    session = await trusted_session(root, sshd)
+    try:
+        await session.launch(RUN)
+        assert await wait_for(session, ("finished",)) == "finished"
+        with pytest.raises(GateRefused):
+            await teardown.execute(session, INSTANCE, ALIAS, ["test"])
+        assert not marker.exists()  # the gate refused before the command could run
+        await session.pull(RUN)
+        assert (await session.verify(RUN)).ok
+        plan = await teardown.plan(session, INSTANCE)
+        assert any(line.startswith("Command:") and command in line for line in plan.lines)
+        from remote_gpu_trainer.errors import RgtError
+
+        with pytest.raises(RgtError, match="teardown_command exited 1"):
+            await teardown.execute(session, INSTANCE, ALIAS, plan.lines)
+        assert (await session.instance_status(INSTANCE)).state == "running"  # a failed command ends nothing
+        flag.touch()
+        outcome = await teardown.execute(session, INSTANCE, ALIAS, plan.lines)
+        assert outcome.final_state == "terminated" and marker.exists()
+        assert session.db.events(kind="torn_down")[-1].detail["evidence"] == "command"
+        assert [e.kind for e in session.db.events() if e.kind in ("action", "action_failed")] == [
+            "action", "action_failed", "action"]
     finally:
         await session.close_transports()
         session.close()

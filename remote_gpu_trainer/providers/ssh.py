@@ -7,8 +7,10 @@ provider's console. The price per hour is whatever the user entered (price_sourc
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from .base import InstanceStatus
 from .transport_ssh import HostKeyUnknown, SSHPool, SSHSettings, SSHTransport
 
 REACH_TIMEOUT_S = 10.0
+TEARDOWN_COMMAND_TIMEOUT_S = 120.0
 
 
 class SSHProvider:
@@ -81,11 +84,42 @@ class SSHProvider:
         raise RgtError(f"{instance.name}: a generic SSH box has no stop rgt can call: use the provider's console")
 
     async def terminate(self, instance: InstanceConfig) -> None:
-        """Called by the teardown service only after the gate and the typed id: records the attestation."""
+        """Called by the teardown service only after the gate and the typed id.
+
+        With a configured `teardown_command` it runs that command here (argv split, no shell) and records
+        its success; without one the user has ended the box in the console and this records the attestation.
+        """
+        evidence = "user-attested"
+        if instance.teardown_command:
+            await run_teardown_command(instance.name, instance.teardown_command)
+            evidence = "command"
         path = self._record_path(instance)
         path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"attested_at": iso_offset(self.clock()), "host": instance.host}
+        record = {"attested_at": iso_offset(self.clock()), "host": instance.host, "evidence": evidence,
+                  "command": instance.teardown_command or ""}
         temp = path.with_name(f".{path.name}.tmp")
         temp.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
         os.replace(temp, path)
         await self.transport(instance).close()
+
+
+async def run_teardown_command(name: str, command: str, timeout: float = TEARDOWN_COMMAND_TIMEOUT_S) -> None:
+    """The user's own teardown (a provider CLI call): its exit status decides; its output is never shown
+    in full, since provider CLIs may echo account details."""
+    try:
+        argv = shlex.split(command)
+        process = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+    except (ValueError, OSError) as exc:
+        raise RgtError(f"instances.{name}.teardown_command cannot run: {exc}") from None
+    try:
+        _, err = await asyncio.wait_for(process.communicate(), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise RgtError(f"instances.{name}.teardown_command gave no answer in {timeout:.0f} s: check the "
+                       "provider's console; the box may or may not be gone") from None
+    if process.returncode != 0:
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
+        raise RgtError(f"instances.{name}.teardown_command exited {process.returncode}: {last[0][:200]}")

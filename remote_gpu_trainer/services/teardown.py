@@ -91,7 +91,10 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
         f"Burning:   {price} · spent ${reading.total:.2f}",
         f"Billing facts: {profile.id} profile, verified {stamp}{stale}",
     ]
-    if action:
+    command = session.instance(instance_name).teardown_command
+    if command and action_id == "terminate":
+        lines.append(f"Command:   {command}  (run here, no shell, once you confirm)")
+    elif action:
         lines.extend(f"Caveat:    {caveat}" for caveat in action.caveats)
     for run_id in run_ids:
         files = evidence.checkpoint_statuses(session.project, session.run_config(run_id), session.db)
