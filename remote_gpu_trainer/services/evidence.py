@@ -24,7 +24,7 @@ import shlex
 import signal
 import stat
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -462,13 +462,10 @@ def _verify_manifest(root: Path, run: RunConfig, db: StateDB, errors: list[Probl
     return manifest
 
 
-def _local_entries(root: Path, errors: list[Problem]) -> dict[str, os.stat_result]:
-    """Step 2: every regular file under the root by relative path (lstat, links never followed).
-
-    Symlinks, other non-regular entries and `.part` files become errors; the manifest and the marker at
-    the root are not entries.
-    """
-    found: dict[str, os.stat_result] = {}
+def _walk_local_root(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """Every non-directory entry under the local root with its lstat (links never followed), by relative
+    path; the manifest and the marker at the root are not entries. Verification and the gate both read
+    the local root through this one walk, so they can never disagree about what is there."""
     stack = [""]
     while stack:
         relative = stack.pop()
@@ -479,17 +476,28 @@ def _local_entries(root: Path, errors: list[Problem]) -> dict[str, os.stat_resul
             if not relative and entry.name in (MANIFEST_NAME, MARKER_NAME):
                 continue
             info = entry.stat(follow_symlinks=False)
-            if stat.S_ISLNK(info.st_mode):
-                errors.append(Problem("symlink", path, "symlink in the local root; replace it by the file"))
-            elif stat.S_ISDIR(info.st_mode):
+            if stat.S_ISDIR(info.st_mode):
                 stack.append(path)
-            elif not stat.S_ISREG(info.st_mode):
-                errors.append(Problem("symlink", path, "not a regular file"))
-            elif entry.name.endswith(".part"):
-                errors.append(Problem("incomplete_part", path, "incomplete transfer: run pull again"))
-                found[path] = info
             else:
-                found[path] = info
+                yield path, info
+
+
+def _local_entries(root: Path, errors: list[Problem]) -> dict[str, os.stat_result]:
+    """Step 2: every regular file under the root by relative path.
+
+    Symlinks, other non-regular entries and `.part` files become errors.
+    """
+    found: dict[str, os.stat_result] = {}
+    for path, info in _walk_local_root(root):
+        if stat.S_ISLNK(info.st_mode):
+            errors.append(Problem("symlink", path, "symlink in the local root; replace it by the file"))
+        elif not stat.S_ISREG(info.st_mode):
+            errors.append(Problem("symlink", path, "not a regular file"))
+        elif path.endswith(".part"):
+            errors.append(Problem("incomplete_part", path, "incomplete transfer: run pull again"))
+            found[path] = info
+        else:
+            found[path] = info
     return found
 
 
@@ -833,25 +841,13 @@ def _gate_listing(root: Path, listed: dict[str, int], db: StateDB) -> list[Local
     if not root.is_dir():
         return []
     result: list[LocalFile] = []
-    stack = [""]
-    while stack:
-        relative = stack.pop()
-        with os.scandir(root / relative if relative else root) as scan:
-            entries = sorted(scan, key=lambda entry: entry.name)
-        for entry in entries:
-            path = f"{relative}/{entry.name}" if relative else entry.name
-            if not relative and entry.name in (MANIFEST_NAME, MARKER_NAME):
-                continue
-            info = entry.stat(follow_symlinks=False)
-            if stat.S_ISDIR(info.st_mode):
-                stack.append(path)
-                continue
-            regular = stat.S_ISREG(info.st_mode)
-            digest = None
-            if regular and listed.get(path) == info.st_size:
-                with contextlib.suppress(OSError):
-                    digest = hash_with_cache_sync(db, Path(entry.path))
-            result.append(LocalFile(path, info.st_size, info.st_mtime_ns, digest, regular))
+    for path, info in _walk_local_root(root):
+        regular = stat.S_ISREG(info.st_mode)
+        digest = None
+        if regular and listed.get(path) == info.st_size:
+            with contextlib.suppress(OSError):
+                digest = hash_with_cache_sync(db, root.joinpath(*path.split("/")))
+        result.append(LocalFile(path, info.st_size, info.st_mtime_ns, digest, regular))
     return sorted(result)
 
 
