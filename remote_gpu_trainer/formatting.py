@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import statistics
+
+from .audits.gpu_health import GpuSample
 from .services.evidence import PullProgress
 
 
@@ -32,3 +35,26 @@ def short_hash(sha: str | None) -> str:
 def pull_progress_line(progress: PullProgress) -> str:
     percent = 100.0 * progress.done / progress.total if progress.total else 100.0
     return f"{progress.phase:<11} {progress.path}  {size(progress.done)}/{size(progress.total)} ({percent:.0f}%)"
+
+
+def describe_gpus(samples: list[GpuSample] | None) -> str:
+    """`2× util 87% · mem 61/80 GiB · 71°C` (medians over GPUs), or `no GPU`."""
+    if samples is None:
+        return "no GPU"
+    if not samples:
+        return "no GPU visible"
+
+    def middle(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return statistics.median(known) if known else None
+
+    util = middle([s.util_pct for s in samples])
+    used = middle([s.memory_used_mib for s in samples])
+    total = middle([s.memory_total_mib for s in samples])
+    temp = max((s.temperature_c for s in samples if s.temperature_c is not None), default=None)
+    parts = [f"util {util:.0f}%" if util is not None else "util ?"]
+    if used is not None and total is not None:
+        parts.append(f"mem {used / 1024:.0f}/{total / 1024:.0f} GiB")
+    if temp is not None:
+        parts.append(f"{temp:.0f}°C")
+    return f"{len({s.index for s in samples})}× " + " · ".join(parts)

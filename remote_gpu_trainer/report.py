@@ -72,8 +72,8 @@ def needs_attention(overview: Overview) -> list[str]:
     """What `--strict` exits 1 for (ux.md §8)."""
     reasons = []
     for run in overview.runs:
-        if not run.gate.open:
-            reasons.append(f"run {run.id}: gate closed")
+        if not run.gate.evidence_ok:
+            reasons.append(f"run {run.id}: results not pulled and verified here")
         if any(f.severity in ("warn", "error", "critical") and f.status == "open" for f in run.findings):
             reasons.append(f"run {run.id}: open findings")
         if run.liveness == "unknown" and run.evidence_state != "planned_not_started":

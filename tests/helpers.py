@@ -37,22 +37,27 @@ def copy_command() -> str:
 
 
 def write_project(root: Path, command: str | None = None, roster: tuple[str, ...] = ("seed0", "seed1"),
-                  extra_run: str = "") -> Path:
+                  extra_run: str = "", *, instance: str = INSTANCE, instance_body: str = 'provider = "sim"',
+                  box: Path | None = None) -> Path:
+    """One instance and run `r1`. `box` puts workdir and remote_root under a real folder (ssh, slurm, local
+    boxes are this machine); without it they are the sim box's `/workspace/...` paths."""
     root.mkdir(parents=True, exist_ok=True)
     cells = ", ".join(f'"{c}"' for c in roster)
+    workdir = str(box / "job") if box else "/workspace/job"
+    remote_root = str(box / "rgt" / RUN) if box else f"/workspace/rgt/{RUN}"
     text = f"""\
 [project]
 name = "test-project"
 
-[instances.{INSTANCE}]
-provider = "sim"
+[instances.{instance}]
+{instance_body}
 
 [runs.{RUN}]
-instance = "{INSTANCE}"
-workdir = "/workspace/job"
+instance = "{instance}"
+workdir = {toml_string(workdir)}
 command = {toml_string(command or copy_command())}
 log = "train.log"
-remote_root = "/workspace/rgt/{RUN}"
+remote_root = {toml_string(remote_root)}
 roster = [{cells}]
 required = ["best.pth", "best_metrics.json"]
 metric = {{ name = "val_loss", direction = "min" }}

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import FIXTURES, toml_string
+from helpers import FIXTURES, write_project
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.services.session import Session
 
@@ -47,26 +46,11 @@ def fill(path: Path) -> int:
 
 async def test_disk_full_during_the_manifest_build(tiny_disk: Path, tmp_path: Path) -> None:
     root = tmp_path / "proj"
-    root.mkdir()
     result_root = tiny_disk / "rgt" / RUN
     for cell in ("seed0", "seed1"):
         shutil.copytree(FIXTURES / "cells" / cell, result_root / cell)
     assert fill(result_root / "seed1" / "filler.bin") > 0
-    (root / "rgt.toml").write_text(f"""\
-[project]
-name = "disk-full"
-
-[instances.box]
-provider = "local"
-
-[runs.{RUN}]
-instance = "box"
-workdir = {toml_string(str(tmp_path / "work"))}
-command = "true"
-remote_root = {toml_string(str(result_root))}
-roster = ["seed0", "seed1"]
-python = {toml_string(sys.executable)}
-""")
+    write_project(root, "true", instance="box", instance_body='provider = "local"', box=tiny_disk)
     session = Session.open(str(root))
     try:
         with pytest.raises(VerbFailed) as caught:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from slurm_fixtures import Cluster
 
-from helpers import copy_command, toml_string
+from helpers import copy_command, write_project
 from remote_gpu_trainer.errors import GateRefused
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.session import Session
@@ -19,22 +19,7 @@ RUN, INSTANCE = "r1", "cluster"
 
 
 def slurm_project(root: Path, box: Path, command: str) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "rgt.toml").write_text(f"""\
-[project]
-name = "slurm-arc"
-
-[instances.{INSTANCE}]
-provider = "slurm"
-
-[runs.{RUN}]
-instance = "{INSTANCE}"
-workdir = {toml_string(str(box / "job"))}
-command = {toml_string(command)}
-remote_root = {toml_string(str(box / "rgt" / RUN))}
-roster = ["seed0", "seed1"]
-metric = {{ name = "val_loss", direction = "min" }}
-""")
+    write_project(root, command, instance=INSTANCE, instance_body='provider = "slurm"', box=box)
 
 
 async def liveness_until(session: Session, states: tuple[str, ...], timeout: float = 90) -> tuple[str, str]:

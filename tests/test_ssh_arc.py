@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from sshd_fixtures import Sshd, session_pid
 
-from helpers import copy_command, toml_string
+from helpers import copy_command, toml_string, write_project
 from remote_gpu_trainer.errors import GateRefused
 from remote_gpu_trainer.providers.transport_ssh import SSHTransport
 from remote_gpu_trainer.services import teardown
@@ -36,29 +36,9 @@ def ssh_project(root: Path, box: Path, server: Sshd, home: Path, command: str, s
         f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {server.port}\n  User root\n"
         f"  IdentityFile {server.client_key}\n  IdentitiesOnly yes\n"
     )
-    root.mkdir(parents=True, exist_ok=True)
-    config = root / "rgt.toml"
-    config.write_text(f"""\
-[project]
-name = "ssh-arc"
-
-[instances.{INSTANCE}]
-provider = "ssh"
-host = "{ALIAS}"
-price_per_hour = 1.5
-{instance_extra}
-
-[runs.{RUN}]
-instance = "{INSTANCE}"
-workdir = "{box}/job"
-command = {toml_string(command)}
-remote_root = "{box}/rgt/{RUN}"
-roster = ["seed0", "seed1"]
-metric = {{ name = "val_loss", direction = "min" }}
-python = {toml_string(sys.executable)}
-stall_after = {stall_after}
-""")
-    return config
+    body = f'provider = "ssh"\nhost = "{ALIAS}"\nprice_per_hour = 1.5\n{instance_extra}'
+    return write_project(root, command, extra_run=f"stall_after = {stall_after}", instance=INSTANCE,
+                         instance_body=body, box=box)
 
 
 async def trusted_session(root: Path, server: Sshd) -> Session:

@@ -6,11 +6,12 @@ are absent, with what is missing).
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..strict_json import loads_strict
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def numbers_reread(facts: ChecklistFacts, item: Mapping[str, Any]) -> Result:
         if not verified:
             return "findings", f"{cell}: metrics file is not the hash-verified copy"
         try:
-            parsed = json.loads(data, parse_constant=_reject_constant)
+            parsed = loads_strict(data)
         except ValueError as exc:
             return "findings", f"{cell}: metrics file does not parse: {exc}"
         value = parsed.get(facts.metric_name) if isinstance(parsed, dict) else None
@@ -68,10 +69,6 @@ def numbers_reread(facts: ChecklistFacts, item: Mapping[str, Any]) -> Result:
             return "findings", f"{cell}: {facts.metric_name} missing or not a finite number"
         values.append(f"{cell}={value:.4g}")
     return "pass", ", ".join(values)
-
-
-def _reject_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number")
 
 
 CHECKS: dict[str, Callable[[ChecklistFacts, Mapping[str, Any]], Result]] = {

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
 from ..config import SAFE_NAME
+from ..strict_json import loads_strict
 
 MANIFEST_SCHEMA = "remote-gpu-trainer/PULL/v1"
 MARKER_SCHEMA = "remote-gpu-trainer/VERIFIED/v1"
@@ -162,20 +163,8 @@ def parse_iso_utc(text: Any) -> datetime | None:
 
 def _load_object(data: bytes, name: str) -> tuple[dict[str, Any] | None, list[Problem]]:
     """Strict JSON: UTF-8, no NaN/Infinity, no duplicate keys, an object at the top."""
-
-    def no_constants(token: str) -> Any:
-        raise ValueError(f"{token} is not valid JSON")
-
-    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in result:
-                raise ValueError(f"duplicate key {key!r}")
-            result[key] = value
-        return result
-
     try:
-        obj = json.loads(data.decode("utf-8"), parse_constant=no_constants, object_pairs_hook=no_duplicates)
+        obj = loads_strict(data)
     except UnicodeDecodeError:
         return None, [Problem("schema", name, "not UTF-8")]
     except ValueError as exc:

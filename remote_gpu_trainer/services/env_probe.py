@@ -10,7 +10,6 @@ one-line TransportError (state unknown), never guessed at. Judging the facts is 
 from __future__ import annotations
 
 import importlib.resources
-import json
 import shlex
 import time
 from collections.abc import Callable, Iterable
@@ -20,6 +19,7 @@ from ..audits.env_audit import PROBE_VERSION
 from ..audits.gpu_health import SAMPLE_FIELDS, THROTTLE_FIELDS, GpuParseError, GpuSample, parse_gpu_samples
 from ..errors import TransportError
 from ..providers.base import CommandResult, Transport
+from ..strict_json import loads_strict
 
 PROBE_TIMEOUT_S = 120.0
 SAMPLE_TIMEOUT_S = 15.0
@@ -85,7 +85,7 @@ def parse_probe_output(stdout: bytes) -> dict[str, Any]:
     """
     text = stdout.decode("utf-8", errors="replace").strip()
     try:
-        facts = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        facts = loads_strict(text)
     except ValueError as exc:
         raise TransportError(f"environment probe answered badly (not one JSON object: {exc}); "
                              f"output starts {text[:80]!r}") from None
@@ -148,14 +148,3 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:200]
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")

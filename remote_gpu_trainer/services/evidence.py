@@ -50,6 +50,7 @@ from ..config import ProjectConfig, RunConfig
 from ..errors import TransportError, VerbFailed
 from ..providers.base import Transport
 from ..state import StateDB
+from ..strict_json import loads_strict
 from ..verify.ckpt_probe import PROBE_VERSION
 
 __all__ = [
@@ -577,17 +578,13 @@ def _check_required(run: RunConfig, manifest: Manifest, errors: list[Problem]) -
 def _check_metrics(root: Path, hashed: dict[str, str], per_file: dict[str, list[Problem]]) -> None:
     """Step 5b: every `*metrics*.json` is a JSON object with no NaN or Infinity."""
 
-    def refuse(token: str) -> Any:
-        raise ValueError(f"{token} is not a finite number")
-
     for path in sorted(hashed):
         name = path.rsplit("/", 1)[-1]
         if "metrics" not in name or not name.endswith(".json"):
             continue
         try:
-            value = json.loads(root.joinpath(*path.split("/")).read_text(encoding="utf-8"),
-                               parse_constant=refuse)
-        except (ValueError, UnicodeDecodeError) as exc:
+            value = loads_strict(root.joinpath(*path.split("/")).read_bytes())
+        except ValueError as exc:
             per_file[path].append(Problem("metrics_invalid", path, f"not valid finite JSON: {exc}"))
             continue
         if not isinstance(value, dict):

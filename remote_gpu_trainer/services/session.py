@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shlex
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..audits.checklist import ChecklistFacts
 from ..audits.env_audit import AuditRow, RunRequirements, audit_environment, worst
-from ..audits.gpu_health import GpuSample
 from ..audits.liveness import Liveness, classify
+from ..audits.manifest import sha256_bytes
 from ..clock import Clock, utc_now
 from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file
 from ..errors import RgtError, VerbFailed
+from ..formatting import describe_gpus
 from ..profiles import Profile
 from ..providers import slurm
 from ..providers.base import InstanceStatus, Transport
@@ -263,7 +263,7 @@ class Session:
         profile = self.profile(run.instance)
         action = profile.action("terminate")
         inputs = evidence.gather_gate_inputs(self.project, run, self.db, provider_id, None)
-        decision = evaluate_evidence(inputs)
+        decision = evidence.evaluate_evidence_only(inputs)
         if action is None:
             reasons = (f"{profile.display_name} has no teardown action: nothing to destroy", *decision.reasons)
             return GateView(False, "none", (), reasons, evidence_ok=decision.open)
@@ -354,11 +354,6 @@ class Session:
         )
 
 
-def evaluate_evidence(inputs: evidence.GateInputs) -> evidence.GateDecision:
-    """The gate as the dashboard shows it: every evidence condition, before any approval is typed."""
-    return evidence.evaluate_evidence_only(inputs)
-
-
 def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
     """A batch job: Slurm says whether it is queued, running or ended; once ended, the wrapper's files
     (exit code and artifacts) decide finished versus incomplete, as for any detached job."""
@@ -368,29 +363,6 @@ def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
     if state == "dead" and files.state == "dead" and files.detail.startswith("exit"):
         return files
     return Liveness(state, f"Slurm job {job.job_id}: {detail}")
-
-
-def describe_gpus(samples: list[GpuSample] | None) -> str:
-    """`2× util 87% · mem 61/80 GiB · 71°C` (medians over GPUs), or `no GPU`."""
-    if samples is None:
-        return "no GPU"
-    if not samples:
-        return "no GPU visible"
-
-    def middle(values: list[float | None]) -> float | None:
-        known = [v for v in values if v is not None]
-        return statistics.median(known) if known else None
-
-    util = middle([s.util_pct for s in samples])
-    used = middle([s.memory_used_mib for s in samples])
-    total = middle([s.memory_total_mib for s in samples])
-    temp = max((s.temperature_c for s in samples if s.temperature_c is not None), default=None)
-    parts = [f"util {util:.0f}%" if util is not None else "util ?"]
-    if used is not None and total is not None:
-        parts.append(f"mem {used / 1024:.0f}/{total / 1024:.0f} GiB")
-    if temp is not None:
-        parts.append(f"{temp:.0f}°C")
-    return f"{len({s.index for s in samples})}× " + " · ".join(parts)
 
 
 def billing_text(status: InstanceStatus, walltime: str | None = None) -> str:
@@ -437,7 +409,7 @@ def checklist_facts(project: ProjectConfig, run: RunConfig, db: StateDB, gate: G
         data = path.read_bytes() if path.is_file() else None
         record = verified_paths.get(rel)
         verified = bool(gate.evidence_ok and record is not None and data is not None
-                        and _sha256(data) == record.get("sha256"))
+                        and sha256_bytes(data) == record.get("sha256"))
         metric_files[cell] = (data, verified)
     return ChecklistFacts(
         gate_evidence_ok=gate.evidence_ok, evidence_reasons=gate.reasons, roster=run.roster,
@@ -464,10 +436,3 @@ def idle_burn_alerts(instances: list[InstanceView], runs: list[RunView]) -> list
                 f"→ next: {step}"
             )
     return alerts
-
-
-def _sha256(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
-

@@ -1,0 +1,29 @@
+"""Strict JSON for everything rgt reads from a box or an evidence store.
+
+Python's json accepts NaN, Infinity and duplicate keys (the last one silently wins); a manifest, a metrics
+file or a probe answer that relies on either is not evidence, so every reader goes through here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def loads_strict(data: str | bytes) -> Any:
+    """Parse JSON; raise ValueError on NaN/Infinity, duplicate keys, or bytes that are not UTF-8."""
+    text = data.decode("utf-8") if isinstance(data, bytes) else data
+    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+
+
+def _no_constant(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON (not a finite number)")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise ValueError(f"duplicate key {key!r}")
+        result[key] = value
+    return result
