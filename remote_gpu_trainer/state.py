@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .audits.samples import Sample, severity_rank
 from .clock import Clock, iso_offset, parse_iso, utc_now
 
 SCHEMA_VERSION = 1
@@ -106,6 +107,39 @@ CREATE TABLE IF NOT EXISTS checklist (
     at TEXT NOT NULL,
     PRIMARY KEY (run_id, item_id)
 );
+CREATE TABLE IF NOT EXISTS log_cursors (
+    run_id TEXT PRIMARY KEY,
+    offset INTEGER NOT NULL,
+    tail BLOB NOT NULL,
+    line_no INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS metric_samples (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    t REAL NOT NULL,
+    step INTEGER,
+    epoch REAL,
+    key TEXT NOT NULL,
+    value REAL NOT NULL,
+    source TEXT NOT NULL,
+    approx INTEGER NOT NULL DEFAULT 0,
+    unit TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS metric_samples_by_key ON metric_samples (run_id, key, seq);
+CREATE TABLE IF NOT EXISTS log_findings (
+    run_id TEXT NOT NULL,
+    signature TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    first_t REAL NOT NULL,
+    last_t REAL NOT NULL,
+    evidence TEXT NOT NULL,
+    last_evidence TEXT NOT NULL,
+    line_no INTEGER,
+    status TEXT NOT NULL DEFAULT 'open',
+    note TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (run_id, signature)
+);
 """
 
 
@@ -131,6 +165,32 @@ class Snapshot:
     price_per_hour: float | None
     price_source: str
     storage_per_hour: float | None
+
+
+@dataclass(frozen=True)
+class LogCursor:
+    """Where following a run's log stopped: the byte offset, the bytes just before it (to notice a
+    replaced file whose size grew past the offset) and the number of lines read so far."""
+
+    offset: int = 0
+    tail: bytes = b""
+    line_no: int = 0
+
+
+@dataclass(frozen=True)
+class LogFinding:
+    """One signature row's alert for one run: repeats bump `count`, never add rows."""
+
+    signature: str
+    severity: str
+    count: int
+    first_t: float
+    last_t: float
+    evidence: str
+    last_evidence: str
+    line_no: int | None
+    status: str = "open"  # open | acknowledged
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -361,3 +421,74 @@ class StateDB:
             "SELECT item_id, status, note, at FROM checklist WHERE run_id = ?", (run_id,)
         ).fetchall()
         return {r[0]: ChecklistTick(r[0], r[1], r[2], parse_iso(r[3])) for r in rows}
+
+    # -- followed logs: cursor, metric series, findings ----------------------------------------------
+    def log_cursor(self, run_id: str) -> LogCursor:
+        row = self._conn.execute("SELECT offset, tail, line_no FROM log_cursors WHERE run_id = ?",
+                                 (run_id,)).fetchone()
+        return LogCursor(int(row[0]), bytes(row[1]), int(row[2])) if row else LogCursor()
+
+    def save_log_cursor(self, run_id: str, cursor: LogCursor) -> None:
+        with self._tx() as conn:
+            conn.execute("INSERT OR REPLACE INTO log_cursors (run_id, offset, tail, line_no) VALUES (?, ?, ?, ?)",
+                         (run_id, cursor.offset, cursor.tail, cursor.line_no))
+
+    def add_metric_samples(self, run_id: str, samples: Sequence[Sample]) -> None:
+        if not samples:
+            return
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT INTO metric_samples (run_id, t, step, epoch, key, value, source, approx, unit)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(run_id, s.t, s.step, s.epoch, s.key, s.value, s.source, int(s.approx_step), s.unit)
+                 for s in samples],
+            )
+
+    def metric_keys(self, run_id: str) -> list[str]:
+        rows = self._conn.execute("SELECT DISTINCT key FROM metric_samples WHERE run_id = ? ORDER BY key",
+                                  (run_id,)).fetchall()
+        return [r[0] for r in rows]
+
+    def metric_samples(self, run_id: str, key: str, *, last: int | None = None,
+                       max_points: int | None = None) -> list[Sample]:
+        """The series in arrival order: the newest `last` samples, or the whole run thinned to about
+        `max_points` evenly spaced samples (always keeping the newest) so a chart never loads a million rows."""
+        base = ("SELECT t, step, epoch, key, value, source, approx, unit FROM metric_samples"
+                " WHERE run_id = ? AND key = ?")
+        if last is not None:
+            rows = self._conn.execute(base + " ORDER BY seq DESC LIMIT ?", (run_id, key, last)).fetchall()
+            rows.reverse()
+        else:
+            rows = self._conn.execute(base + " ORDER BY seq", (run_id, key)).fetchall()
+            if max_points is not None and len(rows) > max_points:
+                stride = -(-len(rows) // max_points)
+                rows = rows[len(rows) - 1 - ((len(rows) - 1) // stride) * stride::stride]
+        return [Sample(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), r[7]) for r in rows]
+
+    def upsert_log_finding(self, run_id: str, finding: LogFinding) -> None:
+        """Counts and the latest evidence change; an acknowledgement survives unless the row got worse."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT severity, status, note FROM log_findings WHERE run_id = ? AND signature = ?",
+                               (run_id, finding.signature)).fetchone()
+            status, note = finding.status, finding.note
+            worse = row is not None and severity_rank(finding.severity) > severity_rank(row[0])
+            if row is not None and row[1] == "acknowledged" and not worse:
+                status, note = row[1], row[2]
+            conn.execute(
+                "INSERT OR REPLACE INTO log_findings (run_id, signature, severity, count, first_t, last_t, evidence,"
+                " last_evidence, line_no, status, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, finding.signature, finding.severity, finding.count, finding.first_t, finding.last_t,
+                 finding.evidence, finding.last_evidence, finding.line_no, status, note),
+            )
+
+    def log_findings(self, run_id: str) -> list[LogFinding]:
+        rows = self._conn.execute(
+            "SELECT signature, severity, count, first_t, last_t, evidence, last_evidence, line_no, status, note"
+            " FROM log_findings WHERE run_id = ? ORDER BY signature", (run_id,)).fetchall()
+        return [LogFinding(*r) for r in rows]
+
+    def acknowledge_log_finding(self, run_id: str, signature: str, note: str) -> bool:
+        with self._tx() as conn:
+            cursor = conn.execute("UPDATE log_findings SET status = 'acknowledged', note = ?"
+                                  " WHERE run_id = ? AND signature = ?", (note, run_id, signature))
+        return cursor.rowcount > 0

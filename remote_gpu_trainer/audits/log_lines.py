@@ -1,0 +1,96 @@
+"""Bytes of a followed log → clean lines, whatever the trainer wrote.
+
+Trainers write carriage-return progress bars (tqdm redraws one line hundreds of times), ANSI colours,
+bytes that are not UTF-8 and, now and then, a multi-megabyte line (a tensor printed in full). The parser
+and the detector want one clean line at a time; the log view wants only the lines a terminal would have
+kept. Memory stays bounded: a line longer than `max_chars` keeps its head and counts the rest.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from dataclasses import dataclass
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+MAX_LINE_CHARS = 4096
+_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def strip_ansi(text: str) -> str:
+    """Escape sequences carry colour, not content; they would also break `^`/`$` anchors."""
+    return ANSI.sub("", text) if "\x1b" in text else text
+
+
+@dataclass(frozen=True)
+class Line:
+    """One segment of the log. `redraw` marks a segment ended by a bare carriage return: a progress-bar
+    frame the terminal overwrote, so parsers read it but a log view shows only the frame that stayed."""
+
+    text: str
+    redraw: bool = False
+    dropped: int = 0  # characters cut from an over-long line
+
+
+class LineSplitter:
+    """Incremental: feed any chunking of the byte stream and get the same lines out."""
+
+    def __init__(self, max_chars: int = MAX_LINE_CHARS) -> None:
+        self.max_chars = max_chars
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._head = ""  # the start of the current unfinished line (at most max_chars)
+        self._dropped = 0  # characters of the current line beyond max_chars
+        self._held_cr = False  # the previous chunk ended in '\r': wait to see whether '\n' follows
+
+    def feed(self, data: bytes) -> list[Line]:
+        return self._split(self._decoder.decode(data))
+
+    def flush(self) -> list[Line]:
+        """End of input (the run ended): the unfinished last line is a line too."""
+        lines = self._split(self._decoder.decode(b"", final=True))
+        if self._held_cr or self._head or self._dropped:
+            lines.append(self._make(self._head, redraw=self._held_cr))
+        self._held_cr = False
+        self._head, self._dropped = "", 0
+        return lines
+
+    def reset(self) -> None:
+        """The file was truncated or replaced: forget the half line of the old file."""
+        self._decoder.reset()
+        self._head, self._dropped, self._held_cr = "", 0, False
+
+    @property
+    def partial(self) -> str:
+        """The unfinished line so far: a live progress bar that has not reached its newline."""
+        return strip_ansi(self._head)
+
+    def _split(self, text: str) -> list[Line]:
+        if self._held_cr:
+            text, self._held_cr = "\r" + text, False
+        if text.endswith("\r"):
+            text, self._held_cr = text[:-1], True  # a '\n' in the next chunk would make it '\r\n'
+        if not text:
+            return []
+        lines: list[Line] = []
+        start = 0
+        for brk in _BREAK.finditer(text):
+            self._append(text[start:brk.start()])
+            lines.append(self._make(self._head, redraw=brk.group() == "\r"))
+            self._head, self._dropped = "", 0
+            start = brk.end()
+        self._append(text[start:])
+        return lines
+
+    def _append(self, piece: str) -> None:
+        room = self.max_chars - len(self._head)
+        if len(piece) <= room:
+            self._head += piece
+        else:
+            self._head += piece[:max(0, room)]
+            self._dropped += len(piece) - max(0, room)
+
+    def _make(self, text: str, redraw: bool) -> Line:
+        clean = strip_ansi(text)
+        if "\x00" in clean:
+            clean = clean.replace("\x00", "")
+        return Line(clean, redraw=redraw, dropped=self._dropped)

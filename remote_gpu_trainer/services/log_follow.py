@@ -1,0 +1,82 @@
+"""Follow a log file through any transport, and notice when it was truncated, rotated or replaced.
+
+`tail(path, offset)` alone cannot tell a file that grew from a *different* file that happens to be longer
+than our offset (a rerun that rewrote the log, `logrotate` with create). So each read starts a few bytes
+*before* the offset and compares them with the bytes we saw there last time: equal means the same file
+grew; different (or a shrink) means a new file, and following starts again from its first byte so that
+no line written after the truncation is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from ..audits.log_lines import Line, LineSplitter
+from ..state import LogCursor
+
+OVERLAP = 64  # bytes re-read before the offset to recognise the same file
+READ_LIMIT = 1 << 20  # bytes per transport call
+MAX_READS_PER_POLL = 8  # a backlog is caught up over several polls, so the UI stays responsive
+
+Reader = Callable[[int, int], Awaitable[tuple[bytes, int]]]  # (offset, limit) -> (data, new offset)
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """What one poll read: complete lines (numbered from `first_line_no`), whether the file started over
+    before them, whether more is waiting, and the unfinished last line (a live progress bar)."""
+
+    lines: tuple[Line, ...]
+    first_line_no: int
+    restarted: bool
+    more: bool
+    partial: str
+
+
+class LogFollower:
+    def __init__(self, read: Reader, cursor: LogCursor | None = None) -> None:
+        self._read = read
+        self.cursor = cursor or LogCursor()
+        self.splitter = LineSplitter()
+
+    async def poll(self, max_reads: int = MAX_READS_PER_POLL) -> LogChunk:
+        lines: list[Line] = []
+        restarted = False
+        first_line_no = self.cursor.line_no + 1
+        more = False
+        for _ in range(max_reads):
+            data, was_restart = await self._read_new()
+            if was_restart:
+                restarted = True
+                lines.clear()  # what we held belonged to the old file; the new one is read from its top
+                self.splitter.reset()
+                first_line_no = 1
+            if not data:
+                break
+            new_lines = self.splitter.feed(data)
+            lines.extend(new_lines)
+            self.cursor = LogCursor(self.cursor.offset, self.cursor.tail, self.cursor.line_no + len(new_lines))
+            more = len(data) >= READ_LIMIT
+            if not more:
+                break
+        return LogChunk(tuple(lines), first_line_no, restarted, more, self.splitter.partial)
+
+    async def _read_new(self) -> tuple[bytes, bool]:
+        """The bytes after the cursor, and whether the file was found to be a new one."""
+        offset, tail = self.cursor.offset, self.cursor.tail
+        start = offset - len(tail)
+        data, end = await self._read(start, READ_LIMIT + len(tail))
+        got_from = end - len(data)
+        if got_from == start and data[:len(tail)] == tail:
+            fresh = data[len(tail):]
+            self._advance(offset, tail, fresh)
+            return fresh, False
+        data, end = await self._read(0, READ_LIMIT)  # a new file: follow it from its first byte
+        self.cursor = LogCursor(0, b"", 0)
+        self._advance(0, b"", data)
+        return data, True
+
+    def _advance(self, offset: int, tail: bytes, fresh: bytes) -> None:
+        seen = (tail + fresh)[-OVERLAP:]
+        self.cursor = LogCursor(offset + len(fresh), seen, self.cursor.line_no)
