@@ -1,0 +1,191 @@
+"""Lambda Cloud over its REST API (providers.md §5; base `https://cloud.lambdalabs.com/api/v1`).
+
+Auth is a CONFLICT in the sources (§10): Bearer by default, `auth_scheme="basic-user"` sends the key as the
+Basic user name with an empty password. Lambda has no stop: terminate is the only meter stop, and an in-OS
+shutdown leaves the instance in an "Alert" state that still bills; the API word for it is not known, so
+anything but absent or `terminated` counts as billing, and `unhealthy`/`alert` are called out by name.
+LAM14: the terminate call can hang, so it runs under its own client timeout and a timeout is followed by a
+re-query, never by a blind retry. NFS filesystems survive terminate and bill until deleted in the console.
+The API allows about 1 request/s and one launch per 10 s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import VerbFailed
+from .client import CloudClient, UnsupportedAction, as_dict, as_float, as_int, as_str, still_billing
+from .http import CloudNotFound, path_segment
+from .types import CloudInstance, GpuRequest, Residual, StorageBilling, lower_keys, map_state
+
+# status → INSTANCE_STATES. `unhealthy` (and the unknown "Alert" word) deliberately stay `unknown`: billing.
+LAMBDA_STATES = lower_keys({
+    "booting": "pending",
+    "active": "running",
+    "terminating": "terminating",
+    "terminated": "terminated",
+})
+ALERT_WORDS = frozenset({"unhealthy", "alert"})
+LAUNCH_INTERVAL_S = 10.0
+
+
+class LambdaClient(CloudClient):
+    """list/get/terminate/wait_gone/launch for Lambda Cloud; `stop` explains why there is none."""
+
+    provider = "lambda"
+    DEFAULT_BASE_URL = "https://cloud.lambdalabs.com/api/v1"
+    BASE_URL_ENV = None
+    AUTH_ENV = ("LAMBDA_API_KEY",)
+    AUTH_FILES = ("~/.lambda_cloud/lambda_keys#api_key",)
+    RATE_LIMIT_PER_S = 1.0
+    TERMINATE_TIMEOUT_S = 30.0
+
+    _last_launch: float | None = None
+
+    async def _list(self) -> list[CloudInstance]:
+        rows = as_dict(await self.http.request("GET", "/instances")).get("data")
+        if not isinstance(rows, list):
+            raise self._bad_shape("GET", "/instances", "expected `data` to be a list")
+        return [parse_instance(row) for row in rows if isinstance(row, dict) and row.get("id")]
+
+    async def _fetch(self, provider_id: str) -> CloudInstance:
+        path = f"/instances/{path_segment(provider_id)}"
+        row = as_dict(await self.http.request("GET", path)).get("data")
+        if not isinstance(row, dict) or not row.get("id"):
+            raise self._bad_shape("GET", path, "expected `data` to be an instance")
+        return parse_instance(row)
+
+    async def stop(self, provider_id: str) -> None:
+        raise UnsupportedAction(
+            "lambda: there is no stop: an in-OS shutdown leaves the instance in Alert and still billing; "
+            "terminate is the only way to stop the meter")
+
+    async def terminate(self, provider_id: str) -> None:
+        """POST the terminate operation; its answer must list the id, else the instance is re-queried."""
+        if await self._preflight(provider_id) is None:
+            return
+        path = "/instance-operations/terminate"
+
+        async def send() -> None:
+            data = await self.http.request("POST", path, json_body={"instance_ids": [provider_id]},
+                                           idempotent=True, retry_timeouts=False,
+                                           timeout_s=self.terminate_timeout_s)
+            done = as_dict(as_dict(data).get("data")).get("terminated_instances")
+            ids = {str(as_dict(i).get("id")) for i in done} if isinstance(done, list) else set()
+            if provider_id not in ids:
+                instance = await self.get(provider_id)
+                if instance.state not in ("terminating", "terminated"):
+                    raise self._bad_shape("POST", path, f"{provider_id} not in terminated_instances and it is "
+                                          f"still {instance.raw_state}")
+
+        await self._terminate_and_requery(provider_id, send)
+
+    async def _probe_gone(self, provider_id: str) -> tuple[bool, CloudInstance | None]:
+        """Gone on 404 or on its own word `terminated`; every other word, Alert included, still bills."""
+        try:
+            instance = await self._fetch(provider_id)
+        except CloudNotFound:
+            return True, None
+        if instance.raw_state.lower() == "terminated":
+            return True, instance
+        return False, instance
+
+    async def _residuals(self, provider_id: str, gone: bool,
+                         last: CloudInstance | None) -> tuple[list[Residual], list[str]]:
+        residuals: list[Residual] = []
+        if last is not None and not gone:
+            residuals.append(still_billing(last))
+            if last.raw_state.lower() in ALERT_WORDS:
+                residuals.append(Residual(
+                    "alert", provider_id, f"instance is {last.raw_state!r} (Alert): still billing",
+                    "terminate it; an in-OS shutdown does not stop the meter"))
+        if last is not None:
+            for item in last.storage:
+                if item.name == "nfs" and item.ident:
+                    residuals.append(Residual(
+                        "nfs", item.ident, "NFS filesystem survives terminate and bills until deleted",
+                        "delete it in the Lambda console after its instances are terminated"))
+        return residuals, []
+
+    # -- launch -------------------------------------------------------------------------------------------
+
+    async def instance_types(self) -> dict[str, dict[str, Any]]:
+        data = as_dict(await self.http.request("GET", "/instance-types")).get("data")
+        if not isinstance(data, dict):
+            raise self._bad_shape("GET", "/instance-types", "expected `data` to be an object")
+        return {name: entry for name, entry in data.items() if isinstance(entry, dict)}
+
+    async def launch(self, request: GpuRequest, *, file_system_names: tuple[str, ...] = ()) -> CloudInstance:
+        """Launch the cheapest instance type with capacity that fits; one launch per 10 s at most."""
+        if not request.ssh_key_names:
+            raise VerbFailed("lambda: launch needs at least one SSH key name registered on the account")
+        name, region, _ = pick_instance_type(await self.instance_types(), request)
+        await self._launch_pacing()
+        body: dict[str, Any] = {"region_name": region, "instance_type_name": name,
+                                "ssh_key_names": list(request.ssh_key_names), "quantity": 1, "name": request.name}
+        if file_system_names:
+            body["file_system_names"] = list(file_system_names)
+        data = await self.http.request("POST", "/instance-operations/launch", json_body=body)
+        ids = as_dict(as_dict(data).get("data")).get("instance_ids")
+        if not isinstance(ids, list) or not ids:
+            raise self._bad_shape("POST", "/instance-operations/launch", "no instance_ids in the answer")
+        return await self.get(str(ids[0]))
+
+    async def _launch_pacing(self) -> None:
+        """Lambda answers 429 to a second launch within 10 s; waiting here is cheaper than a refused launch."""
+        now = self.clock()
+        if self._last_launch is not None:
+            wait = self._last_launch + LAUNCH_INTERVAL_S - now
+            if wait > 0:
+                await self.sleep(wait)
+                now = max(self.clock(), self._last_launch + LAUNCH_INTERVAL_S)
+        self._last_launch = now
+
+
+def pick_instance_type(types: dict[str, dict[str, Any]], request: GpuRequest) -> tuple[str, str, float]:
+    """(type name, region, $/h) of the cheapest type matching GPU and count, with capacity, under the ceiling."""
+    wanted = request.gpu_type.lower()
+    best: tuple[str, str, float] | None = None
+    for name, entry in types.items():
+        itype = as_dict(entry.get("instance_type"))
+        text = f"{name} {as_str(itype.get('gpu_description')) or ''} {as_str(itype.get('description')) or ''}"
+        gpus = as_int(as_dict(itype.get("specs")).get("gpus"))
+        cents = as_float(itype.get("price_cents_per_hour"))
+        if wanted not in text.lower() or gpus != request.gpu_count or cents is None:
+            continue
+        price = cents / 100.0
+        if request.max_price_per_hour is not None and price > request.max_price_per_hour:
+            continue
+        names = [as_str(as_dict(r).get("name")) for r in entry.get("regions_with_capacity_available") or []]
+        regions = [r for r in names if r and (request.region is None or r == request.region)]
+        if regions and (best is None or price < best[2]):
+            best = (name, regions[0], price)
+    if best is None:
+        ceiling = f" under ${request.max_price_per_hour:.2f}/h" if request.max_price_per_hour else ""
+        raise VerbFailed(f"lambda: no instance type with {request.gpu_count}x {request.gpu_type}{ceiling} "
+                         "has capacity now")
+    return best
+
+
+def parse_instance(row: dict[str, Any]) -> CloudInstance:
+    """One instance object → CloudInstance (price `instance_type.price_cents_per_hour`, integer cents)."""
+    raw = as_str(row.get("status")) or ""
+    itype = as_dict(row.get("instance_type"))
+    cents = as_float(itype.get("price_cents_per_hour"))
+    filesystems = row.get("file_system_names")
+    if not isinstance(filesystems, list):
+        filesystems = []
+    storage = [StorageBilling("local", as_float(as_dict(itype.get("specs")).get("storage_gib")),
+                              bills_while_stopped=False)]
+    storage += [StorageBilling("nfs", None, bills_while_stopped=True, survives_terminate=True, ident=str(fs))
+                for fs in filesystems if fs]
+    return CloudInstance(
+        provider="lambda", provider_id=str(row["id"]), state=map_state(LAMBDA_STATES, raw), raw_state=raw,
+        name=as_str(row.get("name")) or "",
+        gpu=as_str(itype.get("gpu_description")) or as_str(itype.get("name")) or "",
+        gpu_count=as_int(as_dict(itype.get("specs")).get("gpus")),
+        price_per_hour=cents / 100.0 if cents is not None else None,
+        price_source="api" if cents is not None else "none",
+        public_ip=as_str(row.get("ip")), region=as_str(as_dict(row.get("region")).get("name")),
+        storage=tuple(storage), detail={"hostname": as_str(row.get("hostname"))},
+    )
