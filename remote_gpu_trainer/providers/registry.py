@@ -14,12 +14,16 @@ from ..config import InstanceConfig
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    from .cloud_provider import CloudProvider
     from .local import LocalProvider
     from .sim import SimProvider
     from .slurm_cluster import SlurmProvider
     from .ssh import SSHProvider
 
-    AnyProvider = LocalProvider | SimProvider | SSHProvider | SlurmProvider
+    AnyProvider = LocalProvider | SimProvider | SSHProvider | SlurmProvider | CloudProvider
+
+# Providers behind an HTTP API, all served by the one data-driven adapter (cloud_provider.CLIENTS).
+CLOUD_PROVIDERS = ("runpod", "vastai", "lambda", "paperspace", "autodl")
 
 
 def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_now) -> AnyProvider:
@@ -39,7 +43,11 @@ def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_n
         from .slurm_cluster import SlurmProvider
 
         return SlurmProvider(state_dir, clock)
+    if instance.provider in CLOUD_PROVIDERS:
+        from .cloud_provider import CloudProvider
+
+        return CloudProvider(instance.provider, state_dir, clock, api_base=instance.api_base)
     raise ConfigError(
         f"instances.{instance.name}: provider {instance.provider!r} is not available in this version of rgt "
-        "(available: local, sim, ssh, slurm)"
+        f"(available: local, sim, ssh, slurm, {', '.join(CLOUD_PROVIDERS)})"
     )
