@@ -25,6 +25,7 @@ from .services.evidence import PullProgress
 
 if TYPE_CHECKING:
     from .audits.env_audit import AuditRow
+    from .services.log_monitor import Alert
     from .services.overview import Overview
     from .services.session import Session
 
@@ -274,12 +275,25 @@ def _print_audit(rows: Sequence[AuditRow]) -> None:
         print(f"{glyph.get(row.status, '?')} {row.status:<7} {row.id:>2} {row.check:<22} {row.detail}")
 
 
+def _print_alerts(session: Session, alerts: Sequence[Alert]) -> None:
+    from .clock import iso_z
+
+    for alert in alerts:
+        print(f"{iso_z(session.clock())} {alert.severity.upper()} {alert.title}: {alert.message}"
+              + (f" → fix: {alert.fix}" if alert.fix else ""), flush=True)
+
+
 async def _watch(session: Session, run_id: str, once: bool, interval: float) -> int:
     from .clock import iso_z
 
     last: tuple[str, str] | None = None
     while True:
+        update = await session.follow_log(run_id)
+        if update is not None:
+            _print_alerts(session, update.alerts)
         state = await session.run_state(run_id)
+        session.evaluate_rules(run_id, state)
+        _print_alerts(session, session.take_alerts())
         current = (state.liveness.state, state.liveness.detail if state.liveness.state != "running" else "")
         if current != last or once:
             print(f"{iso_z(session.clock())} run {run_id}: {state.liveness.state} ({state.liveness.detail})",
@@ -338,6 +352,7 @@ def _report(project: str | None, fmt: str, output: str | None, strict: bool) -> 
 
 async def _overview_and_close(session: Session) -> Overview:
     try:
+        await session.catch_up_logs()  # findings and the ETA reflect the log as it is now
         return await session.overview()
     finally:
         await session.close_transports()

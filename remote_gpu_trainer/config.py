@@ -7,6 +7,7 @@ one ConfigError whose message is the first problem plus a count; `problems` keep
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -29,12 +30,12 @@ _SECRET_VALUE = re.compile(
     r"^(sk-|rpa_|ghp_|gho_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}$|^[A-Za-z0-9_\-]{32,}$"
 )
 
-_TOP_KEYS = {"project", "instances", "runs"}
+_TOP_KEYS = {"project", "instances", "runs", "signatures"}
 _PROJECT_KEYS = {"name"}
 _INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour", "teardown_command"}
 _RUN_KEYS = {
     "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
-    "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after", "gpus",
+    "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after", "gpus", "total_steps",
 }
 
 
@@ -73,6 +74,7 @@ class RunConfig:
     python: str = "python3"
     stall_after: float = 900.0  # seconds of log silence (and no fresh checkpoint) before `stalled`
     gpus: int = 0  # GPUs the run needs; 0 = a CPU run (the phase-0 audit checks the box has them)
+    total_steps: int = 0  # planned optimizer steps for the ETA when the log does not say; 0 = from the log
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,7 @@ class ProjectConfig:
     name: str
     instances: dict[str, InstanceConfig] = field(default_factory=dict)
     runs: dict[str, RunConfig] = field(default_factory=dict)
+    signatures: tuple[dict[str, Any], ...] = ()  # user log signatures ([[signatures]]), checked at load
 
     @property
     def state_dir(self) -> Path:
@@ -102,6 +105,12 @@ class ProjectConfig:
 
     def instance_of(self, run_id: str) -> InstanceConfig:
         return self.instances[self.run(run_id).instance]
+
+
+def user_config_dir() -> Path:
+    """Where user-wide settings live (e.g. `signatures.d/*.toml`): $XDG_CONFIG_HOME/rgt, else ~/.config/rgt."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "rgt"
 
 
 def find_project_file(start: Path) -> Path | None:
@@ -245,6 +254,11 @@ class _Validator:
             name = self._str(("project",), project, "name", required=True) or name
         instances = self._instances(data.get("instances", {}))
         runs = self._runs(data.get("runs", {}), instances)
+        signatures = data.get("signatures", [])
+        if not isinstance(signatures, list) or not all(isinstance(row, dict) for row in signatures):
+            self.problem((), "signatures", "must be [[signatures]] tables (id, pattern, severity, cause, fix, "
+                         "match, nomatch)")
+            signatures = []
         if self.problems:
             first = self.problems[0]
             more = f" (and {len(self.problems) - 1} more problem(s))" if len(self.problems) > 1 else ""
@@ -253,7 +267,7 @@ class _Validator:
             raise error
         return ProjectConfig(
             root=self.path.parent.resolve(), file=self.path.resolve(), name=name,
-            instances=instances, runs=runs,
+            instances=instances, runs=runs, signatures=tuple(signatures),
         )
 
     def _instances(self, raw: Any) -> dict[str, InstanceConfig]:
@@ -353,6 +367,10 @@ class _Validator:
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
             self.problem(table, "gpus", "must be a whole number >= 0")
             gpus = 0
+        total_steps = body.get("total_steps", 0)
+        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 0:
+            self.problem(table, "total_steps", "must be a whole number >= 0 (0: read it from the log)")
+            total_steps = 0
         stall_after = body.get("stall_after", 900)
         if isinstance(stall_after, bool) or not isinstance(stall_after, int | float) or stall_after <= 0:
             self.problem(table, "stall_after", "must be a number of seconds > 0")
@@ -368,7 +386,7 @@ class _Validator:
             checkpoint_globs=self._str_list(table, body, "checkpoint_globs") or DEFAULT_CHECKPOINT_GLOBS,
             state_keys=self._str_list(table, body, "state_keys") or DEFAULT_STATE_KEYS,
             allowed_globals=self._str_list(table, body, "allowed_globals") or (),
-            python=python, stall_after=float(stall_after), gpus=gpus,
+            python=python, stall_after=float(stall_after), gpus=gpus, total_steps=total_steps,
         )
 
     def _metric(self, table: tuple[str, ...], raw: Any) -> Metric | None:

@@ -2,10 +2,33 @@
 
 from __future__ import annotations
 
+import os
 import statistics
 
 from .audits.gpu_health import GpuSample
 from .services.evidence import PullProgress
+
+
+def utf8_terminal() -> bool:
+    """Braille and glyphs need UTF-8 (ux.md §5). Only a locale that names another encoding turns them off:
+    an unset locale is what most terminals that render Textual at all look like."""
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = os.environ.get(name, "")
+        if value:
+            return "utf-8" in value.lower() or "utf8" in value.lower() or value in ("C.UTF-8",)
+    return True
+
+
+def duration(seconds: float | None) -> str:
+    """`45s`, `12m05s`, `3h07m`: ETAs and ages at a glance."""
+    if seconds is None:
+        return "—"
+    whole = max(0, int(seconds))
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{(whole % 3600) // 60:02d}m"
 
 
 def money(value: float | None, currency: str = "USD") -> str:

@@ -10,12 +10,11 @@ import json
 from typing import Any
 
 from .clock import iso_z
-from .formatting import money, short_hash, size
+from .formatting import duration, money, short_hash, size
 from .services.overview import Overview, RunView
 
 SCHEMA = "rgt-report/v1"
 FORMATS = ("text", "markdown", "json")
-_SEVERITY_ORDER = {"critical": 0, "error": 1, "warn": 2, "info": 3}
 
 
 def to_dict(overview: Overview) -> dict[str, Any]:
@@ -29,7 +28,8 @@ def to_dict(overview: Overview) -> dict[str, Any]:
             {"name": i.name, "provider": i.provider, "id": i.id, "state": i.state, "gpu": i.gpu,
              "price_per_hour": i.price_per_hour, "price_source": i.price_source, "billing": i.billing,
              "cost_so_far": round(i.cost_so_far, 6), "verified_month": i.verified_month, "stale": i.stale,
-             "burn_per_hour": round(i.burn_per_hour, 6), "estimate": i.estimate, "note": i.note}
+             "burn_per_hour": round(i.burn_per_hour, 6), "estimate": i.estimate, "note": i.note,
+             "eta_s": _round(i.eta_s), "cost_to_finish": _round(i.cost_to_finish)}
             for i in sorted(overview.instances, key=lambda i: i.name)
         ],
         "runs": [_run_dict(r) for r in sorted(overview.runs, key=lambda r: r.id)],
@@ -50,14 +50,22 @@ def _run_dict(run: RunView) -> dict[str, Any]:
         "gate": {"open": run.gate.open, "action": run.gate.action, "destroys": list(run.gate.destroys),
                  "reasons": list(run.gate.reasons)},
         "findings": [
-            {"id": f.id, "check": f.check, "severity": f.severity, "status": f.status, "message": f.message}
-            for f in sorted(run.findings, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 9), f.id))
+            {"id": f.id, "check": f.check, "severity": f.severity, "status": f.status, "message": f.message,
+             "fix": f.fix, "count": f.count, "evidence": f.evidence}
+            for f in run.sorted_findings()
         ],
         "checklist": [{"id": c.id, "title": c.title, "status": c.status, "note": c.note} for c in run.checklist],
         "liveness_detail": run.liveness_detail,
         "environment": [{"id": r.id, "check": r.check, "status": r.status, "detail": r.detail}
                         for r in run.environment],
+        "step": run.step,
+        "total_steps": run.total_steps,
+        "eta_s": _round(run.eta_s),
     }
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 6) if value is not None else None
 
 
 def render(overview: Overview, fmt: str) -> str:
@@ -108,9 +116,16 @@ def _text(o: Overview) -> str:
             out.append("    (none yet: the manifest is built when the run finishes)")
         for c in run.checkpoints:
             out.append(f"    {c.status:<14} {c.path:<34} {size(c.bytes):>10} {short_hash(c.sha256)}  {c.detail}")
+        if run.step is not None:
+            eta = f" · ETA {duration(run.eta_s)}" if run.eta_s is not None else ""
+            out.append(f"  training: step {run.step}{f'/{run.total_steps}' if run.total_steps else ''}{eta}")
         if run.findings:
             out.append("  findings:")
-            out.extend(f"    {f.severity:<5} {f.status:<6} {f.message}" for f in run.findings)
+            for f in run.sorted_findings():
+                count = f" ×{f.count}" if f.count > 1 else ""
+                out.append(f"    {f.severity:<8} {f.status:<12} {f.id:<4} {f.message}{count}")
+                if f.fix:
+                    out.append(f"      fix: {f.fix}")
         if run.environment:
             out.append("  environment (phase-0 audit):")
             out.extend(f"    [{r.status:<7}] {r.id:>2} {r.check:<22} {r.detail}" for r in run.environment)
@@ -118,6 +133,11 @@ def _text(o: Overview) -> str:
         out.extend(f"    [{c.status:<14}] {c.id} {c.title}" + (f" — {c.note}" if c.note else "")
                    for c in run.checklist)
     return "\n".join(out) + "\n"
+
+
+def _cell(text: str) -> str:
+    """Markdown table cells: a pipe in a log line must not split the row."""
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def _markdown(o: Overview) -> str:
@@ -136,6 +156,10 @@ def _markdown(o: Overview) -> str:
                 f"({run.liveness_detail}).", "",
                 f"Gate: **{'open' if run.gate.open else 'closed'}** — {run.gate.action}", ""]
         out.extend(f"- {reason}" for reason in run.gate.reasons)
+        if run.findings:
+            out += ["", "| severity | status | id | finding | fix |", "|---|---|---|---|---|"]
+            out.extend(f"| {f.severity} | {f.status} | {f.id} | {_cell(f.message)} | {_cell(f.fix)} |"
+                       for f in run.sorted_findings())
         out += ["", "| status | path | size | sha256 | detail |", "|---|---|---:|---|---|"]
         out.extend(f"| {c.status} | {c.path} | {size(c.bytes)} | {short_hash(c.sha256)} | {c.detail} |"
                    for c in run.checkpoints)

@@ -8,6 +8,7 @@ The other tables are caches or samples that later code may rebuild; none of them
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -120,7 +121,7 @@ CREATE TABLE IF NOT EXISTS metric_samples (
     step INTEGER,
     epoch REAL,
     key TEXT NOT NULL,
-    value REAL NOT NULL,
+    value REAL,
     source TEXT NOT NULL,
     approx INTEGER NOT NULL DEFAULT 0,
     unit TEXT NOT NULL DEFAULT ''
@@ -428,34 +429,45 @@ class StateDB:
                                  (run_id,)).fetchone()
         return LogCursor(int(row[0]), bytes(row[1]), int(row[2])) if row else LogCursor()
 
-    def save_log_cursor(self, run_id: str, cursor: LogCursor) -> None:
+    def save_log_progress(self, run_id: str, cursor: LogCursor, samples: Sequence[Sample],
+                          findings: Sequence[LogFinding]) -> None:
+        """Cursor, samples and findings of one poll in one transaction: after a crash the log is re-read
+        from the old cursor and nothing is counted twice."""
         with self._tx() as conn:
             conn.execute("INSERT OR REPLACE INTO log_cursors (run_id, offset, tail, line_no) VALUES (?, ?, ?, ?)",
                          (run_id, cursor.offset, cursor.tail, cursor.line_no))
+            if samples:
+                conn.executemany(
+                    "INSERT INTO metric_samples (run_id, t, step, epoch, key, value, source, approx, unit)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(run_id, s.t, s.step, s.epoch, s.key, s.value, s.source, int(s.approx_step), s.unit)
+                     for s in samples],
+                )
+            for finding in findings:
+                self._upsert_finding(conn, run_id, finding)
 
-    def add_metric_samples(self, run_id: str, samples: Sequence[Sample]) -> None:
-        if not samples:
-            return
+    def reset_log_state(self, run_id: str, offset: int) -> None:
+        """A new launch: its log lines start at `offset`; the previous launch's series and findings go."""
         with self._tx() as conn:
-            conn.executemany(
-                "INSERT INTO metric_samples (run_id, t, step, epoch, key, value, source, approx, unit)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [(run_id, s.t, s.step, s.epoch, s.key, s.value, s.source, int(s.approx_step), s.unit)
-                 for s in samples],
-            )
+            conn.execute("DELETE FROM metric_samples WHERE run_id = ?", (run_id,))
+            conn.execute("DELETE FROM log_findings WHERE run_id = ?", (run_id,))
+            conn.execute("INSERT OR REPLACE INTO log_cursors (run_id, offset, tail, line_no) VALUES (?, ?, ?, ?)",
+                         (run_id, offset, b"", 0))
 
     def metric_keys(self, run_id: str) -> list[str]:
         rows = self._conn.execute("SELECT DISTINCT key FROM metric_samples WHERE run_id = ? ORDER BY key",
                                   (run_id,)).fetchall()
         return [r[0] for r in rows]
 
-    def metric_samples(self, run_id: str, key: str, *, last: int | None = None,
+    def metric_samples(self, run_id: str, key: str, *, first: int | None = None, last: int | None = None,
                        max_points: int | None = None) -> list[Sample]:
-        """The series in arrival order: the newest `last` samples, or the whole run thinned to about
-        `max_points` evenly spaced samples (always keeping the newest) so a chart never loads a million rows."""
+        """The series in arrival order: the oldest `first` or newest `last` samples, or the whole run thinned
+        to about `max_points` evenly spaced samples (keeping the newest) so a chart never loads a million rows."""
         base = ("SELECT t, step, epoch, key, value, source, approx, unit FROM metric_samples"
                 " WHERE run_id = ? AND key = ?")
-        if last is not None:
+        if first is not None:
+            rows = self._conn.execute(base + " ORDER BY seq LIMIT ?", (run_id, key, first)).fetchall()
+        elif last is not None:
             rows = self._conn.execute(base + " ORDER BY seq DESC LIMIT ?", (run_id, key, last)).fetchall()
             rows.reverse()
         else:
@@ -463,23 +475,25 @@ class StateDB:
             if max_points is not None and len(rows) > max_points:
                 stride = -(-len(rows) // max_points)
                 rows = rows[len(rows) - 1 - ((len(rows) - 1) // stride) * stride::stride]
-        return [Sample(r[0], r[1], r[2], r[3], r[4], r[5], bool(r[6]), r[7]) for r in rows]
+        # SQLite stores NaN as NULL (infinities survive as REAL): NULL reads back as the NaN it was
+        return [Sample(r[0], r[1], r[2], r[3], math.nan if r[4] is None else r[4], r[5], bool(r[6]), r[7])
+                for r in rows]
 
-    def upsert_log_finding(self, run_id: str, finding: LogFinding) -> None:
+    @staticmethod
+    def _upsert_finding(conn: sqlite3.Connection, run_id: str, finding: LogFinding) -> None:
         """Counts and the latest evidence change; an acknowledgement survives unless the row got worse."""
-        with self._tx() as conn:
-            row = conn.execute("SELECT severity, status, note FROM log_findings WHERE run_id = ? AND signature = ?",
-                               (run_id, finding.signature)).fetchone()
-            status, note = finding.status, finding.note
-            worse = row is not None and severity_rank(finding.severity) > severity_rank(row[0])
-            if row is not None and row[1] == "acknowledged" and not worse:
-                status, note = row[1], row[2]
-            conn.execute(
-                "INSERT OR REPLACE INTO log_findings (run_id, signature, severity, count, first_t, last_t, evidence,"
-                " last_evidence, line_no, status, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (run_id, finding.signature, finding.severity, finding.count, finding.first_t, finding.last_t,
-                 finding.evidence, finding.last_evidence, finding.line_no, status, note),
-            )
+        row = conn.execute("SELECT severity, status, note FROM log_findings WHERE run_id = ? AND signature = ?",
+                           (run_id, finding.signature)).fetchone()
+        status, note = finding.status, finding.note
+        worse = row is not None and severity_rank(finding.severity) > severity_rank(row[0])
+        if row is not None and row[1] == "acknowledged" and not worse:
+            status, note = row[1], row[2]
+        conn.execute(
+            "INSERT OR REPLACE INTO log_findings (run_id, signature, severity, count, first_t, last_t, evidence,"
+            " last_evidence, line_no, status, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, finding.signature, finding.severity, finding.count, finding.first_t, finding.last_t,
+             finding.evidence, finding.last_evidence, finding.line_no, status, note),
+        )
 
     def log_findings(self, run_id: str) -> list[LogFinding]:
         rows = self._conn.execute(

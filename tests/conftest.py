@@ -15,6 +15,12 @@ from helpers import FIXED_NOW, FixedClock, write_project  # noqa: E402
 
 pytest_plugins = ["sshd_fixtures", "slurm_fixtures"]
 
+@pytest.fixture(autouse=True)
+def isolated_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's own ~/.config/rgt (signatures.d, ...) never changes a test's result."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "user-config"))
+
+
 @pytest.fixture
 def clock() -> FixedClock:
     return FixedClock(FIXED_NOW)

@@ -6,6 +6,7 @@ Overview built by the services, refreshed by workers so the UI thread never wait
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from textual import on, work
@@ -19,11 +20,13 @@ from ..errors import GateRefused, RgtError
 from ..formatting import pull_progress_line
 from ..services import checklist, teardown
 from ..services.evidence import PullProgress
+from ..services.log_monitor import Alert
 from ..services.overview import Overview, RunView
 from ..widgets.checklist_panel import ChecklistPanel
 from ..widgets.checkpoints_panel import CheckpointsPanel
 from ..widgets.instances_panel import InstancesPanel
 from ..widgets.log_panel import LogPanel
+from ..widgets.loss_chart import LossChart
 from .confirm import ConfirmScreen
 from .note import NoteScreen
 from .teardown import TeardownScreen
@@ -32,7 +35,7 @@ if TYPE_CHECKING:
     from ..app import RgtApp
 
 PANELS = ("panel-instances", "panel-checkpoints", "panel-log", "panel-checklist")
-TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log", "4 Checklist")
+TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log · loss", "4 Checklist · findings")
 REFRESH_S = 2.0
 LOG_POLL_S = 0.5
 
@@ -46,6 +49,9 @@ class DashboardScreen(Screen[None]):
         Binding("s", "stop", "Stop", show=False),
         Binding("slash", "filter", "Filter"),
         Binding("f", "follow", "Follow", show=False),
+        Binding("e", "first_error", "First error", show=False),
+        Binding("c", "toggle_chart", "Chart", show=False),
+        Binding("a", "acknowledge", "Acknowledge", show=False),
         Binding("r", "refresh", "Refresh", show=False),
         Binding("space", "tick", "Tick", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
@@ -59,8 +65,8 @@ class DashboardScreen(Screen[None]):
         super().__init__()
         self.overview: Overview | None = None
         self.run_id: str | None = None
-        self.log_offset = 0
         self.busy: set[str] = set()
+        self.log_backfilled = False
         self.asked_host_keys: set[tuple[str, str]] = set()  # asked once per key per session
 
     @property
@@ -100,6 +106,7 @@ class DashboardScreen(Screen[None]):
             self.notify(str(exc), severity="error", timeout=10)
             return
         self.apply(overview)
+        self.show_alerts(self.rgt.session.take_alerts())
 
     def apply(self, overview: Overview) -> None:
         first = self.overview is None
@@ -173,18 +180,36 @@ class DashboardScreen(Screen[None]):
 
     @work(exclusive=True, group="log")
     async def poll_log(self) -> None:
-        if self.run_id is None or self.rgt.session.db.launch(self.run_id) is None:
+        if self.run_id is None:
             return
         panel = self.query_one(LogPanel)
         try:
-            data, offset = await self.rgt.session.tail_log(self.run_id, self.log_offset)
+            if not self.log_backfilled:
+                panel.append(await self.rgt.session.log_backfill(self.run_id))
+                self.log_backfilled = True
+            update = await self.rgt.session.follow_log(self.run_id)
         except RgtError:
             return  # the box is unreachable or gone; the overview says so
-        if offset < self.log_offset or (offset == len(data) and self.log_offset > 0 and data):
-            panel.reset()  # the log was truncated or replaced: start again from its top
-        self.log_offset = offset
-        if data:
-            panel.feed(data)
+        if update is None:
+            return
+        if update.restarted:
+            panel.reset("the log was truncated or replaced: following it from its first line")
+        panel.append(update.lines)
+        panel.set_progress(update.partial)
+        self.show_alerts(update.alerts)
+        chart = self.rgt.session.loss_chart(self.run_id)
+        if chart is not None:
+            panel.query_one(LossChart).set_series(chart.steps, chart.values, chart.title)
+        if update.more:
+            self.call_later(self.poll_log)  # a backlog: keep reading, one bounded chunk per frame
+
+    def show_alerts(self, alerts: Sequence[Alert]) -> None:
+        """One toast per new or worse finding; the findings list keeps them all (ux.md §7)."""
+        for alert in alerts:
+            serious = alert.severity in ("error", "critical")
+            fix = f"\nfix: {alert.fix}" if alert.fix else ""
+            self.notify(f"{alert.message}{fix}", title=alert.title, severity="error" if serious else "warning",
+                        timeout=30 if serious else 10)
 
     # -- actions -----------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -232,6 +257,42 @@ class DashboardScreen(Screen[None]):
         field.value = ""
         field.remove_class("-visible")
         self.query_one(LogPanel).set_filter("")
+
+    def action_toggle_chart(self) -> None:
+        """At 80×24 the chart takes rows the log may need: `c` hides or shows it."""
+        chart = self.query_one(LossChart)
+        chart.display = not chart.display
+
+    def action_first_error(self) -> None:
+        panel = self.query_one(LogPanel)
+        self.action_panel(2)
+        line = panel.first_error
+        if line is None:
+            self.notify("no error in the lines held in the log view")
+        elif panel.jump_to(line.line_no):
+            self.notify(f"line {line.line_no}: {line.text[:120]} (f resumes following)")
+        else:
+            self.notify(f"line {line.line_no} is filtered out or older than the lines kept: {line.text[:120]}",
+                        severity="warning")
+
+    @work(group="acknowledge", exclusive=True)
+    async def action_acknowledge(self) -> None:
+        """Audits disclose, never block: a finding is acknowledged with a note, logged as an event."""
+        run = self.current_run()
+        item = self.query_one(ChecklistPanel).highlighted_item()
+        finding = next((f for f in run.findings if f.id == item), None) if run is not None and item else None
+        if run is None or finding is None:
+            self.notify("highlight a log finding in the checklist panel (4) to acknowledge it", severity="warning")
+            return
+        note = await self.app.push_screen_wait(NoteScreen(f"acknowledge {finding.id}: {finding.message[:60]}"))
+        if note is None:
+            return
+        try:
+            self.rgt.session.acknowledge_finding(run.id, finding.id, note)
+        except RgtError as exc:
+            self.notify(str(exc), severity="error")
+            return
+        self.refresh_overview()
 
     def action_follow(self) -> None:
         following = self.query_one(LogPanel).toggle_follow()

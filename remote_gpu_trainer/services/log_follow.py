@@ -36,7 +36,7 @@ class LogChunk:
 
 class LogFollower:
     def __init__(self, read: Reader, cursor: LogCursor | None = None) -> None:
-        self._read = read
+        self.read = read
         self.cursor = cursor or LogCursor()
         self.splitter = LineSplitter()
 
@@ -66,13 +66,13 @@ class LogFollower:
         """The bytes after the cursor, and whether the file was found to be a new one."""
         offset, tail = self.cursor.offset, self.cursor.tail
         start = offset - len(tail)
-        data, end = await self._read(start, READ_LIMIT + len(tail))
+        data, end = await self.read(start, READ_LIMIT + len(tail))
         got_from = end - len(data)
         if got_from == start and data[:len(tail)] == tail:
             fresh = data[len(tail):]
             self._advance(offset, tail, fresh)
             return fresh, False
-        data, end = await self._read(0, READ_LIMIT)  # a new file: follow it from its first byte
+        data, end = await self.read(0, READ_LIMIT)  # a new file: follow it from its first byte
         self.cursor = LogCursor(0, b"", 0)
         self._advance(0, b"", data)
         return data, True

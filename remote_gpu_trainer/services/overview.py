@@ -12,6 +12,8 @@ from datetime import datetime
 from ..audits.env_audit import AuditRow
 from .checklist import ChecklistItem
 
+SEVERITY_ORDER = {"critical": 0, "error": 1, "warn": 2, "info": 3}
+
 
 @dataclass(frozen=True)
 class InstanceView:
@@ -31,6 +33,8 @@ class InstanceView:
     currency: str = "USD"
     since_finished: float = 0.0
     note: str = ""  # why the state is what it is, e.g. the transport error behind `unknown`
+    eta_s: float | None = None  # the longest ETA of the runs training on it
+    cost_to_finish: float | None = None  # ETA × burn rate
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,9 @@ class FindingView:
     severity: str
     status: str
     message: str
+    fix: str = ""  # the signature's suggested fix (log findings)
+    count: int = 1  # how often it fired
+    evidence: str = ""  # the line (or the rule's numbers) that fired it
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,13 @@ class RunView:
     log: str
     metric: str | None = None
     environment: tuple[AuditRow, ...] = ()  # the last phase-0 audit of the run's instance
+    step: int | None = None  # the training step parsed from the log
+    total_steps: int | None = None
+    eta_s: float | None = None  # seconds to the end of training at the current step rate
+
+    def sorted_findings(self) -> list[FindingView]:
+        """Worst first, then by id (ux.md §8): the same order in every report format and in the TUI."""
+        return sorted(self.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
 
 
 @dataclass(frozen=True)

@@ -113,6 +113,7 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
     if result.rc != 0:
         raise VerbFailed(f"cannot reset control folder {ctl}: {result.error_text.strip()[:200]}")
     pushed = await push(project, run, transport)
+    log_before = await transport.stat(log_path(run))
     started = clock()
     launch_json = {
         "run_id": run.id, "cells": list(run.roster),
@@ -120,7 +121,8 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
     }
     await transport.put_bytes((json.dumps(launch_json, indent=2) + "\n").encode(), f"{ctl}/launch.json")
     detail: dict[str, object] = {"ctl_dir": ctl, "log": log_path(run), "started_at": iso_offset(started),
-                                 "method": method, "pushed": pushed}
+                                 "method": method, "pushed": pushed,
+                                 "log_offset": log_before.size if log_before is not None else 0}
     if method == "sbatch":
         wrapper = f"{ctl}/wrapper.sh"
         await transport.put_bytes(wrapper_script(run, transport).encode(), wrapper, mode=0o700)

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..audits.checklist import ChecklistFacts
 from ..audits.env_audit import AuditRow, RunRequirements, audit_environment, worst
+from ..audits.gpu_health import GpuSample
 from ..audits.liveness import Liveness, classify
 from ..audits.manifest import sha256_bytes
+from ..audits.signatures import Catalogue, load_catalogue
 from ..clock import Clock, utc_now
-from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file
+from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file, user_config_dir
 from ..errors import RgtError, VerbFailed
 from ..formatting import describe_gpus
 from ..profiles import Profile
@@ -30,6 +32,7 @@ from ..providers.registry import provider_for
 from ..state import Snapshot, StateDB
 from . import checklist, evidence, runner, watcher
 from .env_probe import run_env_probe, sample_gpus
+from .log_monitor import Alert, ChartData, LogLineView, LogUpdate, RunLogMonitor
 from .meter import accrue
 from .overview import CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
 
@@ -49,6 +52,8 @@ class RunState:
     liveness: Liveness
     finished_at: datetime | None
     walltime: str | None = None  # a batch job's `elapsed / limit`, for the meter
+    exit_code: int | None = None
+    started_at: float | None = None  # epoch seconds of the launch the probe saw
 
 
 class Session:
@@ -61,10 +66,20 @@ class Session:
         self.host_key_prompts: dict[str, HostKeyUnknown] = {}  # instance -> the unknown key it presented
         self._gpu_text: dict[str, tuple[float, str]] = {}  # instance -> (monotonic time, panel text)
         self._transports: dict[str, Transport] = {}
+        self._monitors: dict[str, RunLogMonitor] = {}
+        self._catalogue: Catalogue | None = None
+        self._gpu_samples: dict[str, list[GpuSample]] = {}  # instance -> the last sampled GPUs
 
     @classmethod
     def open(cls, project_arg: str | None, *, clock: Clock = utc_now, read_only: bool = False) -> Session:
-        return cls(load_project(resolve_project_file(project_arg)), clock=clock, read_only=read_only)
+        session = cls(load_project(resolve_project_file(project_arg)), clock=clock, read_only=read_only)
+        if session.project.signatures or (user_config_dir() / "signatures.d").is_dir():
+            try:
+                session.catalogue()  # a bad user signature is a configuration error now, not a silent miss later
+            except RgtError:
+                session.close()
+                raise
+        return session
 
     def close(self) -> None:
         self.db.close()
@@ -209,8 +224,13 @@ class Session:
             raise VerbFailed(f"run {run_id} is already {current.liveness.state} ({current.liveness.detail}): "
                              "its inputs are not touched")
         primitive = str(self.profile(run.instance).raw.get("detach", {}).get("primitive", "setsid"))
-        return await runner.launch(self.project, run, self.transport(run.instance), self.db, self.clock,
-                                   actor=actor, method="sbatch" if primitive == "sbatch" else "setsid")
+        self._monitors.pop(run_id, None)
+        detail = await runner.launch(self.project, run, self.transport(run.instance), self.db, self.clock,
+                                     actor=actor, method="sbatch" if primitive == "sbatch" else "setsid")
+        # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
+        # would otherwise replay the previous launch's crashes as this one's)
+        self.db.reset_log_state(run_id, int(str(detail.get("log_offset", 0))))
+        return detail
 
     async def run_state(self, run_id: str) -> RunState:
         run = self.run_config(run_id)
@@ -226,11 +246,84 @@ class Session:
         liveness = classify(probe, launched=launch is not None, t_log=run.stall_after, t_ckpt=2 * run.stall_after)
         if job is not None:
             liveness = batch_liveness(job, liveness)
-        return RunState(liveness, finished, job.walltime() if job is not None and job.state else None)
+        return RunState(liveness, finished, job.walltime() if job is not None and job.state else None,
+                        exit_code=probe.exit_code, started_at=probe.started_at)
 
     async def tail_log(self, run_id: str, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
         run = self.run_config(run_id)
         return await self.transport(run.instance).tail(runner.log_path(run), offset, limit)
+
+    # -- the followed log: lines, metrics, findings -----------------------------------------------------
+    def catalogue(self) -> Catalogue:
+        """Shipped signatures plus the user's (signatures.d and rgt.toml), checked once per session."""
+        if self._catalogue is None:
+            self._catalogue = load_catalogue(user_dirs=(user_config_dir() / "signatures.d",),
+                                             user_rows=self.project.signatures, user_origin=str(self.project.file))
+        return self._catalogue
+
+    def log_monitor(self, run_id: str) -> RunLogMonitor | None:
+        """The run's log pipeline, once the run was launched (before that there is no log to follow)."""
+        if run_id not in self._monitors:
+            if self.db.launch(run_id) is None:
+                return None
+            run = self.run_config(run_id)
+            self._monitors[run_id] = RunLogMonitor(
+                run_id, lambda offset, limit: self.tail_log(run_id, offset, limit), self.db, self.catalogue(),
+                now=lambda: self.clock().timestamp(), total_steps=run.total_steps or None)
+        return self._monitors[run_id]
+
+    async def follow_log(self, run_id: str) -> LogUpdate | None:
+        """New lines since the last call, classified, with the alerts they raised; None before launch."""
+        monitor = self.log_monitor(run_id)
+        return await monitor.poll() if monitor is not None else None
+
+    async def log_backfill(self, run_id: str) -> list[LogLineView]:
+        """What a log view opening now should show of the lines read before it (by any rgt process)."""
+        monitor = self.log_monitor(run_id)
+        launch = self.db.launch(run_id)
+        if monitor is None or launch is None:
+            return []
+        return await monitor.backfill(int(str(launch.get("log_offset", 0))))
+
+    async def catch_up_logs(self, max_polls: int = 16) -> None:
+        """Read what the logs gained since rgt last looked (bounded), so a headless report is current."""
+        for run_id in sorted(self.project.runs):
+            for _ in range(max_polls):
+                try:
+                    update = await self.follow_log(run_id)
+                except RgtError:
+                    break
+                if update is None or not update.more:
+                    break
+
+    def loss_chart(self, run_id: str) -> ChartData | None:
+        monitor = self.log_monitor(run_id)
+        return monitor.chart() if monitor is not None else None
+
+    def take_alerts(self) -> list[Alert]:
+        """Alerts raised by the stateful rules since the last call (the log's own come with each update)."""
+        alerts: list[Alert] = []
+        for monitor in self._monitors.values():
+            alerts.extend(monitor.pending_alerts)
+            monitor.pending_alerts.clear()
+        return alerts
+
+    def acknowledge_finding(self, run_id: str, signature: str, note: str, actor: str = "user") -> None:
+        if not note.strip():
+            raise RgtError("an acknowledgement needs a note saying why")
+        if not self.db.acknowledge_log_finding(run_id, signature, note.strip()):
+            raise RgtError(f"run {run_id} has no finding {signature}")
+        self.db.append_event("finding_ack", f"acknowledged {signature} on run {run_id}: {note.strip()}",
+                             run_id=run_id, actor=actor, detail={"signature": signature, "note": note.strip()})
+
+    def evaluate_rules(self, run_id: str, state: RunState) -> None:
+        monitor = self._monitors.get(run_id)
+        if monitor is None:
+            return
+        run = self.run_config(run_id)
+        monitor.pending_alerts.extend(monitor.evaluate(
+            state.liveness, self._gpu_samples.get(run.instance, []), t_log=run.stall_after,
+            started_at=state.started_at, exit_code=state.exit_code))
 
     async def pull(self, run_id: str, progress: Callable[[evidence.PullProgress], None] | None = None,
                    actor: str = "user") -> evidence.PullResult:
@@ -293,7 +386,10 @@ class Session:
                 since_finished=reading.since_finished, note=str(status.detail.get("error", ""))[:300],
             ))
             self._sample_meter(name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
+        for run_id, state in run_states.items():
+            self.evaluate_rules(run_id, state)
         runs = [self._run_view(run_id, run_states[run_id], statuses) for run_id in sorted(self.project.runs)]
+        instances = [with_cost_to_finish(i, runs) for i in instances]
         alerts = tuple(idle_burn_alerts(instances, runs))
         return Overview(
             project=self.project.name, generated_at=now,
@@ -320,6 +416,7 @@ class Session:
             text = f"{cached[1]} (stale)" if cached else "?"
         else:
             text = describe_gpus(samples)
+            self._gpu_samples[name] = samples or []
         self._gpu_text[name] = (time.monotonic(), text)
         return text
 
@@ -340,7 +437,10 @@ class Session:
             FindingView(id=f"{run_id}:{item.id}", check=item.id, severity="warn", status="open",
                         message=f"{item.title}: {item.note}")
             for item in items if item.kind == "auto" and item.status == "findings"
-        )
+        ) + self._log_findings(run_id)
+        monitor = self._monitors.get(run_id)
+        progress = monitor.progress if monitor is not None else None
+        running = state.liveness.state in ("running", "stalled")
         return RunView(
             id=run_id, instance=run.instance,
             evidence_state=evidence_state(self.db.launch(run_id) is not None, state.liveness, gate,
@@ -351,7 +451,24 @@ class Session:
             gate=gate, findings=findings, checklist=tuple(items), log=runner.log_path(run),
             metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
             environment=self.last_env_audit(run_id),
+            step=progress.current_step if progress else None,
+            total_steps=progress.total_steps if progress else None,
+            eta_s=progress.eta_seconds(self.clock().timestamp()) if progress and running else None,
         )
+
+    def _log_findings(self, run_id: str) -> tuple[FindingView, ...]:
+        """The log's signature findings as the report and the checklist panel show them."""
+        rows = self.catalogue().rows
+        views = []
+        for f in self.db.log_findings(run_id):
+            row = rows.get(f.signature)
+            cause = row.cause if row is not None else "user signature"
+            where = f"line {f.line_no}: " if f.line_no else ""
+            views.append(FindingView(
+                id=f.signature, check=f"log:{row.source if row is not None else 'log'}", severity=f.severity,
+                status=f.status, message=f"{cause} ({where}{f.evidence[:160]})",
+                fix=row.fix if row is not None else "", count=f.count, evidence=f.last_evidence))
+        return tuple(views)
 
 
 def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
@@ -416,6 +533,15 @@ def checklist_facts(project: ProjectConfig, run: RunConfig, db: StateDB, gate: G
         metric_name=run.metric.name if run.metric else None,
         metric_direction=run.metric.direction if run.metric else None, metric_files=metric_files,
     )
+
+
+def with_cost_to_finish(instance: InstanceView, runs: list[RunView]) -> InstanceView:
+    """What finishing the training still costs on this box: the longest ETA of its runs × its burn rate."""
+    etas = [r.eta_s for r in runs if r.instance == instance.name and r.eta_s is not None]
+    if not etas:
+        return instance
+    eta = max(etas)
+    return dataclasses.replace(instance, eta_s=eta, cost_to_finish=instance.burn_per_hour * eta / 3600)
 
 
 def idle_burn_alerts(instances: list[InstanceView], runs: list[RunView]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -11,7 +12,7 @@ from ..services.overview import RunView
 from .glyphs import badge
 from .stable_table import StableTable
 
-HINT = "space: tick / untick a manual item (a note is required)"
+HINT = "space: tick / untick a manual item · a: acknowledge a finding (a note is required)"
 
 
 class ChecklistPanel(Vertical):
@@ -28,8 +29,11 @@ class ChecklistPanel(Vertical):
     def show(self, run: RunView | None) -> None:
         self.run = run
         table = self.query_one("#checklist", StableTable)
-        rows = [(item.id, (badge(item.status), f"{item.id} [{item.kind}] {item.title}", item.note))
-                for item in (run.checklist if run else ())]
+        rows = [(f.id, (badge(f.severity if f.status == "open" else "acknowledged"),
+                        f"{f.id} [{f.check}] {f.message}" + (f" ×{f.count}" if f.count > 1 else ""), f.fix))
+                for f in (run.sorted_findings() if run else ()) if f.check.startswith("log:")]
+        rows += [(item.id, (badge(item.status), f"{item.id} [{item.kind}] {item.title}", item.note))
+                 for item in (run.checklist if run else ())]
         rows += [(f"E{row.id:02d}", (badge(row.status), f"E{row.id:02d} [env] {row.check}", row.detail))
                  for row in (run.environment if run else ())]
         if not table.fill(rows) and table.row_count:
@@ -48,12 +52,15 @@ class ChecklistPanel(Vertical):
 
     def _describe(self, item_id: str | None) -> None:
         """The highlighted item's answer or note, in full, under the table: narrow screens cut the column."""
+        finding = next((f for f in self.run.findings if f.id == item_id), None) if self.run else None
         item = next((c for c in self.run.checklist if c.id == item_id), None) if self.run else None
         env = next((r for r in self.run.environment if f"E{r.id:02d}" == item_id), None) if self.run else None
-        if item is not None:
+        if finding is not None:
+            text = f"{finding.id} {finding.severity} {finding.status}: {finding.message} → fix: {finding.fix}"
+        elif item is not None:
             text = f"{item.id} {item.status}: {item.note or item.title}"
         elif env is not None:
             text = f"E{env.id:02d} {env.check} {env.status}: {env.detail}"
         else:
             text = HINT
-        self.query_one("#checklist-summary", Static).update(text)
+        self.query_one("#checklist-summary", Static).update(Text(text))

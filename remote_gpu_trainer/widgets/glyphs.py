@@ -17,6 +17,7 @@ STATUS_LEVEL = {
     "not_applicable": "unknown", "stopped": "warn", "stalled": "warn", "findings": "warn",
     "missing": "error", "size_mismatch": "error", "hash_mismatch": "error", "unloadable": "error",
     "nonfinite": "error", "dead": "error", "unknown": "unknown",
+    "critical": "error", "error": "error", "info": "info", "acknowledged": "ok",
 }
 _GLYPH = {"ok": "✔", "info": "·", "warn": "▲", "error": "✖", "unknown": "?"}
 

@@ -6,6 +6,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
+from ..formatting import duration
 from ..services.overview import Overview
 from .glyphs import badge, money
 from .stable_table import StableTable
@@ -36,6 +37,9 @@ class InstancesPanel(Vertical):
             since = f" · ${instance.since_finished:.2f} since the job finished" if instance and \
                 instance.since_finished > 0 else ""
             note = f" · {instance.note}" if instance and instance.note else ""
+            if instance is not None and instance.cost_to_finish is not None:
+                note = (f" · ETA {duration(instance.eta_s)} · "
+                        f"{money(instance.cost_to_finish, instance.currency)} to finish{note}")
             summary.update(f"id {instance.id if instance else '?'} · billing {instance.billing if instance else '?'}"
                            f"{since}{note}")
         gate_status = self.query_one("#gate-status", Static)

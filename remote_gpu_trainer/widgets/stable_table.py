@@ -28,7 +28,8 @@ class StableTable(DataTable[object]):
         cursor = self.cursor_row
         self.clear()
         for key, cells in rows:
-            self.add_row(*cells, key=key)
+            # plain strings become Text: a log line or a note may hold "[...]", which is not markup
+            self.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells), key=key)
         if rows:
             self.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
         return True

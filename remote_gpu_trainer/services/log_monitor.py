@@ -1,0 +1,262 @@
+"""One run's log, understood: follow it, parse metrics, detect failure signatures, keep the findings.
+
+The pipeline is follower → lines → (metric parser, signature detector) → findings ledger, and its output
+is persisted in one transaction per poll (cursor, samples, findings) so a restart neither loses nor
+double-counts anything. The stateful rules (stall, spike, GPU idle, finished-but-billing …) run on the
+overview's cadence over what the pipeline gathered plus liveness and GPU samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ..audits import run_rules
+from ..audits.gpu_health import GpuSample
+from ..audits.liveness import Liveness
+from ..audits.log_lines import LineSplitter
+from ..audits.metrics import MetricParser
+from ..audits.samples import Hit, Sample, severity_rank
+from ..audits.signatures import Catalogue, FindingsLedger, LedgerEntry, LogDetector
+from ..audits.training_progress import TrainingProgress
+from ..formatting import duration
+from ..state import LogFinding, StateDB
+from .log_follow import LogFollower, Reader
+
+TAIL_LINES = 200  # what S58 reads ("no Traceback in the last 200 lines")
+SERIES_WINDOW = 2000  # newest samples per key kept in memory for the rules (spike needs 200, S76 200)
+FIRST_WINDOW = 200  # oldest samples per key, kept too: S72 compares with the first window, S75/S81 read epoch 1
+CHART_POINTS = 600  # the chart is thinned to about this many points
+NOTIFY_FROM = "warn"  # info rows go to the findings list only
+BACKFILL_BYTES = 256 << 10  # what a newly opened log view shows of lines read before it opened
+
+
+@dataclass(frozen=True)
+class LogLineView:
+    """A line as the log view shows it: its number in the file and the worst signature it raised."""
+
+    line_no: int
+    text: str
+    level: str | None = None
+
+
+@dataclass(frozen=True)
+class Alert:
+    """A finding worth a notification: new, or worse than before."""
+
+    run_id: str
+    signature: str
+    severity: str
+    title: str
+    message: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class LogUpdate:
+    lines: tuple[LogLineView, ...]
+    restarted: bool
+    partial: str
+    more: bool
+    alerts: tuple[Alert, ...]
+
+
+@dataclass(frozen=True)
+class ChartData:
+    steps: tuple[float, ...]
+    values: tuple[float, ...]
+    title: str
+
+
+class ThinnedSeries:
+    """A whole-run series in bounded memory: when full, every other point goes and the stride doubles,
+    so the chart always spans the run from its first step with at most `capacity` points."""
+
+    def __init__(self, capacity: int = CHART_POINTS) -> None:
+        self.capacity = capacity
+        self.points: list[tuple[float, float]] = []
+        self.stride = 1
+        self._seen = 0
+        self.last: tuple[float, float] | None = None
+
+    def add(self, x: float, y: float) -> None:
+        self.last = (x, y)
+        if self._seen % self.stride == 0:
+            self.points.append((x, y))
+            if len(self.points) >= self.capacity:
+                self.points = self.points[::2]
+                self.stride *= 2
+        self._seen += 1
+
+    def view(self) -> list[tuple[float, float]]:
+        """The kept points plus the newest one, so the line always reaches the present."""
+        if self.last is not None and (not self.points or self.points[-1] != self.last):
+            return [*self.points, self.last]
+        return list(self.points)
+
+
+class RunLogMonitor:
+    def __init__(self, run_id: str, read: Reader, db: StateDB, catalogue: Catalogue,
+                 now: Callable[[], float], total_steps: int | None = None) -> None:
+        self.run_id = run_id
+        self.db = db
+        self.catalogue = catalogue
+        self.now = now
+        self.follower = LogFollower(read, db.log_cursor(run_id))
+        self.parser = MetricParser()
+        self.detector = LogDetector(catalogue)
+        self.ledger = FindingsLedger()
+        self.progress = TrainingProgress(total_steps=total_steps)
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self.series: dict[str, deque[Sample]] = {}
+        self.first_series: dict[str, list[Sample]] = {}
+        self.last_line_t: float | None = None
+        self.pending_alerts: list[Alert] = []  # from the stateful rules, taken by the UI or `rgt watch`
+        self.loss = ThinnedSeries()
+        self.nonfinite_step: int | None = None
+        self._restore()
+
+    def _restore(self) -> None:
+        """After a restart: the findings (so nothing re-notifies) and the recent series (for rules and ETA)."""
+        for f in self.db.log_findings(self.run_id):
+            self.ledger.restore(LedgerEntry(f.signature, f.severity, f.count, f.first_t, f.last_t, f.evidence,
+                                            f.last_evidence, f.line_no, ""))
+        for key in self.db.metric_keys(self.run_id):
+            self._remember(self.db.metric_samples(self.run_id, key, first=FIRST_WINDOW))
+            self.series.pop(key, None)
+            recent = self.db.metric_samples(self.run_id, key, last=SERIES_WINDOW)
+            self._remember(recent)
+            self.progress.observe(recent)
+        self._chart_add(self.db.metric_samples(self.run_id, "loss", max_points=CHART_POINTS // 2))
+
+    async def backfill(self, launch_offset: int, max_bytes: int = BACKFILL_BYTES) -> list[LogLineView]:
+        """The lines already ingested (by this or an earlier rgt) that a freshly opened log view should
+        show: the tail before the cursor, classified by a scratch detector so errors keep their colour.
+        Nothing is recorded: these lines were counted when they were first read."""
+        cursor = self.follower.cursor
+        start = max(launch_offset, cursor.offset - max_bytes)
+        if cursor.offset <= start:
+            return []
+        data, _ = await self.follower.read(start, cursor.offset - start)
+        splitter = LineSplitter()
+        lines = [line for line in splitter.feed(data) + splitter.flush()]
+        if start > launch_offset and lines:
+            lines = lines[1:]  # began mid-line
+        scratch = LogDetector(self.catalogue)
+        first_no = cursor.line_no - len(lines) + 1
+        level: dict[int, str] = {}
+        for index, line in enumerate(lines):
+            for hit in scratch.feed(line.text, first_no + index, 0.0):
+                if hit.line_no is not None and severity_rank(hit.severity) > severity_rank(level.get(hit.line_no, "")):
+                    level[hit.line_no] = hit.severity
+        return [LogLineView(first_no + i, line.text, level.get(first_no + i))
+                for i, line in enumerate(lines) if not line.redraw]
+
+    async def poll(self) -> LogUpdate:
+        chunk = await self.follower.poll()
+        t = self.now()
+        samples: list[Sample] = []
+        hits: list[Hit] = []
+        kept: list[tuple[int, str]] = []
+        for index, line in enumerate(chunk.lines):
+            line_no = chunk.first_line_no + index
+            samples.extend(self.parser.feed(line.text, t))
+            hits.extend(self.detector.feed(line.text, line_no, t))
+            if not line.redraw:
+                self.tail.append(line.text)
+                kept.append((line_no, line.text))
+        if chunk.lines:
+            self.last_line_t = t
+        level: dict[int, str] = {}  # a traceback's hit lands on the line that named it, not where it closed
+        for hit in hits:
+            if hit.line_no is not None and severity_rank(hit.severity) > severity_rank(level.get(hit.line_no, "")):
+                level[hit.line_no] = hit.severity
+        views = [LogLineView(line_no, text, level.get(line_no)) for line_no, text in kept]
+        if samples:
+            self._remember(samples)
+            self.progress.observe(samples)
+            self._chart_add([s for s in samples if s.key == "loss"])
+        alerts = self._record(hits, samples)
+        return LogUpdate(tuple(views), chunk.restarted, chunk.partial, chunk.more, tuple(alerts))
+
+    def evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample], t_log: float,
+                 started_at: float | None, exit_code: int | None) -> list[Alert]:
+        """The stateful rows (process, metric, GPU) over what has been gathered so far."""
+        flushed: list[Hit] = []
+        if liveness is not None and liveness.state in ("finished", "dead"):
+            flushed = self.detector.flush(self.now())  # the log is complete: close an open traceback block
+        all_samples = []
+        for key, window in self.series.items():
+            head = self.first_series.get(key, [])
+            oldest_kept = window[0] if window else None
+            skip = head.index(oldest_kept) if oldest_kept in head else len(head)  # the two windows may overlap
+            all_samples.extend(head[:skip])
+            all_samples.extend(window)
+        signals = run_rules.RunSignals(
+            now=self.now(), t_log=t_log, started_at=started_at, liveness=liveness, exit_code=exit_code,
+            log_tail=tuple(self.tail), last_log_line_t=self.last_line_t, samples=all_samples,
+            planned_steps=self.progress.total_steps, gpu_samples=tuple(gpu),
+        )
+        return self._record([*flushed, *run_rules.evaluate(signals)], [])
+
+    def _record(self, hits: Sequence[Hit], samples: Sequence[Sample]) -> list[Alert]:
+        alerts: list[Alert] = []
+        changed: set[str] = set()
+        for hit in hits:
+            if self.ledger.add(hit) and severity_rank(hit.severity) >= severity_rank(NOTIFY_FROM):
+                alerts.append(self._alert(hit))
+            changed.add(hit.signature)
+        findings = [self._finding(entry) for entry in self.ledger.entries() if entry.signature in changed]
+        self.db.save_log_progress(self.run_id, self.follower.cursor, samples, findings)
+        return alerts
+
+    def _alert(self, hit: Hit) -> Alert:
+        row = self.catalogue.rows.get(hit.signature)
+        cause = row.cause if row else hit.signature
+        return Alert(self.run_id, hit.signature, hit.severity, f"{hit.signature} {cause} · {self.run_id}",
+                     hit.evidence[:200], row.fix if row else "")
+
+    @staticmethod
+    def _finding(e: LedgerEntry) -> LogFinding:
+        return LogFinding(signature=e.signature, severity=e.severity, count=e.count, first_t=e.first_t,
+                          last_t=e.last_t, evidence=e.first_evidence, last_evidence=e.last_evidence, line_no=e.line_no)
+
+    def _remember(self, samples: Sequence[Sample]) -> None:
+        for sample in samples:
+            head = self.first_series.setdefault(sample.key, [])
+            if len(head) < FIRST_WINDOW:
+                head.append(sample)
+            window = self.series.get(sample.key)
+            if window is None:
+                window = self.series[sample.key] = deque(maxlen=SERIES_WINDOW)
+            window.append(sample)
+
+    def _chart_add(self, loss: Sequence[Sample]) -> None:
+        for sample in loss:
+            if not math.isfinite(sample.value):
+                if self.nonfinite_step is None:
+                    self.nonfinite_step = sample.step
+                continue
+            x = float(sample.step) if sample.step is not None else float(self.loss._seen)
+            self.loss.add(x, sample.value)
+
+    def chart(self) -> ChartData:
+        """The loss over the whole run (thinned), with what a chart cannot show in its title."""
+        points = self.loss.view()
+        return ChartData(tuple(p[0] for p in points), tuple(p[1] for p in points), self.chart_title())
+
+    def chart_title(self) -> str:
+        if self.loss.last is None and self.nonfinite_step is None:
+            return "loss chart: no loss parsed from the log yet"
+        parts = [f"loss {self.loss.last[1]:.4g}" if self.loss.last else "loss"]
+        step, total = self.progress.current_step, self.progress.total_steps
+        if step is not None:
+            parts.append(f"step {step}" + (f"/{total}" if total else ""))
+        eta = self.progress.eta_seconds(self.now())
+        if eta is not None and total and step is not None and step < total:
+            parts.append(f"ETA {duration(eta)}")
+        if self.nonfinite_step is not None:
+            parts.append(f"NON-FINITE at step {self.nonfinite_step}")
+        return " · ".join(parts)
