@@ -118,3 +118,52 @@ def test_teardown_modal_id_typed(snap_compare: Any, tmp_path: Path) -> None:
     assert snap_compare(still_app(session), terminal_size=(100, 32), run_before=before("t", then=type_id))
     assert (tmp_path / "p" / ".rgt" / "sim" / INSTANCE).is_dir()
     session.close()
+
+
+def oom_session(root: Path) -> Session:
+    oom_log = Path(__file__).parent / "fixtures" / "logs" / "monitor" / "oom_after_training.log"
+    write_project(root, f"cat {oom_log}; exit 1", roster=("seed0",))
+    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+
+    async def prepare() -> None:
+        await session.create_instance(INSTANCE)
+        await session.launch(RUN)
+        await wait_for_liveness(session, states=("dead",))
+
+    asyncio.run(prepare())
+    return session
+
+
+async def settle_oom(pilot: Pilot[None]) -> None:
+    """The whole log read, the chart drawn, the findings listed, and the toasts gone."""
+    from remote_gpu_trainer.widgets.loss_chart import LossChart
+
+    app = pilot.app
+    for _ in range(400):
+        screen = app.screen_stack[-1] if len(app.screen_stack) > 1 else None
+        if isinstance(screen, DashboardScreen) and screen.overview is not None and \
+                "exited 1" in screen.query_one(LogPanel).text() and \
+                screen.query_one(LossChart).shown_points() == 40 and \
+                screen.query_one("#checklist", DataTable).row_count > 0 and \
+                not any(table._require_update_dimensions for table in screen.query(DataTable)):
+            break
+        await pilot.pause(0.05)
+    else:
+        raise AssertionError("dashboard never settled")
+    app.clear_notifications()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_oom_log_chart_and_findings(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """[log + findings] a run that died of CUDA OOM: loss chart, the traceback in the log, S01/S03/S02 listed."""
+    session = oom_session(tmp_path / "p")
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle_oom(pilot)
+        if size == (80, 24):
+            await pilot.press("3")
+        await pilot.pause(0.2)
+
+    assert snap_compare(still_app(session), terminal_size=size, run_before=run_before)
