@@ -292,7 +292,7 @@ async def _watch(session: Session, run_id: str, once: bool, interval: float) -> 
         if update is not None:
             _print_alerts(session, update.alerts)
         state = await session.run_state(run_id)
-        session.evaluate_rules(run_id, state)
+        await session.evaluate_rules(run_id, state)
         _print_alerts(session, session.take_alerts())
         current = (state.liveness.state, state.liveness.detail if state.liveness.state != "running" else "")
         if current != last or once:

@@ -120,7 +120,7 @@ async def test_nan_loss_is_found_in_the_log_and_in_the_series(tmp_path: Path) ->
     updates = await follow_all(session)
     signatures = {a.signature for u in updates for a in u.alerts}
     assert "S08" in signatures
-    session.evaluate_rules(RUN, await session.run_state(RUN))
+    await session.evaluate_rules(RUN, await session.run_state(RUN))
     assert "S70" in {a.signature for a in session.take_alerts()}
     stored = session.db.metric_samples(RUN, "loss")
     assert [s.step for s in stored if math.isnan(s.value)] == [25, 26, 27, 28, 29, 30]  # NaN survives SQLite

@@ -514,3 +514,36 @@ def test_nul_control_and_ansi_lines_never_raise() -> None:
     lines = ["\x00" * 5000, "\x00", "", "\r\r\n\n", "\x1b[31mKilled\x1b[0m", "[rank", "[rank0]:", "\\", "\udcff" * 10]
     hits = run_detector(lines)
     assert triples(hits) == {("S04", "critical", 5)}  # ANSI is stripped before matching
+
+
+def chunk_logs() -> list[tuple[str, list[str]]]:
+    """Every fixture log, as clean lines, plus a mix where the NaN sits among thousands of healthy lines."""
+    from remote_gpu_trainer.audits.log_lines import LineSplitter
+
+    logs = []
+    for path in sorted([*FIXTURES.glob("*.log"), *(FIXTURES.parent / "monitor").glob("*.log"),
+                        *FIXTURES.parent.glob("*.log")]):
+        splitter = LineSplitter()
+        lines = splitter.feed(path.read_bytes()) + splitter.flush()
+        logs.append((path.name, [line.text for line in lines]))
+    rng = random.Random(3)
+    healthy = [f"step={i} loss={rng.random():.4f} lr=3e-4" for i in range(3000)]
+    healthy[1777] = "step=1777 loss=nan lr=3e-4"
+    healthy[2500] = "[2026-11-29 10:00:00] INFO inference: infinite loader ready"  # 'inf', no 'loss'
+    logs.append(("mix", healthy))
+    return logs
+
+
+@pytest.mark.parametrize("name,lines", chunk_logs(), ids=[name for name, _ in chunk_logs()])
+@pytest.mark.parametrize("chunk", [1, 7, 1000])
+def test_chunked_detection_equals_line_by_line(name: str, lines: list[str], chunk: int) -> None:
+    reference = LogDetector(load_catalogue())
+    expected = [hit for i, line in enumerate(lines) for hit in reference.feed(line, i + 1, 0.0)]
+    expected += reference.flush(0.0)
+    chunked = LogDetector(load_catalogue())
+    got = [hit for start in range(0, len(lines), chunk)
+           for hit in chunked.feed_lines(lines[start:start + chunk], start + 1, 0.0)]
+    got += chunked.flush(0.0)
+    assert got == expected
+    if name == "mix":
+        assert [(h.signature, h.line_no) for h in got] == [("S08", 1778)]

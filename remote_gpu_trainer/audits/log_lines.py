@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import codecs
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 MAX_LINE_CHARS = 4096
-_BREAK = re.compile(r"\r\n|\r|\n")
 
 
 def strip_ansi(text: str) -> str:
@@ -22,8 +21,7 @@ def strip_ansi(text: str) -> str:
     return ANSI.sub("", text) if "\x1b" in text else text
 
 
-@dataclass(frozen=True)
-class Line:
+class Line(NamedTuple):
     """One segment of the log. `redraw` marks a segment ended by a bare carriage return: a progress-bar
     frame the terminal overwrote, so parsers read it but a log view shows only the frame that stayed."""
 
@@ -72,16 +70,25 @@ class LineSplitter:
         if not text:
             return []
         lines: list[Line] = []
-        start = 0
-        for brk in _BREAK.finditer(text):
-            self._append(text[start:brk.start()])
-            lines.append(self._make(self._head, redraw=brk.group() == "\r"))
-            self._head, self._dropped = "", 0
-            start = brk.end()
-        self._append(text[start:])
+        segments = text.split("\n")  # str.split is C-fast; '\r' inside a segment is a redrawn frame
+        last = len(segments) - 1
+        for index, segment in enumerate(segments):
+            if index < last and segment.endswith("\r"):
+                segment = segment[:-1]  # '\r\n' ends a line once
+            frames = segment.split("\r") if "\r" in segment else (segment,)
+            final = len(frames) - 1
+            for position, frame in enumerate(frames):
+                self._append(frame)
+                if index == last and position == final:
+                    break  # the unfinished line: wait for its end
+                lines.append(self._make(self._head, redraw=position < final))
+                self._head, self._dropped = "", 0
         return lines
 
     def _append(self, piece: str) -> None:
+        if not self._head and len(piece) <= self.max_chars:
+            self._head = piece  # the common case: a whole line in one chunk
+            return
         room = self.max_chars - len(self._head)
         if len(piece) <= room:
             self._head += piece

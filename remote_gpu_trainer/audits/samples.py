@@ -45,6 +45,7 @@ class Signature:
     ignore_case: bool = False
     match: tuple[str, ...] = ()  # realistic lines that must match (regex rows)
     nomatch: tuple[str, ...] = ()  # realistic lines that must not
+    requires: tuple[str, ...] = ()  # lower-case words one of which every match contains: a cheap gate before the regex
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ class DashboardScreen(Screen[None]):
             if not self.log_backfilled:
                 panel.append(await self.rgt.session.log_backfill(self.run_id))
                 self.log_backfilled = True
-            update = await self.rgt.session.follow_log(self.run_id)
+            update = await self.rgt.session.follow_log(self.run_id, max_reads=1)
         except RgtError:
             return  # the box is unreachable or gone; the overview says so
         if update is None:

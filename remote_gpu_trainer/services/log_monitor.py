@@ -8,6 +8,7 @@ overview's cadence over what the pipeline gathered plus liveness and GPU samples
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -23,13 +24,14 @@ from ..audits.signatures import Catalogue, FindingsLedger, LedgerEntry, LogDetec
 from ..audits.training_progress import TrainingProgress
 from ..formatting import duration
 from ..state import LogFinding, StateDB
-from .log_follow import LogFollower, Reader
+from .log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
 
 TAIL_LINES = 200  # what S58 reads ("no Traceback in the last 200 lines")
 SERIES_WINDOW = 2000  # newest samples per key kept in memory for the rules (spike needs 200, S76 200)
 FIRST_WINDOW = 200  # oldest samples per key, kept too: S72 compares with the first window, S75/S81 read epoch 1
 CHART_POINTS = 600  # the chart is thinned to about this many points
 NOTIFY_FROM = "warn"  # info rows go to the findings list only
+INLINE_LINES = 500  # smaller chunks are digested on the event loop: a thread hop would cost more
 BACKFILL_BYTES = 256 << 10  # what a newly opened log view shows of lines read before it opened
 
 
@@ -70,6 +72,21 @@ class ChartData:
     title: str
 
 
+@dataclass(frozen=True)
+class MonitorSnapshot:
+    """Training progress as of the last digest, safe to read from any task."""
+
+    t: float
+    step: int | None
+    total_steps: int | None
+    eta_at_t: float | None  # seconds to the end of training as of `t`
+
+    chart: ChartData
+
+    def eta(self, now: float) -> float | None:
+        return max(0.0, self.eta_at_t - max(0.0, now - self.t)) if self.eta_at_t is not None else None
+
+
 class ThinnedSeries:
     """A whole-run series in bounded memory: when full, every other point goes and the stride doubles,
     so the chart always spans the run from its first step with at most `capacity` points."""
@@ -101,7 +118,7 @@ class RunLogMonitor:
     def __init__(self, run_id: str, read: Reader, db: StateDB, catalogue: Catalogue,
                  now: Callable[[], float], total_steps: int | None = None) -> None:
         self.run_id = run_id
-        self.db = db
+        self.db = StateDB(db.path, db.clock)  # its own connection: polls write from a worker thread
         self.catalogue = catalogue
         self.now = now
         self.follower = LogFollower(read, db.log_cursor(run_id))
@@ -114,9 +131,15 @@ class RunLogMonitor:
         self.first_series: dict[str, list[Sample]] = {}
         self.last_line_t: float | None = None
         self.pending_alerts: list[Alert] = []  # from the stateful rules, taken by the UI or `rgt watch`
+        self._lock = asyncio.Lock()  # one poll or rule evaluation at a time: they share the parser state
         self.loss = ThinnedSeries()
         self.nonfinite_step: int | None = None
         self._restore()
+        # what other tasks read while a poll digests in its thread: replaced whole, never mutated
+        self.snapshot = self._snapshot(self.now())
+
+    def close(self) -> None:
+        self.db.close()
 
     def _restore(self) -> None:
         """After a restart: the findings (so nothing re-notifies) and the recent series (for rules and ETA)."""
@@ -154,19 +177,24 @@ class RunLogMonitor:
         return [LogLineView(first_no + i, line.text, level.get(first_no + i))
                 for i, line in enumerate(lines) if not line.redraw]
 
-    async def poll(self) -> LogUpdate:
-        chunk = await self.follower.poll()
-        t = self.now()
-        samples: list[Sample] = []
-        hits: list[Hit] = []
-        kept: list[tuple[int, str]] = []
-        for index, line in enumerate(chunk.lines):
-            line_no = chunk.first_line_no + index
-            samples.extend(self.parser.feed(line.text, t))
-            hits.extend(self.detector.feed(line.text, line_no, t))
-            if not line.redraw:
-                self.tail.append(line.text)
-                kept.append((line_no, line.text))
+    async def poll(self, max_reads: int = MAX_READS_PER_POLL) -> LogUpdate:
+        """Read what the log gained (at most `max_reads` MiB) and digest it; a big chunk is digested in a
+        worker thread so the UI's frames keep coming while a backlog is read."""
+        async with self._lock:
+            chunk = await self.follower.poll(max_reads)
+            t = self.now()
+            if len(chunk.lines) > INLINE_LINES:
+                views, alerts = await asyncio.to_thread(self._ingest, chunk, t)
+            else:
+                views, alerts = self._ingest(chunk, t)
+        return LogUpdate(tuple(views), chunk.restarted, chunk.partial, chunk.more, tuple(alerts))
+
+    def _ingest(self, chunk: LogChunk, t: float) -> tuple[list[LogLineView], list[Alert]]:
+        """Parse, detect, remember and record one chunk (runs in a worker thread for big chunks; the
+        asyncio lock held by `poll` keeps every other user of this state out meanwhile)."""
+        samples, hits = self._digest(chunk, t)
+        kept = [(chunk.first_line_no + i, line.text) for i, line in enumerate(chunk.lines) if not line.redraw]
+        self.tail.extend(text for _, text in kept[-TAIL_LINES:])
         if chunk.lines:
             self.last_line_t = t
         level: dict[int, str] = {}  # a traceback's hit lands on the line that named it, not where it closed
@@ -179,9 +207,24 @@ class RunLogMonitor:
             self.progress.observe(samples)
             self._chart_add([s for s in samples if s.key == "loss"])
         alerts = self._record(hits, samples)
-        return LogUpdate(tuple(views), chunk.restarted, chunk.partial, chunk.more, tuple(alerts))
+        self.snapshot = self._snapshot(t)
+        return views, alerts
 
-    def evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample], t_log: float,
+    def _digest(self, chunk: LogChunk, t: float) -> tuple[list[Sample], list[Hit]]:
+        """Metric samples and signature hits of a chunk: pure CPU, touching only the parser and detector."""
+        texts = [line.text for line in chunk.lines]
+        samples: list[Sample] = []
+        feed = self.parser.feed
+        for text in texts:
+            samples.extend(feed(text, t))
+        return samples, self.detector.feed_lines(texts, chunk.first_line_no, t)
+
+    async def evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample], t_log: float,
+                       started_at: float | None, exit_code: int | None) -> list[Alert]:
+        async with self._lock:
+            return self._evaluate(liveness, gpu, t_log, started_at, exit_code)
+
+    def _evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample], t_log: float,
                  started_at: float | None, exit_code: int | None) -> list[Alert]:
         """The stateful rows (process, metric, GPU) over what has been gathered so far."""
         flushed: list[Hit] = []
@@ -242,21 +285,23 @@ class RunLogMonitor:
             x = float(sample.step) if sample.step is not None else float(self.loss._seen)
             self.loss.add(x, sample.value)
 
+    def _snapshot(self, t: float) -> MonitorSnapshot:
+        points = self.loss.view()
+        step, total = self.progress.current_step, self.progress.total_steps
+        eta = self.progress.eta_seconds(t) if total and step is not None and step < total else None
+        parts: list[str] = []
+        if self.loss.last is not None or self.nonfinite_step is not None:
+            parts.append(f"loss {self.loss.last[1]:.4g}" if self.loss.last else "loss")
+            if step is not None:
+                parts.append(f"step {step}" + (f"/{total}" if total else ""))
+            if eta is not None:
+                parts.append(f"ETA {duration(eta)}")
+            if self.nonfinite_step is not None:
+                parts.append(f"NON-FINITE at step {self.nonfinite_step}")
+        title = " · ".join(parts) or "loss chart: no loss parsed from the log yet"
+        chart = ChartData(tuple(p[0] for p in points), tuple(p[1] for p in points), title)
+        return MonitorSnapshot(t, step, total, eta, chart)
+
     def chart(self) -> ChartData:
         """The loss over the whole run (thinned), with what a chart cannot show in its title."""
-        points = self.loss.view()
-        return ChartData(tuple(p[0] for p in points), tuple(p[1] for p in points), self.chart_title())
-
-    def chart_title(self) -> str:
-        if self.loss.last is None and self.nonfinite_step is None:
-            return "loss chart: no loss parsed from the log yet"
-        parts = [f"loss {self.loss.last[1]:.4g}" if self.loss.last else "loss"]
-        step, total = self.progress.current_step, self.progress.total_steps
-        if step is not None:
-            parts.append(f"step {step}" + (f"/{total}" if total else ""))
-        eta = self.progress.eta_seconds(self.now())
-        if eta is not None and total and step is not None and step < total:
-            parts.append(f"ETA {duration(eta)}")
-        if self.nonfinite_step is not None:
-            parts.append(f"NON-FINITE at step {self.nonfinite_step}")
-        return " · ".join(parts)
+        return self.snapshot.chart

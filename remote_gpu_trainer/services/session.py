@@ -82,6 +82,8 @@ class Session:
         return session
 
     def close(self) -> None:
+        for monitor in self._monitors.values():
+            monitor.close()
         self.db.close()
 
     async def close_transports(self) -> None:
@@ -224,7 +226,9 @@ class Session:
             raise VerbFailed(f"run {run_id} is already {current.liveness.state} ({current.liveness.detail}): "
                              "its inputs are not touched")
         primitive = str(self.profile(run.instance).raw.get("detach", {}).get("primitive", "setsid"))
-        self._monitors.pop(run_id, None)
+        stale = self._monitors.pop(run_id, None)
+        if stale is not None:
+            stale.close()
         detail = await runner.launch(self.project, run, self.transport(run.instance), self.db, self.clock,
                                      actor=actor, method="sbatch" if primitive == "sbatch" else "setsid")
         # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
@@ -272,10 +276,11 @@ class Session:
                 now=lambda: self.clock().timestamp(), total_steps=run.total_steps or None)
         return self._monitors[run_id]
 
-    async def follow_log(self, run_id: str) -> LogUpdate | None:
-        """New lines since the last call, classified, with the alerts they raised; None before launch."""
+    async def follow_log(self, run_id: str, max_reads: int = 8) -> LogUpdate | None:
+        """New lines since the last call (at most `max_reads` MiB), classified, with the alerts they raised;
+        None before launch. The TUI reads 1 MiB at a time so each batch renders before the next."""
         monitor = self.log_monitor(run_id)
-        return await monitor.poll() if monitor is not None else None
+        return await monitor.poll(max_reads) if monitor is not None else None
 
     async def log_backfill(self, run_id: str) -> list[LogLineView]:
         """What a log view opening now should show of the lines read before it (by any rgt process)."""
@@ -316,12 +321,12 @@ class Session:
         self.db.append_event("finding_ack", f"acknowledged {signature} on run {run_id}: {note.strip()}",
                              run_id=run_id, actor=actor, detail={"signature": signature, "note": note.strip()})
 
-    def evaluate_rules(self, run_id: str, state: RunState) -> None:
+    async def evaluate_rules(self, run_id: str, state: RunState) -> None:
         monitor = self._monitors.get(run_id)
         if monitor is None:
             return
         run = self.run_config(run_id)
-        monitor.pending_alerts.extend(monitor.evaluate(
+        monitor.pending_alerts.extend(await monitor.evaluate(
             state.liveness, self._gpu_samples.get(run.instance, []), t_log=run.stall_after,
             started_at=state.started_at, exit_code=state.exit_code))
 
@@ -387,7 +392,7 @@ class Session:
             ))
             self._sample_meter(name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
         for run_id, state in run_states.items():
-            self.evaluate_rules(run_id, state)
+            await self.evaluate_rules(run_id, state)
         runs = [self._run_view(run_id, run_states[run_id], statuses) for run_id in sorted(self.project.runs)]
         instances = [with_cost_to_finish(i, runs) for i in instances]
         alerts = tuple(idle_burn_alerts(instances, runs))
@@ -439,7 +444,7 @@ class Session:
             for item in items if item.kind == "auto" and item.status == "findings"
         ) + self._log_findings(run_id)
         monitor = self._monitors.get(run_id)
-        progress = monitor.progress if monitor is not None else None
+        progress = monitor.snapshot if monitor is not None else None
         running = state.liveness.state in ("running", "stalled")
         return RunView(
             id=run_id, instance=run.instance,
@@ -451,9 +456,9 @@ class Session:
             gate=gate, findings=findings, checklist=tuple(items), log=runner.log_path(run),
             metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
             environment=self.last_env_audit(run_id),
-            step=progress.current_step if progress else None,
+            step=progress.step if progress else None,
             total_steps=progress.total_steps if progress else None,
-            eta_s=progress.eta_seconds(self.clock().timestamp()) if progress and running else None,
+            eta_s=progress.eta(self.clock().timestamp()) if progress and running else None,
         )
 
     def _log_findings(self, run_id: str) -> tuple[FindingView, ...]:

@@ -19,7 +19,7 @@ from ..services.log_monitor import LogLineView
 from .loss_chart import LossChart
 
 MAX_LINES = 5000
-RENDER_CAP = 1000
+RENDER_CAP = 300  # more than a screen; writing thousands of lines in one frame would stall it
 _LEVEL_STYLE = {"critical": "bold red", "error": "red", "warn": "yellow"}
 
 
