@@ -197,3 +197,20 @@ def test_user_signatures_d_rows_load_from_the_config_dir(tmp_path: Path, monkeyp
     session = Session.open(str(root))
     assert session.catalogue().rows["U10"].fix == "Ask the host for another card"
     session.close()
+
+
+async def test_a_log_truncated_while_followed_loses_no_line_after_the_cut(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    session = await launched(root, cat_then_fail("nan_loss.log", 0))
+    await follow_all(session)
+    log = log_on_box(root, session)
+    with log.open("r+b") as handle:
+        handle.truncate(0)  # logrotate's copytruncate
+    with log.open("ab") as handle:
+        handle.write(b"step=1 loss=0.9\nOSError: [Errno 28] No space left on device\n\xff\xfe garbage \x00\n")
+    update = await session.follow_log(RUN)
+    assert update is not None and update.restarted
+    assert [line.text for line in update.lines] == [
+        "step=1 loss=0.9", "OSError: [Errno 28] No space left on device", "\ufffd\ufffd garbage "]
+    assert "S31" in {a.signature for a in update.alerts}
+    session.close()

@@ -547,3 +547,27 @@ def test_chunked_detection_equals_line_by_line(name: str, lines: list[str], chun
     assert got == expected
     if name == "mix":
         assert [(h.signature, h.line_no) for h in got] == [("S08", 1778)]
+
+
+def test_every_catalogue_row_has_examples_in_the_tests() -> None:
+    """Regex rows carry their examples (tested above); rule rows have a scenario pair in test_run_rules;
+    S03 (the OOM fragmentation rule) is exercised by the OOM fixtures."""
+    from test_run_rules import CASES
+
+    rows = CATALOGUE.rows
+    regex_rows = {row_id for row_id, row in rows.items() if row.pattern is not None}
+    assert all(rows[row_id].match and rows[row_id].nomatch for row_id in regex_rows)
+    assert set(rows) == regex_rows | set(CASES) | {"S03"}
+    assert "S03" in {hit.signature for hit in fixture_hits("oom_fragmented.log")}
+    assert "S03" not in {hit.signature for hit in fixture_hits("oom_not_fragmented.log")}
+
+
+def test_requires_that_would_hide_an_example_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "sig"
+    folder.mkdir()
+    (folder / "u.toml").write_text(
+        '[[signature]]\nid = "U05"\nsource = "log"\npattern = "loss went (up|down)"\nseverity = "warn"\n'
+        'cause = "c"\nfix = "f"\nrequires = ["up"]\nmatch = ["loss went down"]\nnomatch = ["loss ok"]\n',
+        encoding="utf-8")
+    with pytest.raises(ConfigError, match="U05.*'requires' would hide its example"):
+        load_catalogue(user_dirs=(folder,))
