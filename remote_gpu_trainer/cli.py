@@ -128,6 +128,10 @@ def _verb(verb: str, argv: list[str]) -> int:
         parser.add_argument("--stop", action="store_true", help="stop (keeps the disk) instead of terminate")
     if verb == "run":
         parser.add_argument("--ack", metavar="NOTE", help="launch despite failed phase-0 rows; NOTE says why")
+    if verb == "up":
+        parser.add_argument("--approve-price", metavar="PRICE",
+                            help="runpod/vastai/lambda: the hourly price the plan states, typed exactly: the "
+                                 "approval to rent the instance (without it the plan is shown and nothing rented)")
     if verb == "watch":
         parser.add_argument("--once", action="store_true")
         parser.add_argument("--interval", type=float, default=2.0)
@@ -216,6 +220,11 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
     run = session.run_config(args.run)
     if verb == "up":
         provider = session.provider(run.instance)
+        if not hasattr(provider, "create"):
+            from .services import launcher  # not for sim: it loads the cloud clients
+
+            if await launcher.wants_launch(session, run.instance):
+                return await _up_launch(session, args.run, args.approve_price)
         status = (await session.create_instance(run.instance, actor="cli") if hasattr(provider, "create")
                   else await session.instance_status(run.instance))
         print(f"{run.instance}: {status.state} ({status.provider_id})")
@@ -267,6 +276,34 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
         print(done.message)
         return EXIT_OK if done.confirmed else EXIT_FAILED
     raise ConfigError(f"unknown verb {verb!r}")
+
+
+async def _up_launch(session: Session, run_id: str, approved_price: str | None) -> int:
+    """Rent the run's instance: the smoke gate here first, then the plan, then only the stated price launches."""
+    from .services import launcher
+
+    run = session.run_config(run_id)
+    launcher.check_launchable(session, run.instance)
+    if run.smoke:
+        print(f"smoke gate: running `{run.smoke}` here on the CPU …", file=sys.stderr, flush=True)
+    smoke = await launcher.run_smoke(session.project, run)
+    if not smoke.passed:
+        for line in smoke.output_tail.splitlines()[-10:]:
+            print(f"  │ {line}", file=sys.stderr)
+        raise VerbFailed(f"smoke gate failed: {smoke.summary()}; nothing was rented")
+    print(f"smoke gate passed: {smoke.summary()}")
+    plan = await launcher.plan_launch(session, run.instance)
+    print("\n".join(plan.lines))
+    if approved_price is None:
+        raise VerbFailed(f"not launched: to rent {run.instance} at {launcher.money(plan.price, plan.currency)}/h, "
+                         f"run `rgt up {run_id} --approve-price {plan.price_text}`")
+    created = await launcher.launch(session, plan, run_id, approved_price, smoke, actor="cli")
+    price = "?" if created.price_per_hour is None else launcher.money(created.price_per_hour, plan.currency)
+    print(f"launched {run.instance}: {plan.provider} {created.provider_id} ({created.state}) at {price}/h, billing now")
+    print(f"next: put {launcher.config_line(created.provider_id)} under [instances.{run.instance}] in "
+          f"{session.project.file} (rgt does not edit it), then `rgt up {run_id}` again once it runs for the "
+          f"environment audit; remove it with `rgt down {run_id} --confirm {created.provider_id}`")
+    return EXIT_OK
 
 
 def _print_audit(rows: Sequence[AuditRow]) -> None:

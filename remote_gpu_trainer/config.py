@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shlex
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,17 +33,45 @@ _SECRET_VALUE = re.compile(
 
 _TOP_KEYS = {"project", "instances", "runs", "signatures"}
 _PROJECT_KEYS = {"name"}
-_INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour", "teardown_command"}
+_INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour", "teardown_command", "launch"}
 _RUN_KEYS = {
     "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
     "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after", "gpus", "total_steps",
+    "smoke", "smoke_timeout",
 }
+_LAUNCH_KEYS = {"gpu", "count", "max_price_per_hour", "image", "disk_gb", "region", "interruptible", "ssh_keys"}
+# Providers whose API can create an instance (`rgt up` launches them), and what each one's create call needs.
+# Lambda picks its own image (Lambda Stack) and needs a registered SSH key name; RunPod and vast.ai need an image
+# and use the SSH keys already on the account.
+LAUNCH_PROVIDERS = ("runpod", "vastai", "lambda")
+_LAUNCH_NEEDS = {"runpod": ("image",), "vastai": ("image",), "lambda": ("ssh_keys",)}
+_LAUNCH_FORBIDS = {"runpod": ("ssh_keys",), "vastai": ("ssh_keys",), "lambda": ("image",)}
+DEFAULT_SMOKE_TIMEOUT_S = 300.0
+DEFAULT_LAUNCH_DISK_GB = 40
 
 
 @dataclass(frozen=True)
 class Metric:
     name: str
     direction: str  # "min" | "max"
+
+
+@dataclass(frozen=True)
+class LaunchConstraint:
+    """What `rgt up` may rent (`[instances.<name>.launch]`): a GPU type and count under a price ceiling.
+
+    The ceiling is per hour for the whole instance (all its GPUs), in the provider's currency (USD); the
+    approval the user types is checked against it, so a launch can never bill more than was approved.
+    """
+
+    gpu: str
+    max_price_per_hour: float
+    count: int = 1
+    image: str | None = None
+    disk_gb: int = DEFAULT_LAUNCH_DISK_GB
+    region: str | None = None
+    interruptible: bool = False
+    ssh_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,6 +83,7 @@ class InstanceConfig:
     api_base: str | None = None
     price_per_hour: float | None = None
     teardown_command: str | None = None  # ssh: run here (no shell) after the gate, e.g. a provider CLI call
+    launch: LaunchConstraint | None = None  # runpod, vastai, lambda: what `rgt up` rents when there is no id
 
 
 @dataclass(frozen=True)
@@ -75,6 +105,8 @@ class RunConfig:
     stall_after: float = 900.0  # seconds of log silence (and no fresh checkpoint) before `stalled`
     gpus: int = 0  # GPUs the run needs; 0 = a CPU run (the phase-0 audit checks the box has them)
     total_steps: int = 0  # planned optimizer steps for the ETA when the log does not say; 0 = from the log
+    smoke: str | None = None  # a local CPU check (argv, no shell, in the project root) `rgt up` runs before renting
+    smoke_timeout: float = DEFAULT_SMOKE_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -194,7 +226,9 @@ class _Validator:
         return None
 
     def problem(self, table: tuple[str, ...], key: str | None, message: str) -> None:
-        line = self._line_of(table, key)
+        self.problem_at(self._line_of(table, key), table, key, message)
+
+    def problem_at(self, line: int | None, table: tuple[str, ...], key: str | None, message: str) -> None:
         where = ".".join((*table, key) if key else table) or "(top level)"
         at = f":{line}" if line else ""
         self.problems.append(f"{self.path}{at}: {where}: {message}")
@@ -302,12 +336,75 @@ class _Validator:
             teardown_command = self._str(table, body, "teardown_command", required=False)
             if provider == "ssh" and host is None:
                 self.problem(table, None, 'provider "ssh" needs host = "alias" or "user@host[:port]"')
+            launch = self._launch(table, provider, body["launch"]) if "launch" in body else None
             if provider is not None:
                 result[name] = InstanceConfig(
                     name=name, provider=provider, host=host, id=ident, api_base=api_base,
                     price_per_hour=float(price) if price is not None else None, teardown_command=teardown_command,
+                    launch=launch,
                 )
         return result
+
+    # -- the GPU constraint `rgt up` launches from ------------------------------------------------------
+    def _launch_problem(self, table: tuple[str, ...], key: str | None, message: str) -> None:
+        """Locate `key` in `[instances.x.launch]`, else on the inline `launch = { ... }` line."""
+        sub = (*table, "launch")
+        line = self._line_of(sub, key) if self._line_of(sub, None) else None
+        self.problem_at(line or self._line_of(table, "launch"), sub, key, message)
+
+    def _launch(self, table: tuple[str, ...], provider: str | None, raw: Any) -> LaunchConstraint | None:
+        if not isinstance(raw, dict):
+            self.problem(table, "launch", 'must be a table: launch = { gpu = "...", max_price_per_hour = 0.8, ... }')
+            return None
+        for key in raw:
+            if key not in _LAUNCH_KEYS:
+                close = difflib.get_close_matches(key, sorted(_LAUNCH_KEYS), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(sorted(_LAUNCH_KEYS))})"
+                self._launch_problem(table, key, f"unknown key{hint}")
+        if provider is not None and provider not in LAUNCH_PROVIDERS:
+            self._launch_problem(table, None, f"provider {provider!r} has no launch API in rgt (only "
+                                 f"{', '.join(LAUNCH_PROVIDERS)}): create the instance yourself and set id or host")
+            return None
+        problems = len(self.problems)
+        values = self._launch_values(table, raw)
+        for key in _LAUNCH_NEEDS.get(provider or "", ()):
+            if key not in raw:
+                self._launch_problem(table, None, f"provider {provider!r} needs {key!r} to launch")
+        for key in _LAUNCH_FORBIDS.get(provider or "", ()):
+            if key in raw:
+                self._launch_problem(table, key, f"not used by provider {provider!r}: remove it")
+        if provider == "lambda" and values.get("interruptible"):
+            self._launch_problem(table, "interruptible", "Lambda has no spot instances: remove it or set false")
+        if len(self.problems) > problems or provider is None:
+            return None
+        return LaunchConstraint(**values)
+
+    def _launch_values(self, table: tuple[str, ...], raw: dict[str, Any]) -> dict[str, Any]:
+        """Each key's type and range, every problem with its line; only the valid keys come back."""
+        values: dict[str, Any] = {}
+        checks: dict[str, tuple[Any, str]] = {
+            "gpu": (lambda v: isinstance(v, str) and v.strip(), 'must be the GPU type, e.g. "RTX 4090"'),
+            "max_price_per_hour": (lambda v: _number(v) and v > 0, "must be a number > 0 (per hour, whole instance)"),
+            "count": (lambda v: _whole(v) and v >= 1, "must be a whole number >= 1"),
+            "image": (lambda v: isinstance(v, str) and v.strip(), "must be a non-empty container image name"),
+            "disk_gb": (lambda v: _whole(v) and v >= 1, "must be a whole number of GB >= 1"),
+            "region": (lambda v: isinstance(v, str) and v.strip(), "must be a non-empty region or datacenter id"),
+            "interruptible": (lambda v: isinstance(v, bool), "must be true or false"),
+            "ssh_keys": (lambda v: isinstance(v, list) and v and all(isinstance(k, str) and k for k in v),
+                         "must be a list of SSH key names registered on the account"),
+        }
+        for key in ("gpu", "max_price_per_hour"):
+            if key not in raw:
+                self._launch_problem(table, None, f"missing required key {key!r}")
+        for key, (valid, message) in checks.items():
+            if key not in raw:
+                continue
+            if not valid(raw[key]):
+                self._launch_problem(table, key, message)
+                continue
+            value = raw[key]
+            values[key] = float(value) if key == "max_price_per_hour" else tuple(value) if key == "ssh_keys" else value
+        return values
 
     def _runs(self, raw: Any, instances: dict[str, InstanceConfig]) -> dict[str, RunConfig]:
         result: dict[str, RunConfig] = {}
@@ -375,6 +472,17 @@ class _Validator:
         if isinstance(stall_after, bool) or not isinstance(stall_after, int | float) or stall_after <= 0:
             self.problem(table, "stall_after", "must be a number of seconds > 0")
             stall_after = 900
+        smoke = self._str(table, body, "smoke", required=False)
+        if smoke is not None:
+            try:
+                shlex.split(smoke)
+            except ValueError as exc:
+                self.problem(table, "smoke", f"cannot be split into arguments ({exc}): check the quotes")
+                smoke = None
+        smoke_timeout = body.get("smoke_timeout", DEFAULT_SMOKE_TIMEOUT_S)
+        if not _number(smoke_timeout) or smoke_timeout <= 0:
+            self.problem(table, "smoke_timeout", "must be a number of seconds > 0")
+            smoke_timeout = DEFAULT_SMOKE_TIMEOUT_S
         if None in (instance, workdir, command, remote_root) or roster is None:
             return None
         assert instance is not None and workdir is not None and command is not None
@@ -387,6 +495,7 @@ class _Validator:
             state_keys=self._str_list(table, body, "state_keys") or DEFAULT_STATE_KEYS,
             allowed_globals=self._str_list(table, body, "allowed_globals") or (),
             python=python, stall_after=float(stall_after), gpus=gpus, total_steps=total_steps,
+            smoke=smoke, smoke_timeout=float(smoke_timeout),
         )
 
     def _metric(self, table: tuple[str, ...], raw: Any) -> Metric | None:
@@ -403,3 +512,12 @@ class _Validator:
             self.problem(table, "metric", 'direction must be "min" or "max"')
             return None
         return Metric(name=name, direction=direction)
+
+
+def _number(value: Any) -> bool:
+    """An int or float that is not a bool (TOML's `true` would otherwise pass as 1)."""
+    return not isinstance(value, bool) and isinstance(value, int | float)
+
+
+def _whole(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int)
