@@ -341,6 +341,21 @@ class Profile:
         tier = self.tier(str(self.raw.get("checkpoints", {}).get("durable_tier", "")))
         return tier.survives_destroy if tier is not None else None
 
+    def keeps_billing_text(self, action: Action) -> list[str]:
+        """What still bills after `action`: surviving storage that bills while stopped, then the residuals.
+        A stop keeps every tier it does not destroy (RunPod's volume, vast.ai's disk); a destroy keeps
+        only what survives destroy (network volumes) and the residuals the profile lists."""
+        destroyed = set(action.destroys)
+        kept: list[str] = []
+        for tier in self.storage:
+            survives = tier.survives_destroy if action.full_meter_stop or not action.reversible else tier.survives_stop
+            if tier.name not in destroyed and survives and tier.billed_while_stopped:
+                note = f" ({tier.price_note})" if tier.price_note else ""
+                kept.append(f"{tier.name} at {tier.path}{note}")
+        if action.full_meter_stop or not action.reversible:
+            kept.extend(f"{r.what} (ends with: {r.ended_by})" for r in self.residuals)
+        return kept
+
     def destroys_text(self, action: Action) -> list[str]:
         """Each destroyed tier with its path, so the modal names real places, not tier ids."""
         paths = {tier.name: tier.path for tier in self.storage}

@@ -220,6 +220,30 @@ def billing_model(profile: Profile, held: Sequence[Held] = (), quoted_per_hour: 
     )
 
 
+HOURS_PER_MONTH = 730.0
+
+
+def held_storage(profile: Profile, status: object | None) -> list[Held]:
+    """What the provider says this instance holds (its `detail["storage"]`: name, size_gb,
+    price_per_gb_month), as `Held` entries for the tiers and residuals the profile knows; others are
+    left out rather than guessed at."""
+    detail = getattr(status, "detail", None)
+    items = detail.get("storage") if isinstance(detail, dict) else None
+    known = {t.name for t in profile.storage} | {r.id for r in profile.residuals if r.id}
+    held: list[Held] = []
+    for item in items if isinstance(items, list) else ():
+        if not isinstance(item, dict) or item.get("name") not in known:
+            continue
+        size_gb, price = _valid(_float(item.get("size_gb"))), _valid(_float(item.get("price_per_gb_month")))
+        per_hour = size_gb * price / HOURS_PER_MONTH if size_gb is not None and price is not None else None
+        held.append(Held(str(item["name"]), int(size_gb * 1e9) if size_gb is not None else None, per_hour))
+    return held
+
+
+def _float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def _applies(profile: Profile, tier: StorageTier) -> str | None:
     rate = profile.pricing.storage_rate(tier.name)
     return rate.applies if rate else None

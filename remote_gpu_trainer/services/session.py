@@ -21,7 +21,7 @@ from ..audits.gpu_health import GpuSample
 from ..audits.liveness import Liveness, classify
 from ..audits.manifest import sha256_bytes
 from ..audits.signatures import Catalogue, load_catalogue
-from ..clock import Clock, utc_now
+from ..clock import Clock, parse_iso, utc_now
 from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file, user_config_dir
 from ..errors import RgtError, VerbFailed
 from ..formatting import describe_gpus
@@ -33,7 +33,7 @@ from ..state import Snapshot, StateDB
 from . import checklist, evidence, runner, watcher
 from .env_probe import run_env_probe, sample_gpus
 from .log_monitor import Alert, ChartData, LogLineView, LogUpdate, RunLogMonitor
-from .meter import accrue
+from .meter import Interval, MeterReading, accrue, billing_model, fill_gap, held_storage, reported_since
 from .overview import CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
 
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 PROVIDER_TIMEOUT_S = 20.0
 GPU_SAMPLE_S = 10.0
 METER_SAMPLE_S = 30.0
+UNWATCHED_GAP_S = 300.0  # longer than this without a sample or snapshot: rgt was not watching
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class Session:
         self._monitors: dict[str, RunLogMonitor] = {}
         self._catalogue: Catalogue | None = None
         self._gpu_samples: dict[str, list[GpuSample]] = {}  # instance -> the last sampled GPUs
+        self._last_status: dict[str, InstanceStatus] = {}
 
     @classmethod
     def open(cls, project_arg: str | None, *, clock: Clock = utc_now, read_only: bool = False) -> Session:
@@ -140,10 +142,13 @@ class Session:
             self.host_key_prompts[name] = unknown_key
         else:
             self.host_key_prompts.pop(name, None)
-        if instance.price_per_hour is not None:
+        if instance.price_per_hour is not None and status.price_source != "api":
+            # the user's price fills in where the provider has none; an API price stays, and the user's
+            # becomes the quote it is compared with (drift)
             status = InstanceStatus(**{**status.__dict__, "price_per_hour": instance.price_per_hour,
                                        "price_source": "user"})
         self.record_snapshot(status)
+        self._last_status[name] = status
         return status
 
     async def trust_host_key(self, name: str, fingerprint: str, actor: str = "user") -> dict[str, Any]:
@@ -166,17 +171,50 @@ class Session:
         return receipt
 
     def record_snapshot(self, status: InstanceStatus) -> None:
+        """A snapshot when something changed, or after a stretch nobody watched: that stretch is then
+        explained from the provider's own clock (uptime, start stamp) or recorded as an estimate."""
         last = self.db.last_snapshot(status.name)
         if last is None and status.state == "unknown":
             return  # nothing known yet, so nothing to bill or to estimate
-        changed = last is None or (last.state, last.price_per_hour, last.storage_per_hour) != (
+        now = self.clock()
+        seen = Snapshot(at=now, instance=status.name, provider=status.provider, provider_id=status.provider_id,
+                        state=status.state, price_per_hour=status.price_per_hour, price_source=status.price_source,
+                        storage_per_hour=status.storage_per_hour)
+        if last is None:
+            self.db.add_snapshot(seen)
+            return
+        watched = max(filter(None, (last.at, self.db.last_meter_sample_at(status.name))))
+        changed = (last.state, last.price_per_hour, last.storage_per_hour) != (
             status.state, status.price_per_hour, status.storage_per_hour)
-        if changed:
-            self.db.add_snapshot(Snapshot(
-                at=self.clock(), instance=status.name, provider=status.provider, provider_id=status.provider_id,
-                state=status.state, price_per_hour=status.price_per_hour, price_source=status.price_source,
-                storage_per_hour=status.storage_per_hour,
-            ))
+        if (now - watched).total_seconds() > UNWATCHED_GAP_S:
+            self._explain_gap(last, seen, status)
+        elif changed:
+            self.db.add_snapshot(seen)
+
+    def _explain_gap(self, last: Snapshot, seen: Snapshot, status: InstanceStatus) -> None:
+        since = reported_since(status.state, seen.at, uptime_s=_number(status.detail.get("uptime_s")),
+                               started_at=_stamp(status.detail.get("started_at")))
+        fill = fill_gap(last, seen, since)
+        for snapshot in fill.snapshots:
+            self.db.add_snapshot(snapshot)
+        self.db.add_snapshot(seen)
+        if fill.estimate is not None:
+            self.db.append_event(
+                "meter_gap", f"{status.name}: not watched from {fill.estimate.start:%Y-%m-%d %H:%M} to "
+                f"{fill.estimate.end:%Y-%m-%d %H:%M}; billed there at the higher rate (an estimate)",
+                instance=status.name, actor="rgt",
+                detail={"start": fill.estimate.start.isoformat(), "end": fill.estimate.end.isoformat()})
+
+    def meter_reading(self, name: str, finished_at: datetime | None = None) -> MeterReading:
+        """The meter for one instance with its profile's billing rules, what the provider says it holds
+        (volumes, disks), the user's quote for drift, and the stretches nobody watched."""
+        snapshots = self.db.snapshots(name)
+        last_status = self._last_status.get(name)
+        quoted = self.instance(name).price_per_hour
+        model = billing_model(self.profile(name), held_storage(self.profile(name), last_status), quoted)
+        gaps = [Interval(parse_iso(str(e.detail["start"])), parse_iso(str(e.detail["end"])))
+                for e in self.db.events(kind="meter_gap") if e.instance == name]
+        return accrue(snapshots, self.clock(), finished_at, model=model, gaps=gaps)
 
     async def create_instance(self, name: str, actor: str = "user") -> InstanceStatus:
         """Start billing for a sim box (the embedded default's `up`); logged before it happens."""
@@ -378,7 +416,7 @@ class Session:
         for name, status in statuses.items():
             finished = [s.finished_at for rid, s in run_states.items()
                         if self.project.runs[rid].instance == name and s.finished_at is not None]
-            reading = accrue(self.db.snapshots(name), now, max(finished) if finished else None)
+            reading = self.meter_reading(name, max(finished) if finished else None)
             profile = self.profile(name)
             instances.append(InstanceView(
                 name=name, provider=status.provider, id=status.provider_id, state=status.state,
@@ -388,14 +426,16 @@ class Session:
                 burn_per_hour=reading.burn_per_hour,
                 estimate=reading.estimate, verified_month=profile.oldest_verified(),
                 stale=profile.is_stale(now), currency=profile.pricing.currency,
-                since_finished=reading.since_finished, note=str(status.detail.get("error", ""))[:300],
+                since_finished=reading.since_finished,
+                note="; ".join([str(status.detail.get("error", ""))[:300], *reading.notes()]).strip("; "),
             ))
             self._sample_meter(name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
         for run_id, state in run_states.items():
             await self.evaluate_rules(run_id, state)
         runs = [self._run_view(run_id, run_states[run_id], statuses) for run_id in sorted(self.project.runs)]
         instances = [with_cost_to_finish(i, runs) for i in instances]
-        alerts = tuple(idle_burn_alerts(instances, runs))
+        alerts = tuple(idle_burn_alerts(instances, runs)) + tuple(
+            f"▲ PRICE DRIFT {i.name}: {note}" for i in instances for note in i.note.split("; ") if "drift" in note)
         return Overview(
             project=self.project.name, generated_at=now,
             currency=instances[0].currency if instances else "USD",
@@ -485,6 +525,23 @@ def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
     if state == "dead" and files.state == "dead" and files.detail.startswith("exit"):
         return files
     return Liveness(state, f"Slurm job {job.job_id}: {detail}")
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _stamp(value: object) -> datetime | None:
+    """An API time stamp (ISO 8601, or epoch seconds) as an aware datetime; None when absent or unreadable."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    if isinstance(value, str) and value:
+        try:
+            stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+    return None
 
 
 def billing_text(status: InstanceStatus, walltime: str | None = None) -> str:

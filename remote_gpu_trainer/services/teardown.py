@@ -15,9 +15,9 @@ from ..audits.gate import Approval, evaluate_gate
 from ..audits.manifest import is_checkpoint
 from ..errors import GateRefused, RgtError
 from ..formatting import short_hash, size
+from ..profiles import profile_age_text
 from ..providers.base import InstanceStatus
 from . import evidence
-from .meter import accrue
 from .session import Session
 
 MAX_LISTED = 4
@@ -77,19 +77,18 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
     profile = session.profile(instance_name)
     action = profile.action(action_id)
     now = session.clock()
-    reading = accrue(session.db.snapshots(instance_name), now)
+    reading = session.meter_reading(instance_name)
     destroys = ", ".join(profile.destroys_text(action)) if action else "?"
     reversible = "reversible" if action and action.reversible else "IRREVERSIBLE"
-    residuals = [str(r.get("what")) for r in profile.residuals] or ["nothing keeps billing"]
-    stamp = profile.oldest_verified()
-    stale = "  ▲ STALE" if profile.is_stale(now) else ""
+    keeps = profile.keeps_billing_text(action) if action else [str(r.get("what")) for r in profile.residuals]
+    age = profile_age_text(profile, now.date())
     price = f"${status.price_per_hour:.2f}/h ({status.price_source})" if status.price_per_hour else "no meter"
     lines = [
         f"Action:    {profile.id}  {action.label if action else action_id} {status.provider_id} ({reversible})",
         f"Destroys:  {destroys} and everything on it that was not pulled",
-        f"Survives:  {'; '.join(residuals)}",
+        f"Keeps billing: {'; '.join(keeps) if keeps else 'nothing (per the profile)'}",
         f"Burning:   {price} · spent ${reading.total:.2f}",
-        f"Billing facts: {profile.id} profile, verified {stamp}{stale}",
+        f"Billing facts: {profile.display_name} profile, {age}",
     ]
     command = session.instance(instance_name).teardown_command
     if command and action_id == "terminate":
@@ -148,7 +147,38 @@ async def execute(session: Session, instance_name: str, typed_id: str | None, sh
         session.db.append_event("action_failed", f"{action_id} of {instance_name} failed: {exc}",
                                 instance=instance_name, actor="rgt")
         raise
-    return await _confirm(session, instance_name, action_id)
+    result = await _confirm(session, instance_name, action_id)
+    if action_id == "terminate" and result.confirmed:
+        return await _follow_up(session, instance_name, result)
+    return result
+
+
+async def _follow_up(session: Session, instance_name: str, result: TeardownResult) -> TeardownResult:
+    """After the provider confirmed the terminate: what still bills (volumes, IPs, snapshots, an instance
+    left in an alert state), from the provider's own audit where it has one, else from the profile."""
+    wait_gone = getattr(session.provider(instance_name), "wait_gone", None)  # API providers audit what bills
+    residuals: list[str] = []
+    checked = wait_gone is not None
+    if wait_gone is not None:
+        try:
+            outcome = await wait_gone(session.instance(instance_name), timeout_s=60.0, poll_s=2.0)
+        except RgtError as exc:
+            residuals.append(f"could not list what still bills: {exc}: check the console")
+        else:
+            residuals.extend(f"{r.kind} {r.ident}: {r.detail} (ends with: {r.ended_by})"
+                             + ("" if r.confirmed else " (unchecked)") for r in outcome.residuals)
+            residuals.extend(f"audit error: {error}" for error in outcome.errors)
+    profile = session.profile(instance_name)
+    action = profile.action("terminate")
+    if not checked and action is not None:
+        residuals.extend(profile.keeps_billing_text(action))
+    if not residuals:
+        return result
+    message = f"{result.message}; still billing: " + "; ".join(residuals)
+    session.db.append_event("residuals", f"after terminating {instance_name}, still billing: {len(residuals)} item(s)",
+                            instance=instance_name, actor="rgt", detail={"residuals": residuals,
+                                                                        "from": "provider" if checked else "profile"})
+    return TeardownResult(result.instance, result.final_state, result.confirmed, message)
 
 
 async def _gate_with_approval(session: Session, current: TeardownPlan, approval: Approval) -> list[str]:
