@@ -249,6 +249,14 @@ class StateDB:
         assert seq is not None
         return Event(seq, parse_iso(stamp), kind, run_id, instance, actor, summary, detail or {})
 
+    def launched_provider_id(self, instance: str) -> str | None:
+        """The provider id of the box `rgt up` last rented for this instance name (rgt.toml is never rewritten)."""
+        row = self._conn.execute(
+            "SELECT detail FROM events WHERE instance = ? AND kind IN ('launched', 'launch_over_budget')"
+            " ORDER BY seq DESC LIMIT 1", (instance,)).fetchone()
+        ident = json.loads(row[0]).get("provider_id") if row else None
+        return str(ident) if ident else None
+
     def events(self, *, run_id: str | None = None, kind: str | None = None,
                limit: int | None = None) -> list[Event]:
         query = "SELECT seq, at, kind, run_id, instance, actor, summary, detail FROM events WHERE 1=1"

@@ -213,9 +213,10 @@ def test_the_stated_price_launches_once_after_the_approval_is_logged(
     finally:
         session.close()
 
-    # rgt.toml still names no id: a second `up` finds the launched pod alive and rents no second one
+    # rgt.toml still names no id: a second `up` knows the launched pod (the state database keeps its id),
+    # rents no second one, and goes on to the environment audit of that pod (unreachable here: exit 1)
     assert main(["up", "train", str(root), "--approve-price", "0.80"]) == 1
-    assert 'put id = "new1" under [instances.gpu]' in capsys.readouterr().err
+    assert "gpu: pending (new1)" in capsys.readouterr().out
     assert len(runpod_fake.requests("POST", "/pods")) == 1
 
 
@@ -288,7 +289,7 @@ async def test_a_pod_created_above_the_ceiling_is_reported_recorded_and_left_for
     assert over.detail["provider_id"] == "new1" and over.detail["price_per_hour"] == 0.44
     assert launcher.launched_id(session.db, "gpu") == "new1"
     assert runpod_fake.requests("DELETE") == []  # only the teardown service removes instances
-    with pytest.raises(VerbFailed, match=r'launched as runpod instance new1 \(pending\)'):
+    with pytest.raises(VerbFailed, match=r'runpod instance new1 \(pending\): rgt launches no second one'):
         await launcher.plan_launch(session, "gpu")
     assert len(runpod_fake.requests("POST", "/pods")) == 1
 

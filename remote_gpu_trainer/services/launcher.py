@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 SMOKE_TAIL_BYTES = 8192  # what is kept of the smoke command's output: enough for a traceback
 SMOKE_TAIL_LINES = 30
 READ_TIMEOUT_S = 20.0  # one provider read while checking for an instance that is already there
-LAUNCH_EVENTS = ("launched", "launch_over_budget")  # both mean: an instance exists and bills
 
 
 # -- the smoke gate --------------------------------------------------------------------------------------------
@@ -305,11 +304,7 @@ async def _state_of(provider: CloudProvider, instance: InstanceConfig) -> str:
 
 def launched_id(db: StateDB, instance_name: str) -> str | None:
     """The provider id of the last instance `rgt up` launched for this name (over budget or not), if any."""
-    events = [e for kind in LAUNCH_EVENTS for e in db.events(kind=kind) if e.instance == instance_name]
-    if not events:
-        return None
-    ident = max(events, key=lambda e: e.seq).detail.get("provider_id")
-    return str(ident) if ident else None
+    return db.launched_provider_id(instance_name)
 
 
 # -- the launch ----------------------------------------------------------------------------------------------------

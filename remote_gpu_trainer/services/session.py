@@ -100,7 +100,13 @@ class Session:
 
     # -- plumbing ------------------------------------------------------------------------------------
     def instance(self, name: str) -> InstanceConfig:
-        return self.project.instances[name]
+        """The instance as configured; a box `rgt up` rented (and rgt.toml does not name yet) gets its id."""
+        config = self.project.instances[name]
+        if config.id is None:
+            launched = self.db.launched_provider_id(name)
+            if launched is not None:
+                return dataclasses.replace(config, id=launched)
+        return config
 
     def provider(self, name: str) -> AnyProvider:
         if name not in self._providers:

@@ -59,12 +59,15 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
     if status.state in ("terminated", "unknown"):
         reasons.append(f"instance state is {status.state}: nothing to {action_id} until the provider says so")
     gated = action is None or action.needs_gate
+    launched = tuple(r for r in run_ids if (record := session.db.launch(r)) and record.get("instance") == instance_name)
     if gated:
-        for run_id in run_ids:
+        for run_id in launched:  # a box no run was launched on holds no results of rgt's: nothing to pull
             view = session.gate_view(run_id, status.provider_id)
             prefix = f"{run_id}: " if len(run_ids) > 1 else ""
             reasons.extend(prefix + reason for reason in view.reasons)
-    lines = describe(session, instance_name, status, action_id, run_ids)
+    lines = describe(session, instance_name, status, action_id, launched)
+    if gated and not launched:
+        lines.append("Evidence:  no run was launched on this instance by rgt, so there is nothing to pull")
     return TeardownPlan(
         instance=instance_name, provider_id=status.provider_id, action_id=action_id,
         action_label=action.label if action else action_id, runs=run_ids, gated=gated, gate_open=not reasons,
@@ -148,7 +151,7 @@ async def execute(session: Session, instance_name: str, typed_id: str | None, sh
                                 instance=instance_name, actor="rgt")
         raise
     result = await _confirm(session, instance_name, action_id)
-    if action_id == "terminate" and result.confirmed:
+    if action_id == "terminate":  # gone or not: say what still bills (an instance stuck in 'alert' does)
         return await _follow_up(session, instance_name, result)
     return result
 
@@ -161,7 +164,8 @@ async def _follow_up(session: Session, instance_name: str, result: TeardownResul
     checked = wait_gone is not None
     if wait_gone is not None:
         try:
-            outcome = await wait_gone(session.instance(instance_name), timeout_s=60.0, poll_s=2.0)
+            outcome = await wait_gone(session.instance(instance_name), timeout_s=60.0 if result.confirmed else 1.0,
+                                      poll_s=2.0)
         except RgtError as exc:
             residuals.append(f"could not list what still bills: {exc}: check the console")
         else:
@@ -208,7 +212,9 @@ async def _confirm(session: Session, instance_name: str, action_id: str) -> Tear
                                     detail={"evidence": evidence, "state": status.state})
             return TeardownResult(instance_name, status.state, True, message)
         if waited >= POLL_GIVE_UP_S:
-            message = f"provider still lists {instance_name} as {status.state}: check the console"
+            raw = status.detail.get("raw_state")
+            said = f"{status.state} (the provider says {raw!r})" if raw and raw != status.state else status.state
+            message = f"provider still lists {instance_name} as {said}: it may still bill; check the console"
             session.db.append_event("teardown_unconfirmed", message, instance=instance_name, actor="rgt")
             return TeardownResult(instance_name, "unknown", False, message)
         await asyncio.sleep(delay)
