@@ -67,6 +67,7 @@ class DashboardScreen(Screen[None]):
         self.run_id: str | None = None
         self.busy: set[str] = set()
         self.log_backfilled = False
+        self.log_polling = False
         self.asked_host_keys: set[tuple[str, str]] = set()  # asked once per key per session
 
     @property
@@ -178,10 +179,19 @@ class DashboardScreen(Screen[None]):
         parts.append(f"{age}s ago")
         return " · ".join(parts)
 
-    @work(exclusive=True, group="log")
+    @work(group="log")
     async def poll_log(self) -> None:
-        if self.run_id is None:
+        """One poll at a time, never cancelled by the next tick: a poll that is digesting a chunk finishes."""
+        if self.run_id is None or self.log_polling:
             return
+        self.log_polling = True
+        try:
+            await self._poll_log_once()
+        finally:
+            self.log_polling = False
+
+    async def _poll_log_once(self) -> None:
+        assert self.run_id is not None
         panel = self.query_one(LogPanel)
         try:
             if not self.log_backfilled:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ..audits import run_rules
 from ..audits.gpu_health import GpuSample
@@ -26,6 +27,7 @@ from ..formatting import duration
 from ..state import LogFinding, StateDB
 from .log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
 
+T = TypeVar("T")
 TAIL_LINES = 200  # what S58 reads ("no Traceback in the last 200 lines")
 SERIES_WINDOW = 2000  # newest samples per key kept in memory for the rules (spike needs 200, S76 200)
 FIRST_WINDOW = 200  # oldest samples per key, kept too: S72 compares with the first window, S75/S81 read epoch 1
@@ -184,7 +186,7 @@ class RunLogMonitor:
             chunk = await self.follower.poll(max_reads)
             t = self.now()
             if len(chunk.lines) > INLINE_LINES:
-                views, alerts = await asyncio.to_thread(self._ingest, chunk, t)
+                views, alerts = await _finish_even_if_cancelled(asyncio.to_thread(self._ingest, chunk, t))
             else:
                 views, alerts = self._ingest(chunk, t)
         return LogUpdate(tuple(views), chunk.restarted, chunk.partial, chunk.more, tuple(alerts))
@@ -211,13 +213,18 @@ class RunLogMonitor:
         return views, alerts
 
     def _digest(self, chunk: LogChunk, t: float) -> tuple[list[Sample], list[Hit]]:
-        """Metric samples and signature hits of a chunk: pure CPU, touching only the parser and detector."""
-        texts = [line.text for line in chunk.lines]
+        """Metric samples and signature hits of a chunk: pure CPU, touching only the parser and detector.
+        Of a run of progress-bar redraws only the last frame is parsed (the one a terminal would show):
+        the frames before it are older values of the same counters. The detector sees every frame."""
+        lines = chunk.lines
         samples: list[Sample] = []
         feed = self.parser.feed
-        for text in texts:
-            samples.extend(feed(text, t))
-        return samples, self.detector.feed_lines(texts, chunk.first_line_no, t)
+        last = len(lines) - 1
+        for index, line in enumerate(lines):
+            if line.redraw and index < last and lines[index + 1].redraw:
+                continue
+            samples.extend(feed(line.text, t))
+        return samples, self.detector.feed_lines([line.text for line in lines], chunk.first_line_no, t)
 
     async def evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample], t_log: float,
                        started_at: float | None, exit_code: int | None) -> list[Alert]:
@@ -305,3 +312,19 @@ class RunLogMonitor:
     def chart(self) -> ChartData:
         """The loss over the whole run (thinned), with what a chart cannot show in its title."""
         return self.snapshot.chart
+
+
+async def _finish_even_if_cancelled(work: Coroutine[Any, Any, T]) -> T:
+    """Await a worker thread's digest; if the caller is cancelled meanwhile, still wait for the thread to end
+    before letting the cancellation through: a thread cannot be stopped, and the lock around it must not
+    be released while it still writes the parser state and the database."""
+    job = asyncio.ensure_future(work)
+    cancelled = False
+    while not job.done():
+        try:
+            await asyncio.wait({job})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return job.result()
