@@ -29,7 +29,7 @@ def to_dict(overview: Overview) -> dict[str, Any]:
              "price_per_hour": i.price_per_hour, "price_source": i.price_source, "billing": i.billing,
              "cost_so_far": round(i.cost_so_far, 6), "verified_month": i.verified_month, "stale": i.stale,
              "burn_per_hour": round(i.burn_per_hour, 6), "estimate": i.estimate, "note": i.note,
-             "eta_s": _round(i.eta_s), "cost_to_finish": _round(i.cost_to_finish)}
+             "eta_s": _round(i.eta_s), "cost_to_finish": _round(i.cost_to_finish), "facts_age": i.facts_age}
             for i in sorted(overview.instances, key=lambda i: i.name)
         ],
         "runs": [_run_dict(r) for r in sorted(overview.runs, key=lambda r: r.id)],
@@ -104,6 +104,7 @@ def _text(o: Overview) -> str:
         facts = f"{i.verified_month}{' STALE' if i.stale else ''}"
         out.append(f"  {i.name:<14} {i.provider:<9} {i.state:<11} {money(i.price_per_hour, i.currency):>10}"
                    f" {i.price_source:<8} {money(i.cost_so_far, i.currency):>10} {i.billing:<14} {facts}")
+    out.extend(f"  {i.name}: billing facts {i.facts_age}" for i in o.instances if i.stale)
     for run in o.runs:
         out.append("")
         out.append(f"RUN {run.id} on {run.instance}: {run.evidence_state} · liveness {run.liveness}"

@@ -25,7 +25,7 @@ from ..clock import Clock, parse_iso, utc_now
 from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file, user_config_dir
 from ..errors import RgtError, VerbFailed
 from ..formatting import describe_gpus
-from ..profiles import Profile
+from ..profiles import Profile, profile_age_text
 from ..providers import slurm
 from ..providers.base import InstanceStatus, Transport
 from ..providers.registry import provider_for
@@ -432,6 +432,7 @@ class Session:
                 burn_per_hour=reading.burn_per_hour,
                 estimate=reading.estimate, verified_month=profile.oldest_verified(),
                 stale=profile.is_stale(now), currency=profile.pricing.currency,
+                facts_age=profile_age_text(profile, now.date()),
                 since_finished=reading.since_finished,
                 note="; ".join([str(status.detail.get("error", ""))[:300], *reading.notes()]).strip("; "),
             ))
