@@ -59,9 +59,33 @@ _MIN_SECRET_LEN = 6  # shorter strings would redact ordinary words; real keys ar
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` with every known secret, `Authorization:` header value and `api_key=`-style value removed."""
     for secret in sorted({s for s in secrets if s and len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
+        text = _redact_fragments(text.replace(secret, REDACTED), secret)
     text = _AUTH_HEADER.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
     return _KEY_PARAM.sub(lambda m: f"{m.group(1)}{REDACTED}", text)
+
+
+FRAGMENT = 8  # a run of this many characters of a key, anywhere in a text, is treated as the key
+
+
+def _redact_fragments(text: str, secret: str) -> str:
+    """Pieces of a key: a provider that echoes the key in an error body and cuts its message mid-key leaves
+    a prefix (or a suffix) that `replace` cannot see. Every maximal run of the text that is a substring of
+    the key and at least FRAGMENT long is removed."""
+    if len(text) < FRAGMENT:
+        return text
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if i + FRAGMENT > len(text) or secret.find(text[i:i + FRAGMENT]) < 0:
+            out.append(text[i])
+            i += 1
+            continue
+        end = i + FRAGMENT
+        while end < len(text) and text[i:end + 1] in secret:
+            end += 1
+        out.append(REDACTED)
+        i = end
+    return "".join(out)
 
 
 def redact_url(url: str) -> str:
