@@ -235,7 +235,7 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
         session.require_writable("push")
         from .services.runner import push
 
-        written = await push(session.project, run, session.transport(run.instance))
+        written = await push(session.project, run, await session.remote(run.instance))
         print("\n".join(f"pushed {path}" for path in written) or "nothing to push")
         return EXIT_OK
     if verb == "run":

@@ -116,6 +116,13 @@ class Session:
     def profile(self, name: str) -> Profile:
         return self.provider(name).profile
 
+    async def remote(self, name: str) -> Transport:
+        """The transport for async work: a cloud box's SSH address comes from its provider, so the
+        provider is asked once first when this process has not asked yet."""
+        if name not in self._last_status and name not in self._transports:
+            await self.instance_status(name)
+        return self.transport(name)
+
     def transport(self, name: str) -> Transport:
         if name not in self._transports:
             self._transports[name] = self.provider(name).transport(self.instance(name))
@@ -241,7 +248,7 @@ class Session:
     async def env_audit(self, run_id: str, actor: str = "user") -> list[AuditRow]:
         """Phase 0 on the run's instance: one probe, sixteen rows, stored and logged (remote-ops.md §4)."""
         run = self.run_config(run_id)
-        transport = self.transport(run.instance)
+        transport = await self.remote(run.instance)
         workdir, durable = transport.resolve(run.workdir), transport.resolve(run.remote_root)
         made = await transport.run(f"mkdir -p {shlex.quote(workdir)} {shlex.quote(durable)}", timeout=30)
         if made.rc != 0:
@@ -273,7 +280,7 @@ class Session:
         stale = self._monitors.pop(run_id, None)
         if stale is not None:
             stale.close()
-        detail = await runner.launch(self.project, run, self.transport(run.instance), self.db, self.clock,
+        detail = await runner.launch(self.project, run, await self.remote(run.instance), self.db, self.clock,
                                      actor=actor, method="sbatch" if primitive == "sbatch" else "setsid")
         # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
         # would otherwise replay the previous launch's crashes as this one's)
@@ -284,7 +291,7 @@ class Session:
         run = self.run_config(run_id)
         launch = self.db.launch(run_id)
         try:
-            transport = self.transport(run.instance)
+            transport = await self.remote(run.instance)
             probe = await watcher.probe(run, transport, launch)
             job = await slurm.job_state(transport, str(launch["slurm_job"])) if launch and \
                 launch.get("slurm_job") else None
@@ -299,7 +306,7 @@ class Session:
 
     async def tail_log(self, run_id: str, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
         run = self.run_config(run_id)
-        return await self.transport(run.instance).tail(runner.log_path(run), offset, limit)
+        return await (await self.remote(run.instance)).tail(runner.log_path(run), offset, limit)
 
     # -- the followed log: lines, metrics, findings -----------------------------------------------------
     def catalogue(self) -> Catalogue:
@@ -383,7 +390,7 @@ class Session:
                              "because the manifest is built once, from the finished files")
         self.db.append_event("pull", f"pull of run {run_id} started", run_id=run_id, instance=run.instance,
                              actor=actor)
-        result = await evidence.pull(self.project, run, self.transport(run.instance), self.db, progress)
+        result = await evidence.pull(self.project, run, await self.remote(run.instance), self.db, progress)
         self.db.append_event("pull", f"pull of run {run_id} finished", run_id=run_id, instance=run.instance,
                              actor=actor, detail={"files": len(result.files)})
         return result

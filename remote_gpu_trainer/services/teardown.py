@@ -190,7 +190,7 @@ async def _gate_with_approval(session: Session, current: TeardownPlan, approval:
     reasons: list[str] = []
     for run_id in current.runs:
         run = session.run_config(run_id)
-        remote_sha = await evidence.remote_manifest_sha256(session.transport(run.instance), run)
+        remote_sha = await evidence.remote_manifest_sha256(await session.remote(run.instance), run)
         inputs = evidence.gather_gate_inputs(session.project, run, session.db, current.provider_id, approval,
                                              remote_manifest_sha256=remote_sha, remote_checked=remote_sha is not None)
         reasons.extend(evaluate_gate(inputs).reasons)
