@@ -29,7 +29,8 @@ def to_dict(overview: Overview) -> dict[str, Any]:
              "price_per_hour": i.price_per_hour, "price_source": i.price_source, "billing": i.billing,
              "cost_so_far": round(i.cost_so_far, 6), "verified_month": i.verified_month, "stale": i.stale,
              "burn_per_hour": round(i.burn_per_hour, 6), "estimate": i.estimate, "note": i.note,
-             "eta_s": _round(i.eta_s), "cost_to_finish": _round(i.cost_to_finish), "facts_age": i.facts_age}
+             "eta_s": _round(i.eta_s), "cost_to_finish": _round(i.cost_to_finish), "facts_age": i.facts_age,
+             "drift": i.drift}
             for i in sorted(overview.instances, key=lambda i: i.name)
         ],
         "runs": [_run_dict(r) for r in sorted(overview.runs, key=lambda r: r.id)],

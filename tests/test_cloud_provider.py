@@ -358,3 +358,28 @@ async def test_autodl_without_a_key_is_an_ssh_box(make: Make, sshd: Sshd, monkey
         await adapter.launch(GpuRequest(gpu_type="RTX 4090"))
     with pytest.raises(UnsupportedAction, match="attest"):
         await adapter.wait_gone(instance)
+
+
+async def test_an_api_price_above_the_quote_raises_a_drift_alert(tmp_path: Path, runpod_fake: FakeRunPod) -> None:
+    """The user quoted $0.40/h in rgt.toml; the API bills $0.44/h: the API price is kept (source api) and the
+    dashboard's alert line names the drift; at $0.41 (within 5 %) it stays quiet."""
+    from helpers import write_project
+    from remote_gpu_trainer.services.session import Session
+
+    runpod_fake.add_pod("p1", publicIp="127.0.0.1", portMappings={"22": free_port()})  # SSH refused at once
+    for quote, drifts in ((0.40, True), (0.43, False)):
+        root = tmp_path / f"q{quote}"
+        body = f'provider = "runpod"\nid = "p1"\napi_base = "{runpod_fake.url}"\nprice_per_hour = {quote}'
+        write_project(root, "true", roster=("seed0",), instance="gpu", instance_body=body)
+        session = Session.open(str(root))
+        try:
+            status = await session.instance_status("gpu")
+            assert (status.price_per_hour, status.price_source) == (0.44, "api")
+            overview = await session.overview()
+            drift = [a for a in overview.alerts if "PRICE DRIFT" in a]
+            assert bool(drift) is drifts
+            if drifts:
+                assert "0.44/h differs from the quoted 0.4/h (+10.0%)" in drift[0]
+        finally:
+            await session.close_transports()
+            session.close()

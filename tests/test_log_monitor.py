@@ -214,3 +214,28 @@ async def test_a_log_truncated_while_followed_loses_no_line_after_the_cut(tmp_pa
         "step=1 loss=0.9", "OSError: [Errno 28] No space left on device", "\ufffd\ufffd garbage "]
     assert "S31" in {a.signature for a in update.alerts}
     session.close()
+
+
+async def test_a_stretch_rgt_was_closed_is_billed_as_an_estimate_and_logged(tmp_path: Path) -> None:
+    """The sim box reports no uptime, so two unwatched hours cannot be explained: they bill at the last known
+    rate, flagged as an estimate, and the gap is in the event log (it survives a restart of rgt)."""
+    from helpers import FIXED_NOW, FixedClock
+
+    root = tmp_path / "p"
+    write_project(root, "true", roster=("seed0",))
+    clock = FixedClock(FIXED_NOW)
+    session = Session.open(str(root), clock=clock)
+    await session.create_instance(INSTANCE)
+    watched = await session.overview()
+    assert not watched.instances[0].estimate and session.db.events(kind="meter_gap") == []
+    session.close()
+
+    clock.advance(hours=2)  # rgt closed for two hours
+    reopened = Session.open(str(root), clock=clock)
+    overview = await reopened.overview()
+    box = overview.instances[0]
+    assert box.estimate and "not watching" in box.note
+    assert box.cost_so_far == pytest.approx(2 * 0.89)  # the sim profile's compute price, for the unwatched hours
+    [gap] = reopened.db.events(kind="meter_gap")
+    assert gap.detail["start"] == FIXED_NOW.isoformat()
+    reopened.close()

@@ -34,6 +34,7 @@ class InstanceView:
     since_finished: float = 0.0
     note: str = ""  # why the state is what it is, e.g. the transport error behind `unknown`
     eta_s: float | None = None  # the longest ETA of the runs training on it
+    drift: str = ""  # the API bills another price than the quoted one (meter PriceDrift text)
     facts_age: str = ""  # the profile's billing facts: oldest verified month, its age, unstamped count
     cost_to_finish: float | None = None  # ETA × burn rate
 

@@ -440,6 +440,7 @@ class Session:
                 estimate=reading.estimate, verified_month=profile.oldest_verified(),
                 stale=profile.is_stale(now), currency=profile.pricing.currency,
                 facts_age=profile_age_text(profile, now.date()),
+                drift=reading.drift.text if reading.drift is not None else "",
                 since_finished=reading.since_finished,
                 note="; ".join([str(status.detail.get("error", ""))[:300], *reading.notes()]).strip("; "),
             ))
@@ -449,7 +450,7 @@ class Session:
         runs = [self._run_view(run_id, run_states[run_id], statuses) for run_id in sorted(self.project.runs)]
         instances = [with_cost_to_finish(i, runs) for i in instances]
         alerts = tuple(idle_burn_alerts(instances, runs)) + tuple(
-            f"▲ PRICE DRIFT {i.name}: {note}" for i in instances for note in i.note.split("; ") if "drift" in note)
+            f"▲ PRICE DRIFT {i.name}: {i.drift}" for i in instances if i.drift)
         return Overview(
             project=self.project.name, generated_at=now,
             currency=instances[0].currency if instances else "USD",
