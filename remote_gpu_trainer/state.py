@@ -467,19 +467,28 @@ class StateDB:
                                   (run_id,)).fetchall()
         return [r[0] for r in rows]
 
+    def metric_sample_count(self, run_id: str) -> int:
+        return int(self._conn.execute("SELECT COUNT(*) FROM metric_samples WHERE run_id = ?", (run_id,)).fetchone()[0])
+
+    def metric_sample_seq(self, run_id: str, ordinal: int) -> int | None:
+        """The row id of the run's `ordinal`-th stored sample (0-based), in storing order."""
+        row = self._conn.execute("SELECT seq FROM metric_samples WHERE run_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
+                                 (run_id, ordinal)).fetchone()
+        return int(row[0]) if row else None
+
     def metric_samples(self, run_id: str, key: str, *, first: int | None = None, last: int | None = None,
-                       max_points: int | None = None) -> list[Sample]:
+                       max_points: int | None = None, from_seq: int = 0) -> list[Sample]:
         """The series in arrival order: the oldest `first` or newest `last` samples, or the whole run thinned
         to about `max_points` evenly spaced samples (keeping the newest) so a chart never loads a million rows."""
         base = ("SELECT t, step, epoch, key, value, source, approx, unit FROM metric_samples"
-                " WHERE run_id = ? AND key = ?")
+                " WHERE run_id = ? AND key = ? AND seq >= ?")
         if first is not None:
-            rows = self._conn.execute(base + " ORDER BY seq LIMIT ?", (run_id, key, first)).fetchall()
+            rows = self._conn.execute(base + " ORDER BY seq LIMIT ?", (run_id, key, from_seq, first)).fetchall()
         elif last is not None:
-            rows = self._conn.execute(base + " ORDER BY seq DESC LIMIT ?", (run_id, key, last)).fetchall()
+            rows = self._conn.execute(base + " ORDER BY seq DESC LIMIT ?", (run_id, key, from_seq, last)).fetchall()
             rows.reverse()
         else:
-            rows = self._conn.execute(base + " ORDER BY seq", (run_id, key)).fetchall()
+            rows = self._conn.execute(base + " ORDER BY seq", (run_id, key, from_seq)).fetchall()
             if max_points is not None and len(rows) > max_points:
                 stride = -(-len(rows) // max_points)
                 rows = rows[len(rows) - 1 - ((len(rows) - 1) // stride) * stride::stride]

@@ -239,3 +239,31 @@ async def test_a_stretch_rgt_was_closed_is_billed_as_an_estimate_and_logged(tmp_
     [gap] = reopened.db.events(kind="meter_gap")
     assert gap.detail["start"] == FIXED_NOW.isoformat()
     reopened.close()
+
+
+async def test_each_roster_cell_is_its_own_training_run(tmp_path: Path) -> None:
+    """The wrapper runs seed0 then seed1 into one log; seed1 starts again at step 1 and loss 2.0. Read as one
+    series that is a step regression (S65) and a loss spike (S71/S72); read per cell it is neither."""
+    root = tmp_path / "p"
+    command = "seq 1 300 | awk '{{printf \"step=%d/300 loss=%.4f\\n\", $1, 2.0 * 0.99 ^ $1}}'"
+    write_project(root, command, roster=("seed0", "seed1"))
+    session = Session.open(str(root))
+    await session.create_instance(INSTANCE)
+    await session.launch(RUN)
+    await wait_for_liveness(session, states=("finished", "dead"))
+    await follow_all(session)
+    await session.evaluate_rules(RUN, await session.run_state(RUN))
+    found = {f.signature for f in session.db.log_findings(RUN)}
+    assert not found & {"S65", "S71", "S72"}
+    chart = session.loss_chart(RUN)
+    assert chart is not None and chart.title.startswith("cell seed1 · ") and "step 300/300" in chart.title
+    assert chart.steps[0] == 1.0 and chart.steps[-1] == 300.0 and chart.values[0] == pytest.approx(1.98)
+    assert len(session.db.metric_samples(RUN, "loss")) == 600  # both cells are stored
+    session.close()
+
+    reopened = Session.open(str(root))  # a restarted rgt restores the current cell only
+    chart = reopened.loss_chart(RUN)
+    assert chart is not None and chart.title.startswith("cell seed1") and chart.steps[-1] == 300.0
+    assert list(chart.steps) == sorted(chart.steps) and chart.steps[0] <= 2.0  # one cell only (thinned)
+    assert reopened.log_monitor(RUN) is not None and reopened.log_monitor(RUN).progress.current_step == 300
+    reopened.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any, TypeVar
 from ..audits import run_rules
 from ..audits.gpu_health import GpuSample
 from ..audits.liveness import Liveness
-from ..audits.log_lines import LineSplitter
+from ..audits.log_lines import Line, LineSplitter
 from ..audits.metrics import MetricParser
 from ..audits.samples import Hit, Sample, severity_rank
 from ..audits.signatures import Catalogue, FindingsLedger, LedgerEntry, LogDetector
@@ -26,8 +27,10 @@ from ..audits.training_progress import TrainingProgress
 from ..formatting import duration
 from ..state import LogFinding, StateDB
 from .log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
+from .runner import CELL_STARTED
 
 T = TypeVar("T")
+_CELL_MARKER = re.compile("^" + re.escape(CELL_STARTED).replace(re.escape("{cell}"), r"(\S+)") + "$")
 TAIL_LINES = 200  # what S58 reads ("no Traceback in the last 200 lines")
 SERIES_WINDOW = 2000  # newest samples per key kept in memory for the rules (spike needs 200, S76 200)
 FIRST_WINDOW = 200  # oldest samples per key, kept too: S72 compares with the first window, S75/S81 read epoch 1
@@ -136,6 +139,8 @@ class RunLogMonitor:
         self._lock = asyncio.Lock()  # one poll or rule evaluation at a time: they share the parser state
         self.loss = ThinnedSeries()
         self.nonfinite_step: int | None = None
+        self.cell: str | None = None  # the roster cell the log is at (the wrapper's marker line says)
+        self.saved = 0  # samples of this run stored so far: a cell boundary is recorded as a count
         self._restore()
         # what other tasks read while a poll digests in its thread: replaced whole, never mutated
         self.snapshot = self._snapshot(self.now())
@@ -144,17 +149,25 @@ class RunLogMonitor:
         self.db.close()
 
     def _restore(self) -> None:
-        """After a restart: the findings (so nothing re-notifies) and the recent series (for rules and ETA)."""
+        """After a restart: the findings (so nothing re-notifies) and the current cell's recent series (for
+        rules and ETA)."""
         for f in self.db.log_findings(self.run_id):
             self.ledger.restore(LedgerEntry(f.signature, f.severity, f.count, f.first_t, f.last_t, f.evidence,
                                             f.last_evidence, f.line_no, ""))
+        self.saved = self.db.metric_sample_count(self.run_id)
+        cells = self.db.events(run_id=self.run_id, kind="cell_started")
+        self.cell = str(cells[-1].detail.get("cell")) if cells else None
+        boundary = int(cells[-1].detail.get("samples_before", 0)) if cells else 0
+        since = self.db.metric_sample_seq(self.run_id, boundary) if boundary else 0
+        if since is None:
+            return  # the current cell has no sample yet
         for key in self.db.metric_keys(self.run_id):
-            self._remember(self.db.metric_samples(self.run_id, key, first=FIRST_WINDOW))
+            self._remember(self.db.metric_samples(self.run_id, key, first=FIRST_WINDOW, from_seq=since))
             self.series.pop(key, None)
-            recent = self.db.metric_samples(self.run_id, key, last=SERIES_WINDOW)
+            recent = self.db.metric_samples(self.run_id, key, last=SERIES_WINDOW, from_seq=since)
             self._remember(recent)
             self.progress.observe(recent)
-        self._chart_add(self.db.metric_samples(self.run_id, "loss", max_points=CHART_POINTS // 2))
+        self._chart_add(self.db.metric_samples(self.run_id, "loss", max_points=CHART_POINTS // 2, from_seq=since))
 
     async def backfill(self, launch_offset: int, max_bytes: int = BACKFILL_BYTES) -> list[LogLineView]:
         """The lines already ingested (by this or an earlier rgt) that a freshly opened log view should
@@ -194,7 +207,17 @@ class RunLogMonitor:
     def _ingest(self, chunk: LogChunk, t: float) -> tuple[list[LogLineView], list[Alert]]:
         """Parse, detect, remember and record one chunk (runs in a worker thread for big chunks; the
         asyncio lock held by `poll` keeps every other user of this state out meanwhile)."""
-        samples, hits = self._digest(chunk, t)
+        hits = self.detector.feed_lines([line.text for line in chunk.lines], chunk.first_line_no, t)
+        samples: list[Sample] = []
+        for cell, lines in _cells(chunk.lines):
+            if cell is not None:
+                self._new_cell(cell, t, self.saved + len(samples))
+            parsed = self._parse(lines, t)
+            if parsed:
+                self._remember(parsed)
+                self.progress.observe(parsed)
+                self._chart_add([s for s in parsed if s.key == "loss"])
+                samples.extend(parsed)
         kept = [(chunk.first_line_no + i, line.text) for i, line in enumerate(chunk.lines) if not line.redraw]
         self.tail.extend(text for _, text in kept[-TAIL_LINES:])
         if chunk.lines:
@@ -204,19 +227,13 @@ class RunLogMonitor:
             if hit.line_no is not None and severity_rank(hit.severity) > severity_rank(level.get(hit.line_no, "")):
                 level[hit.line_no] = hit.severity
         views = [LogLineView(line_no, text, level.get(line_no)) for line_no, text in kept]
-        if samples:
-            self._remember(samples)
-            self.progress.observe(samples)
-            self._chart_add([s for s in samples if s.key == "loss"])
         alerts = self._record(hits, samples)
         self.snapshot = self._snapshot(t)
         return views, alerts
 
-    def _digest(self, chunk: LogChunk, t: float) -> tuple[list[Sample], list[Hit]]:
-        """Metric samples and signature hits of a chunk: pure CPU, touching only the parser and detector.
-        Of a run of progress-bar redraws only the last frame is parsed (the one a terminal would show):
-        the frames before it are older values of the same counters. The detector sees every frame."""
-        lines = chunk.lines
+    def _parse(self, lines: Sequence[Line], t: float) -> list[Sample]:
+        """Metric samples of some lines. Of a run of progress-bar redraws only the last frame is parsed (the
+        one a terminal would show): the frames before it are older values of the same counters."""
         samples: list[Sample] = []
         feed = self.parser.feed
         last = len(lines) - 1
@@ -224,7 +241,21 @@ class RunLogMonitor:
             if line.redraw and index < last and lines[index + 1].redraw:
                 continue
             samples.extend(feed(line.text, t))
-        return samples, self.detector.feed_lines([line.text for line in lines], chunk.first_line_no, t)
+        return samples
+
+    def _new_cell(self, cell: str, t: float, samples_before: int) -> None:
+        """The wrapper started the roster's next cell in the same log: a new training from step 0, so its
+        series, progress and chart start afresh (otherwise seed1's first steps read as a step regression
+        and a loss spike of seed0). The boundary is recorded so a restarted rgt restores this cell only."""
+        self.parser = MetricParser()
+        self.progress = TrainingProgress(total_steps=self.progress.configured_total)
+        self.series.clear()
+        self.first_series.clear()
+        self.loss = ThinnedSeries()
+        self.nonfinite_step = None
+        self.cell = cell
+        self.db.append_event("cell_started", f"run {self.run_id}: cell {cell} started", run_id=self.run_id,
+                             actor="rgt", detail={"cell": cell, "t": t, "samples_before": samples_before})
 
     async def evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample], t_log: float,
                        started_at: float | None, exit_code: int | None) -> list[Alert]:
@@ -260,6 +291,7 @@ class RunLogMonitor:
             changed.add(hit.signature)
         findings = [self._finding(entry) for entry in self.ledger.entries() if entry.signature in changed]
         self.db.save_log_progress(self.run_id, self.follower.cursor, samples, findings)
+        self.saved += len(samples)
         return alerts
 
     def _alert(self, hit: Hit) -> Alert:
@@ -305,6 +337,8 @@ class RunLogMonitor:
                 parts.append(f"ETA {duration(eta)}")
             if self.nonfinite_step is not None:
                 parts.append(f"NON-FINITE at step {self.nonfinite_step}")
+        if parts and self.cell is not None:
+            parts.insert(0, f"cell {self.cell}")
         title = " · ".join(parts) or "loss chart: no loss parsed from the log yet"
         chart = ChartData(tuple(p[0] for p in points), tuple(p[1] for p in points), title)
         return MonitorSnapshot(t, step, total, eta, chart)
@@ -312,6 +346,20 @@ class RunLogMonitor:
     def chart(self) -> ChartData:
         """The loss over the whole run (thinned), with what a chart cannot show in its title."""
         return self.snapshot.chart
+
+
+def _cells(lines: Sequence[Line]) -> list[tuple[str | None, Sequence[Line]]]:
+    """The chunk cut at the wrapper's cell markers: (the cell a piece starts, or None, the piece's lines)."""
+    pieces: list[tuple[str | None, Sequence[Line]]] = []
+    cell: str | None = None
+    start = 0
+    for index, line in enumerate(lines):
+        found = _CELL_MARKER.match(line.text) if line.text.startswith("== rgt: cell ") else None
+        if found:
+            pieces.append((cell, lines[start:index]))
+            cell, start = found.group(1), index + 1
+    pieces.append((cell, lines[start:]))
+    return [(c, piece) for c, piece in pieces if piece or c is not None]
 
 
 async def _finish_even_if_cancelled(work: Coroutine[Any, Any, T]) -> T:

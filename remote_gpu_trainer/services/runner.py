@@ -25,6 +25,9 @@ def ctl_dir(run: RunConfig) -> str:
     return f"{run.workdir.rstrip('/')}/.rgt/{run.id}"
 
 
+CELL_STARTED = "== rgt: cell {cell} started"  # the wrapper's marker line: the log monitor starts a new series
+
+
 def log_path(run: RunConfig) -> str:
     return f"{run.workdir.rstrip('/')}/{run.log}"
 
@@ -64,7 +67,7 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
         lines += [
             'if [ "$rc" -eq 0 ]; then',
             f"  mkdir -p {out}",
-            f'  echo "== rgt: cell {cell} started" >> "$LOG"',
+            f'  echo "{CELL_STARTED.format(cell=cell)}" >> "$LOG"',
             f"  ( {cell_command(run, transport, cell)} ) >> \"$LOG\" 2>&1 &",
             "  child=$!",
             '  wait "$child"; crc=$?',
