@@ -184,11 +184,7 @@ class RunLogMonitor:
             lines = lines[1:]  # began mid-line
         scratch = LogDetector(self.catalogue)
         first_no = cursor.line_no - len(lines) + 1
-        level: dict[int, str] = {}
-        for index, line in enumerate(lines):
-            for hit in scratch.feed(line.text, first_no + index, 0.0):
-                if hit.line_no is not None and severity_rank(hit.severity) > severity_rank(level.get(hit.line_no, "")):
-                    level[hit.line_no] = hit.severity
+        level = worst_by_line(scratch.feed_lines([line.text for line in lines], first_no, 0.0) + scratch.flush(0.0))
         return [LogLineView(first_no + i, line.text, level.get(first_no + i))
                 for i, line in enumerate(lines) if not line.redraw]
 
@@ -222,10 +218,7 @@ class RunLogMonitor:
         self.tail.extend(text for _, text in kept[-TAIL_LINES:])
         if chunk.lines:
             self.last_line_t = t
-        level: dict[int, str] = {}  # a traceback's hit lands on the line that named it, not where it closed
-        for hit in hits:
-            if hit.line_no is not None and severity_rank(hit.severity) > severity_rank(level.get(hit.line_no, "")):
-                level[hit.line_no] = hit.severity
+        level = worst_by_line(hits)
         views = [LogLineView(line_no, text, level.get(line_no)) for line_no, text in kept]
         alerts = self._record(hits, samples)
         self.snapshot = self._snapshot(t)
@@ -346,6 +339,15 @@ class RunLogMonitor:
     def chart(self) -> ChartData:
         """The loss over the whole run (thinned), with what a chart cannot show in its title."""
         return self.snapshot.chart
+
+
+def worst_by_line(hits: Sequence[Hit]) -> dict[int, str]:
+    """The worst severity per log line; a traceback's hit lands on the line that named it, not where it closed."""
+    level: dict[int, str] = {}
+    for hit in hits:
+        if hit.line_no is not None and severity_rank(hit.severity) > severity_rank(level.get(hit.line_no, "")):
+            level[hit.line_no] = hit.severity
+    return level
 
 
 def _cells(lines: Sequence[Line]) -> list[tuple[str | None, Sequence[Line]]]:
