@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
@@ -643,3 +644,21 @@ def exception_chain(exc: BaseException) -> list[BaseException]:
         chain.append(current)
         current = current.__cause__ or current.__context__
     return chain
+
+
+KEY_ENV = ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "PAPERSPACE_API_KEY", "AUTODL_TOKEN")
+
+
+@pytest.fixture
+def cloud_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every provider key set to the fake one, an empty HOME (no CLI credential files), no agent and no
+    base-URL overrides from the developer's shell; returns the HOME folder."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    for name in ("RUNPOD_API_URL", "VAST_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name in KEY_ENV:
+        monkeypatch.setenv(name, FAKE_KEY)
+    return home

@@ -41,22 +41,11 @@ paperspace_fake = fake_clouds.paperspace_fake
 autodl_fake = fake_clouds.autodl_fake
 vtime = fake_clouds.vtime
 
-KEY_ENV = ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "PAPERSPACE_API_KEY", "AUTODL_TOKEN")
 Make = Callable[..., CloudProvider]
 
 
-@pytest.fixture(autouse=True)
-def cloud_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Every key set to the fake one, HOME empty, no agent and no base-URL overrides from the developer's shell."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    for name in ("RUNPOD_API_URL", "VAST_URL"):
-        monkeypatch.delenv(name, raising=False)
-    for name in KEY_ENV:
-        monkeypatch.setenv(name, FAKE_KEY)
-    return home
+cloud_env = fake_clouds.cloud_env
+pytestmark = pytest.mark.usefixtures("cloud_env")
 
 
 @pytest.fixture

@@ -38,22 +38,12 @@ vtime = fake_clouds.vtime
 PY = shlex.quote(sys.executable)
 PASS = f'{PY} -c "import sys; sys.exit(0)"'
 FAIL = f'{PY} -c "import sys; print(\\"smoke: loss is nan\\", file=sys.stderr); sys.exit(3)"'
-KEY_ENV = ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "PAPERSPACE_API_KEY")
 RUNPOD_LAUNCH = 'launch = { gpu = "NVIDIA A40", max_price_per_hour = 0.8, image = "runpod/pytorch", disk_gb = 50 }'
 CREATE = {"runpod": ("POST", "/pods"), "lambda": ("POST", "/instance-operations/launch")}
 
 
-@pytest.fixture(autouse=True)
-def cloud_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every key set to the fake one, an empty HOME, no base-URL overrides from the developer's shell."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    for name in ("RUNPOD_API_URL", "VAST_URL"):
-        monkeypatch.delenv(name, raising=False)
-    for name in KEY_ENV:
-        monkeypatch.setenv(name, FAKE_KEY)
+cloud_env = fake_clouds.cloud_env
+pytestmark = pytest.mark.usefixtures("cloud_env")
 
 
 def write_project(root: Path, provider: str, url: str, launch: str, smoke: str | None = PASS,

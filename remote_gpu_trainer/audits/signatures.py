@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
+from .log_lines import strip_ansi
 from .samples import SEVERITIES, Hit, Signature, severity_rank
 
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "signatures.toml"
@@ -299,7 +300,6 @@ def format_bytes(value: float) -> str:
 # --------------------------------------------------------------------------------------------------------------
 # Matching lines
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _LINE_BREAK = re.compile(r"[\r\n]")
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)\d+\]:[ ]?")  # torchrun's per-worker prefix
 TRACEBACK_START = "Traceback (most recent call last):"  # S48's pattern, as a prefix test
@@ -681,7 +681,7 @@ class LogDetector:
         """Hits caused by this line. Hits of a traceback arrive when the block ends (a later line or `flush`)."""
         if "\x1b" in line or "\r" in line or "\n" in line:
             hits: list[Hit] = []
-            segments = [segment for segment in _LINE_BREAK.split(_ANSI.sub("", line)) if segment]
+            segments = [segment for segment in _LINE_BREAK.split(strip_ansi(line)) if segment]
             for segment in segments or [""]:  # a CRLF ending must not read as a blank line after it
                 hits.extend(self._feed_one(segment, line_no, t, source))
             return hits

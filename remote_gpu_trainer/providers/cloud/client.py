@@ -248,6 +248,15 @@ def still_billing(instance: CloudInstance) -> Residual:
     )
 
 
+def surviving_storage(instance: CloudInstance | None, kinds: Mapping[str, tuple[str, str]]) -> list[Residual]:
+    """Storage the API listed on the instance that outlives it: one residual per item of a kind in `kinds`
+    (storage name → (what bills, what ends it)), whatever the instance's own fate."""
+    if instance is None:
+        return []
+    return [Residual(item.name, item.ident, *kinds[item.name])
+            for item in instance.storage if item.ident and item.name in kinds]
+
+
 # -- loose parsing of provider JSON --------------------------------------------------------------------------
 
 def as_float(value: Any) -> float | None:

@@ -14,7 +14,16 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import VerbFailed
-from .client import CloudClient, UnsupportedAction, as_dict, as_float, as_int, as_str, still_billing
+from .client import (
+    CloudClient,
+    UnsupportedAction,
+    as_dict,
+    as_float,
+    as_int,
+    as_str,
+    still_billing,
+    surviving_storage,
+)
 from .http import CloudNotFound, path_segment
 from .types import CloudInstance, GpuRequest, Residual, StorageBilling, lower_keys, map_state
 
@@ -99,12 +108,9 @@ class LambdaClient(CloudClient):
                 residuals.append(Residual(
                     "alert", provider_id, f"instance is {last.raw_state!r} (Alert): still billing",
                     "terminate it; an in-OS shutdown does not stop the meter"))
-        if last is not None:
-            for item in last.storage:
-                if item.name == "nfs" and item.ident:
-                    residuals.append(Residual(
-                        "nfs", item.ident, "NFS filesystem survives terminate and bills until deleted",
-                        "delete it in the Lambda console after its instances are terminated"))
+        residuals.extend(surviving_storage(last, {"nfs": (
+            "NFS filesystem survives terminate and bills until deleted",
+            "delete it in the Lambda console after its instances are terminated")}))
         return residuals, []
 
     # -- launch -------------------------------------------------------------------------------------------

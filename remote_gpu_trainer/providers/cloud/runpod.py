@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import VerbFailed
-from .client import CloudClient, as_dict, as_float, as_int, as_str, first, still_billing
+from .client import CloudClient, as_dict, as_float, as_int, as_str, first, still_billing, surviving_storage
 from .http import path_segment
 from .types import CloudInstance, GpuRequest, Residual, StorageBilling, lower_keys, map_state
 
@@ -107,13 +107,9 @@ class RunPodClient(CloudClient):
                 residuals.append(Residual(
                     "volume-disk", provider_id, f"{volume.size_gb:g} GB volume disk bills (2x while stopped)",
                     "terminate the pod"))
-        if last is not None:
-            for item in last.storage:
-                if item.name == "network-volume" and item.ident:
-                    residuals.append(Residual(
-                        "network-volume", item.ident,
-                        "Network Volume survives terminate and bills hourly until deleted",
-                        "delete the network volume separately, with its own confirmation"))
+        residuals.extend(surviving_storage(last, {"network-volume": (
+            "Network Volume survives terminate and bills hourly until deleted",
+            "delete the network volume separately, with its own confirmation")}))
         return residuals, []
 
 
