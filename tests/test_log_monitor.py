@@ -267,3 +267,33 @@ async def test_each_roster_cell_is_its_own_training_run(tmp_path: Path) -> None:
     assert list(chart.steps) == sorted(chart.steps) and chart.steps[0] <= 2.0  # one cell only (thinned)
     assert reopened.log_monitor(RUN) is not None and reopened.log_monitor(RUN).progress.current_step == 300
     reopened.close()
+
+
+async def test_eta_and_cost_to_finish_come_from_the_step_rate(tmp_path: Path) -> None:
+    """Steps 1-10 read at t0, steps 11-20 read 20 s later: 2 s a step, 80 steps to go → ETA 160 s, and the
+    box's $0.89/h (sim profile) for 160 s is the cost to finish shown on the instances panel and report."""
+    from helpers import FIXED_NOW, FixedClock
+
+    root = tmp_path / "p"
+    write_project(root, "sleep 30", roster=("seed0",))
+    clock = FixedClock(FIXED_NOW)
+    session = Session.open(str(root), clock=clock)
+    await session.create_instance(INSTANCE)
+    await session.launch(RUN)
+    await wait_for_liveness(session, states=("running",))
+    log = log_on_box(root, session)
+    try:
+        with log.open("a") as handle:
+            handle.writelines(f"step={i}/100 loss={1 / i:.4f}\n" for i in range(1, 11))
+        await follow_all(session)
+        clock.advance(seconds=20)
+        with log.open("a") as handle:
+            handle.writelines(f"step={i}/100 loss={1 / i:.4f}\n" for i in range(11, 21))
+        await follow_all(session)
+        overview = await session.overview()
+        run, box = overview.run(RUN), overview.instance(INSTANCE)
+        assert run is not None and box is not None
+        assert (run.step, run.total_steps) == (20, 100) and run.eta_s == pytest.approx(160.0)
+        assert box.eta_s == pytest.approx(160.0) and box.cost_to_finish == pytest.approx(0.89 * 160 / 3600)
+    finally:
+        session.close()
