@@ -102,6 +102,7 @@ class RunConfig:
     state_keys: tuple[str, ...] = DEFAULT_STATE_KEYS
     allowed_globals: tuple[str, ...] = ()
     python: str = "python3"
+    python_explicit: bool = False  # `python` was set in rgt.toml: it beats the command's own interpreter
     stall_after: float = 900.0  # seconds of log silence (and no fresh checkpoint) before `stalled`
     gpus: int = 0  # GPUs the run needs; 0 = a CPU run (the phase-0 audit checks the box has them)
     total_steps: int = 0  # planned optimizer steps for the ETA when the log does not say; 0 = from the log
@@ -459,7 +460,8 @@ class _Validator:
         for item in push:
             if item.startswith("/") or ".." in Path(item).parts:
                 self.problem(table, "push", f"{item!r} must be a path relative to the project")
-        python = self._str(table, body, "python", required=False) or "python3"
+        python_set = self._str(table, body, "python", required=False)
+        python = python_set or "python3"
         gpus = body.get("gpus", 0)
         if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
             self.problem(table, "gpus", "must be a whole number >= 0")
@@ -494,7 +496,8 @@ class _Validator:
             checkpoint_globs=self._str_list(table, body, "checkpoint_globs") or DEFAULT_CHECKPOINT_GLOBS,
             state_keys=self._str_list(table, body, "state_keys") or DEFAULT_STATE_KEYS,
             allowed_globals=self._str_list(table, body, "allowed_globals") or (),
-            python=python, stall_after=float(stall_after), gpus=gpus, total_steps=total_steps,
+            python=python, python_explicit=python_set is not None,
+            stall_after=float(stall_after), gpus=gpus, total_steps=total_steps,
             smoke=smoke, smoke_timeout=float(smoke_timeout),
         )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,71 @@ class RunRequirements:
     own_pids: frozenset[int] = frozenset()
     known_daemons: frozenset[str] = KNOWN_GPU_DAEMONS
     capped_tier_bytes: int = CAPPED_TIER_BYTES
+    interpreter_why: str = ""               # row 8: why the probe ran this interpreter (see run_interpreter)
+
+
+# ---- which interpreter row 8 runs ---------------------------------------------------------------
+
+# python, python3, python3.11, python3.13t (free-threaded), with or without a directory in front
+_PYTHON_NAME = re.compile(r"python(\d+(\.\d+)*t?)?")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_ENV_OPTIONS_WITH_VALUE = frozenset({"-u", "--unset", "-C", "--chdir"})
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The interpreter the torch row runs and why that one, said in the row so a reader knows whose torch it saw."""
+
+    path: str
+    why: str
+
+
+def run_interpreter(command: str, python: str, *, explicit: bool, run_id: str = "<id>") -> Interpreter:
+    """`runs.<id>.python` when rgt.toml sets it; else the command's own first word when that is a python
+    (a torch check of python3 says nothing about the conda env the command runs); else `python`.
+
+    Launchers (torchrun, accelerate, bash, deepspeed) hide the interpreter they start, so for those the
+    configured default is checked and the row says so rather than guessing.
+    """
+    if explicit:
+        return Interpreter(python, f"runs.{run_id}.python in rgt.toml")
+    word, why_not = command_program(command)
+    if word is not None and is_python(word):
+        return Interpreter(word, "the command's interpreter")
+    if word is not None:
+        why_not = f"the command starts with {word}, not a python"
+    return Interpreter(python, f"{why_not}: checked the default; set runs.{run_id}.python to choose")
+
+
+def is_python(word: str) -> bool:
+    return _PYTHON_NAME.fullmatch(word.rsplit("/", 1)[-1]) is not None
+
+
+def command_program(command: str) -> tuple[str | None, str]:
+    """The program the command's first simple command runs, past `VAR=value` prefixes and `env [options]`;
+    or (None, why) when the command cannot be read that way."""
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        words = list(lexer)
+    except ValueError as exc:
+        return None, f"the command cannot be split into words ({exc})"
+    rest = _past_prefixes(words)
+    if not rest or not rest[0] or set(rest[0]) <= set("();<>|&"):
+        return None, "the command has no program word"
+    return rest[0], ""
+
+
+def _past_prefixes(words: list[str]) -> list[str]:
+    """Drop leading assignments, then `env` with its options and assignments (GNU env's spellings)."""
+    i = 0
+    while i < len(words) and _ASSIGNMENT.match(words[i]):
+        i += 1
+    if i < len(words) and words[i].rsplit("/", 1)[-1] == "env":
+        i += 1
+        while i < len(words) and (words[i].startswith("-") or _ASSIGNMENT.match(words[i])):
+            i += 2 if words[i] in _ENV_OPTIONS_WITH_VALUE else 1
+    return words[i:]
 
 
 def kept_checkpoints(concurrent_cells: int, top_k: int, *, pruning: bool = True, queued_cells: int = 0) -> int:
@@ -430,14 +496,15 @@ def _args(facts: Mapping[str, Any]) -> Mapping[str, Any]:
 def torch_sees_gpus(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
     info, why = torch_facts(facts)
     if info is None:
-        return AuditRow(8, "torch", FAIL, why)
+        return AuditRow(8, "torch", FAIL, why + (f" ({req.interpreter_why})" if req.interpreter_why else ""))
+    checked = _interpreter_label(facts, info, req)
     if "error" in info:
         status = FAIL if req.needs_torch or req.gpus > 0 else PASS
-        return AuditRow(8, "torch", status, f"python {info.get('python')}: torch not importable: {info['error']}")
+        return AuditRow(8, "torch", status, f"{checked}: torch not importable: {info['error']}")
     raw_count = info.get("count")
     count = raw_count if isinstance(raw_count, int) else 0
     caps = ", ".join(".".join(str(x) for x in c) for c in info.get("capability") or [])
-    detail = (f"torch {info.get('torch')} (CUDA {info.get('cuda') or 'none'}), "
+    detail = (f"{checked}: torch {info.get('torch')} (CUDA {info.get('cuda') or 'none'}), "
               f"cuda.is_available() {bool(info.get('available'))}, {count} device(s)"
               + (f", capability {caps}" if caps else ""))
     if req.gpus <= 0:
@@ -445,6 +512,20 @@ def torch_sees_gpus(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
     if info.get("available") and count >= req.gpus:
         return AuditRow(8, "torch", PASS, detail)
     return AuditRow(8, "torch", FAIL, f"{detail}; the run wants {req.gpus}")
+
+
+def _interpreter_label(facts: Mapping[str, Any], info: Mapping[str, Any], req: RunRequirements) -> str:
+    """`python3 (/usr/bin/python3.11, Python 3.11.2) [why]`: the word the probe ran, what it resolved to,
+    and why that interpreter, since a torch version means nothing without whose it is."""
+    ran = str(_args(facts).get("python", "?"))
+    parts = []
+    executable, version = info.get("executable"), info.get("python")
+    if isinstance(executable, str) and executable and executable != ran:
+        parts.append(executable)
+    if isinstance(version, str) and version:
+        parts.append(f"Python {version}")
+    label = f"{ran} ({', '.join(parts)})" if parts else ran
+    return f"{label} [{req.interpreter_why}]" if req.interpreter_why else label
 
 
 # ---- rows 9-12: caches and filesystems ------------------------------------------------------------

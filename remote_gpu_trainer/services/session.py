@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from ..audits.checklist import ChecklistFacts
-from ..audits.env_audit import AuditRow, RunRequirements, audit_environment, worst
+from ..audits.env_audit import AuditRow, RunRequirements, audit_environment, run_interpreter, worst
 from ..audits.gpu_health import GpuSample
 from ..audits.liveness import Liveness, classify
 from ..audits.manifest import sha256_bytes
@@ -254,9 +254,11 @@ class Session:
         if made.rc != 0:
             raise VerbFailed(f"cannot create {run.workdir} or {run.remote_root} on {run.instance}: "
                              f"{made.error_text.strip()[:200]}")
-        facts = await run_env_probe(transport, scratch=run.workdir, durable=run.remote_root, python=run.python,
+        # Row 8 checks the interpreter the command runs, not a python3 that may lack the run's torch.
+        python = run_interpreter(run.command, run.python, explicit=run.python_explicit, run_id=run_id)
+        facts = await run_env_probe(transport, scratch=run.workdir, durable=run.remote_root, python=python.path,
                                     workdir=run.workdir)
-        rows = audit_environment(facts, RunRequirements(gpus=run.gpus,
+        rows = audit_environment(facts, RunRequirements(gpus=run.gpus, interpreter_why=python.why,
                                                         ckpt_tier_survives=self.profile(run.instance).durable_survives()))
         self.db.add_audit(run_id, "env", [dataclasses.asdict(row) for row in rows])
         counts = {status: sum(1 for r in rows if r.status == status) for status in ("fail", "warn", "pass")}
