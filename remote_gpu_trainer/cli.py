@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .clock import report_now
+from .config import PROVIDERS
 from .errors import EXIT_FAILED, EXIT_OK, ConfigError, GateRefused, RgtError, VerbFailed
-from .formatting import pull_progress_line
+from .formatting import escape_control, pull_progress_line
 from .services.evidence import PullProgress
 
 if TYPE_CHECKING:
@@ -29,7 +30,25 @@ if TYPE_CHECKING:
     from .services.overview import Overview
     from .services.session import Session
 
-VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events", "trust")
+VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events", "trust",
+         "help")
+# One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
+VERB_HELP = {
+    "demo": "write the demo project and launch its run on a simulated rented box, then open the TUI",
+    "init": "write a commented rgt.toml template for one provider (never overwrites a file)",
+    "info": "show versions, and where the project file, the state database and the evidence live",
+    "up": "start (or rent, with --approve-price) the run's instance and audit its environment",
+    "push": "copy the run's `push` files into its workdir on the instance",
+    "run": "audit the instance (phase 0) and launch the run detached on it",
+    "watch": "print the run's state changes and log alerts until it finishes or dies",
+    "pull": "pull the run's results into runs/RUN/, resumable and hashed while copying",
+    "verify": "verify the pulled copy: file set, sizes, sha256, and every checkpoint loads",
+    "down": "tear down the run's instance once the gate is open and the instance id is typed",
+    "tick": "set a manual checklist item of a run (ticked, not_applicable or open) with a note",
+    "events": "print the append-only event log: approvals and cost-affecting actions",
+    "trust": "trust a first-contact SSH host key after comparing its fingerprint",
+    "help": "show the help of rgt, or of one verb (rgt help VERB)",
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,10 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RgtError as exc:
         if debug:
             raise
-        print(f"rgt: {exc}", file=sys.stderr)
+        # an error can quote the box (a file name, a provider's error body): never let it drive the terminal
+        print(f"rgt: {escape_control(str(exc))}", file=sys.stderr)
         if isinstance(exc, GateRefused) and len(exc.reasons) > 1:
             for reason in exc.reasons:
-                print(f"  - {reason}", file=sys.stderr)
+                print(f"  - {escape_control(reason)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("rgt: interrupted (remote jobs keep running; pulls resume next time)", file=sys.stderr)
@@ -52,7 +72,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if debug:
             raise
-        print(f"rgt: internal error: {type(exc).__name__}: {exc} (run again with --debug)", file=sys.stderr)
+        print(f"rgt: internal error: {type(exc).__name__}: {escape_control(str(exc))} (run again with --debug)",
+              file=sys.stderr)
         return EXIT_FAILED
 
 
@@ -64,64 +85,67 @@ class _Parser(argparse.ArgumentParser):
 def _dispatch(argv: list[str]) -> int:
     if argv and argv[0] in VERBS:
         return _verb(argv[0], argv[1:])
-    parser = _Parser(prog="rgt", description="remote-gpu-trainer: RUN → VERIFY → DELIVER on a GPU you "
-                     f"own or rent. Verbs: {', '.join(VERBS)} (rgt VERB --help).")
-    parser.add_argument("project", nargs="?", help="project folder or rgt.toml (default: nearest upward)")
-    parser.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
-    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
-    parser.add_argument("--output", help="write the report to FILE (atomically) instead of stdout")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when anything needs attention")
-    parser.add_argument("--read-only", action="store_true", help="TUI with every cost-affecting action hidden")
-    parser.add_argument("--version", action="version", version=f"rgt {__version__}")
+    parser = _main_parser()
     args = parser.parse_args(argv)
     if args.report:
-        return _report(args.project, args.format, args.output, args.strict)
+        return _report(args.project, args.format, args.output, args.strict, args.force)
     return _tui(args.project, read_only=args.read_only)
 
 
-def _verb(verb: str, argv: list[str]) -> int:
-    parser = _Parser(prog=f"rgt {verb}")
-    if verb == "demo":
-        parser.add_argument("dir", nargs="?", default="rgt-demo")
+def _main_parser() -> _Parser:
+    verbs = "\n".join(f"  {verb:<8} {VERB_HELP[verb]}" for verb in VERBS)
+    parser = _Parser(prog="rgt", formatter_class=argparse.RawDescriptionHelpFormatter,
+                     description="remote-gpu-trainer: RUN → VERIFY → DELIVER on a GPU you own or rent.",
+                     epilog=f"verbs (rgt VERB --help, or rgt help VERB):\n{verbs}")
+    parser.add_argument("project", nargs="?", help="project folder or rgt.toml (default: nearest upward)")
+    parser.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    parser.add_argument("--output", metavar="FILE", help="write the report to FILE (atomically) instead of "
+                        "stdout; never rgt.toml, .rgt/ or runs/ of the project")
+    parser.add_argument("--force", action="store_true", help="let --output replace an existing FILE")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when anything needs attention")
+    parser.add_argument("--read-only", action="store_true", help="TUI with every cost-affecting action hidden")
+    parser.add_argument("-V", "--version", action="version", version=f"rgt {__version__}")
+    return parser
+
+
+def _verb_parser(verb: str) -> _Parser:
+    """The verb's arguments, with its one-line description: the same parser parses and prints the help."""
+    parser = _Parser(prog=f"rgt {verb}", description=VERB_HELP[verb])
+    if verb == "help":
+        parser.add_argument("topic", nargs="?", choices=VERBS, metavar="VERB", help="the verb to describe")
+    elif verb == "demo":
+        parser.add_argument("dir", nargs="?", default="rgt-demo", help="where to write it (default ./rgt-demo)")
         parser.add_argument("--no-tui", action="store_true", help="launch the run and return at once")
         parser.add_argument("--quick", action="store_true", help="a few-second run (for tests and trying)")
-        args = parser.parse_args(argv)
-        return _demo(Path(args.dir), args.no_tui, args.quick)
-    if verb == "init":
-        parser.add_argument("dir", nargs="?", default=".")
-        parser.add_argument("--provider", default="ssh")
-        args = parser.parse_args(argv)
-        from .services.project_files import init_project
-
-        target = init_project(Path(args.dir), args.provider)
-        print(f"wrote {target}: edit the instance and run tables, then `rgt {args.dir}`")
-        return EXIT_OK
-    if verb == "info":
-        parser.add_argument("project", nargs="?")
-        args = parser.parse_args(argv)
-        print(_info(args.project))
-        return EXIT_OK
-    if verb == "trust":
-        parser.add_argument("instance")
-        parser.add_argument("project", nargs="?")
+    elif verb == "init":
+        parser.add_argument("dir", nargs="?", default=".", help="the project folder (default: here)")
+        parser.add_argument("--provider", default="ssh", metavar="NAME",
+                            help=f"the instance's provider (default ssh): {', '.join(PROVIDERS)}")
+    elif verb == "info":
+        parser.add_argument("project", nargs="?", help="project folder or rgt.toml")
+    elif verb == "trust":
+        parser.add_argument("instance", help="the instance name in rgt.toml")
+        parser.add_argument("project", nargs="?", help="project folder or rgt.toml")
         parser.add_argument("--fingerprint", help="the SHA256 fingerprint you compared (non-interactive)")
-        args = parser.parse_args(argv)
-        return _with_session(args.project, lambda s: asyncio.run(_trust(s, args.instance, args.fingerprint)))
-    if verb == "events":
-        parser.add_argument("project", nargs="?")
+    elif verb == "events":
+        parser.add_argument("project", nargs="?", help="project folder or rgt.toml")
         parser.add_argument("--run", help="only events of this run")
-        args = parser.parse_args(argv)
-        return _with_session(args.project, lambda s: _events(s, args.run))
-    if verb == "tick":
-        parser.add_argument("run")
-        parser.add_argument("item")
-        parser.add_argument("project", nargs="?")
+    elif verb == "tick":
+        parser.add_argument("run", help="the run id")
+        parser.add_argument("item", help="the checklist item id")
+        parser.add_argument("project", nargs="?", help="project folder or rgt.toml")
         parser.add_argument("--status", default="ticked", choices=("open", "ticked", "not_applicable"))
-        parser.add_argument("--note", default="")
-        args = parser.parse_args(argv)
-        return _with_session(args.project, lambda s: _tick(s, args.run, args.item, args.status, args.note))
-    parser.add_argument("run")
-    parser.add_argument("project", nargs="?")
+        parser.add_argument("--note", default="", help="why (required to acknowledge)")
+    else:
+        _run_verb_arguments(parser, verb)
+    return parser
+
+
+def _run_verb_arguments(parser: _Parser, verb: str) -> None:
+    """The verbs that act on one run: up, push, run, watch, pull, verify, down."""
+    parser.add_argument("run", help="the run id in rgt.toml")
+    parser.add_argument("project", nargs="?", help="project folder or rgt.toml (default: nearest upward)")
     if verb == "down":
         parser.add_argument("--confirm", required=True, metavar="INSTANCE_ID",
                             help="the instance id, typed exactly: the approval for this teardown")
@@ -133,13 +157,39 @@ def _verb(verb: str, argv: list[str]) -> int:
                             help="runpod/vastai/lambda: the hourly price the plan states, typed exactly: the "
                                  "approval to rent the instance (without it the plan is shown and nothing rented)")
     if verb == "watch":
-        parser.add_argument("--once", action="store_true")
-        parser.add_argument("--interval", type=float, default=2.0)
-    args = parser.parse_args(argv)
+        parser.add_argument("--once", action="store_true", help="print the state once and return")
+        parser.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
+
+
+def _verb(verb: str, argv: list[str]) -> int:
+    args = _verb_parser(verb).parse_args(argv)
+    if verb == "help":
+        print((_verb_parser(args.topic) if args.topic else _main_parser()).format_help(), end="")
+        return EXIT_OK
+    if verb == "demo":
+        return _demo(Path(args.dir), args.no_tui, args.quick)
+    if verb == "init":
+        from .services.project_files import init_project
+
+        target = init_project(Path(args.dir), args.provider)
+        print(f"wrote {target} (provider {args.provider}): edit the instance and run tables, then "
+              f"`rgt {args.dir}`")
+        return EXIT_OK
+    if verb == "info":
+        print(_info(args.project))
+        return EXIT_OK
+    if verb == "trust":
+        return _with_session(args.project, lambda s: asyncio.run(_trust(s, args.instance, args.fingerprint)))
+    if verb == "events":
+        return _with_session(args.project, lambda s: _events(s, args.run))
+    if verb == "tick":
+        return _with_session(args.project, lambda s: _tick(s, args.run, args.item, args.status, args.note))
     from .config import load_project, resolve_project_file
+    from .providers.box_identity import check_distinct_boxes
     from .services.session import Session
 
     project = load_project(resolve_project_file(args.project))
+    check_distinct_boxes(project)
     project.run(args.run)  # an unknown run is refused before anything is created
     session = Session(project)
     try:
@@ -148,10 +198,22 @@ def _verb(verb: str, argv: list[str]) -> int:
         session.close()
 
 
-def _with_session(project: str | None, action: Callable[[Session], int]) -> int:
+def _open_session(project: str | None, read_only: bool = False) -> Session:
+    """Session.open, then the check that needs ssh config: two entries naming one box are refused (exit 2)."""
+    from .providers.box_identity import check_distinct_boxes
     from .services.session import Session
 
-    session = Session.open(project)
+    session = Session.open(project, read_only=read_only)
+    try:
+        check_distinct_boxes(session.project)
+    except ConfigError:
+        session.close()
+        raise
+    return session
+
+
+def _with_session(project: str | None, action: Callable[[Session], int]) -> int:
+    session = _open_session(project)
     try:
         return action(session)
     finally:
@@ -199,11 +261,12 @@ def _events(session: Session, run_id: str | None) -> int:
 
     for event in session.db.events(run_id=run_id):
         where = " ".join(part for part in (event.instance, event.run_id) if part)
-        print(f"{event.seq:>5} {event.at.isoformat()} {event.kind:<10} {event.actor:<5} {where:<16} {event.summary}")
+        print(f"{event.seq:>5} {event.at.isoformat()} {event.kind:<10} {event.actor:<5} {where:<16} "
+              f"{escape_control(event.summary)}")
         for line in event.detail.get("shown", []):
-            print(f"{'':>6}│ {line}")
+            print(f"{'':>6}│ {escape_control(str(line))}")
         for reason in event.detail.get("reasons", []):
-            print(f"{'':>6}✖ {reason}")
+            print(f"{'':>6}✖ {escape_control(str(reason))}")
     return EXIT_OK
 
 
@@ -289,7 +352,7 @@ async def _up_launch(session: Session, run_id: str, approved_price: str | None) 
     smoke = await launcher.run_smoke(session.project, run)
     if not smoke.passed:
         for line in smoke.output_tail.splitlines()[-10:]:
-            print(f"  │ {line}", file=sys.stderr)
+            print(f"  │ {escape_control(line)}", file=sys.stderr)
         raise VerbFailed(f"smoke gate failed: {smoke.summary()}; nothing was rented")
     print(f"smoke gate passed: {smoke.summary()}")
     plan = await launcher.plan_launch(session, run.instance)
@@ -309,15 +372,15 @@ async def _up_launch(session: Session, run_id: str, approved_price: str | None) 
 def _print_audit(rows: Sequence[AuditRow]) -> None:
     glyph = {"pass": "✔", "warn": "▲", "fail": "✖", "skipped": "·"}
     for row in rows:
-        print(f"{glyph.get(row.status, '?')} {row.status:<7} {row.id:>2} {row.check:<22} {row.detail}")
+        print(f"{glyph.get(row.status, '?')} {row.status:<7} {row.id:>2} {row.check:<22} {escape_control(row.detail)}")
 
 
 def _print_alerts(session: Session, alerts: Sequence[Alert]) -> None:
     from .clock import iso_z
 
     for alert in alerts:
-        print(f"{iso_z(session.clock())} {alert.severity.upper()} {alert.title}: {alert.message}"
-              + (f" → fix: {alert.fix}" if alert.fix else ""), flush=True)
+        text = f"{alert.severity.upper()} {alert.title}: {alert.message}" + (f" → fix: {alert.fix}" * bool(alert.fix))
+        print(f"{iso_z(session.clock())} {escape_control(text)}", flush=True)
 
 
 async def _watch(session: Session, run_id: str, once: bool, interval: float) -> int:
@@ -333,8 +396,8 @@ async def _watch(session: Session, run_id: str, once: bool, interval: float) -> 
         _print_alerts(session, session.take_alerts())
         current = (state.liveness.state, state.liveness.detail if state.liveness.state != "running" else "")
         if current != last or once:
-            print(f"{iso_z(session.clock())} run {run_id}: {state.liveness.state} ({state.liveness.detail})",
-                  flush=True)
+            print(f"{iso_z(session.clock())} run {run_id}: {state.liveness.state} "
+                  f"({escape_control(state.liveness.detail)})", flush=True)
             last = current
         if once:
             return EXIT_OK
@@ -360,31 +423,64 @@ class _ProgressPrinter:
             print(text, file=sys.stderr, flush=True)
 
 
-def _report(project: str | None, fmt: str, output: str | None, strict: bool) -> int:
+def _report(project: str | None, fmt: str, output: str | None, strict: bool, force: bool = False) -> int:
     from .report import needs_attention, render
-    from .services.session import Session
 
-    session = Session.open(project, read_only=True)
+    session = _open_session(project, read_only=True)
     try:
+        target = _output_target(output, session.project.root, session.project.file, force) if output else None
         overview = asyncio.run(_overview_and_close(session))
     finally:
         session.close()
     text = render(dataclasses.replace(overview, generated_at=report_now()), fmt)
-    if output:
-        target = Path(output)
-        temp = target.with_name(f".rgt-tmp-{target.name}.{os.getpid()}")
-        try:
-            temp.write_bytes(text.encode("utf-8"))
-            os.replace(temp, target)
-        except OSError as exc:
-            temp.unlink(missing_ok=True)
-            raise ConfigError(f"--output {output}: cannot write: {exc.strerror or exc}") from None
+    if target is not None:
+        _write_output(target, text.encode("utf-8"), output or "", force)
     else:
         sys.stdout.buffer.write(text.encode("utf-8"))
         sys.stdout.flush()
     if strict and needs_attention(overview):
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _output_target(output: str, root: Path, project_file: Path, force: bool) -> Path:
+    """Where `--output` may write: never the project's rgt.toml, `.rgt/` (state, known hosts, sim disks) or
+    `runs/` (the evidence the gate trusts), judged after symlinks are resolved; an existing file only with
+    --force. Checked before the report is built, so a refusal costs nothing."""
+    target = Path(output).expanduser().resolve()
+    root = root.resolve()
+    protected = [(project_file.resolve(), "the project file"), (root / "rgt.toml", "the project file"),
+                 (root / ".rgt", "rgt's state folder .rgt/"), (root / "runs", "the evidence store runs/")]
+    for path, what in protected:
+        if target == path or target.is_relative_to(path):
+            raise ConfigError(f"--output {output}: refused: it is {what} of {root} (resolved: {target}); "
+                              "write the report elsewhere")
+    if target.is_dir():
+        raise ConfigError(f"--output {output}: is a folder: name a file")
+    if target.exists() and not force:
+        raise ConfigError(f"--output {output}: exists: add --force to replace it")
+    return target
+
+
+def _write_output(target: Path, data: bytes, shown: str, force: bool) -> None:
+    """Write through a temp file beside the target: replaced in one step with --force, else linked in so a
+    file created meanwhile is never overwritten; the temp file never outlives the call."""
+    temp = target.with_name(f".rgt-tmp-{target.name}.{os.getpid()}")
+    try:
+        with open(temp, "xb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if force:
+            os.replace(temp, target)
+        else:
+            os.link(temp, target)
+    except FileExistsError:
+        raise ConfigError(f"--output {shown}: exists: add --force to replace it") from None
+    except OSError as exc:
+        raise ConfigError(f"--output {shown}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        temp.unlink(missing_ok=True)
 
 
 async def _overview_and_close(session: Session) -> Overview:
@@ -397,10 +493,9 @@ async def _overview_and_close(session: Session) -> Overview:
 
 def _demo(folder: Path, no_tui: bool, quick: bool) -> int:
     from .services.project_files import DEMO_RUN, create_demo
-    from .services.session import Session
 
     target = create_demo(folder, quick=quick)
-    session = Session.open(str(target))
+    session = _open_session(str(target))
     try:
         asyncio.run(_start_demo(session))
     finally:
@@ -427,9 +522,7 @@ async def _start_demo(session: Session) -> None:
 
 
 def _tui(project: str | None, read_only: bool) -> int:
-    from .services.session import Session
-
-    session = Session.open(project, read_only=read_only)
+    session = _open_session(project, read_only=read_only)
     from .app import RgtApp
 
     try:

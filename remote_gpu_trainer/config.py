@@ -7,11 +7,12 @@ one ConfigError whose message is the first problem plus a count; `problems` keep
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import shlex
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -177,16 +178,31 @@ def resolve_project_file(project: str | None) -> Path:
 
 def load_project(path: Path) -> ProjectConfig:
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: editors on Windows start the file with a byte-order mark, which TOML itself refuses
+        text = path.read_text(encoding="utf-8-sig")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
+    return load_project_text(path, text)
+
+
+def load_project_text(path: Path, text: str) -> ProjectConfig:
+    """Validate `text` as if it were the file at `path`: `rgt init` checks its template before writing it."""
     try:
-        data = tomllib.loads(text)
+        data = tomllib.loads(text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: malformed TOML: {exc}") from None
     return _Validator(path, text).project(data)
+
+
+def table_line(path: Path, table: tuple[str, ...]) -> int | None:
+    """The line of a table's header (or of its first key) in the file, for errors found after loading."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return _Validator(path, text)._line_of(table, None)
 
 
 class _Validator:
@@ -288,6 +304,7 @@ class _Validator:
             self._unknown_keys(("project",), project, _PROJECT_KEYS)
             name = self._str(("project",), project, "name", required=True) or name
         instances = self._instances(data.get("instances", {}))
+        self._same_provider_id(instances)
         runs = self._runs(data.get("runs", {}), instances)
         signatures = data.get("signatures", [])
         if not isinstance(signatures, list) or not all(isinstance(row, dict) for row in signatures):
@@ -327,9 +344,9 @@ class _Validator:
                              f"known: {', '.join(PROVIDERS)}")
                 provider = None
             price = body.get("price_per_hour")
-            if price is not None and (isinstance(price, bool) or not isinstance(price, int | float)
-                                      or price < 0):
-                self.problem(table, "price_per_hour", "must be a number >= 0 (per hour)")
+            if price is not None and not (_number(price) and math.isfinite(price) and price >= 0):
+                # TOML allows inf and nan: either would make every cost figure (and the gate's burn) meaningless
+                self.problem(table, "price_per_hour", "must be a finite number >= 0 (per hour)")
                 price = None
             host = self._str(table, body, "host", required=False)
             ident = self._str(table, body, "id", required=False)
@@ -345,6 +362,22 @@ class _Validator:
                     launch=launch,
                 )
         return result
+
+    def _same_provider_id(self, instances: dict[str, InstanceConfig]) -> None:
+        """Two entries with one provider and one provider id are one physical box: each would get its own
+        gate, so tearing down through one could destroy results the other's runs never pulled. SSH and Slurm
+        hosts are compared once ssh config has resolved them, when the project is opened (providers/box_identity.py)."""
+        seen: dict[tuple[str, str], str] = {}
+        for name, instance in instances.items():
+            if instance.id is None:
+                continue
+            key = (instance.provider, instance.id.strip())
+            first = seen.setdefault(key, name)
+            if first != name:
+                line = self._line_of(("instances", first), None)
+                self.problem(("instances", name), "id", f"names the same box as instances.{first}"
+                             f"{f' (line {line})' if line else ''}: provider {instance.provider!r}, id "
+                             f"{instance.id!r}; keep one entry and point every run at it")
 
     # -- the GPU constraint `rgt up` launches from ------------------------------------------------------
     def _launch_problem(self, table: tuple[str, ...], key: str | None, message: str) -> None:
@@ -524,3 +557,23 @@ def _number(value: Any) -> bool:
 
 def _whole(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int)
+
+
+def run_config_record(run: RunConfig) -> dict[str, Any]:
+    """A run's configuration as JSON, stored with each launch and verification: the gate still covers a
+    run after its table left rgt.toml, judged by the configuration it ran and was verified under."""
+    return asdict(run)
+
+
+def run_config_from_record(record: dict[str, Any]) -> RunConfig | None:
+    """The RunConfig a record holds, or None when it is not one (an old database's empty record)."""
+    try:
+        values = dict(record)
+        metric = values.get("metric")
+        values["metric"] = Metric(**metric) if isinstance(metric, dict) else None
+        for name, value in list(values.items()):
+            if isinstance(value, list):
+                values[name] = tuple(value)
+        return RunConfig(**values)
+    except (TypeError, ValueError):
+        return None

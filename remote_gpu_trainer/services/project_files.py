@@ -8,12 +8,13 @@ no-clobber link, so a failure leaves nothing half-written.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import sys
 from importlib import resources
 from pathlib import Path
 
-from ..config import CONFIG_NAME, PROVIDERS, load_project
+from ..config import CONFIG_NAME, LAUNCH_PROVIDERS, PROVIDERS, load_project, load_project_text
 from ..errors import ConfigError
 
 INIT_TEMPLATE = """\
@@ -26,10 +27,7 @@ name = "{name}"
 # One table per instance, keyed by a local name.
 [instances.box]
 provider = "{provider}"        # local | sim | ssh | slurm | kubernetes | runpod | vastai | lambda | paperspace | autodl
-# host = "gpu-box"            # ssh: an alias from ~/.ssh/config, or user@host[:port]
-# id = "abc123"               # cloud: the provider's instance id
-# price_per_hour = 0.0        # where the provider has no price API: price_source = "user"
-
+{instance_lines}
 # One table per run, keyed by the run id.
 [runs.exp1]
 instance = "box"
@@ -42,6 +40,38 @@ required = ["best.pth", "best_metrics.json"]
 metric = {{ name = "val_loss", direction = "min" }}
 push = ["train.py"]                                     # local files copied into workdir before a run
 """
+
+# What the instance table needs per provider: ssh and slurm cannot load without a host, so theirs is set to
+# an example the user edits; the others keep it as a comment.
+_HOST_LINES = {
+    "ssh": 'host = "gpu-box"              # an alias from ~/.ssh/config, or user@host[:port]\n'
+           '# price_per_hour = 1.49       # what the box costs you (price_source "user")\n',
+    "slurm": 'host = "login.cluster.edu"    # the login node; runs go in with sbatch\n',
+}
+_CLOUD_LINES = ('# id = "abc123"               # the provider\'s instance id\n'
+                '# price_per_hour = 0.0        # where the provider has no price API: price_source = "user"\n')
+_LAUNCH_LINE = ('# launch = {{ gpu = "NVIDIA A40", max_price_per_hour = 0.8, {extra} }}  # without id, '
+                '`rgt up` rents one\n')
+_LAUNCH_EXTRA = {"lambda": 'ssh_keys = ["my-key"]'}
+_PLAIN_LINES = '# host = "gpu-box"            # ssh: an alias from ~/.ssh/config, or user@host[:port]\n'
+
+
+def _instance_lines(provider: str) -> str:
+    """The commented keys of the template's instance table for `provider`."""
+    if provider in _HOST_LINES:
+        return _HOST_LINES[provider]
+    if provider in LAUNCH_PROVIDERS:
+        extra = _LAUNCH_EXTRA.get(provider, 'image = "runpod/pytorch", disk_gb = 50')
+        return _CLOUD_LINES + _LAUNCH_LINE.format(extra=extra)
+    if provider in ("paperspace", "autodl"):
+        return _CLOUD_LINES
+    return _PLAIN_LINES
+
+
+def init_text(name: str, provider: str) -> str:
+    """The commented rgt.toml `rgt init` writes for one provider."""
+    return INIT_TEMPLATE.format(name=name, provider=provider, instance_lines=_instance_lines(provider))
+
 
 DEMO_RUN = "demo"
 DEMO_INSTANCE = "gpu-box"
@@ -65,11 +95,13 @@ def write_new_file(path: Path, text: str) -> None:
 def init_project(folder: Path, provider: str) -> Path:
     if provider not in PROVIDERS:
         raise ConfigError(f"--provider {provider!r} is not a known provider (known: {', '.join(PROVIDERS)})")
-    folder.mkdir(parents=True, exist_ok=True)
     target = folder / CONFIG_NAME
-    name = folder.resolve().name or "project"
-    write_new_file(target, INIT_TEMPLATE.format(name=name, provider=provider))
-    load_project(target)  # the template must itself be valid
+    # the folder's name, as a safe name: a quote or a control character in it must not break the TOML
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", folder.resolve().name).strip("-.") or "project"
+    text = init_text(name, provider)
+    load_project_text(target, text)  # the template must itself be valid, before anything is written
+    folder.mkdir(parents=True, exist_ok=True)
+    write_new_file(target, text)
     return target
 
 
