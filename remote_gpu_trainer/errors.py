@@ -40,3 +40,8 @@ class TransportError(RgtError):
     """The far side could not be reached or answered badly: liveness becomes `unknown`, never `dead`."""
 
     exit_code = EXIT_FAILED
+
+
+class StateError(ConfigError):
+    """The state database cannot be used (damaged, unreadable, or written by a newer rgt): exit 2, and
+    nothing that needs it (the teardown gate first) can proceed."""

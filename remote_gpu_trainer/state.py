@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -19,8 +20,9 @@ from typing import Any
 
 from .audits.samples import Sample, severity_rank
 from .clock import Clock, iso_offset, parse_iso, utc_now
+from .errors import StateError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -143,6 +145,93 @@ CREATE TABLE IF NOT EXISTS log_findings (
 );
 """
 
+# The ladder: MIGRATIONS[n] takes a database at schema version n to n + 1, in one transaction. A database
+# is created at version 1 by _SCHEMA and climbs the whole ladder, so a new database and an upgraded one
+# are built by the same statements. Rungs are only ever added, never edited.
+MIGRATIONS: dict[int, str] = {
+    # 1 -> 2: launches become an append-only history bound to the physical box (the gate covers every run
+    # ever launched on a box, also runs since removed from rgt.toml); verification records name the marker
+    # they wrote and the run configuration they were made under.
+    1: """
+CREATE TABLE launch_log (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    instance TEXT NOT NULL,
+    box TEXT,
+    at TEXT NOT NULL,
+    config TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
+CREATE INDEX launch_log_by_box ON launch_log (box, seq);
+INSERT INTO launch_log (run_id, instance, box, at, config, detail)
+    SELECT run_id, instance, NULL, at, '{}', detail FROM launches;
+CREATE TRIGGER launch_log_no_update BEFORE UPDATE ON launch_log
+    BEGIN SELECT RAISE(ABORT, 'the launch log is append-only'); END;
+CREATE TRIGGER launch_log_no_delete BEFORE DELETE ON launch_log
+    BEGIN SELECT RAISE(ABORT, 'the launch log is append-only'); END;
+ALTER TABLE verification_records ADD COLUMN marker_sha256 TEXT;
+ALTER TABLE verification_records ADD COLUMN config_sha256 TEXT;
+ALTER TABLE verification_records ADD COLUMN config TEXT;
+""",
+    # 2 -> 3: the hash cache is keyed on ctime too, which no user tool can set back: bytes edited in place
+    # with the mtime restored are hashed again. The old rows are a cache, so they simply go.
+    2: """
+DROP TABLE file_hashes;
+CREATE TABLE file_hashes (
+    path TEXT PRIMARY KEY,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL,
+    inode INTEGER NOT NULL,
+    sha256 TEXT NOT NULL
+);
+""",
+}
+assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION)), "one rung per schema version"
+
+
+@dataclass(frozen=True)
+class FileKey:
+    """What the hash cache is keyed on: a file whose bytes changed has a different key (ctime moves on
+    every write and cannot be set back by the user, unlike mtime)."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, info: os.stat_result) -> FileKey:
+        return cls(info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino)
+
+
+@dataclass(frozen=True)
+class LaunchRecord:
+    """One launch of a run, from the append-only launch log: on which instance entry and physical box,
+    when, and the run's configuration at the time (so a run removed from rgt.toml is still covered)."""
+
+    seq: int
+    run_id: str
+    instance: str
+    box: str | None
+    at: datetime
+    config: dict[str, Any]
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class VerificationRecord:
+    """The outcome of one verification, as the gate compares it with the marker on disk."""
+
+    at: datetime
+    ok: bool
+    manifest_sha256: str | None
+    marker_sha256: str | None
+    config_sha256: str | None
+    config: dict[str, Any]
+    errors: list[dict[str, Any]]
+    files: list[dict[str, Any]]
+
 
 @dataclass(frozen=True)
 class Event:
@@ -205,18 +294,51 @@ class ChecklistTick:
 class StateDB:
     """Thin typed access to the state database; one connection per process, short transactions."""
 
-    def __init__(self, path: Path, clock: Clock = utc_now) -> None:
+    def __init__(self, path: Path, clock: Clock = utc_now, *, read_only: bool = False) -> None:
+        """Open (creating and upgrading when writable) the database at `path`.
+
+        `read_only` is for a project folder rgt may not write to (the read-only verbs still work there):
+        the database is copied into memory, so what those verbs record (snapshots, samples) goes nowhere.
+        A damaged database, or one written by a newer rgt, is a StateError naming the path.
+        """
         self.path = path
         self.clock = clock
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
-        self._conn.execute(
-            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-        )
+        self.read_only = read_only
+        try:
+            self._conn = self._open_read_only(path) if read_only else self._open_writable(path)
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"{path}: the state database is damaged or unreadable ({exc}): move it aside "
+                             "to start a new one (the teardown gate stays closed until then)") from None
 
+    @staticmethod
+    def _open_writable(path: Path) -> sqlite3.Connection:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            _migrate(conn, path)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _open_read_only(path: Path) -> sqlite3.Connection:
+        memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        if path.exists():
+            uri = path.resolve().as_uri()
+            try:
+                source = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+                source.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.OperationalError:  # a WAL database in a folder nobody may write: no -shm to share
+                source = sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True)
+            try:
+                source.backup(memory)
+            finally:
+                source.close()
+        _migrate(memory, path)
+        return memory
     def close(self) -> None:
         self._conn.close()
 
@@ -325,37 +447,51 @@ class StateDB:
 
     # -- verification --------------------------------------------------------------------------
     def add_verification(self, run_id: str, ok: bool, manifest_sha256: str | None,
-                         errors: list[dict[str, str]], files: list[dict[str, Any]]) -> None:
+                         errors: list[dict[str, str]], files: list[dict[str, Any]], *,
+                         marker_sha256: str | None = None, config_sha256: str | None = None,
+                         config: dict[str, Any] | None = None) -> None:
+        """One verification's outcome; a successful one names the marker bytes it wrote and the run
+        configuration it was made under, so a forged or edited marker, or an edited rgt.toml, is noticed."""
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO verification_records (at, run_id, ok, manifest_sha256, errors, files)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (self._now(), run_id, int(ok), manifest_sha256, json.dumps(errors), json.dumps(files)),
+                "INSERT INTO verification_records (at, run_id, ok, manifest_sha256, errors, files, marker_sha256,"
+                " config_sha256, config) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (self._now(), run_id, int(ok), manifest_sha256, json.dumps(errors), json.dumps(files),
+                 marker_sha256, config_sha256, json.dumps(config or {}, sort_keys=True)),
             )
 
     def last_verification(self, run_id: str) -> dict[str, Any] | None:
+        record = self.last_verification_record(run_id)
+        if record is None:
+            return None
+        return {"at": record.at, "ok": record.ok, "manifest_sha256": record.manifest_sha256,
+                "errors": record.errors, "files": record.files}
+
+    def last_verification_record(self, run_id: str) -> VerificationRecord | None:
         row = self._conn.execute(
-            "SELECT at, ok, manifest_sha256, errors, files FROM verification_records WHERE run_id = ?"
-            " ORDER BY seq DESC LIMIT 1", (run_id,),
+            "SELECT at, ok, manifest_sha256, marker_sha256, config_sha256, config, errors, files"
+            " FROM verification_records WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (run_id,),
         ).fetchone()
         if row is None:
             return None
-        return {"at": parse_iso(row[0]), "ok": bool(row[1]), "manifest_sha256": row[2],
-                "errors": json.loads(row[3]), "files": json.loads(row[4])}
+        return VerificationRecord(at=parse_iso(row[0]), ok=bool(row[1]), manifest_sha256=row[2],
+                                  marker_sha256=row[3], config_sha256=row[4], config=json.loads(row[5] or "{}"),
+                                  errors=json.loads(row[6]), files=json.loads(row[7]))
 
     # -- caches: file hashes and checkpoint probes --------------------------------------------------
-    def cached_hash(self, path: str, size: int, mtime_ns: int, inode: int) -> str | None:
+    def cached_hash(self, path: str, key: FileKey) -> str | None:
+        """A hash for dashboards and the gate's freshness check; never for a verdict (verify re-hashes)."""
         row = self._conn.execute(
-            "SELECT sha256 FROM file_hashes WHERE path = ? AND size = ? AND mtime_ns = ? AND inode = ?",
-            (path, size, mtime_ns, inode),
+            "SELECT sha256 FROM file_hashes WHERE path = ? AND size = ? AND mtime_ns = ? AND ctime_ns = ?"
+            " AND inode = ?", (path, key.size, key.mtime_ns, key.ctime_ns, key.inode),
         ).fetchone()
         return str(row[0]) if row else None
 
-    def store_hash(self, path: str, size: int, mtime_ns: int, inode: int, sha256: str) -> None:
+    def store_hash(self, path: str, key: FileKey, sha256: str) -> None:
         with self._tx() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO file_hashes (path, size, mtime_ns, inode, sha256)"
-                " VALUES (?, ?, ?, ?, ?)", (path, size, mtime_ns, inode, sha256),
+                "INSERT OR REPLACE INTO file_hashes (path, size, mtime_ns, ctime_ns, inode, sha256)"
+                " VALUES (?, ?, ?, ?, ?, ?)", (path, key.size, key.mtime_ns, key.ctime_ns, key.inode, sha256),
             )
 
     def cached_probe(self, sha256: str, probe_key: str) -> dict[str, Any] | None:
@@ -387,11 +523,23 @@ class StateDB:
         ).fetchone()
         return str(row[0]) if row and row[0] else None
 
-    def record_launch(self, run_id: str, instance: str, detail: dict[str, Any]) -> None:
+    def record_launch(self, run_id: str, instance: str, detail: dict[str, Any], *, box: str | None = None,
+                      config: dict[str, Any] | None = None) -> None:
+        """The latest launch per run (for re-attaching) and, append-only, every launch with its box.
+
+        The log's stamp is the real time with microseconds, like the marker's `verified_at_utc`, because
+        the gate orders the two: a launch after the verification is not covered by it."""
+        now = self._now()
+        stamp = utc_now().isoformat(timespec="microseconds")
         with self._tx() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO launches (run_id, instance, at, detail) VALUES (?, ?, ?, ?)",
-                (run_id, instance, self._now(), json.dumps(detail, sort_keys=True)),
+                (run_id, instance, now, json.dumps(detail, sort_keys=True)),
+            )
+            conn.execute(
+                "INSERT INTO launch_log (run_id, instance, box, at, config, detail) VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, instance, box, stamp, json.dumps(config or {}, sort_keys=True),
+                 json.dumps(detail, sort_keys=True)),
             )
 
     def launch(self, run_id: str) -> dict[str, Any] | None:
@@ -403,6 +551,14 @@ class StateDB:
         detail = json.loads(row[2])
         detail.update({"instance": row[0], "at": row[1]})
         return dict(detail)
+
+    def launch_history(self, run_id: str | None = None) -> list[LaunchRecord]:
+        """Every launch ever recorded (of one run, or of all), oldest first."""
+        query = "SELECT seq, run_id, instance, box, at, config, detail FROM launch_log"
+        rows = self._conn.execute(query + (" WHERE run_id = ? ORDER BY seq" if run_id else " ORDER BY seq"),
+                                  (run_id,) if run_id else ()).fetchall()
+        return [LaunchRecord(r[0], r[1], r[2], r[3], parse_iso(r[4]), json.loads(r[5]), json.loads(r[6]))
+                for r in rows]
 
     # -- audit records (phase-0 environment audit, ...) --------------------------------------------
     def add_audit(self, run_id: str, kind: str, rows: list[dict[str, Any]]) -> None:
@@ -523,3 +679,43 @@ class StateDB:
             cursor = conn.execute("UPDATE log_findings SET status = 'acknowledged', note = ?"
                                   " WHERE run_id = ? AND signature = ?", (note, run_id, signature))
         return cursor.rowcount > 0
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    """Bring the database to SCHEMA_VERSION one rung at a time; refuse one written by a newer rgt."""
+    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+    version = 0
+    if has_meta:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = int(row[0]) if row and str(row[0]).isdigit() else 0
+    if version > SCHEMA_VERSION:
+        raise StateError(f"{path}: written by a newer rgt (state schema {version}; this rgt reads up to "
+                         f"{SCHEMA_VERSION}): upgrade rgt")
+    if version == 0:
+        conn.executescript(_SCHEMA)
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', '1')")
+        version = 1
+    while version < SCHEMA_VERSION:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _statements(MIGRATIONS[version]):
+                conn.execute(statement)
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version + 1),))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        version += 1
+
+
+def _statements(script: str) -> list[str]:
+    """A migration script split into statements (executescript would commit the open transaction);
+    sqlite3.complete_statement knows that a trigger body's semicolons do not end the CREATE TRIGGER."""
+    statements: list[str] = []
+    current = ""
+    for line in script.strip().splitlines():
+        current += line + "\n"
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    return statements

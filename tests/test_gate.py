@@ -26,6 +26,7 @@ from remote_gpu_trainer.audits.gate import (
     Approval,
     GateInputs,
     LocalFile,
+    VerificationSeen,
     evaluate_evidence_only,
     evaluate_gate,
 )
@@ -73,11 +74,25 @@ def marker_for(manifest: bytes, **changes: Any) -> bytes:
     return marker_bytes(**fields)
 
 
+CONFIG_SHA = "c" * 64
+
+
+def seen_for(marker: bytes, manifest: bytes, **changes: Any) -> VerificationSeen:
+    """The state database's record of the verification that wrote `marker`."""
+    fields: dict[str, Any] = {"ok": True, "at": VERIFIED_AT, "manifest_sha256": sha(manifest),
+                              "marker_sha256": sha(marker), "config_sha256": CONFIG_SHA}
+    fields.update(changes)
+    return VerificationSeen(**fields)
+
+
 def good_inputs() -> GateInputs:
     manifest = manifest_bytes()
+    marker = marker_for(manifest)
     return GateInputs(
+        verification=seen_for(marker, manifest), config_sha256=CONFIG_SHA,
+        launched_at=VERIFIED_AT - timedelta(hours=2), liveness="finished",
         run_id="exp1", roster=("seed0", "seed1"), required=("best.pth", "best_metrics.json"),
-        checkpoint_globs=("*.pth",), marker=marker_for(manifest), manifest=manifest,
+        checkpoint_globs=("*.pth",), marker=marker, manifest=manifest,
         manifest_mtime_ns=BEFORE_NS, recorded_manifest_sha256=sha(manifest),
         local_files=tuple(LocalFile(path, len(data), BEFORE_NS, sha(data))
                           for path, data in sorted(CONTENT.items())),
@@ -94,7 +109,7 @@ def with_file(inputs: GateInputs, path: str, **changes: Any) -> GateInputs:
 def test_complete_evidence_and_approval_open_the_gate() -> None:
     decision = evaluate_gate(good_inputs())
     assert decision.open and decision.reasons == []
-    assert decision.warnings == ["remote not re-checked"]
+    assert [w.split(":")[0] for w in decision.warnings] == ["remote not re-checked"]
 
 
 def test_evidence_only_view_ignores_the_approval_but_not_the_evidence() -> None:
@@ -147,6 +162,16 @@ ROOT_MANIFEST = manifest_bytes()
     (lambda i: replace(i, now=VERIFIED_AT - timedelta(seconds=1), approval=Approval("i-123", VERIFIED_AT)),
      "verification in the future"),
     (lambda i: replace(i, action_described=False), "not fully described"),
+    # the bindings: the verification record, the configuration, the launches, the job, the box's manifest
+    (lambda i: replace(i, verification=None), "not written by a verification recorded in the state database"),
+    (lambda i: replace(i, verification=replace(i.verification, ok=False)), "the last verification of exp1 failed"),
+    (lambda i: replace(i, verification=replace(i.verification, marker_sha256="9" * 64)),
+     "is not the one the last verification wrote"),
+    (lambda i: replace(i, config_sha256="d" * 64), "rgt.toml changed since verification: run verify"),
+    (lambda i: replace(i, launched_at=VERIFIED_AT + timedelta(seconds=1)), "launched again after its verification"),
+    (lambda i: replace(i, liveness="running"), "run exp1 is running on the box"),
+    (lambda i: replace(i, liveness="stalled"), "run exp1 is stalled on the box"),
+    (lambda i: replace(i, remote_checked=True, remote_manifest_sha256=None), "the manifest on the box is gone"),
 ])
 def test_each_failed_condition_closes_the_gate_and_says_why(change: Any, reason: str) -> None:
     decision = evaluate_gate(change(good_inputs()))

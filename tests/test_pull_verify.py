@@ -40,6 +40,7 @@ from remote_gpu_trainer.services.evidence import (
     pull,
     verify,
 )
+from remote_gpu_trainer.state import FileKey
 from remote_gpu_trainer.verify.ckpt_probe import PROBE_VERSION
 
 
@@ -340,13 +341,45 @@ async def test_a_probe_timeout_is_unloadable_and_not_cached(env: Env) -> None:
     assert (await verify(env.project, env.run, env.db)).ok
 
 
-async def test_unchanged_files_are_not_hashed_again(env: Env) -> None:
+async def test_verification_seeds_the_hash_cache_for_the_gate(env: Env) -> None:
     await pulled_and_verified(env)
     path = env.local / "seed0" / "best.pth"
-    info = path.stat()
-    cached = env.db.cached_hash(str(path), info.st_size, info.st_mtime_ns, info.st_ino)
+    cached = env.db.cached_hash(str(path), FileKey.of(path.stat()))
     assert cached is not None
     assert cached == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+async def test_bytes_changed_in_place_with_the_mtime_set_back_are_a_hash_mismatch(env: Env) -> None:
+    """A careless restore (or a hostile tool) edits a checkpoint and sets its mtime back: same size, same
+    mtime, same inode. The gate's cache is keyed on ctime too, and verification never asks the cache."""
+    await pulled_and_verified(env)
+    path = env.local / "seed1" / "best.pth"
+    before = path.stat()
+    with open(path, "r+b") as handle:  # in place: the inode stays
+        handle.seek(before.st_size // 2)
+        byte = handle.read(1)
+        handle.seek(before.st_size // 2)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    ok, reasons = gate_open(env)
+    assert not ok and any("seed1/best.pth content differs" in reason for reason in reasons), reasons
+    result = await verify(env.project, env.run, env.db)
+    assert not result.ok and status_of(result.files, "seed1/best.pth") == "hash_mismatch"
+
+
+async def test_a_poisoned_hash_cache_never_makes_a_verdict(env: Env) -> None:
+    """Even a cache row that claims the manifest's hash for the damaged file's exact key is ignored by
+    verification: it re-hashes every listed file from its bytes."""
+    await pulled_and_verified(env)
+    path = env.local / "seed1" / "best.pth"
+    good = hashlib.sha256(path.read_bytes()).hexdigest()
+    flip_byte(path)
+    env.db.store_hash(str(path), FileKey.of(path.stat()), good)
+    result = await verify(env.project, env.run, env.db)
+    assert not result.ok and status_of(result.files, "seed1/best.pth") == "hash_mismatch"
+    assert not (env.local / MARKER_NAME).exists()
 
 
 async def test_checkpoint_statuses_follow_the_evidence(env: Env) -> None:

@@ -1,5 +1,10 @@
 """The teardown gate's evidence conditions G1-G5 and G7 (gate-and-manifests.md §7), as a pure function.
 
+Beyond the marker's own conditions, the evidence is bound to everything it depends on (docs/gate.md):
+the verification record in the state database (a forged or edited marker is not evidence), the run's
+configuration it was verified under, the launches of the run (a launch after the verification, or a job
+still running, is not covered), and the manifest still on the box when the box answers.
+
 `evaluate_gate` reads nothing: the service gathers the bytes, listings and hashes (`services.evidence.
 gather_gate_inputs`) and this decides. It is evaluated when the dialog opens and again right before the
 provider call, so it must be cheap and must never trust anything but the inputs: a marker for another run
@@ -14,11 +19,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from ..config import RunConfig
 from .manifest import (
     MANIFEST_NAME,
     MARKER_NAME,
     Manifest,
     Marker,
+    canonical_json,
     is_checkpoint,
     parse_manifest,
     parse_marker,
@@ -27,6 +34,31 @@ from .manifest import (
 )
 
 MAX_FILE_REASONS = 10
+CONFIG_CHANGED = "rgt.toml changed since verification: run verify"
+LIVE_STATES = ("running", "stalled")
+
+
+def evidence_config(run: RunConfig) -> dict[str, object]:
+    """The part of a run's configuration that decides what its evidence means: where the results are,
+    which cells and files they must hold, and how checkpoints are judged. A verification holds for it only."""
+    return {"remote_root": run.remote_root, "roster": list(run.roster), "required": list(run.required),
+            "checkpoint_globs": list(run.checkpoint_globs), "state_keys": list(run.state_keys),
+            "allowed_globals": list(run.allowed_globals)}
+
+
+def config_sha256(run: RunConfig) -> str:
+    return sha256_bytes(canonical_json(evidence_config(run)))
+
+
+@dataclass(frozen=True)
+class VerificationSeen:
+    """The last verification the state database recorded for the run (services read it, the gate compares)."""
+
+    ok: bool
+    at: datetime
+    manifest_sha256: str | None
+    marker_sha256: str | None
+    config_sha256: str | None
 
 
 class LocalFile(NamedTuple):
@@ -67,7 +99,11 @@ class GateInputs:
     now: datetime
     action_described: bool
     remote_manifest_sha256: str | None = None  # re-read from the box now, when it was reachable
-    remote_checked: bool = False
+    remote_checked: bool = False  # the box answered: a None hash then means the manifest is gone from it
+    verification: VerificationSeen | None = None  # the last verification recorded for this run
+    config_sha256: str = ""  # of the run's evidence configuration as rgt.toml says now
+    launched_at: datetime | None = None  # the run's latest launch, from the launch log
+    liveness: str | None = None  # the job's state on the box now, when it was asked
 
 
 @dataclass(frozen=True)
@@ -97,15 +133,44 @@ def evaluate_evidence_only(inputs: GateInputs) -> GateDecision:
 
 
 def _evidence(inputs: GateInputs, reasons: list[str], warnings: list[str]) -> Marker | None:
-    """G1-G5, appending reasons; returns the marker when it parsed (G7 compares the approval with it)."""
+    """G1-G5 and the bindings, appending reasons; returns the marker when it parsed (G7 compares the
+    approval with it)."""
+    _job_finished(inputs, reasons)
     marker = _g1_marker(inputs, reasons)
     manifest = _g2_binding(inputs, marker, reasons, warnings)
     if marker is not None:
         _g3_freshness(inputs, marker, reasons)
+        _bound_to_record(inputs, marker, reasons)
     if manifest is not None:
         _g4_counts(inputs, marker, manifest, reasons)
         _g5_roster(inputs, manifest, reasons)
     return marker
+
+
+def _job_finished(inputs: GateInputs, reasons: list[str]) -> None:
+    """A job still running (or stalled, which may resume) is writing results nobody has pulled yet."""
+    if inputs.liveness in LIVE_STATES:
+        reasons.append(f"run {inputs.run_id} is {inputs.liveness} on the box: its results are not final")
+
+
+def _bound_to_record(inputs: GateInputs, marker: Marker, reasons: list[str]) -> None:
+    """The marker is evidence only as the last verification rgt recorded for this run, under this
+    configuration, of the launch whose results these are."""
+    seen = inputs.verification
+    data = inputs.marker or b""
+    if seen is None:
+        reasons.append(f"{MARKER_NAME} was not written by a verification recorded in the state database: run verify")
+        return
+    if not seen.ok:
+        reasons.append(f"the last verification of {inputs.run_id} failed; {MARKER_NAME} is not its result: "
+                       "run verify")
+    elif seen.marker_sha256 != sha256_bytes(data) or seen.manifest_sha256 != marker.manifest_sha256:
+        reasons.append(f"{MARKER_NAME} is not the one the last verification wrote (edited or copied): run verify")
+    if seen.config_sha256 != inputs.config_sha256:
+        reasons.append(CONFIG_CHANGED)
+    if inputs.launched_at is not None and inputs.launched_at >= marker.verified_at:
+        reasons.append(f"run {inputs.run_id} was launched again after its verification: the box holds newer "
+                       "results; pull and verify them")
 
 
 def _g1_marker(inputs: GateInputs, reasons: list[str]) -> Marker | None:
@@ -133,10 +198,12 @@ def _g2_binding(inputs: GateInputs, marker: Marker | None, reasons: list[str],
     elif recorded != local_sha:
         reasons.append(f"local {MANIFEST_NAME} is not the manifest recorded at build time")
     if inputs.remote_checked:
-        if inputs.remote_manifest_sha256 != local_sha:
+        if inputs.remote_manifest_sha256 is None:
+            reasons.append(f"the manifest on the box is gone ({MANIFEST_NAME} missing from the result root)")
+        elif inputs.remote_manifest_sha256 != local_sha:
             reasons.append(f"the {MANIFEST_NAME} on the box differs from the local one")
     else:
-        warnings.append("remote not re-checked")
+        warnings.append("remote not re-checked: the box did not answer, so its manifest was not re-read")
     if marker is not None:
         if marker.run_id != inputs.run_id:
             reasons.append(f"{MARKER_NAME} is for run {marker.run_id!r}, not {inputs.run_id!r}: run verify")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import hashlib
 import importlib.metadata
 import importlib.resources
@@ -31,7 +32,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..audits.gate import Approval, GateDecision, GateInputs, LocalFile, evaluate_evidence_only, evaluate_gate
+from ..audits.gate import (
+    Approval,
+    GateDecision,
+    GateInputs,
+    LocalFile,
+    VerificationSeen,
+    config_sha256,
+    evaluate_evidence_only,
+    evaluate_gate,
+)
 from ..audits.manifest import (
     MANIFEST_NAME,
     MARKER_NAME,
@@ -46,17 +56,18 @@ from ..audits.manifest import (
     sha256_bytes,
 )
 from ..clock import utc_now
-from ..config import ProjectConfig, RunConfig
+from ..config import ProjectConfig, RunConfig, run_config_record
 from ..errors import TransportError, VerbFailed
 from ..providers.base import Transport
-from ..state import StateDB
+from ..state import FileKey, StateDB
 from ..strict_json import loads_strict
 from ..verify.ckpt_probe import PROBE_VERSION
 
 __all__ = [
     "Approval", "FileStatus", "GateDecision", "GateInputs", "LocalFile", "PullProgress", "PullResult",
     "VerifyResult", "build_manifest", "builder_stdin", "checkpoint_statuses", "evaluate_evidence_only",
-    "evaluate_gate", "gather_gate_inputs", "hash_with_cache", "pull", "remote_manifest_sha256", "verify",
+    "evaluate_gate", "gather_gate_inputs", "hash_with_cache", "pull", "remote_manifest", "remote_manifest_sha256",
+    "verify",
 ]
 
 BUILDER_TIMEOUT_S = 3600.0
@@ -504,14 +515,14 @@ def _local_entries(root: Path, errors: list[Problem]) -> dict[str, os.stat_resul
 
 async def _hash_listed(root: Path, manifest: Manifest, per_file: dict[str, list[Problem]], db: StateDB,
                        report: Callable[[str], None]) -> dict[str, str]:
-    """Steps 3-4: hash only files whose size matched, using the (path, size, mtime, inode) cache."""
+    """Steps 3-4: hash every file whose size matched, from its bytes (the hashes then seed the cache)."""
     todo = [entry for entry in manifest.files if not per_file[entry.path]]
     hashed: dict[str, str] = {}
     for index, entry in enumerate(todo, start=1):
         report(f"hashing {entry.path} ({index}/{len(todo)})")
         local = root.joinpath(*entry.path.split("/"))
         try:
-            digest = await hash_with_cache(db, local)
+            digest = await hash_fresh(db, local)  # a verdict: from the bytes, never from the cache
         except OSError as exc:
             per_file[entry.path].append(Problem("missing_local", entry.path, f"unreadable: {exc.strerror}"))
             continue
@@ -524,30 +535,32 @@ async def _hash_listed(root: Path, manifest: Manifest, per_file: dict[str, list[
 
 
 async def hash_with_cache(db: StateDB, path: Path) -> str:
-    """SHA-256 of a regular file; unchanged files (same size, mtime, inode) are answered from the cache."""
-    info = os.lstat(path)
-    cached = db.cached_hash(str(path), info.st_size, info.st_mtime_ns, info.st_ino)
-    if cached is not None:
-        return cached
-    digest, key = await asyncio.to_thread(_hash_stable, path)
-    if key is not None:
-        db.store_hash(str(path), *key, digest)
-    return digest
+    """SHA-256 of a regular file for dashboards and the gate's freshness check: a file whose size, mtime,
+    ctime and inode are unchanged is answered from the cache. Never used for a verdict (see `hash_fresh`)."""
+    return await asyncio.to_thread(hash_with_cache_sync, db, path)
 
 
 def hash_with_cache_sync(db: StateDB, path: Path) -> str:
     """The same, for synchronous callers (the gate, dashboards run it in a worker thread)."""
-    info = os.lstat(path)
-    cached = db.cached_hash(str(path), info.st_size, info.st_mtime_ns, info.st_ino)
+    cached = db.cached_hash(str(path), FileKey.of(os.lstat(path)))
     if cached is not None:
         return cached
+    return hash_fresh_sync(db, path)
+
+
+async def hash_fresh(db: StateDB, path: Path) -> str:
+    """SHA-256 re-derived from the bytes, whatever the cache says; the result seeds the cache."""
+    return await asyncio.to_thread(hash_fresh_sync, db, path)
+
+
+def hash_fresh_sync(db: StateDB, path: Path) -> str:
     digest, key = _hash_stable(path)
     if key is not None:
-        db.store_hash(str(path), *key, digest)
+        db.store_hash(str(path), key, digest)
     return digest
 
 
-def _hash_stable(path: Path) -> tuple[str, tuple[int, int, int] | None]:
+def _hash_stable(path: Path) -> tuple[str, FileKey | None]:
     """Hash from one descriptor; the cache key comes back only if the file did not change meanwhile."""
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
@@ -560,9 +573,8 @@ def _hash_stable(path: Path) -> tuple[str, tuple[int, int, int] | None]:
         after = os.fstat(fd)
     finally:
         os.close(fd)
-    stable = (before.st_size, before.st_mtime_ns, before.st_ino) == (after.st_size, after.st_mtime_ns,
-                                                                      after.st_ino)
-    return digest.hexdigest(), (after.st_size, after.st_mtime_ns, after.st_ino) if stable else None
+    stable = FileKey.of(before) == FileKey.of(after)
+    return digest.hexdigest(), FileKey.of(after) if stable else None
 
 
 def _check_required(run: RunConfig, manifest: Manifest, errors: list[Problem]) -> None:
@@ -695,12 +707,14 @@ def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, 
     """Step 7 and the verification record: statuses per file, the marker only on full success."""
     files = _file_statuses(manifest, errors, per_file, checkpoints)
     marker_path: Path | None = None
+    marker_sha: str | None = None
     ok = not errors and manifest is not None
     if ok and manifest is not None:
         verified_at = utc_now()  # after the last read: nothing read later can predate it
         data = marker_bytes(run_id=manifest.run_id, manifest_sha256=manifest.sha256, verified_at=verified_at,
                             verifier_version=VERIFIER_VERSION, files=len(manifest.files),
                             total_bytes=manifest.total_bytes, checkpoints=checkpoints)
+        marker_sha = sha256_bytes(data)
         marker_path = _write_marker(root, data)
         if report is not None:
             report(f"verified: wrote {MARKER_NAME}")
@@ -708,11 +722,13 @@ def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, 
     for status in files:
         record = status.to_dict()
         info = stats.get(status.path)
-        record["local_size"] = info.st_size if info is not None else None
-        record["mtime_ns"] = info.st_mtime_ns if info is not None else None
+        record["local_key"] = dataclasses.asdict(FileKey.of(info)) if info is not None else None
         records.append(record)
+    # the record that makes the marker evidence: a marker the gate finds must be this one, made under
+    # this configuration (a crash between the marker and this record leaves a marker the gate refuses)
     db.add_verification(run.id, ok, manifest.sha256 if manifest else None,
-                        [problem.to_dict() for problem in errors], records)
+                        [problem.to_dict() for problem in errors], records, marker_sha256=marker_sha,
+                        config_sha256=config_sha256(run), config=run_config_record(run))
     return VerifyResult(ok=ok, errors=errors, files=files,
                         manifest_sha256=manifest.sha256 if manifest else None, marker=marker_path)
 
@@ -778,8 +794,7 @@ def checkpoint_statuses(project: ProjectConfig, run: RunConfig, db: StateDB) -> 
         previous = seen.get(entry.path)
         if info is None or not stat.S_ISREG(info.st_mode):
             status, detail = "pending", ""
-        elif previous is not None and previous.get("local_size") == info.st_size \
-                and previous.get("mtime_ns") == info.st_mtime_ns:
+        elif previous is not None and previous.get("local_key") == dataclasses.asdict(FileKey.of(info)):
             status, detail = str(previous.get("status")), str(previous.get("detail", ""))
         else:
             status, detail = "pulled", "not verified since it was written"
@@ -798,12 +813,14 @@ def _local_manifest(root: Path, run: RunConfig) -> Manifest | None:
 
 def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, instance_id: str,
                        approval: Approval | None, *, now: datetime | None = None,
-                       action_described: bool = True, remote_manifest_sha256: str | None = None,
-                       remote_checked: bool = False) -> GateInputs:
-    """Read what the gate decides on: marker and manifest bytes, and every local entry with its hash.
+                       action_described: bool = True, remote: RemoteManifest | None = None,
+                       liveness: str | None = None) -> GateInputs:
+    """Read what the gate decides on: marker and manifest bytes, every local entry with its hash, the last
+    verification recorded, the run's latest launch, and (when given) the box's manifest and the job's state.
 
-    Hashes come from the cache when the file is unchanged, so evaluating the gate twice in a row (dialog
-    open, then right before the call) is cheap. `action_described` is G6, decided by the teardown screen.
+    Hashes come from the cache when the file is unchanged (size, mtime, ctime, inode), so evaluating the gate
+    twice in a row (dialog open, then right before the call) is cheap. `action_described` is G6, decided by
+    the teardown screen.
     """
     root = project.run_dir(run.id)
     marker = _read_regular(root / MARKER_NAME)
@@ -815,22 +832,50 @@ def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, inst
         if manifest is not None:
             listed = {entry.path: entry.bytes for entry in manifest.files}
     files = tuple(_gate_listing(root, listed, db))
+    record = db.last_verification_record(run.id)
+    seen = None if record is None else VerificationSeen(
+        ok=record.ok, at=record.at, manifest_sha256=record.manifest_sha256, marker_sha256=record.marker_sha256,
+        config_sha256=record.config_sha256)
+    launches = db.launch_history(run.id)
     return GateInputs(
         run_id=run.id, roster=tuple(run.roster), required=tuple(run.required),
         checkpoint_globs=tuple(run.checkpoint_globs), marker=marker, manifest=manifest_bytes,
         manifest_mtime_ns=manifest_info.st_mtime_ns if manifest_info is not None else None,
         recorded_manifest_sha256=db.recorded_manifest(run.id), local_files=files,
         instance_id=instance_id, approval=approval, now=now or utc_now(), action_described=action_described,
-        remote_manifest_sha256=remote_manifest_sha256, remote_checked=remote_checked,
+        remote_manifest_sha256=remote.sha256 if remote is not None else None,
+        remote_checked=remote is not None and remote.reachable,
+        verification=seen, config_sha256=config_sha256(run),
+        launched_at=launches[-1].at if launches else None, liveness=liveness,
     )
 
 
-async def remote_manifest_sha256(transport: Transport, run: RunConfig) -> str | None:
-    """G2's re-read of the manifest on the box, or None when the box cannot be reached."""
+@dataclass(frozen=True)
+class RemoteManifest:
+    """The box's manifest as re-read now: `reachable` False when the box did not answer (then nothing
+    is known); reachable with `sha256` None means the manifest is gone from the result root."""
+
+    reachable: bool
+    sha256: str | None = None
+    detail: str = ""
+
+
+async def remote_manifest(transport: Transport, run: RunConfig) -> RemoteManifest:
+    """G2's re-read of the manifest on the box. A missing file is an answer (gone); only a box that cannot
+    be reached is 'not re-checked'."""
+    where = f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}"
     try:
-        return await transport.sha256(f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}")
-    except (TransportError, OSError, TimeoutError):
-        return None
+        info = await transport.stat(where)
+        if info is None or info.kind != "file":
+            return RemoteManifest(True, None, "missing" if info is None else f"not a regular file ({info.kind})")
+        return RemoteManifest(True, await transport.sha256(where))
+    except (TransportError, OSError, TimeoutError) as exc:
+        return RemoteManifest(False, None, str(exc) or type(exc).__name__)
+
+
+async def remote_manifest_sha256(transport: Transport, run: RunConfig) -> str | None:
+    """The box's manifest hash, or None when it is gone or the box cannot be reached."""
+    return (await remote_manifest(transport, run)).sha256
 
 
 def _gate_listing(root: Path, listed: dict[str, int], db: StateDB) -> list[LocalFile]:

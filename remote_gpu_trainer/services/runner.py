@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from ..clock import Clock, iso_offset, utc_now
-from ..config import ProjectConfig, RunConfig
+from ..config import ProjectConfig, RunConfig, run_config_record
 from ..errors import ConfigError, VerbFailed
 from ..providers import slurm
 from ..providers.base import Transport
@@ -108,7 +108,8 @@ async def push(project: ProjectConfig, run: RunConfig, transport: Transport) -> 
 
 
 async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,
-                 clock: Clock = utc_now, *, actor: str = "user", method: str = "setsid") -> dict[str, object]:
+                 clock: Clock = utc_now, *, actor: str = "user", method: str = "setsid",
+                 box: str | None = None) -> dict[str, object]:
     """Push, then start the wrapper detached (`setsid`) or as a batch job (`sbatch`); refuses while a
     recorded launch is still alive, so the inputs of a live run are never rewritten."""
     ctl = ctl_dir(run)
@@ -135,7 +136,7 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
         detail["pid"] = None
     else:
         detail["pid"] = await transport.launch_detached(wrapper_script(run, transport), ctl)
-    db.record_launch(run.id, run.instance, detail)
+    db.record_launch(run.id, run.instance, detail, box=box, config=run_config_record(run))
     handle = f"Slurm job {detail['slurm_job']}" if method == "sbatch" else f"pid {detail['pid']}"
     db.append_event("launch", f"launched run {run.id} on {run.instance} ({handle})", run_id=run.id,
                     instance=run.instance, actor=actor, detail=detail)

@@ -32,6 +32,7 @@ from ..providers.registry import provider_for
 from ..state import Snapshot, StateDB
 from . import checklist, evidence, runner, watcher
 from .env_probe import run_env_probe, sample_gpus
+from .gate import session_box_key
 from .log_monitor import Alert, ChartData, LogLineView, LogUpdate, RunLogMonitor
 from .meter import Interval, MeterReading, accrue, billing_model, fill_gap, held_storage, reported_since
 from .overview import CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
@@ -283,7 +284,8 @@ class Session:
         if stale is not None:
             stale.close()
         detail = await runner.launch(self.project, run, await self.remote(run.instance), self.db, self.clock,
-                                     actor=actor, method="sbatch" if primitive == "sbatch" else "setsid")
+                                     actor=actor, method="sbatch" if primitive == "sbatch" else "setsid",
+                                     box=session_box_key(self, run.instance))
         # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
         # would otherwise replay the previous launch's crashes as this one's)
         self.db.reset_log_state(run_id, int(str(detail.get("log_offset", 0))))
@@ -291,9 +293,13 @@ class Session:
 
     async def run_state(self, run_id: str) -> RunState:
         run = self.run_config(run_id)
-        launch = self.db.launch(run_id)
+        return await self.run_state_of(run, run.instance)
+
+    async def run_state_of(self, run: RunConfig, instance_name: str) -> RunState:
+        """The job's state on the box `instance_name` names (also for a run no longer in rgt.toml)."""
+        launch = self.db.launch(run.id)
         try:
-            transport = await self.remote(run.instance)
+            transport = await self.remote(instance_name)
             probe = await watcher.probe(run, transport, launch)
             job = await slurm.job_state(transport, str(launch["slurm_job"])) if launch and \
                 launch.get("slurm_job") else None
@@ -408,12 +414,13 @@ class Session:
         return result
 
     # -- the gate as the dashboard shows it --------------------------------------------------------------
-    def gate_view(self, run_id: str, provider_id: str) -> GateView:
-        """The evidence conditions always; `open` also needs a teardown action the profile names."""
+    def gate_view(self, run_id: str, provider_id: str, liveness: str | None = None) -> GateView:
+        """The evidence conditions always; `open` also needs a teardown action the profile names. The box's
+        manifest is not re-read here (the teardown plan does that), so the view carries that warning."""
         run = self.run_config(run_id)
         profile = self.profile(run.instance)
         action = profile.action("terminate")
-        inputs = evidence.gather_gate_inputs(self.project, run, self.db, provider_id, None)
+        inputs = evidence.gather_gate_inputs(self.project, run, self.db, provider_id, None, liveness=liveness)
         decision = evidence.evaluate_evidence_only(inputs)
         if action is None:
             reasons = (f"{profile.display_name} has no teardown action: nothing to destroy", *decision.reasons)
@@ -492,7 +499,7 @@ class Session:
         run = self.run_config(run_id)
         status = statuses[run.instance]
         files = evidence.checkpoint_statuses(self.project, run, self.db)
-        gate = self.gate_view(run_id, status.provider_id)
+        gate = self.gate_view(run_id, status.provider_id, state.liveness.state)
         facts = checklist_facts(self.project, run, self.db, gate)
         items = checklist.evaluate(run_id, facts, self.db)
         findings = tuple(

@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from ..audits.gate import Approval, evaluate_gate
+from ..audits.gate import Approval
 from ..audits.manifest import is_checkpoint
+from ..config import RunConfig
 from ..errors import GateRefused, RgtError
 from ..formatting import short_hash, size
 from ..profiles import profile_age_text
 from ..providers.base import InstanceStatus
 from . import evidence
+from . import gate as box_gate
 from .session import Session
 
 MAX_LISTED = 4
@@ -37,6 +39,7 @@ class TeardownPlan:
     gate_open: bool
     reasons: tuple[str, ...]
     lines: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # e.g. the box did not answer, so its manifest was not re-read
 
 
 @dataclass(frozen=True)
@@ -48,35 +51,39 @@ class TeardownResult:
 
 
 async def plan(session: Session, instance_name: str, action_id: str = "terminate") -> TeardownPlan:
-    """What the confirmation shows: the exact action, what it destroys, what still bills, the evidence."""
+    """What the confirmation shows: the exact action, what it destroys, what still bills, the evidence.
+
+    The gate is evaluated for the physical box (every run launched on it, services/gate.py), with the box
+    asked now whether each job still runs and whether its manifest is still there."""
     status = await session.instance_status(instance_name)
     profile = session.profile(instance_name)
     action = profile.action(action_id)
-    run_ids = tuple(r for r, cfg in sorted(session.project.runs.items()) if cfg.instance == instance_name)
+    covered = box_gate.box_runs(session, instance_name)
+    run_ids = tuple(b.run.id for b in covered)
     reasons: list[str] = []
+    warnings: list[str] = []
     if action is None:
         reasons.append(f"{profile.display_name} has no {action_id!r} action")
     if status.state in ("terminated", "unknown"):
         reasons.append(f"instance state is {status.state}: nothing to {action_id} until the provider says so")
     gated = action is None or action.needs_gate
-    launched = tuple(r for r in run_ids if (record := session.db.launch(r)) and record.get("instance") == instance_name)
-    if gated:
-        for run_id in launched:  # a box no run was launched on holds no results of rgt's: nothing to pull
-            view = session.gate_view(run_id, status.provider_id)
-            prefix = f"{run_id}: " if len(run_ids) > 1 else ""
-            reasons.extend(prefix + reason for reason in view.reasons)
+    launched = tuple(b.run for b in covered if b.launched)
+    if gated:  # a box no run was launched on holds no results of rgt's: nothing to pull
+        found, warnings = await box_gate.box_reasons(session, instance_name, status.provider_id, None)
+        reasons.extend(found)
     lines = describe(session, instance_name, status, action_id, launched)
     if gated and not launched:
         lines.append("Evidence:  no run was launched on this instance by rgt, so there is nothing to pull")
+    lines.extend(f"Warning:   {warning}" for warning in warnings)
     return TeardownPlan(
         instance=instance_name, provider_id=status.provider_id, action_id=action_id,
         action_label=action.label if action else action_id, runs=run_ids, gated=gated, gate_open=not reasons,
-        reasons=tuple(reasons), lines=tuple(lines),
+        reasons=tuple(reasons), lines=tuple(lines), warnings=tuple(warnings),
     )
 
 
 def describe(session: Session, instance_name: str, status: InstanceStatus, action_id: str,
-             run_ids: tuple[str, ...]) -> list[str]:
+             runs: tuple[RunConfig, ...]) -> list[str]:
     profile = session.profile(instance_name)
     action = profile.action(action_id)
     now = session.clock()
@@ -98,11 +105,11 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
         lines.append(f"Command:   {command}  (run here, no shell, once you confirm)")
     elif action:
         lines.extend(f"Caveat:    {caveat}" for caveat in action.caveats)
-    for run_id in run_ids:
-        files = evidence.checkpoint_statuses(session.project, session.run_config(run_id), session.db)
+    for run in runs:
+        files = evidence.checkpoint_statuses(session.project, run, session.db)
         verified = [f for f in files if f.status == "verified"]
-        lines.append(f"Verified here: run {run_id}: {len(verified)}/{len(files)} files verified in runs/{run_id}/")
-        globs = session.run_config(run_id).checkpoint_globs
+        lines.append(f"Verified here: run {run.id}: {len(verified)}/{len(files)} files verified in runs/{run.id}/")
+        globs = run.checkpoint_globs
         checkpoints = [f for f in verified if is_checkpoint(f.path, globs)]
         for f in checkpoints[:MAX_LISTED]:
             lines.append(f"  {f.path}  {size(f.bytes)}  sha256 {short_hash(f.sha256)}")
@@ -186,14 +193,9 @@ async def _follow_up(session: Session, instance_name: str, result: TeardownResul
 
 
 async def _gate_with_approval(session: Session, current: TeardownPlan, approval: Approval) -> list[str]:
-    """The gate at call time, G2 included: the box's manifest is re-read now when the box answers."""
-    reasons: list[str] = []
-    for run_id in current.runs:
-        run = session.run_config(run_id)
-        remote_sha = await evidence.remote_manifest_sha256(await session.remote(run.instance), run)
-        inputs = evidence.gather_gate_inputs(session.project, run, session.db, current.provider_id, approval,
-                                             remote_manifest_sha256=remote_sha, remote_checked=remote_sha is not None)
-        reasons.extend(evaluate_gate(inputs).reasons)
+    """The gate at call time, for every run on the box: the box's manifest re-read and the job's state
+    asked now (when the box answers), the approval checked against the latest verification."""
+    reasons, _ = await box_gate.box_reasons(session, current.instance, current.provider_id, approval)
     return reasons
 
 

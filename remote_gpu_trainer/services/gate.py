@@ -1,0 +1,118 @@
+"""Gathering what the teardown gate decides on, for a physical box (docs/gate.md).
+
+The pure checks are `audits/gate.py`; the only code that acts on them is `services/teardown.py`. This module
+answers the two questions in between: which runs does tearing down this box put at risk, and what does the
+gate say about each of them right now.
+
+A box is covered by every run ever launched on it: the launch log in the state database names the box each
+launch went to, so a run whose table has since left rgt.toml, or that was launched through another instance
+entry naming the same box, still keeps the gate closed until its results are home.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..audits.gate import Approval, GateDecision, evaluate_evidence_only, evaluate_gate
+from ..config import InstanceConfig, RunConfig, run_config_from_record
+from ..errors import RgtError
+from . import evidence
+
+if TYPE_CHECKING:
+    from .session import Session
+
+SSH_PROVIDERS = ("ssh", "slurm")
+
+
+@dataclass(frozen=True)
+class BoxRun:
+    """A run whose results may live on the box: its configuration, and how rgt knows about it."""
+
+    run: RunConfig
+    in_config: bool  # still a table in rgt.toml (else judged by the configuration it was launched/verified under)
+    launched: bool  # rgt launched it on this box (a run never launched there left no results of rgt's on it)
+
+    @property
+    def label(self) -> str:
+        return self.run.id if self.in_config else f"{self.run.id} (no longer in rgt.toml)"
+
+
+def box_key(instance: InstanceConfig, provider_id: str) -> str:
+    """The physical box an instance entry names: provider and provider id, or SSH host and port (the login
+    user does not change the machine)."""
+    if instance.provider in SSH_PROVIDERS and instance.host:
+        host = instance.host.rsplit("@", 1)[-1]
+        name, _, port = host.partition(":")
+        return f"ssh:{name.lower()}:{port or '22'}"
+    return f"{instance.provider}:{provider_id}"
+
+
+def session_box_key(session: Session, name: str) -> str:
+    instance = session.instance(name)
+    return box_key(instance, session.provider(name).provider_id(instance))
+
+
+def box_runs(session: Session, name: str) -> list[BoxRun]:
+    """Every run configured on the instance entry, and every run the launch log puts on its box."""
+    key = session_box_key(session, name)
+    launched: dict[str, RunConfig | None] = {}
+    for record in session.db.launch_history():
+        if record.box == key or (record.box is None and record.instance == name):  # None: before schema 2
+            launched[record.run_id] = run_config_from_record(record.config)
+    result: dict[str, BoxRun] = {}
+    for run_id, run in sorted(session.project.runs.items()):
+        if run.instance == name or run_id in launched:
+            result[run_id] = BoxRun(run, True, run_id in launched)
+    for run_id, recorded in sorted(launched.items()):
+        if run_id in result:
+            continue
+        run = _judged_config(session, run_id, recorded, name)
+        result[run_id] = BoxRun(run, False, True)
+    return [result[run_id] for run_id in sorted(result)]
+
+
+def _judged_config(session: Session, run_id: str, launched: RunConfig | None, name: str) -> RunConfig:
+    """A run no longer in rgt.toml is judged by the configuration its last verification was made under,
+    else the one it was launched with, else the bare minimum (which then cannot pass)."""
+    record = session.db.last_verification_record(run_id)
+    verified = run_config_from_record(record.config) if record is not None else None
+    if verified is not None:
+        return verified
+    if launched is not None:
+        return launched
+    return RunConfig(id=run_id, instance=name, workdir="/", command="", log="", remote_root="/?", roster=("?",))
+
+
+async def decide(session: Session, name: str, box_run: BoxRun, provider_id: str, approval: Approval | None, *,
+                 check_box: bool) -> GateDecision:
+    """The gate for one run on the box. With `check_box` the box is asked now: is the job still running,
+    is the manifest still there; a box that does not answer leaves a warning, not a pass."""
+    run = box_run.run
+    remote = None
+    liveness = None
+    if check_box:
+        try:
+            transport = await session.remote(name)
+            remote = await evidence.remote_manifest(transport, run)
+            liveness = (await session.run_state_of(run, name)).liveness.state
+        except RgtError:
+            remote = evidence.RemoteManifest(False)
+    inputs = evidence.gather_gate_inputs(session.project, run, session.db, provider_id, approval,
+                                         remote=remote, liveness=liveness)
+    return evaluate_gate(inputs) if approval is not None else evaluate_evidence_only(inputs)
+
+
+async def box_reasons(session: Session, name: str, provider_id: str, approval: Approval | None, *,
+                      check_box: bool = True) -> tuple[list[str], list[str]]:
+    """Every reason the gate is closed for the box (each prefixed with its run when there are several),
+    and the warnings (a box that did not answer)."""
+    covered = [b for b in box_runs(session, name) if b.launched]
+    reasons: list[str] = []
+    warnings: list[str] = []
+    for box_run in covered:
+        decision = await decide(session, name, box_run, provider_id, approval, check_box=check_box)
+        prefix = f"{box_run.label}: " if len(covered) > 1 or not box_run.in_config else ""
+        reasons.extend(prefix + reason for reason in decision.reasons)
+        warnings.extend(prefix + warning for warning in decision.warnings)
+    return reasons, warnings
