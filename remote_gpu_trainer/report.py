@@ -2,22 +2,48 @@
 
 Stable ordering and fixed widths so two reports over the same state diff cleanly; JSON keys in contract
 order; money rounded only when rendered as text.
+
+Much of a report is text from the box (file names, checkpoint load errors, log lines as findings evidence,
+liveness details, provider errors in instance notes, gate reasons quoting paths). Every string is passed
+through `escape_control` first, in every format, so `cat report.txt` or a JSON viewer cannot be made to
+recolour the terminal, move the cursor or forge a line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from .clock import iso_z
-from .formatting import duration, money, short_hash, size
+from .formatting import duration, escape_control, money, short_hash, size
 from .services.overview import Overview, RunView
 
 SCHEMA = "rgt-report/v1"
 FORMATS = ("text", "markdown", "json")
 
 
+T = TypeVar("T")
+
+
+def escape_overview(value: T) -> T:
+    """`value` (an Overview, or any part of one) with control characters escaped in every string it holds:
+    a walk over all fields rather than a list of them, so a field added later cannot be forgotten."""
+    if isinstance(value, str):
+        return escape_control(value)  # type: ignore[return-value]
+    if isinstance(value, tuple | list):
+        items = [escape_overview(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, dict):
+        return {escape_overview(k): escape_overview(v) for k, v in value.items()}  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: escape_overview(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
+    return value
+
+
 def to_dict(overview: Overview) -> dict[str, Any]:
+    overview = escape_overview(overview)
     return {
         "schema": SCHEMA,
         "generated_at": iso_z(overview.generated_at),
@@ -70,6 +96,7 @@ def _round(value: float | None) -> float | None:
 
 
 def render(overview: Overview, fmt: str) -> str:
+    overview = escape_overview(overview)
     if fmt == "json":
         return json.dumps(to_dict(overview), indent=2, ensure_ascii=False) + "\n"
     if fmt == "markdown":
@@ -163,11 +190,11 @@ def _markdown(o: Overview) -> str:
             out.extend(f"| {f.severity} | {f.status} | {f.id} | {_cell(f.message)} | {_cell(f.fix)} |"
                        for f in run.sorted_findings())
         out += ["", "| status | path | size | sha256 | detail |", "|---|---|---:|---|---|"]
-        out.extend(f"| {c.status} | {c.path} | {size(c.bytes)} | {short_hash(c.sha256)} | {c.detail} |"
+        out.extend(f"| {c.status} | {_cell(c.path)} | {size(c.bytes)} | {short_hash(c.sha256)} | {_cell(c.detail)} |"
                    for c in run.checkpoints)
         if run.environment:
             out += ["", "| environment | check | status | detail |", "|---:|---|---|---|"]
-            out.extend(f"| {r.id} | {r.check} | {r.status} | {r.detail} |" for r in run.environment)
+            out.extend(f"| {r.id} | {r.check} | {r.status} | {_cell(r.detail)} |" for r in run.environment)
         out += ["", "| checklist | item | status | note |", "|---|---|---|---|"]
-        out.extend(f"| {c.id} | {c.title} | {c.status} | {c.note} |" for c in run.checklist)
+        out.extend(f"| {c.id} | {c.title} | {c.status} | {_cell(c.note)} |" for c in run.checklist)
     return "\n".join(out) + "\n"

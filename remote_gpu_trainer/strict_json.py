@@ -2,6 +2,10 @@
 
 Python's json accepts NaN, Infinity and duplicate keys (the last one silently wins); a manifest, a metrics
 file or a probe answer that relies on either is not evidence, so every reader goes through here.
+
+A box can also send JSON nested deeper than Python's recursion limit (100,000 `[`): the decoder's
+RecursionError is turned into the ValueError every caller already handles, so hostile nesting is a refusal
+or a finding, never an internal error.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from typing import Any
 def loads_strict(data: str | bytes) -> Any:
     """Parse JSON; raise ValueError on NaN/Infinity, duplicate keys, or bytes that are not UTF-8."""
     text = data.decode("utf-8") if isinstance(data, bytes) else data
-    return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    try:
+        return json.loads(text, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise ValueError("nested too deeply to be read (more levels than Python's recursion limit)") from None
 
 
 def _no_constant(token: str) -> Any:

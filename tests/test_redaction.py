@@ -314,6 +314,7 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
     """Every verb, the failure paths and provider bodies echoing the whole key: it shows nowhere."""
     rgt, proj = world.rgt, world.proj
     assert rgt("info", proj).rc == 0
+    assert rgt("help").rc == 0 and rgt("help", "down").rc == 0
     for provider in KEY_ENV:
         rgt("init", str(tmp_path / f"init-{provider}"), "--provider", provider)
     rgt("init", str(tmp_path / "init-runpod"), "--provider", "runpod")  # refused: never overwrites

@@ -481,7 +481,7 @@ def torch_facts(facts: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
         if line.startswith("RGT_TORCH="):
             try:
                 parsed = json.loads(line.removeprefix("RGT_TORCH="))
-            except ValueError:
+            except (ValueError, RecursionError):  # a probe answer nested 100,000 deep is no answer
                 break
             if isinstance(parsed, dict):
                 return parsed, ""

@@ -4,6 +4,10 @@ Trainers write carriage-return progress bars (tqdm redraws one line hundreds of 
 bytes that are not UTF-8 and, now and then, a multi-megabyte line (a tensor printed in full). The parser
 and the detector want one clean line at a time; the log view wants only the lines a terminal would have
 kept. Memory stays bounded: a line longer than `max_chars` keeps its head and counts the rest.
+
+A line is shown in the TUI, printed by `rgt watch` and quoted in findings and reports, so what ANSI stripping
+leaves of control characters (a lone ESC, BS, BEL, C1 codes, bidi overrides) is escaped here, once, with
+formatting.escape_control: every consumer gets text that cannot drive a terminal.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import codecs
 import re
 from typing import NamedTuple
+
+from ..formatting import escape_control, has_control
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 MAX_LINE_CHARS = 4096
@@ -39,6 +45,7 @@ class LineSplitter:
         self._head = ""  # the start of the current unfinished line (at most max_chars)
         self._dropped = 0  # characters of the current line beyond max_chars
         self._held_cr = False  # the previous chunk ended in '\r': wait to see whether '\n' follows
+        self._dirty = False  # the text being split (or the held line) has control characters to escape
 
     def feed(self, data: bytes) -> list[Line]:
         return self._split(self._decoder.decode(data))
@@ -55,12 +62,12 @@ class LineSplitter:
     def reset(self) -> None:
         """The file was truncated or replaced: forget the half line of the old file."""
         self._decoder.reset()
-        self._head, self._dropped, self._held_cr = "", 0, False
+        self._head, self._dropped, self._held_cr, self._dirty = "", 0, False, False
 
     @property
     def partial(self) -> str:
         """The unfinished line so far: a live progress bar that has not reached its newline."""
-        return strip_ansi(self._head)
+        return escape_control(strip_ansi(self._head))
 
     def _split(self, text: str) -> list[Line]:
         if self._held_cr:
@@ -69,6 +76,7 @@ class LineSplitter:
             text, self._held_cr = text[:-1], True  # a '\n' in the next chunk would make it '\r\n'
         if not text:
             return []
+        self._dirty = self._dirty or has_control(text, line_breaks_ok=True)  # one scan per chunk, not per line
         lines: list[Line] = []
         segments = text.split("\n")  # str.split is C-fast; '\r' inside a segment is a redrawn frame
         last = len(segments) - 1
@@ -83,6 +91,7 @@ class LineSplitter:
                     break  # the unfinished line: wait for its end
                 lines.append(self._make(self._head, redraw=position < final))
                 self._head, self._dropped = "", 0
+        self._dirty = self._dirty and has_control(self._head)
         return lines
 
     def _append(self, piece: str) -> None:
@@ -100,4 +109,6 @@ class LineSplitter:
         clean = strip_ansi(text)
         if "\x00" in clean:
             clean = clean.replace("\x00", "")
+        if self._dirty:
+            clean = escape_control(clean)
         return Line(clean, redraw=redraw, dropped=self._dropped)

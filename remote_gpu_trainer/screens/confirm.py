@@ -13,6 +13,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from ..formatting import escape_control
+
 
 class ConfirmScreen(ModalScreen[bool]):
     BINDINGS = [Binding("escape", "no", "Cancel"), Binding("left", "focus_previous", show=False),
@@ -29,7 +31,7 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm-dialog") as dialog:
             dialog.border_title = self.title_text
-            yield Static("\n".join(self.lines), id="confirm-lines", markup=False)
+            yield Static(escape_control("\n".join(self.lines), keep_newlines=True), id="confirm-lines", markup=False)
             with Horizontal(id="confirm-buttons"):
                 yield Button(self.no_label, id="no", variant="primary")
                 yield Button(self.yes_label, id="yes", variant="warning")

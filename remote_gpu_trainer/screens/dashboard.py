@@ -13,17 +13,19 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Container
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
 
 from ..errors import GateRefused, RgtError
-from ..formatting import pull_progress_line
+from ..formatting import escape_control, pull_progress_line
 from ..services import checklist, teardown
 from ..services.evidence import PullProgress
 from ..services.log_monitor import Alert
 from ..services.overview import Overview, RunView
 from ..widgets.checklist_panel import ChecklistPanel
 from ..widgets.checkpoints_panel import CheckpointsPanel
+from ..widgets.glyphs import plain
 from ..widgets.instances_panel import InstancesPanel
 from ..widgets.log_panel import LogPanel
 from ..widgets.loss_chart import LossChart
@@ -98,6 +100,13 @@ class DashboardScreen(Screen[None]):
         self.set_interval(REFRESH_S, self.refresh_overview)
         self.set_interval(LOG_POLL_S, self.poll_log)
 
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast here can quote the box (a log line, a file name, a provider's error): never markup
+        (`[bold red]x` shows as typed), and control characters escaped."""
+        super().notify(escape_control(message, keep_newlines=True), title=escape_control(title),
+                       severity=severity, timeout=timeout, markup=markup)
+
     # -- data ------------------------------------------------------------------------------------------
     @work(exclusive=True, group="overview")
     async def refresh_overview(self) -> None:
@@ -117,9 +126,9 @@ class DashboardScreen(Screen[None]):
         self.query_one(InstancesPanel).show(overview, self.run_id, read_only)
         self.query_one(CheckpointsPanel).show(run)
         self.query_one(ChecklistPanel).show(run)
-        self.query_one("#topbar", Static).update(self.topbar_text(overview, run))
+        self.query_one("#topbar", Static).update(plain(self.topbar_text(overview, run)))
         alert = self.query_one("#alert", Static)
-        alert.update("\n".join(overview.alerts))
+        alert.update(plain("\n".join(overview.alerts), keep_newlines=True))
         alert.set_class(bool(overview.alerts), "-visible")
         if run is not None:
             self.query_one(LogPanel).border_title = f"3 Log · {run.id} · {run.liveness}"

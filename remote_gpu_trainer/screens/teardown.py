@@ -10,9 +10,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from ..formatting import escape_control
 from ..services.teardown import TeardownPlan
 
 
@@ -29,10 +31,14 @@ class TeardownScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         kind = "IRREVERSIBLE" if self.plan.action_id == "terminate" else "keeps billing storage"
         with Vertical(id="teardown-dialog") as dialog:
-            dialog.border_title = f"{self.plan.action_label} {self.plan.provider_id} — {kind}"
-            yield Static("\n".join(self.plan.lines), id="teardown-lines", markup=False)
-            yield Static("\n".join(f"✖ {r}" for r in self.plan.reasons), id="teardown-reasons", markup=False)
-            yield Label(f"Type the instance id ({self.plan.provider_id}) to confirm:")
+            # the id, the lines and the reasons can quote the provider and the box: shown, never obeyed
+            shown_id = escape_control(self.plan.provider_id)
+            dialog.border_title = escape(f"{self.plan.action_label} {shown_id} — {kind}")
+            yield Static(escape_control("\n".join(self.plan.lines), keep_newlines=True), id="teardown-lines",
+                         markup=False)
+            yield Static(escape_control("\n".join(f"✖ {r}" for r in self.plan.reasons), keep_newlines=True),
+                         id="teardown-reasons", markup=False)
+            yield Label(f"Type the instance id ({shown_id}) to confirm:", markup=False)
             yield Input(placeholder="instance id", id="confirm-id")
             yield Static("", id="teardown-progress")
             with Horizontal(id="teardown-buttons"):
@@ -48,9 +54,11 @@ class TeardownScreen(ModalScreen[str | None]):
         if self._accepts(event.value):
             self.dismiss(event.value.strip())
         elif not self.plan.gate_open:
-            self.notify(f"gate closed: {self.plan.reasons[0]}: nothing was done", severity="warning")
+            self.notify(escape_control(f"gate closed: {self.plan.reasons[0]}: nothing was done"), severity="warning",
+                        markup=False)
         else:
-            self.notify(f"{event.value.strip()!r} is not the instance id: nothing was done", severity="warning")
+            self.notify(escape_control(f"{event.value.strip()!r} is not the instance id: nothing was done"),
+                        severity="warning", markup=False)
 
     def _accepts(self, typed: str) -> bool:
         return self.plan.gate_open and typed.strip() == self.plan.provider_id

@@ -5,10 +5,15 @@ than our offset (a rerun that rewrote the log, `logrotate` with create). So each
 *before* the offset and compares them with the bytes we saw there last time: equal means the same file
 grew; different (or a shrink) means a new file, and following starts again from its first byte so that
 no line written after the truncation is lost.
+
+The bytes before the offset are kept only as a digest (with their length): the cursor is stored in the
+state database, and the last bytes of a log may be a secret the job printed. A cursor written by an older
+rgt (the raw bytes) is still understood.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -18,6 +23,9 @@ from ..state import LogCursor
 OVERLAP = 64  # bytes re-read before the offset to recognise the same file
 READ_LIMIT = 1 << 20  # bytes per transport call
 MAX_READS_PER_POLL = 8  # a backlog is caught up over several polls, so the UI stays responsive
+
+_DIGEST = b"rgt-sha256:"  # a cursor tail starting so is (length, digest) of the overlap, not the bytes
+_DIGEST_LEN = len(_DIGEST) + 2 + 32
 
 Reader = Callable[[int, int], Awaitable[tuple[bytes, int]]]  # (offset, limit) -> (data, new offset)
 
@@ -65,18 +73,37 @@ class LogFollower:
     async def _read_new(self) -> tuple[bytes, bool]:
         """The bytes after the cursor, and whether the file was found to be a new one."""
         offset, tail = self.cursor.offset, self.cursor.tail
-        start = offset - len(tail)
-        data, end = await self.read(start, READ_LIMIT + len(tail))
+        overlap = _overlap_length(tail)
+        start = offset - overlap
+        data, end = await self.read(start, READ_LIMIT + overlap)
         got_from = end - len(data)
-        if got_from == start and data[:len(tail)] == tail:
-            fresh = data[len(tail):]
-            self._advance(offset, tail, fresh)
+        if got_from == start and _same_overlap(tail, data[:overlap]):
+            fresh = data[overlap:]
+            self._advance(offset, data[:overlap], fresh)
             return fresh, False
         data, end = await self.read(0, READ_LIMIT)  # a new file: follow it from its first byte
         self.cursor = LogCursor(0, b"", 0)
         self._advance(0, b"", data)
         return data, True
 
-    def _advance(self, offset: int, tail: bytes, fresh: bytes) -> None:
-        seen = (tail + fresh)[-OVERLAP:]
-        self.cursor = LogCursor(offset + len(fresh), seen, self.cursor.line_no)
+    def _advance(self, offset: int, before: bytes, fresh: bytes) -> None:
+        seen = (before + fresh)[-OVERLAP:]
+        self.cursor = LogCursor(offset + len(fresh), _fingerprint(seen), self.cursor.line_no)
+
+
+def _fingerprint(seen: bytes) -> bytes:
+    """What the cursor keeps of the overlap: its length and sha256, never the bytes themselves."""
+    return _DIGEST + len(seen).to_bytes(2, "big") + hashlib.sha256(seen).digest() if seen else b""
+
+
+def _overlap_length(tail: bytes) -> int:
+    if len(tail) == _DIGEST_LEN and tail.startswith(_DIGEST):
+        return int.from_bytes(tail[len(_DIGEST):len(_DIGEST) + 2], "big")
+    return len(tail)  # raw bytes, as older rgt stored them
+
+
+def _same_overlap(tail: bytes, read: bytes) -> bool:
+    """Whether the bytes read before the offset are the ones seen there last time."""
+    if len(tail) == _DIGEST_LEN and tail.startswith(_DIGEST):
+        return len(read) == _overlap_length(tail) and _fingerprint(read) == tail
+    return read == tail

@@ -4,11 +4,16 @@ The pipeline is follower → lines → (metric parser, signature detector) → f
 is persisted in one transaction per poll (cursor, samples, findings) so a restart neither loses nor
 double-counts anything. The stateful rules (stall, spike, GPU idle, finished-but-billing …) run on the
 overview's cadence over what the pipeline gathered plus liveness and GPU samples.
+
+A job may print a provider API key (`env`, a config dump). Every key rgt knows (the providers' env vars and
+CLI credential files) is redacted from the lines before anything reads them, so no key reaches the metric
+samples, the findings' evidence in the state database, the log view, `rgt watch` or a report.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import re
 from collections import deque
@@ -25,6 +30,7 @@ from ..audits.samples import Hit, Sample, severity_rank
 from ..audits.signatures import Catalogue, FindingsLedger, LedgerEntry, LogDetector
 from ..audits.training_progress import TrainingProgress
 from ..formatting import duration
+from ..providers.cloud.credentials import KeyScrubber, known_keys
 from ..state import LogFinding, StateDB
 from .log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
 from .runner import CELL_STARTED
@@ -141,6 +147,7 @@ class RunLogMonitor:
         self.nonfinite_step: int | None = None
         self.cell: str | None = None  # the roster cell the log is at (the wrapper's marker line says)
         self.saved = 0  # samples of this run stored so far: a cell boundary is recorded as a count
+        self.scrubber = KeyScrubber(known_keys())  # read once per monitor: keys set later need a new session
         self._restore()
         # what other tasks read while a poll digests in its thread: replaced whole, never mutated
         self.snapshot = self._snapshot(self.now())
@@ -179,7 +186,7 @@ class RunLogMonitor:
             return []
         data, _ = await self.follower.read(start, cursor.offset - start)
         splitter = LineSplitter()
-        lines = [line for line in splitter.feed(data) + splitter.flush()]
+        lines = self._redacted(splitter.feed(data) + splitter.flush())
         if start > launch_offset and lines:
             lines = lines[1:]  # began mid-line
         scratch = LogDetector(self.catalogue)
@@ -198,11 +205,14 @@ class RunLogMonitor:
                 views, alerts = await _finish_even_if_cancelled(asyncio.to_thread(self._ingest, chunk, t))
             else:
                 views, alerts = self._ingest(chunk, t)
-        return LogUpdate(tuple(views), chunk.restarted, chunk.partial, chunk.more, tuple(alerts))
+        partial = self.scrubber.scrub(chunk.partial) if self.scrubber else chunk.partial
+        return LogUpdate(tuple(views), chunk.restarted, partial, chunk.more, tuple(alerts))
 
     def _ingest(self, chunk: LogChunk, t: float) -> tuple[list[LogLineView], list[Alert]]:
         """Parse, detect, remember and record one chunk (runs in a worker thread for big chunks; the
         asyncio lock held by `poll` keeps every other user of this state out meanwhile)."""
+        if self.scrubber:
+            chunk = dataclasses.replace(chunk, lines=tuple(self._redacted(chunk.lines)))
         hits = self.detector.feed_lines([line.text for line in chunk.lines], chunk.first_line_no, t)
         samples: list[Sample] = []
         for cell, lines in _cells(chunk.lines):
@@ -223,6 +233,12 @@ class RunLogMonitor:
         alerts = self._record(hits, samples)
         self.snapshot = self._snapshot(t)
         return views, alerts
+
+    def _redacted(self, lines: Sequence[Line]) -> list[Line]:
+        """The lines with every known key removed; one search over the joined chunk when none is there."""
+        if not self.scrubber or not self.scrubber.touches("\n".join(line.text for line in lines)):
+            return list(lines)
+        return [line._replace(text=self.scrubber.scrub(line.text)) for line in lines]
 
     def _parse(self, lines: Sequence[Line], t: float) -> list[Sample]:
         """Metric samples of some lines. Of a run of progress-bar redraws only the last frame is parsed (the

@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
 
 from ..services.overview import RunView
-from .glyphs import badge, short_hash, size
+from .glyphs import badge, plain, short_hash, size
 from .stable_table import StableTable
 
 
@@ -39,21 +39,21 @@ class CheckpointsPanel(Vertical):
             self.summary = f"{run.evidence_state} · no manifest yet: p pulls once the job finished"
         else:
             self.summary = f"{run.evidence_state} · {verified}/{len(run.checkpoints)} verified · p pull · v verify"
-        summary.update(self.summary)
+        summary.update(plain(self.summary))
 
     @on(DataTable.RowHighlighted, "#checkpoints")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
         """The highlighted file's full result under the table, when the focus is here."""
         row = next((c for c in self.run.checkpoints if c.path == event.row_key.value), None) if self.run else None
         if row is not None and self.query_one("#checkpoints", DataTable).has_focus:
-            self.query_one("#checkpoint-summary", Static).update(f"{row.path}: {row.status} · {row.detail}")
+            self.query_one("#checkpoint-summary", Static).update(plain(f"{row.path}: {row.status} · {row.detail}"))
 
     def show_progress(self, done: int, total: int, line: str) -> None:
         """The pull's bytes so far over all files, and the latest file's line under it."""
         bar = self.query_one("#pull-progress", ProgressBar)
         bar.add_class("-visible")
         bar.update(total=max(total, 1), progress=done)
-        self.query_one("#checkpoint-summary", Static).update(line)
+        self.query_one("#checkpoint-summary", Static).update(plain(line))
 
     def hide_progress(self) -> None:
         self.query_one("#pull-progress", ProgressBar).remove_class("-visible")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ..formatting import money, short_hash, size
+from ..formatting import escape_control, money, short_hash, size
 
-__all__ = ["badge", "money", "short_hash", "size"]
+__all__ = ["badge", "money", "plain", "short_hash", "size"]
 
 _STYLE = {"ok": "green", "info": "", "warn": "yellow", "error": "bold red", "unknown": "dim"}
 
@@ -20,6 +20,12 @@ STATUS_LEVEL = {
     "critical": "error", "error": "error", "info": "info", "acknowledged": "ok",
 }
 _GLYPH = {"ok": "✔", "info": "·", "warn": "▲", "error": "✖", "unknown": "?"}
+
+
+def plain(text: str, *, keep_newlines: bool = False, style: str = "") -> Text:
+    """Text for a widget that may quote the box (a file name, a log line, an error): a Text is never parsed
+    as markup, so `[bold red]x` shows as typed, and control characters are shown escaped, not obeyed."""
+    return Text(escape_control(text, keep_newlines=keep_newlines), style=style)
 
 
 def badge(status: str) -> Text:

@@ -8,7 +8,7 @@ from textual.widgets import Button, Static
 
 from ..formatting import duration
 from ..services.overview import Overview
-from .glyphs import badge, money
+from .glyphs import badge, money, plain
 from .stable_table import StableTable
 
 
@@ -40,8 +40,8 @@ class InstancesPanel(Vertical):
             if instance is not None and instance.cost_to_finish is not None:
                 note = (f" · ETA {duration(instance.eta_s)} · "
                         f"{money(instance.cost_to_finish, instance.currency)} to finish{note}")
-            summary.update(f"id {instance.id if instance else '?'} · billing {instance.billing if instance else '?'}"
-                           f"{since}{note}")
+            summary.update(plain(f"id {instance.id if instance else '?'} · billing "
+                                 f"{instance.billing if instance else '?'}{since}{note}"))
         gate_status = self.query_one("#gate-status", Static)
         button = self.query_one("#teardown", Button)
         button.display = not read_only
@@ -50,12 +50,12 @@ class InstancesPanel(Vertical):
             button.disabled = True
             return
         if run.gate.open:
-            gate_status.update(f"✔ GATE OPEN · {run.gate.action}")
+            gate_status.update(plain(f"✔ GATE OPEN · {run.gate.action}"))
             gate_status.add_class("-open")
         else:
             reasons = "; ".join(run.gate.reasons[:3]) + (" …" if len(run.gate.reasons) > 3 else "")
-            gate_status.update(f"✖ GATE CLOSED ({len(run.gate.reasons)}): {reasons}")
+            gate_status.update(plain(f"✖ GATE CLOSED ({len(run.gate.reasons)}): {reasons}"))
             gate_status.remove_class("-open")
         instance = overview.instance(run.instance)
         button.disabled = not run.gate.open or instance is None or instance.state in ("terminated", "unknown")
-        button.tooltip = None if run.gate.open else "\n".join(run.gate.reasons)
+        button.tooltip = None if run.gate.open else plain("\n".join(run.gate.reasons), keep_newlines=True)

@@ -15,6 +15,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, RichLog, Static
 
+from ..formatting import escape_control
 from ..services.log_monitor import LogLineView
 from .loss_chart import LossChart
 
@@ -66,7 +67,7 @@ class LogPanel(Vertical):
     def set_progress(self, text: str) -> None:
         """The live progress bar (a line still being redrawn with carriage returns)."""
         progress = self.query_one("#log-progress", Static)
-        progress.update(Text(text[:500], no_wrap=True, overflow="ellipsis"))
+        progress.update(Text(escape_control(text[:500]), no_wrap=True, overflow="ellipsis"))
         progress.set_class(bool(text), "-visible")
 
     def set_filter(self, text: str) -> None:
@@ -98,7 +99,8 @@ class LogPanel(Vertical):
             self._write(log, line)
 
     def _write(self, log: RichLog, line: LogLineView) -> None:
-        log.write(Text(line.text, style=_LEVEL_STYLE.get(line.level or "", "")))
+        # log_lines.py escaped the log's lines already; a line from anywhere else is escaped here too
+        log.write(Text(escape_control(line.text), style=_LEVEL_STYLE.get(line.level or "", "")))
         self.shown.append(line.line_no)
 
     def _matches(self, line: str) -> bool:

@@ -11,11 +11,12 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ..formatting import utf8_terminal
+from ..formatting import escape_control, utf8_terminal
 
 EMPTY_TEXT = "loss chart: no loss parsed from the log yet"
 
@@ -31,6 +32,7 @@ class LossChart(Vertical):
 
     def set_series(self, steps: Sequence[float], values: Sequence[float], title: str) -> None:
         """Plot the finite points; the title carries what a chart cannot show (nan steps, ETA)."""
+        title = escape_control(title)  # it names the roster cell the log's marker line gave
         points = [(x, y) for x, y in zip(steps, values, strict=True) if math.isfinite(y)]
         xs = tuple(p[0] for p in points)
         ys = tuple(p[1] for p in points)
@@ -39,7 +41,7 @@ class LossChart(Vertical):
         self._shown = (xs, ys, title)
         empty = self.query_one("#chart-empty", Static)
         if len(points) < 2:
-            empty.update(title if points or title != EMPTY_TEXT else EMPTY_TEXT)
+            empty.update(Text(title if points or title != EMPTY_TEXT else EMPTY_TEXT))  # never markup
             empty.display = True
             if self._plot is not None:
                 self._plot.display = False

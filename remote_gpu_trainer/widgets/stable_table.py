@@ -11,6 +11,8 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
+from ..formatting import escape_control
+
 Row = tuple[str, Sequence[str | Text]]
 
 
@@ -28,8 +30,10 @@ class StableTable(DataTable[object]):
         cursor = self.cursor_row
         self.clear()
         for key, cells in rows:
-            # plain strings become Text: a log line or a note may hold "[...]", which is not markup
-            self.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells), key=key)
+            # plain strings become Text: a log line or a note may hold "[...]", which is not markup, and
+            # control characters from the box are shown escaped (a newline would break the row)
+            self.add_row(*(Text(escape_control(cell)) if isinstance(cell, str) else cell for cell in cells),
+                         key=key)
         if rows:
             self.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
         return True

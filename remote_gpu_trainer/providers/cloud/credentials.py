@@ -144,3 +144,54 @@ def _find_line_field(text: str, key_name: str) -> str | None:
                 if value:
                     return value
     return None
+
+
+# -- every key rgt could know, for redacting text that did not come from rgt (a job's log) -------------------
+
+def known_keys(*, environ: Mapping[str, str] | None = None, home: Path | None = None) -> tuple[str, ...]:
+    """Every provider key present now in any env var or credential file a profile names, not just the first
+    per provider: a job that prints `env` leaks all of them, whichever one rgt itself would use."""
+    from ...profiles import list_profiles  # lazily: the profiles are parsed only when a log is followed
+
+    env = os.environ if environ is None else environ
+    base = Path.home() if home is None else home
+    found: set[str] = set()
+    for profile in list_profiles():
+        api = profile.control.api
+        if api is None:
+            continue
+        found.update(value.strip() for name in api.auth_env if (value := env.get(name, "")).strip())
+        for auth_file in api.auth_files:
+            in_file = _read_file_entry(f"{auth_file.path}#{auth_file.key}" if auth_file.key else auth_file.path, base)
+            if in_file:
+                found.add(in_file)
+    return tuple(sorted(found))
+
+
+class KeyScrubber:
+    """Redacts known keys from text at log speed: a text is first searched (in C) for every 8-character piece
+    of every key, and only a text holding one goes through cloud/http.py's `redact`, which also removes a
+    key cut in half (a line truncated mid-key). With no key known it costs nothing."""
+
+    def __init__(self, keys: Sequence[str]) -> None:
+        self.keys = tuple(k for k in keys if len(k) >= 6)
+        self._pieces: tuple[str, ...] = ()
+        if self.keys:
+            from .http import FRAGMENT  # httpx is imported only when there is a key to look for
+
+            self._pieces = tuple({k[i:i + FRAGMENT] for k in self.keys
+                                  for i in range(max(1, len(k) - FRAGMENT + 1))})
+
+    def __bool__(self) -> bool:
+        return bool(self.keys)
+
+    def touches(self, text: str) -> bool:
+        """Whether `text` holds a key or a piece of one (the cheap test, for a whole chunk at once)."""
+        return any(piece in text for piece in self._pieces)
+
+    def scrub(self, text: str) -> str:
+        if not self.keys or not self.touches(text):
+            return text
+        from .http import redact
+
+        return redact(text, self.keys)

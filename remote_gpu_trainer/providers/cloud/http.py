@@ -41,6 +41,7 @@ from .credentials import ApiKey
 AUTH_SCHEMES = ("bearer", "basic-user", "raw-header")
 DEFAULT_TIMEOUT_S = 30.0
 MAX_MESSAGE_CHARS = 300
+MAX_ERROR_DEPTH = 8  # levels of an error body read for its message
 REDACTED = "<redacted>"
 
 log = logging.getLogger("remote_gpu_trainer.providers.cloud")
@@ -388,7 +389,7 @@ class CloudHTTP:
         text = response.content.decode("utf-8", errors="replace")
         try:
             return json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):  # hostile nesting reads as "not JSON", not a crash
             pass
         raise CloudAPIError(self.provider, method, shown, response.status_code,
                             "answered with a body that is not JSON")
@@ -430,22 +431,24 @@ def provider_message(body: bytes) -> str:
         return ""
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return " ".join(text.split())[:MAX_MESSAGE_CHARS]
     return message_from_json(data)[:MAX_MESSAGE_CHARS]
 
 
-def message_from_json(data: Any) -> str:
+def message_from_json(data: Any, depth: int = 0) -> str:
+    if depth > MAX_ERROR_DEPTH:  # an error body nested hundreds deep: no provider writes one, so stop reading
+        return ""
     if isinstance(data, str):
         return data
     if isinstance(data, list):
-        return "; ".join(filter(None, (message_from_json(item) for item in data[:3])))
+        return "; ".join(filter(None, (message_from_json(item, depth + 1) for item in data[:3])))
     if not isinstance(data, dict):
         return ""
     parts: list[str] = []
     error = data.get("error")
     if isinstance(error, dict):
-        parts.append(message_from_json(error))
+        parts.append(message_from_json(error, depth + 1))
     elif isinstance(error, str) and error:
         parts.append(error)
     for key in ("message", "msg", "detail", "suggestion"):
@@ -453,7 +456,7 @@ def message_from_json(data: Any) -> str:
         if isinstance(value, str) and value and value not in parts:
             parts.append(value)
     if isinstance(data.get("errors"), list):
-        parts.append(message_from_json(data["errors"]))
+        parts.append(message_from_json(data["errors"], depth + 1))
     code = data.get("code")
     if isinstance(code, str) and code and not parts:
         parts.append(code)
