@@ -319,12 +319,20 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
         return await _watch(session, args.run, args.once, args.interval)
     if verb == "pull":
         result = await session.pull(args.run, progress=_ProgressPrinter(), actor="cli")
-        print(f"pulled {len(result.files)} file(s) into {session.project.run_dir(args.run)}", file=sys.stderr)
+        where = session.project.run_dir(args.run)
+        if not result.ok:
+            for problem in result.failed:
+                print(f"✖ {escape_control(problem.path)}: {escape_control(problem.detail)}", file=sys.stderr)
+            raise VerbFailed(f"pull of {args.run} incomplete: {len(result.failed)} of {len(result.files)} file(s) "
+                             f"were not fetched and verified against the manifest into {where}: fix the reasons "
+                             f"above, then `rgt pull {args.run}` again")
+        print(f"pulled {len(result.files)} file(s) into {where}: {len(result.fetched)} fetched, "
+              f"{len(result.present)} already here, each matching its manifest hash", file=sys.stderr)
         return EXIT_OK
     if verb == "verify":
         outcome = await session.verify(args.run, progress=lambda text: print(text, file=sys.stderr), actor="cli")
         for f in outcome.files:
-            print(f"{f.status:<14} {f.path}  {f.detail}")
+            print(f"{f.status:<14} {escape_control(f.path)}  {escape_control(f.detail)}")
         if not outcome.ok:
             first = outcome.errors[0]
             raise VerbFailed(f"verification of {args.run} failed: {len(outcome.errors)} problem(s), first: "

@@ -42,6 +42,11 @@ class TransportError(RgtError):
     exit_code = EXIT_FAILED
 
 
+class HostKeyChanged(TransportError):
+    """The box presented a host key other than the recorded one (the SSH transport raises it): nothing
+    was sent, and a pull names it as the reason its files failed."""
+
+
 class StateError(ConfigError):
     """The state database cannot be used (damaged, unreadable, or written by a newer rgt): exit 2, and
     nothing that needs it (the teardown gate first) can proceed."""

@@ -43,7 +43,7 @@ from typing import Any, TypeVar
 import asyncssh
 
 from ..clock import iso_offset, utc_now
-from ..errors import ConfigError, TransportError
+from ..errors import ConfigError, HostKeyChanged, TransportError
 from .base import CommandResult, RemoteStat
 from .detach import launch_with_setsid
 
@@ -94,7 +94,7 @@ class HostKeyUnknown(TransportError):
             f"with the provider's console, then accept it to record it in {known_hosts_file}")
 
 
-class HostKeyMismatch(TransportError):
+class HostKeyMismatch(HostKeyChanged):
     """The host presented a key other than the recorded one: refused before any login, nothing rewritten.
 
     Rented hosts reuse host:port after a re-create, so this can be legitimate; only the user may decide

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import importlib.metadata
 import importlib.resources
@@ -22,6 +23,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import stat
 import sys
@@ -57,7 +59,8 @@ from ..audits.manifest import (
 )
 from ..clock import utc_now
 from ..config import ProjectConfig, RunConfig, run_config_record
-from ..errors import TransportError, VerbFailed
+from ..errors import HostKeyChanged, TransportError, VerbFailed
+from ..formatting import size
 from ..providers.base import Transport
 from ..state import FileKey, StateDB
 from ..strict_json import loads_strict
@@ -197,21 +200,30 @@ def _builder_problems(stderr: str) -> str:
 # -- pulling -------------------------------------------------------------------------------------------------
 
 class _ContractBroken(Exception):
-    """The remote file no longer matches the manifest: retrying cannot help."""
+    """The remote file no longer matches the manifest: retrying cannot help. `reason` is the Problem code."""
+
+    def __init__(self, message: str, reason: str = "changed_on_box") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,
                progress: Callable[[PullProgress], None] | None = None) -> PullResult:
-    """Manifest first, then every listed file resumably; never deletes anything local but its own `.part`."""
+    """Manifest first, then every listed file resumably; never deletes anything local but its own `.part`
+    (and a local file whose bytes are not the manifest's, which is fetched again in its place).
+
+    Before any file is fetched, the bytes still to come are compared with the free space where the run
+    lands: a pull that cannot fit is refused with the figures instead of failing half-way."""
     root = project.run_dir(run.id)
     root.mkdir(parents=True, exist_ok=True)
     recorded = db.recorded_manifest(run.id) or await build_manifest(transport, run, db)
     manifest = await _manifest_for_pull(root, run, transport, recorded)
+    await asyncio.to_thread(_check_free_space, root, manifest)
     report = progress or (lambda _: None)
     limit = asyncio.Semaphore(PULL_PARALLEL)
     async with asyncio.TaskGroup() as group:
         tasks = [group.create_task(_pull_file(root, run.remote_root, entry.path, entry.bytes, entry.sha256,
-                                              transport, limit, report))
+                                              transport, db, limit, report))
                  for entry in manifest.files]
     fetched, present, failed = [], [], []
     for entry, task in zip(manifest.files, tasks, strict=True):
@@ -225,6 +237,24 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
     return PullResult(manifest_sha256=manifest.sha256, files=[entry.path for entry in manifest.files],
                       bytes=manifest.total_bytes,
                       fetched=fetched, present=present, failed=failed)
+
+
+def _check_free_space(root: Path, manifest: Manifest) -> None:
+    """Refuse, with the figures, a pull whose remaining bytes do not fit on the local disk."""
+    needed = 0
+    for entry in manifest.files:
+        target = root.joinpath(*entry.path.split("/"))
+        info = _lstat(target)
+        if info is not None and stat.S_ISREG(info.st_mode) and info.st_size == entry.bytes:
+            continue
+        part = _lstat(target.with_name(target.name + ".part"))
+        have = part.st_size if part is not None and stat.S_ISREG(part.st_mode) and part.st_size <= entry.bytes else 0
+        needed += entry.bytes - have
+    free = shutil.disk_usage(root).free
+    if needed > free:
+        raise VerbFailed(f"{root}: the pull needs {size(needed)} more ({needed:,} bytes of "
+                         f"{size(manifest.total_bytes)} listed), only {size(free)} ({free:,} bytes) are free there: "
+                         "free space, then pull again")
 
 
 async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, recorded: str) -> Manifest:
@@ -264,28 +294,54 @@ def _acceptable(data: bytes, run: RunConfig, where: object) -> Manifest:
 
 
 async def _pull_file(root: Path, remote_root: str, path: str, size: int, sha256: str, transport: Transport,
-                     limit: asyncio.Semaphore, report: Callable[[PullProgress], None]) -> str | Problem:
-    """'present', 'fetched', or the Problem that made the file fail after its tries."""
+                     db: StateDB, limit: asyncio.Semaphore, report: Callable[[PullProgress], None]) -> str | Problem:
+    """'present', 'fetched', or the Problem (its code the reason) that made the file fail after its tries."""
     target, problem = _local_target(root, path)
     if problem is not None:
         report(PullProgress(path, 0, size, "failed"))
         return problem
     assert target is not None
     remote = f"{remote_root.rstrip('/')}/{path}"
-    last = ""
+    last: Problem | None = None
     async with limit:
         for attempt in range(1, PULL_TRIES + 1):
             try:
-                return await _fetch(target, remote, path, size, sha256, transport, report)
+                return await _fetch(target, remote, path, size, sha256, transport, db, report)
             except _ContractBroken as exc:
                 report(PullProgress(path, 0, size, "failed"))
-                return Problem("pull_failed", path, str(exc))
+                return Problem(exc.reason, path, str(exc))
+            except HostKeyChanged as exc:  # no retry can help, and nothing may be sent to that host
+                report(PullProgress(path, 0, size, "failed"))
+                return Problem("host_key_changed", path, f"host key changed: {exc}")
             except (TransportError, OSError) as exc:
-                last = str(exc) or type(exc).__name__
+                last = _transfer_problem(path, exc)
+                if last.code in ("no_space", "permission_denied"):
+                    break
             except _HashMismatch as exc:
-                last = str(exc)
+                last = Problem("changed_on_box", path, f"changed on the box: {exc}")
             report(PullProgress(path, 0, size, "retrying" if attempt < PULL_TRIES else "failed"))
-    return Problem("pull_failed", path, f"failed after {PULL_TRIES} tries: {last}")
+    report(PullProgress(path, 0, size, "failed"))
+    assert last is not None
+    return Problem(last.code, path, f"{last.detail} (after {attempt} {'try' if attempt == 1 else 'tries'})")
+
+
+PULL_REASONS = {
+    "host_key_changed": "host key changed", "no_space": "no space left", "changed_on_box": "changed on the box",
+    "missing_on_box": "missing on the box", "permission_denied": "permission denied",
+    "transfer_failed": "transfer failed", "path_unsafe": "unsafe path",
+}
+
+
+def _transfer_problem(path: str, exc: Exception) -> Problem:
+    """Name why a transfer failed in the words a user acts on."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return Problem("no_space", path, f"no space left on the local disk: {text}")
+    if isinstance(exc, PermissionError) or (isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM)):
+        return Problem("permission_denied", path, f"permission denied: {text}")
+    if isinstance(exc, FileNotFoundError):
+        return Problem("missing_on_box", path, f"missing on the box: {text}")
+    return Problem("transfer_failed", path, f"transfer failed: {text}")
 
 
 class _HashMismatch(Exception):
@@ -293,18 +349,23 @@ class _HashMismatch(Exception):
 
 
 async def _fetch(target: Path, remote: str, path: str, size: int, sha256: str, transport: Transport,
-                 report: Callable[[PullProgress], None]) -> str:
-    """One try: resume the `.part` (re-hashing its prefix), stream the rest, check, rename, fsync."""
+                 db: StateDB, report: Callable[[PullProgress], None]) -> str:
+    """One try: keep a local copy whose bytes are the manifest's, else resume the `.part` (re-hashing its
+    prefix), stream the rest, check, rename, fsync; the streamed hash seeds the hash cache."""
     info = _lstat(target)
     if info is not None and stat.S_ISREG(info.st_mode) and info.st_size == size:
-        report(PullProgress(path, size, size, "present"))
-        return "present"  # hashed again at verification
+        if await asyncio.to_thread(hash_with_cache_sync, db, target) == sha256:
+            report(PullProgress(path, size, size, "present"))
+            return "present"
+        _unlink(target.with_name(target.name + ".part"))  # damaged or edited here: fetch it whole again
     remote_info = await transport.stat(remote)
-    if remote_info is None or remote_info.kind != "file":
-        raise _ContractBroken(f"{remote}: missing on the instance or not a regular file")
+    if remote_info is None:
+        raise _ContractBroken(f"{remote}: missing on the box", "missing_on_box")
+    if remote_info.kind != "file":
+        raise _ContractBroken(f"{remote}: not a regular file on the box ({remote_info.kind})", "changed_on_box")
     if remote_info.size != size:
         raise _ContractBroken(f"{remote}: is {remote_info.size} bytes, the manifest says {size}: "
-                              "it changed after the manifest was built")
+                              "changed on the box (it changed after the manifest was built)", "changed_on_box")
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     if os.path.lexists(part):
@@ -314,12 +375,15 @@ async def _fetch(target: Path, remote: str, path: str, size: int, sha256: str, t
                          lambda count: report(PullProgress(path, count, size, "downloading")))
     if done != size:
         _unlink(part)
-        raise _ContractBroken(f"{remote}: ended at {done} bytes, the manifest says {size}")
+        raise _ContractBroken(f"{remote}: ended at {done} bytes, the manifest says {size}: it changed on the box",
+                              "changed_on_box")
     if digest.hexdigest() != sha256:
         _unlink(part)
         raise _HashMismatch(f"{path}: sha256 after transfer differs from the manifest")
     os.replace(part, target)
     _fsync_dir(target.parent)
+    renamed = os.lstat(target)
+    db.store_hash(str(target), FileKey.of(renamed), sha256)  # the dashboard's next refresh hashes nothing
     report(PullProgress(path, size, size, "done"))
     return "fetched"
 
@@ -335,7 +399,7 @@ async def _stream(remote: str, part: Path, offset: int, size: int, digest: Any, 
         if done < size:
             async for chunk in transport.read_chunks(remote, offset, CHUNK):
                 if done + len(chunk) > size:
-                    raise _ContractBroken(f"{remote}: grew past {size} bytes while reading")
+                    raise _ContractBroken(f"{remote}: grew past {size} bytes while reading: it changed on the box")
                 await asyncio.to_thread(_append, fd, chunk, digest)
                 done += len(chunk)
                 unsynced += len(chunk)

@@ -25,6 +25,7 @@ from ..clock import Clock, parse_iso, utc_now
 from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file, user_config_dir
 from ..errors import RgtError, VerbFailed
 from ..formatting import describe_gpus
+from ..fsutil import run_lock
 from ..profiles import Profile, profile_age_text
 from ..providers import slurm
 from ..providers.base import InstanceStatus, Transport
@@ -391,22 +392,43 @@ class Session:
 
     async def pull(self, run_id: str, progress: Callable[[evidence.PullProgress], None] | None = None,
                    actor: str = "user") -> evidence.PullResult:
+        """Pull under the run's lock; the event log says finished only when every file arrived verified
+        against its manifest hash, else incomplete (with each failed file) or failed (with the error)."""
         run = self.run_config(run_id)
         state = await self.run_state(run_id)
         if state.liveness.state in ("running", "stalled"):
             raise VerbFailed(f"run {run_id} is still {state.liveness.state}: pull once it has finished, "
                              "because the manifest is built once, from the finished files")
-        self.db.append_event("pull", f"pull of run {run_id} started", run_id=run_id, instance=run.instance,
-                             actor=actor)
-        result = await evidence.pull(self.project, run, await self.remote(run.instance), self.db, progress)
-        self.db.append_event("pull", f"pull of run {run_id} finished", run_id=run_id, instance=run.instance,
-                             actor=actor, detail={"files": len(result.files)})
+        with run_lock(self.project.state_dir, run_id, "pulling"):
+            self.db.append_event("pull", f"pull of run {run_id} started", run_id=run_id, instance=run.instance,
+                                 actor=actor)
+            try:
+                result = await evidence.pull(self.project, run, await self.remote(run.instance), self.db, progress)
+            except (RgtError, OSError) as exc:
+                self.db.append_event("pull_failed", f"pull of run {run_id} failed: {exc}", run_id=run_id,
+                                     instance=run.instance, actor=actor, detail={"error": str(exc)})
+                raise
+            except asyncio.CancelledError:
+                self.db.append_event("pull_failed", f"pull of run {run_id} interrupted", run_id=run_id,
+                                     instance=run.instance, actor=actor, detail={"error": "cancelled"})
+                raise
+        detail = {"files": len(result.files), "fetched": len(result.fetched), "present": len(result.present),
+                  "failed": [problem.to_dict() for problem in result.failed[:50]]}
+        if result.ok:
+            self.db.append_event("pull", f"pull of run {run_id} finished: {len(result.files)} file(s) here, "
+                                 "each matching its manifest hash", run_id=run_id, instance=run.instance,
+                                 actor=actor, detail=detail)
+        else:
+            self.db.append_event("pull_incomplete", f"pull of run {run_id} incomplete: {len(result.failed)} of "
+                                 f"{len(result.files)} file(s) not fetched", run_id=run_id, instance=run.instance,
+                                 actor=actor, detail=detail)
         return result
 
     async def verify(self, run_id: str, progress: Callable[[str], None] | None = None,
                      actor: str = "user") -> evidence.VerifyResult:
         run = self.run_config(run_id)
-        result = await evidence.verify(self.project, run, self.db, progress)
+        with run_lock(self.project.state_dir, run_id, "verifying"):
+            result = await evidence.verify(self.project, run, self.db, progress)
         summary = "passed" if result.ok else f"failed ({len(result.errors)} problem(s))"
         self.db.append_event("verify", f"verification of run {run_id} {summary}", run_id=run_id,
                              instance=run.instance, actor=actor,

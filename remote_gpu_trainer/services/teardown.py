@@ -16,6 +16,7 @@ from ..audits.manifest import is_checkpoint
 from ..config import RunConfig
 from ..errors import GateRefused, RgtError
 from ..formatting import short_hash, size
+from ..fsutil import run_locks
 from ..profiles import profile_age_text
 from ..providers.base import InstanceStatus
 from . import evidence
@@ -125,6 +126,13 @@ async def execute(session: Session, instance_name: str, typed_id: str | None, sh
     Either way the approval, with what the screen showed, is in the event log before the provider call.
     """
     session.require_writable(f"{action_id} of {instance_name}")
+    covered = [b.run.id for b in box_gate.box_runs(session, instance_name)]
+    with run_locks(session.project.state_dir, covered, "tearing down"):  # no pull or verify of them meanwhile
+        return await _execute(session, instance_name, typed_id, shown, actor=actor, action_id=action_id)
+
+
+async def _execute(session: Session, instance_name: str, typed_id: str | None, shown: list[str] | tuple[str, ...],
+                   *, actor: str, action_id: str) -> TeardownResult:
     typed = (typed_id or "").strip()
     current = await plan(session, instance_name, action_id)
     if not current.gate_open:

@@ -1,0 +1,70 @@
+"""File-system helpers that more than one service needs: the per-run lock.
+
+One writer per run: pull, verify and teardown of a run each hold the run's lock, so a second rgt process
+(or a second worker in the same one) never races on the same `.part` files, markers or provider calls. The
+lock is `flock` on `.rgt/locks/<run>.lock`: the kernel releases it when the holder dies, even by kill -9, so
+a crashed rgt never leaves a run locked. The file holds the holder's pid and verb, to name it in the refusal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from .errors import VerbFailed
+
+LOCK_DIR = "locks"
+
+
+def _lock_path(state_dir: Path, run_id: str) -> Path:
+    return state_dir / LOCK_DIR / f"{run_id}.lock"
+
+
+def _holder(path: Path) -> tuple[str, str]:
+    """The pid and verb written by the process that holds the lock (best effort: it may be writing)."""
+    try:
+        words = path.read_text(encoding="utf-8").split(maxsplit=1)
+    except OSError:
+        return "?", "using"
+    if not words:
+        return "?", "using"
+    return words[0], words[1].strip() if len(words) > 1 else "using"
+
+
+@contextlib.contextmanager
+def run_lock(state_dir: Path, run_id: str, verb: str) -> Iterator[None]:
+    """Hold the run's lock while the block runs; refuse at once (exit 1) when another holder has it.
+
+    `verb` is what this process is doing in words ("pulling", "verifying", "tearing down").
+    """
+    path = _lock_path(state_dir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid, doing = _holder(path)
+            raise VerbFailed(f"another rgt (pid {pid}) is {doing} {run_id}: wait for it to finish, "
+                             "then try again") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {verb}\n".encode())
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def run_locks(state_dir: Path, run_ids: Sequence[str], verb: str) -> Iterator[None]:
+    """Several runs' locks (a teardown covers every run on the box), taken in a fixed order."""
+    with contextlib.ExitStack() as stack:
+        for run_id in sorted(set(run_ids)):
+            stack.enter_context(run_lock(state_dir, run_id, verb))
+        yield
