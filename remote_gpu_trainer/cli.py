@@ -152,6 +152,9 @@ def _run_verb_arguments(parser: _Parser, verb: str) -> None:
         parser.add_argument("--stop", action="store_true", help="stop (keeps the disk) instead of terminate")
     if verb == "run":
         parser.add_argument("--ack", metavar="NOTE", help="launch despite failed phase-0 rows; NOTE says why")
+        parser.add_argument("--rerun", action="store_true",
+                            help="launch RUN again under a new id RUN-rN (its table is copied in rgt.toml with a "
+                                 "sibling remote_root): run ids are append-only")
     if verb == "up":
         parser.add_argument("--approve-price", metavar="PRICE",
                             help="runpod/vastai/lambda: the hourly price the plan states, typed exactly: the "
@@ -302,6 +305,10 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
         print("\n".join(f"pushed {path}" for path in written) or "nothing to push")
         return EXIT_OK
     if verb == "run":
+        if args.rerun:
+            args.run = session.add_rerun(args.run, actor="cli")
+            run = session.run_config(args.run)
+            print(f"added [runs.{args.run}] to {session.project.file} (remote_root {run.remote_root})")
         rows = await session.env_audit(args.run, actor="cli")
         _print_audit(rows)
         failed = [r for r in rows if r.status == "fail"]

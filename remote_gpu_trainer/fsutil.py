@@ -68,3 +68,28 @@ def run_locks(state_dir: Path, run_ids: Sequence[str], verb: str) -> Iterator[No
         for run_id in sorted(set(run_ids)):
             stack.enter_context(run_lock(state_dir, run_id, verb))
         yield
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Replace `path` with `data` so a reader sees the old file or the whole new one, never a half: a temp
+    file beside it, fsync, rename, fsync of the folder. The temp file never survives a failure."""
+    temp = path.with_name(f".rgt-tmp-{path.name}.{os.getpid()}")
+    try:
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)

@@ -8,14 +8,19 @@ no-clobber link, so a failure leaves nothing half-written.
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 import shlex
 import sys
+import tomllib
 from importlib import resources
 from pathlib import Path
 
-from ..config import CONFIG_NAME, LAUNCH_PROVIDERS, PROVIDERS, load_project, load_project_text
+import tomli_w
+
+from ..config import CONFIG_NAME, LAUNCH_PROVIDERS, PROVIDERS, ProjectConfig, load_project, load_project_text
 from ..errors import ConfigError
+from ..fsutil import atomic_write
 
 INIT_TEMPLATE = """\
 # rgt.toml: one project for remote-gpu-trainer (https://github.com/…/remote-gpu-trainer)
@@ -150,3 +155,40 @@ def create_demo(folder: Path, quick: bool = False) -> Path:
 def _toml_string(value: str) -> str:
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
+
+
+_RERUN_SUFFIX = re.compile(r"^(?P<base>.+)-r(?P<n>[0-9]+)$")
+
+
+def rerun_id(project: ProjectConfig, run_id: str, taken: set[str]) -> str:
+    """`<id>-r<N>` with the smallest N >= 2 that no run, launch or local root has used (a re-run of a
+    re-run counts on from its base: exp1-r2 → exp1-r3)."""
+    match = _RERUN_SUFFIX.match(run_id)
+    base = match.group("base") if match else run_id
+    number = int(match.group("n")) + 1 if match else 2
+    while True:
+        candidate = f"{base}-r{number}"
+        if candidate not in taken and candidate not in project.runs and not project.run_dir(candidate).exists():
+            return candidate
+        number += 1
+
+
+def add_rerun(project: ProjectConfig, run_id: str, taken: set[str]) -> str:
+    """Append a copy of `[runs.<run_id>]` to rgt.toml under a new id whose result root is a sibling of the
+    old one (never inside it: the old manifest's root must stay as it was). Returns the new id.
+
+    rgt.toml is otherwise left byte for byte as the user wrote it; the new text is validated before the
+    file is replaced atomically, so a failure leaves the old file."""
+    run = project.run(run_id)
+    new_id = rerun_id(project, run_id, taken)
+    text = project.file.read_text(encoding="utf-8-sig")
+    table = tomllib.loads(text)["runs"][run_id]
+    parent, name = posixpath.split(run.remote_root.rstrip("/"))
+    suffix = new_id.rsplit("-", 1)[1]  # rN
+    table["remote_root"] = posixpath.join(parent, new_id if name == run_id else f"{name}-{suffix}")
+    body = tomli_w.dumps({"runs": {new_id: table}})
+    addition = f"\n# a re-run of {run_id}, added by `rgt run {run_id} --rerun`\n{body}"
+    new_text = text.rstrip("\n") + "\n" + addition
+    load_project_text(project.file, new_text)
+    atomic_write(project.file, new_text.encode("utf-8"))
+    return new_id

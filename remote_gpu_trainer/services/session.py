@@ -280,6 +280,7 @@ class Session:
         if current.liveness.state in ("running", "stalled"):
             raise VerbFailed(f"run {run_id} is already {current.liveness.state} ({current.liveness.detail}): "
                              "its inputs are not touched")
+        await self._refuse_reused_id(run)
         primitive = str(self.profile(run.instance).raw.get("detach", {}).get("primitive", "setsid"))
         stale = self._monitors.pop(run_id, None)
         if stale is not None:
@@ -291,6 +292,34 @@ class Session:
         # would otherwise replay the previous launch's crashes as this one's)
         self.db.reset_log_state(run_id, int(str(detail.get("log_offset", 0))))
         return detail
+
+    def add_rerun(self, run_id: str, actor: str = "user") -> str:
+        """Copy the run's table to a new id (`rgt run --rerun`) and reload rgt.toml; returns the new id."""
+        from .project_files import add_rerun
+
+        self.require_writable("a re-run")
+        taken = {record.run_id for record in self.db.launch_history()}
+        new_id = add_rerun(self.project, run_id, taken)
+        self.project = load_project(self.project.file)
+        self.db.append_event("rerun", f"run {new_id} added to rgt.toml as a re-run of {run_id}", run_id=new_id,
+                             actor=actor, detail={"of": run_id, "remote_root": self.project.run(new_id).remote_root})
+        return new_id
+
+    async def _refuse_reused_id(self, run: RunConfig) -> None:
+        """Run ids are append-only: an id whose results exist anywhere (files in the result root on the
+        box, a manifest recorded, a local root here) is never launched again, or new results would mix with
+        evidence already pulled or verified. `rgt run --rerun ID` launches a copy under a new id."""
+        held = []
+        if self.db.recorded_manifest(run.id) is not None:
+            held.append("a manifest recorded")
+        if self.project.run_dir(run.id).exists():
+            held.append(f"a local root runs/{run.id}/")
+        transport = await self.remote(run.instance)
+        if await transport.listdir(run.remote_root):
+            held.append(f"results in {run.remote_root} on {run.instance}")
+        if held:
+            raise VerbFailed(f"run {run.id} already has {', '.join(held)}: run ids are append-only, so it is not "
+                             f"launched again; `rgt run {run.id} --rerun` launches a copy under a new id")
 
     async def run_state(self, run_id: str) -> RunState:
         run = self.run_config(run_id)
