@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,7 +21,7 @@ from typing import TYPE_CHECKING
 from . import __version__
 from .clock import report_now
 from .config import PROVIDERS
-from .errors import EXIT_FAILED, EXIT_OK, ConfigError, GateRefused, RgtError, VerbFailed
+from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, GateRefused, RgtError, VerbFailed
 from .formatting import escape_control, pull_progress_line
 from .services.evidence import PullProgress
 
@@ -69,6 +70,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rgt: interrupted (remote jobs keep running; pulls resume next time)", file=sys.stderr)
         return 130
+    except sqlite3.DatabaseError as exc:  # damage found after the database opened
+        if debug:
+            raise
+        print(f"rgt: the project's state database .rgt/state.db is damaged ({exc}): move it aside to start a new "
+              "one (the teardown gate stays closed until then)", file=sys.stderr)
+        return EXIT_USAGE
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
         if debug:
             raise
@@ -195,6 +202,10 @@ def _verb(verb: str, argv: list[str]) -> int:
     check_distinct_boxes(project)
     project.run(args.run)  # an unknown run is refused before anything is created
     session = Session(project)
+    if session.folder_read_only and verb != "watch":
+        session.close()
+        raise ConfigError(f"rgt {verb}: the project folder {project.root} is read-only; only --report, events, "
+                          "watch and --read-only work there")
     try:
         return asyncio.run(_headless_and_close(session, verb, args))
     finally:

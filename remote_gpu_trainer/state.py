@@ -342,6 +342,11 @@ class StateDB:
     def close(self) -> None:
         self._conn.close()
 
+    def twin(self) -> StateDB:
+        """A second handle for a worker thread: its own connection, or this one when the database is a
+        read-only copy in memory (a second copy would not see what this one records)."""
+        return self if self.read_only else StateDB(self.path, self.clock)
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         self._conn.execute("BEGIN IMMEDIATE")

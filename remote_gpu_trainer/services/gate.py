@@ -12,6 +12,7 @@ entry naming the same box, still keeps the gate closed until its results are hom
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..audits.gate import Approval, GateDecision, evaluate_evidence_only, evaluate_gate
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .session import Session
 
 SSH_PROVIDERS = ("ssh", "slurm")
+LOCAL_HOSTS = ("localhost", "127.0.0.1")  # a Slurm "cluster" on this machine: no SSH endpoint
 
 
 @dataclass(frozen=True)
@@ -38,24 +40,26 @@ class BoxRun:
         return self.run.id if self.in_config else f"{self.run.id} (no longer in rgt.toml)"
 
 
-def box_key(instance: InstanceConfig, provider_id: str) -> str:
-    """The physical box an instance entry names: provider and provider id, or SSH host and port (the login
-    user does not change the machine)."""
-    if instance.provider in SSH_PROVIDERS and instance.host:
-        host = instance.host.rsplit("@", 1)[-1]
-        name, _, port = host.partition(":")
-        return f"ssh:{name.lower()}:{port or '22'}"
+async def box_key(instance: InstanceConfig, provider_id: str, state_dir: Path) -> str:
+    """The physical box an instance entry names: provider and provider id, or the SSH host and port it
+    really connects to (an alias resolved through ssh config; the login user does not change the machine)."""
+    if instance.provider in SSH_PROVIDERS and instance.host and instance.host not in LOCAL_HOSTS:
+        from ..providers.box_identity import ssh_endpoint  # asyncssh only for SSH boxes
+        from ..providers.transport_ssh import SSHSettings
+
+        name, port = await ssh_endpoint(instance.host, SSHSettings(known_hosts_file=state_dir / "known_hosts"))
+        return f"ssh:{name}:{port}"
     return f"{instance.provider}:{provider_id}"
 
 
-def session_box_key(session: Session, name: str) -> str:
+async def session_box_key(session: Session, name: str) -> str:
     instance = session.instance(name)
-    return box_key(instance, session.provider(name).provider_id(instance))
+    return await box_key(instance, session.provider(name).provider_id(instance), session.project.state_dir)
 
 
-def box_runs(session: Session, name: str) -> list[BoxRun]:
+async def box_runs(session: Session, name: str) -> list[BoxRun]:
     """Every run configured on the instance entry, and every run the launch log puts on its box."""
-    key = session_box_key(session, name)
+    key = await session_box_key(session, name)
     launched: dict[str, RunConfig | None] = {}
     for record in session.db.launch_history():
         if record.box == key or (record.box is None and record.instance == name):  # None: before schema 2
@@ -107,7 +111,7 @@ async def box_reasons(session: Session, name: str, provider_id: str, approval: A
                       check_box: bool = True) -> tuple[list[str], list[str]]:
     """Every reason the gate is closed for the box (each prefixed with its run when there are several),
     and the warnings (a box that did not answer)."""
-    covered = [b for b in box_runs(session, name) if b.launched]
+    covered = [b for b in await box_runs(session, name) if b.launched]
     reasons: list[str] = []
     warnings: list[str] = []
     for box_run in covered:

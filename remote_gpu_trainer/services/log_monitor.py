@@ -129,7 +129,8 @@ class RunLogMonitor:
     def __init__(self, run_id: str, read: Reader, db: StateDB, catalogue: Catalogue,
                  now: Callable[[], float], total_steps: int | None = None) -> None:
         self.run_id = run_id
-        self.db = StateDB(db.path, db.clock)  # its own connection: polls write from a worker thread
+        self.db = db.twin()  # its own connection: polls write from a worker thread
+        self._owns_db = self.db is not db
         self.catalogue = catalogue
         self.now = now
         self.follower = LogFollower(read, db.log_cursor(run_id))
@@ -153,7 +154,8 @@ class RunLogMonitor:
         self.snapshot = self._snapshot(self.now())
 
     def close(self) -> None:
-        self.db.close()
+        if self._owns_db:
+            self.db.close()
 
     def _restore(self) -> None:
         """After a restart: the findings (so nothing re-notifies) and the current cell's recent series (for

@@ -63,8 +63,11 @@ class Session:
     def __init__(self, project: ProjectConfig, *, clock: Clock = utc_now, read_only: bool = False) -> None:
         self.project = project
         self.clock = clock
-        self.read_only = read_only
-        self.db = StateDB(project.state_db, clock)
+        # a project folder rgt may not write to still serves the read-only verbs (--report, events,
+        # --read-only): the state is read from a copy, and every cost-affecting action is refused
+        self.folder_read_only = not project_writable(project)
+        self.read_only = read_only or self.folder_read_only
+        self.db = StateDB(project.state_db, clock, read_only=self.folder_read_only)
         self._providers: dict[str, AnyProvider] = {}
         self.host_key_prompts: dict[str, HostKeyUnknown] = {}  # instance -> the unknown key it presented
         self._gpu_text: dict[str, tuple[float, str]] = {}  # instance -> (monotonic time, panel text)
@@ -134,6 +137,9 @@ class Session:
         return self.project.run(run_id)
 
     def require_writable(self, what: str) -> None:
+        if self.folder_read_only:
+            raise RgtError(f"{what}: the project folder {self.project.root} is read-only; only --report, "
+                           "events and --read-only work there")
         if self.read_only:
             raise RgtError(f"{what} is a cost-affecting action and rgt is in --read-only mode")
 
@@ -287,7 +293,7 @@ class Session:
             stale.close()
         detail = await runner.launch(self.project, run, await self.remote(run.instance), self.db, self.clock,
                                      actor=actor, method="sbatch" if primitive == "sbatch" else "setsid",
-                                     box=session_box_key(self, run.instance))
+                                     box=await session_box_key(self, run.instance))
         # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
         # would otherwise replay the previous launch's crashes as this one's)
         self.db.reset_log_state(run_id, int(str(detail.get("log_offset", 0))))
@@ -589,6 +595,17 @@ class Session:
                 status=f.status, message=f"{cause} ({where}{f.evidence[:160]})",
                 fix=row.fix if row is not None else "", count=f.count, evidence=f.last_evidence))
         return tuple(views)
+
+
+def project_writable(project: ProjectConfig) -> bool:
+    """Whether rgt may write the project's state: `.rgt/` when it exists, else the project folder (where
+    it would be created). A read-only mount is refused by access() for root too."""
+    import os
+
+    folder = project.state_dir if project.state_dir.exists() else project.root
+    if not os.access(folder, os.W_OK):
+        return False
+    return not project.state_db.exists() or os.access(project.state_db, os.W_OK)
 
 
 def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:

@@ -59,7 +59,7 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
     status = await session.instance_status(instance_name)
     profile = session.profile(instance_name)
     action = profile.action(action_id)
-    covered = box_gate.box_runs(session, instance_name)
+    covered = await box_gate.box_runs(session, instance_name)
     run_ids = tuple(b.run.id for b in covered)
     reasons: list[str] = []
     warnings: list[str] = []
@@ -126,7 +126,7 @@ async def execute(session: Session, instance_name: str, typed_id: str | None, sh
     Either way the approval, with what the screen showed, is in the event log before the provider call.
     """
     session.require_writable(f"{action_id} of {instance_name}")
-    covered = [b.run.id for b in box_gate.box_runs(session, instance_name)]
+    covered = [b.run.id for b in await box_gate.box_runs(session, instance_name)]
     with run_locks(session.project.state_dir, covered, "tearing down"):  # no pull or verify of them meanwhile
         return await _execute(session, instance_name, typed_id, shown, actor=actor, action_id=action_id)
 
