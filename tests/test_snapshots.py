@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import DataTable, Input
+from textual.widgets import Button, DataTable, Input
 
 from helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liveness, write_project
 from remote_gpu_trainer.app import RgtApp
@@ -47,28 +47,67 @@ def still_app(session: Session) -> RgtApp:
 
 
 async def settle(pilot: Pilot[None]) -> None:
-    """Wait for the first overview and the whole log, then let the screen redraw."""
+    """Wait for the whole log, then for an overview made after it, then let the screen redraw."""
     app = pilot.app
     for _ in range(400):
         screen = app.screen_stack[-1] if len(app.screen_stack) > 1 else None
         if isinstance(screen, DashboardScreen) and screen.overview is not None and \
-                "exited 0" in screen.query_one(LogPanel).text().split("seed1")[-1] and \
-                not any(table._require_update_dimensions for table in screen.query(DataTable)):
-            break  # DataTable sizes its columns when idle; under load that can come after the first paint
+                "exited 0" in screen.query_one(LogPanel).text().split("seed1")[-1]:
+            break
         await pilot.pause(0.05)
     else:
         raise AssertionError("dashboard never settled")
+    await fresh_overview(pilot, screen)
     await pilot.wait_for_scheduled_animations()
     await pilot.pause()
 
 
-def before(*keys: str, then: Callable[[Pilot[None]], Awaitable[None]] | None = None
-           ) -> Callable[[Pilot[None]], Awaitable[None]]:
+async def fresh_overview(pilot: Pilot[None], screen: DashboardScreen) -> None:
+    """Refresh (`r`) and wait until an overview made after the log was read is applied and every table is sized.
+
+    The log poll stores its findings; only the next overview shows them, and refilling a table resets its
+    column widths until the app is idle. An overview that started before the log was read to its end could
+    still be refilling the checklist when the screenshot is taken.
+    """
+    shown = screen.overview
+    await pilot.press("r")
+    for _ in range(400):
+        if screen.overview is not shown and \
+                not any(table._require_update_dimensions for table in screen.query(DataTable)):
+            return  # DataTable sizes its columns when idle; under load that can come after the first paint
+        await pilot.pause(0.05)
+    raise AssertionError("no fresh overview after the log was read")
+
+
+async def wait_for(pilot: Pilot[None], ready: Callable[[Pilot[None]], bool], what: str) -> None:
+    """Pause until `ready` holds: a fixed pause after a key is too short on a loaded machine."""
+    for _ in range(400):
+        if ready(pilot):
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"{what} never happened")
+
+
+def panel_shown(panel_id: str) -> Callable[[Pilot[None]], bool]:
+    """The panel is the active one and laid out (it has a region on screen), its tables sized."""
+    def ready(pilot: Pilot[None]) -> bool:
+        screen = pilot.app.screen
+        if not isinstance(screen, DashboardScreen):
+            return False
+        panel = screen.query_one(f"#{panel_id}")
+        return panel.has_class("-active") and panel.region.area > 0 and \
+            not any(table._require_update_dimensions for table in panel.query(DataTable))
+    return ready
+
+
+def before(*keys: str, ready: Callable[[Pilot[None]], bool] | None = None,
+           then: Callable[[Pilot[None]], Awaitable[None]] | None = None) -> Callable[[Pilot[None]], Awaitable[None]]:
     async def run_before(pilot: Pilot[None]) -> None:
         await settle(pilot)
         if keys:
             await pilot.press(*keys)
-            await pilot.pause(0.2)
+        if ready is not None:
+            await wait_for(pilot, ready, f"the screen after {keys}")
         if then is not None:
             await then(pilot)
         await pilot.pause()
@@ -95,7 +134,8 @@ def test_dashboard_gate_open(snap_compare: Any, tmp_path: Path, size: tuple[int,
 def test_checkpoints_tab_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
     """[checkpoints tab] number keys switch panels on a narrow terminal."""
     session = finished_session(tmp_path / "p", verified=True)
-    assert snap_compare(still_app(session), terminal_size=(80, 24), run_before=before("2"))
+    assert snap_compare(still_app(session), terminal_size=(80, 24),
+                        run_before=before("2", ready=panel_shown("panel-checkpoints")))
     session.close()
 
 
@@ -114,6 +154,8 @@ def test_teardown_modal_id_typed(snap_compare: Any, tmp_path: Path) -> None:
         field.cursor_blink = False
         field.focus()
         await pilot.press(*screen.plan.provider_id)
+        await wait_for(pilot, lambda _: field.value == screen.plan.provider_id and
+                       not screen.query_one("#confirm", Button).disabled, "Terminate enabled by the typed id")
 
     assert snap_compare(still_app(session), terminal_size=(100, 32), run_before=before("t", then=type_id))
     assert (tmp_path / "p" / ".rgt" / "sim" / INSTANCE).is_dir()
@@ -144,12 +186,12 @@ async def settle_oom(pilot: Pilot[None]) -> None:
         if isinstance(screen, DashboardScreen) and screen.overview is not None and \
                 "exited 1" in screen.query_one(LogPanel).text() and \
                 screen.query_one(LossChart).shown_points() == 40 and \
-                screen.query_one("#checklist", DataTable).row_count > 0 and \
-                not any(table._require_update_dimensions for table in screen.query(DataTable)):
+                screen.query_one("#checklist", DataTable).row_count > 0:
             break
         await pilot.pause(0.05)
     else:
         raise AssertionError("dashboard never settled")
+    await fresh_overview(pilot, screen)
     app.clear_notifications()
     await pilot.wait_for_scheduled_animations()
     await pilot.pause()
@@ -164,6 +206,7 @@ def test_oom_log_chart_and_findings(snap_compare: Any, tmp_path: Path, size: tup
         await settle_oom(pilot)
         if size == (80, 24):
             await pilot.press("3")
-        await pilot.pause(0.2)
+            await wait_for(pilot, panel_shown("panel-log"), "the log panel after 3")
+        await pilot.pause()
 
     assert snap_compare(still_app(session), terminal_size=size, run_before=run_before)

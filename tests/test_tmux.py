@@ -6,7 +6,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,14 +33,21 @@ class Terminal:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "ui")
 
-    def wait_for(self, text: str, timeout: float = 60.0) -> str:
+    def wait_until(self, done: Callable[[str], bool], what: str, timeout: float = 60.0) -> str:
+        """The first screen for which `done` holds. Panels draw separately (a table sizes itself when the app is
+        idle), so a test waits for every text it then asserts on, not for one and hopes for the rest."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             screen = self.screen()
-            if text in screen:
+            if done(screen):
                 return screen
             time.sleep(0.1)
-        raise AssertionError(f"{text!r} never appeared; screen was:\n{self.screen()}")
+        raise AssertionError(f"{what} never appeared; screen was:\n{self.screen()}")
+
+    def wait_for(self, *texts: str, timeout: float = 60.0) -> str:
+        """The first screen that shows all of `texts` at once."""
+        return self.wait_until(lambda screen: all(text in screen for text in texts),
+                               " and ".join(repr(text) for text in texts), timeout)
 
     def keys(self, *keys: str, literal: bool = False) -> None:
         self.tmux("send-keys", "-t", "ui", *(["-l"] if literal else []), *keys)
@@ -70,7 +77,7 @@ async def test_dashboard_in_a_real_terminal(project_dir: Path, terminal: Termina
     await launched_and_finished(session)
     session.close()
     terminal.start(rgt_command(project_dir), *size)
-    screen = terminal.wait_for("GATE CLOSED")
+    screen = terminal.wait_for("GATE CLOSED", "Terminate", "box (sim)", "$0.89")
     assert "Terminate" in screen and "box (sim)" in screen and "$0.89" in screen
     terminal.keys("p")
     terminal.wait_for("GATE CLOSED 1")  # pulled: only the missing marker remains
@@ -78,18 +85,26 @@ async def test_dashboard_in_a_real_terminal(project_dir: Path, terminal: Termina
     screen = terminal.wait_for("GATE OPEN")
     if size[0] < 120:
         terminal.keys("2")
-    screen = terminal.wait_for("seed1/best.pth")
+    screen = terminal.wait_until(lambda shown: "seed1/best.pth" in shown and shown.count("✔ verified") >= 4,
+                                 "seed1/best.pth and four '✔ verified'")
     assert screen.count("✔ verified") >= 4
     terminal.keys("t")
-    screen = terminal.wait_for("Type the instance id")
+    screen = terminal.wait_for("Type the instance id", "IRREVERSIBLE", "Burning")
     assert "IRREVERSIBLE" in screen and "Burning" in screen
     terminal.keys("BTab")  # from Cancel back to the id field
     terminal.keys("sim-box", literal=True)
     terminal.keys("Enter")
     terminal.wait_for("terminated", timeout=30)
-    assert not (project_dir / ".rgt" / "sim" / "box").exists()
+    disk = project_dir / ".rgt" / "sim" / "box"
+    eventually(lambda: not disk.exists(), timeout=30)
+    assert not disk.exists()
     terminal.keys("q")
-    deadline = time.monotonic() + 10
-    while terminal.alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    eventually(lambda: not terminal.alive(), timeout=10)
     assert not terminal.alive()
+
+
+def eventually(condition: Callable[[], bool], timeout: float) -> None:
+    """Poll `condition` until it holds or `timeout` passes; the caller asserts it either way."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.1)

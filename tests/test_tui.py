@@ -17,6 +17,8 @@ from remote_gpu_trainer.services.session import Session
 
 
 async def wait_until(pilot: Pilot[None], predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Pause until `predicate` holds. `pilot.pause()` guesses "idle" from this process's CPU time, which a loaded
+    machine fools, so a test waits for exactly the state it then asserts on instead."""
     waited = 0.0
     while not predicate():
         await pilot.pause(0.05)
@@ -28,6 +30,15 @@ def dashboard(app: RgtApp) -> DashboardScreen:
     screen = app.screen_stack[1]
     assert isinstance(screen, DashboardScreen)
     return screen
+
+
+def notified(app: RgtApp, text: str) -> bool:
+    """A toast containing `text` is showing: the proof that a key was handled when it changes nothing else."""
+    return any(text in str(n.message) for n in app._notifications)
+
+
+def focused_id(app: RgtApp) -> str | None:
+    return app.focused.id if app.focused is not None else None
 
 
 def gate_open(app: RgtApp) -> bool:
@@ -55,13 +66,14 @@ async def test_teardown_only_after_verify_and_typed_id(project_dir: Path) -> Non
         bar = app.screen.query_one("#pull-progress", ProgressBar)
         pulled = sum(p.stat().st_size for p in (project_dir / "runs" / RUN).rglob("*")
                      if p.is_file() and p.name != "PULL_MANIFEST.json")
+        await wait_until(pilot, lambda: bar.total == pulled and bar.progress == pulled)
         assert bar.total == pulled and bar.progress == pulled  # the bar counted every byte of every file
         await pilot.press("v")
         await wait_until(pilot, lambda: gate_open(app))
         await wait_until(pilot, lambda: not app.screen.query_one("#teardown", Button).disabled)
 
         await pilot.press("t")
-        await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+        await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen) and focused_id(app) == "cancel")
         assert app.focused is not None and app.focused.id == "cancel"
         await pilot.press("enter")  # Enter on Cancel cancels
         await wait_until(pilot, lambda: not isinstance(app.screen, TeardownScreen))
@@ -69,12 +81,15 @@ async def test_teardown_only_after_verify_and_typed_id(project_dir: Path) -> Non
 
         await pilot.press("t")
         await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+        await wait_until(pilot, lambda: focused_id(app) == "cancel")
         await pilot.press("shift+tab")  # from Cancel back to the id field
+        await wait_until(pilot, lambda: focused_id(app) == "confirm-id")
         assert app.focused is not None and app.focused.id == "confirm-id"
         await pilot.press(*"wrong-id")
+        await wait_until(pilot, lambda: app.screen.query_one("#confirm-id", Input).value == "wrong-id")
         assert app.screen.query_one("#confirm", Button).disabled
         await pilot.press("enter")
-        await pilot.pause()
+        await wait_until(pilot, lambda: notified(app, "'wrong-id' is not the instance id"))
         assert isinstance(app.screen, TeardownScreen) and disk.is_dir()
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, TeardownScreen))
@@ -83,8 +98,12 @@ async def test_teardown_only_after_verify_and_typed_id(project_dir: Path) -> Non
         await pilot.press("t")
         await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
         plan_id = app.screen.plan.provider_id  # type: ignore[attr-defined]
+        await wait_until(pilot, lambda: focused_id(app) == "cancel")
         await pilot.press("shift+tab")
+        await wait_until(pilot, lambda: focused_id(app) == "confirm-id")
         await pilot.press(*plan_id)
+        await wait_until(pilot, lambda: app.screen.query_one("#confirm-id", Input).value == plan_id
+                         and not app.screen.query_one("#confirm", Button).disabled)
         assert app.screen.query_one("#confirm-id", Input).value == plan_id
         assert not app.screen.query_one("#confirm", Button).disabled
         await pilot.press("enter")
@@ -123,7 +142,7 @@ async def test_log_streams_and_filters(project_dir: Path) -> None:
         await wait_until(pilot, lambda: "cell seed1 complete" in panel.text())
         await pilot.press("slash")
         await pilot.press(*"seed0")
-        await wait_until(pilot, lambda: "seed1" not in panel.text())
+        await wait_until(pilot, lambda: "seed1" not in panel.text() and "cell seed0 complete" in panel.text())
         assert "cell seed0 complete" in panel.text()
         await pilot.press("escape")
         await wait_until(pilot, lambda: "cell seed1 complete" in panel.text())
@@ -159,19 +178,23 @@ async def test_ticking_a_manual_checklist_item_needs_a_note(project_dir: Path) -
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).overview is not None)
         await pilot.press("4")
+        await wait_until(pilot, lambda: focused_id(app) == "checklist")  # the keys below go to the checklist
         await pilot.press("down", "down", "down", "down")  # A01..A04 are automatic; T01 is the fifth row
         await pilot.press("space")
         await wait_until(pilot, lambda: isinstance(app.screen, NoteScreen))
         await pilot.press("enter")  # an empty note is refused
-        await pilot.pause()
+        await wait_until(pilot, lambda: notified(app, "a note is required"))
         assert isinstance(app.screen, NoteScreen)
         await pilot.press(*"same budget for all", "enter")
         await wait_until(pilot, lambda: "T01" in session.db.ticks("r1"))
         await wait_until(pilot, lambda: any(c.id == "T01" and c.status == "ticked"
                                             for c in dashboard(app).current_run().checklist))  # type: ignore[union-attr]
+        await wait_until(pilot, lambda: "T01 ticked: same budget for all" in
+                         str(app.screen.query_one("#checklist-summary").render()))
         assert "T01 ticked: same budget for all" in str(app.screen.query_one("#checklist-summary").render())
+        await wait_until(pilot, lambda: focused_id(app) == "checklist")  # back from the note, on the checklist
         await pilot.press("up", "space")  # automatic items cannot be ticked
-        await pilot.pause()
+        await wait_until(pilot, lambda: notified(app, "is answered automatically"))
         assert not isinstance(app.screen, NoteScreen)
     tick = session.db.ticks("r1")["T01"]
     assert tick.status == "ticked" and tick.note == "same budget for all"
@@ -191,7 +214,8 @@ async def test_stop_is_a_plain_confirmation_and_the_disk_keeps_billing(project_d
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).overview is not None)
         await pilot.press("s")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and focused_id(app) == "no" and
+                         "the disk keeps billing" in str(app.screen.query_one("#confirm-lines").render()))
         assert app.focused is not None and app.focused.id == "no"
         lines = str(app.screen.query_one("#confirm-lines").render())
         assert "the disk keeps billing at the storage price" in lines
@@ -199,7 +223,7 @@ async def test_stop_is_a_plain_confirmation_and_the_disk_keeps_billing(project_d
         await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
         assert (await session.instance_status(INSTANCE)).state == "running"
         await pilot.press("s")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and focused_id(app) == "no")
         await pilot.press("right", "enter")
         await wait_until(pilot, lambda: dashboard(app).overview is not None and
                          dashboard(app).overview.instance(INSTANCE).state == "stopped")  # type: ignore[union-attr]
