@@ -348,7 +348,8 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
               f"{len(result.present)} already here, each matching its manifest hash", file=sys.stderr)
         return EXIT_OK
     if verb == "verify":
-        outcome = await session.verify(args.run, progress=lambda text: print(text, file=sys.stderr), actor="cli")
+        outcome = await session.verify(args.run, progress=lambda text: print(escape_control(text), file=sys.stderr),
+                                       actor="cli")
         for f in outcome.files:
             print(f"{f.status:<14} {escape_control(f.path)}  {escape_control(f.detail)}")
         if not outcome.ok:
@@ -362,7 +363,7 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
         plan = await teardown.plan(session, run.instance, action)
         done = await teardown.execute(session, run.instance, args.confirm, plan.lines, actor="cli",
                                       action_id=action)
-        print(done.message)
+        print(escape_control(done.message))
         return EXIT_OK if done.confirmed else EXIT_FAILED
     raise ConfigError(f"unknown verb {verb!r}")
 

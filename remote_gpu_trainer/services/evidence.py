@@ -190,7 +190,7 @@ def _builder_problems(stderr: str) -> str:
     try:
         problems = json.loads(stderr.strip().splitlines()[-1])
         items = [Problem(str(p["code"]), str(p["path"]), str(p["detail"])) for p in problems]
-    except (ValueError, IndexError, KeyError, TypeError):
+    except (ValueError, IndexError, KeyError, TypeError, RecursionError):  # the box wrote it: anything goes
         return " ".join(stderr.split())[-300:] or "no details"
     shown = "; ".join(item.line() for item in items[:3])
     more = f" (and {len(items) - 3} more)" if len(items) > 3 else ""
@@ -360,12 +360,13 @@ async def _fetch(target: Path, remote: str, path: str, size: int, sha256: str, t
         _unlink(target.with_name(target.name + ".part"))  # damaged or edited here: fetch it whole again
     remote_info = await transport.stat(remote)
     if remote_info is None:
-        raise _ContractBroken(f"{remote}: missing on the box", "missing_on_box")
+        raise _ContractBroken(f"missing on the box ({remote})", "missing_on_box")
     if remote_info.kind != "file":
-        raise _ContractBroken(f"{remote}: not a regular file on the box ({remote_info.kind})", "changed_on_box")
+        raise _ContractBroken(f"changed on the box: {remote} is not a regular file ({remote_info.kind})",
+                              "changed_on_box")
     if remote_info.size != size:
-        raise _ContractBroken(f"{remote}: is {remote_info.size} bytes, the manifest says {size}: "
-                              "changed on the box (it changed after the manifest was built)", "changed_on_box")
+        raise _ContractBroken(f"changed on the box: {remote} is {remote_info.size} bytes, the manifest says "
+                              f"{size} (it changed after the manifest was built)", "changed_on_box")
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     if os.path.lexists(part):
@@ -375,11 +376,11 @@ async def _fetch(target: Path, remote: str, path: str, size: int, sha256: str, t
                          lambda count: report(PullProgress(path, count, size, "downloading")))
     if done != size:
         _unlink(part)
-        raise _ContractBroken(f"{remote}: ended at {done} bytes, the manifest says {size}: it changed on the box",
+        raise _ContractBroken(f"changed on the box: {remote} ended at {done} bytes, the manifest says {size}",
                               "changed_on_box")
     if digest.hexdigest() != sha256:
         _unlink(part)
-        raise _HashMismatch(f"{path}: sha256 after transfer differs from the manifest")
+        raise _HashMismatch("its sha256 after the transfer differs from the manifest's")
     os.replace(part, target)
     _fsync_dir(target.parent)
     renamed = os.lstat(target)
@@ -399,7 +400,7 @@ async def _stream(remote: str, part: Path, offset: int, size: int, digest: Any, 
         if done < size:
             async for chunk in transport.read_chunks(remote, offset, CHUNK):
                 if done + len(chunk) > size:
-                    raise _ContractBroken(f"{remote}: grew past {size} bytes while reading: it changed on the box")
+                    raise _ContractBroken(f"changed on the box: {remote} grew past {size} bytes while reading")
                 await asyncio.to_thread(_append, fd, chunk, digest)
                 done += len(chunk)
                 unsynced += len(chunk)
