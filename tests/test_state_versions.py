@@ -150,3 +150,16 @@ def test_a_read_only_project_folder_still_reports_and_lists_events(read_only_pro
         assert result.returncode == 2, (args, result.stderr)
         assert "read-only" in one_line_error(result)
     assert (project / ".rgt" / "sim" / INSTANCE).is_dir()
+
+
+def test_a_deleted_state_database_does_not_open_the_gate(project: Path) -> None:
+    """rgt's memory is not the evidence: with the launch log gone, the results on the box still count."""
+    assert rgt("up", RUN, cwd=project).returncode == 0
+    assert rgt("run", RUN, cwd=project).returncode == 0
+    assert rgt("watch", RUN, "--interval", "0.2", cwd=project).returncode == 0
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{project / '.rgt' / 'state.db'}{suffix}").unlink(missing_ok=True)
+    refused = rgt("down", RUN, "--confirm", "sim-box", cwd=project)
+    assert refused.returncode == 3, refused.stderr
+    assert "no PULL_VERIFIED.json" in refused.stderr
+    assert (project / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt" / RUN / "seed0" / "best.pth").is_file()

@@ -107,16 +107,45 @@ async def decide(session: Session, name: str, box_run: BoxRun, provider_id: str,
     return evaluate_gate(inputs) if approval is not None else evaluate_evidence_only(inputs)
 
 
-async def box_reasons(session: Session, name: str, provider_id: str, approval: Approval | None, *,
-                      check_box: bool = True) -> tuple[list[str], list[str]]:
-    """Every reason the gate is closed for the box (each prefixed with its run when there are several),
-    and the warnings (a box that did not answer)."""
-    covered = [b for b in await box_runs(session, name) if b.launched]
-    reasons: list[str] = []
+async def may_hold_results(session: Session, name: str, box_run: BoxRun) -> tuple[bool, str | None]:
+    """Whether the run's results may be on the box, and a warning when that could not be checked.
+
+    A launch record says so. Without one (never launched, or the state database was deleted or reset) the
+    run still counts when it has a local root here or files in its result root on the box: rgt's memory
+    is not the evidence. A box that cannot be asked is taken at rgt's word, with a warning on screen."""
+    if box_run.launched or session.project.run_dir(box_run.run.id).exists():
+        return True, None
+    try:
+        transport = await session.remote(name)
+        return bool(await transport.listdir(box_run.run.remote_root)), None
+    except (RgtError, OSError, TimeoutError):
+        return False, (f"run {box_run.run.id} was never launched by rgt here; {box_run.run.remote_root} on the "
+                       "box could not be checked for results")
+
+
+async def covered_runs(session: Session, name: str) -> tuple[list[BoxRun], list[str]]:
+    """The runs tearing down this box puts at risk (the gate must hold for each), and what could not be
+    checked."""
+    covered: list[BoxRun] = []
     warnings: list[str] = []
+    for box_run in await box_runs(session, name):
+        holds, warning = await may_hold_results(session, name, box_run)
+        if holds:
+            covered.append(box_run)
+        if warning:
+            warnings.append(warning)
+    return covered, warnings
+
+
+async def box_reasons(session: Session, name: str, provider_id: str, approval: Approval | None, *,
+                      check_box: bool = True) -> tuple[list[BoxRun], list[str], list[str]]:
+    """The runs covered, every reason the gate is closed for the box (each prefixed with its run when there
+    are several), and the warnings (a box that did not answer)."""
+    covered, warnings = await covered_runs(session, name)
+    reasons: list[str] = []
     for box_run in covered:
         decision = await decide(session, name, box_run, provider_id, approval, check_box=check_box)
         prefix = f"{box_run.label}: " if len(covered) > 1 or not box_run.in_config else ""
         reasons.extend(prefix + reason for reason in decision.reasons)
         warnings.extend(prefix + warning for warning in decision.warnings)
-    return reasons, warnings
+    return covered, reasons, warnings

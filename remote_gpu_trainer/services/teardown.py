@@ -68,13 +68,14 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
     if status.state in ("terminated", "unknown"):
         reasons.append(f"instance state is {status.state}: nothing to {action_id} until the provider says so")
     gated = action is None or action.needs_gate
-    launched = tuple(b.run for b in covered if b.launched)
-    if gated:  # a box no run was launched on holds no results of rgt's: nothing to pull
-        found, warnings = await box_gate.box_reasons(session, instance_name, status.provider_id, None)
+    at_risk: tuple[RunConfig, ...] = ()
+    if gated:  # a box that holds no results of rgt's runs has nothing to pull
+        held, found, warnings = await box_gate.box_reasons(session, instance_name, status.provider_id, None)
+        at_risk = tuple(b.run for b in held)
         reasons.extend(found)
-    lines = describe(session, instance_name, status, action_id, launched)
-    if gated and not launched:
-        lines.append("Evidence:  no run was launched on this instance by rgt, so there is nothing to pull")
+    lines = describe(session, instance_name, status, action_id, at_risk)
+    if gated and not at_risk:
+        lines.append("Evidence:  no run of rgt's was launched on this box or left results on it: nothing to pull")
     lines.extend(f"Warning:   {warning}" for warning in warnings)
     return TeardownPlan(
         instance=instance_name, provider_id=status.provider_id, action_id=action_id,
@@ -203,7 +204,7 @@ async def _follow_up(session: Session, instance_name: str, result: TeardownResul
 async def _gate_with_approval(session: Session, current: TeardownPlan, approval: Approval) -> list[str]:
     """The gate at call time, for every run on the box: the box's manifest re-read and the job's state
     asked now (when the box answers), the approval checked against the latest verification."""
-    reasons, _ = await box_gate.box_reasons(session, current.instance, current.provider_id, approval)
+    _, reasons, _ = await box_gate.box_reasons(session, current.instance, current.provider_id, approval)
     return reasons
 
 
