@@ -514,13 +514,19 @@ class StateDB:
 
     # -- run records and launches -------------------------------------------------------------------
     def record_manifest(self, run_id: str, manifest_sha256: str) -> None:
+        """The manifest's hash as the builder printed it (trust boundary 1), stamped with the real time in
+        microseconds like the launch log: the gate asks whether the manifest was built after the last launch."""
         with self._tx() as conn:
             conn.execute(
                 "INSERT INTO run_records (run_id, manifest_sha256, manifest_built_at) VALUES (?, ?, ?)"
                 " ON CONFLICT(run_id) DO UPDATE SET manifest_sha256 = excluded.manifest_sha256,"
                 " manifest_built_at = excluded.manifest_built_at",
-                (run_id, manifest_sha256, self._now()),
+                (run_id, manifest_sha256, utc_now().isoformat(timespec="microseconds")),
             )
+
+    def manifest_built_at(self, run_id: str) -> datetime | None:
+        row = self._conn.execute("SELECT manifest_built_at FROM run_records WHERE run_id = ?", (run_id,)).fetchone()
+        return parse_iso(row[0]) if row and row[0] else None
 
     def recorded_manifest(self, run_id: str) -> str | None:
         row = self._conn.execute(

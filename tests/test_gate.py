@@ -90,7 +90,8 @@ def good_inputs() -> GateInputs:
     marker = marker_for(manifest)
     return GateInputs(
         verification=seen_for(marker, manifest), config_sha256=CONFIG_SHA,
-        launched_at=VERIFIED_AT - timedelta(hours=2), liveness="finished",
+        launched_at=VERIFIED_AT - timedelta(hours=2), manifest_built_at=VERIFIED_AT - timedelta(hours=1),
+        liveness="finished",
         run_id="exp1", roster=("seed0", "seed1"), required=("best.pth", "best_metrics.json"),
         checkpoint_globs=("*.pth",), marker=marker, manifest=manifest,
         manifest_mtime_ns=BEFORE_NS, recorded_manifest_sha256=sha(manifest),
@@ -168,7 +169,11 @@ ROOT_MANIFEST = manifest_bytes()
     (lambda i: replace(i, verification=replace(i.verification, marker_sha256="9" * 64)),
      "is not the one the last verification wrote"),
     (lambda i: replace(i, config_sha256="d" * 64), "rgt.toml changed since verification: run verify"),
-    (lambda i: replace(i, launched_at=VERIFIED_AT + timedelta(seconds=1)), "launched again after its verification"),
+    (lambda i: replace(i, launched_at=VERIFIED_AT + timedelta(seconds=1), manifest_built_at=None),
+     "launched again after its verification"),
+    (lambda i: replace(i, manifest_built_at=VERIFIED_AT - timedelta(hours=1),
+                       launched_at=VERIFIED_AT - timedelta(minutes=30)),
+     "launched again after its manifest was built"),
     (lambda i: replace(i, liveness="running"), "run exp1 is running on the box"),
     (lambda i: replace(i, liveness="stalled"), "run exp1 is stalled on the box"),
     (lambda i: replace(i, remote_checked=True, remote_manifest_sha256=None), "the manifest on the box is gone"),

@@ -93,11 +93,6 @@ async def test_a_launch_after_the_verification_is_not_covered_by_it(tmp_path: Pa
     assert_torn_down(root)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: after a relaunch (below the append-only refusal) that writes new "
-                   "bytes on the box, following the gate's own advice ('pull and verify them') pulls against the "
-                   "manifest recorded before the relaunch (files whose local bytes match it are 'present', the "
-                   "box is not re-read), verify checks that old manifest, and `rgt down` then destroys the "
-                   "relaunch's results: the gate never asks whether the manifest was built after the last launch")
 async def test_a_relaunch_that_writes_new_results_keeps_the_gate_closed_until_they_are_home(tmp_path: Path) -> None:
     root = await verified_project(tmp_path / "proj")
     config = root / "rgt.toml"
@@ -113,6 +108,7 @@ async def test_a_relaunch_that_writes_new_results_keeps_the_gate_closed_until_th
     result = down(root)
     home = (local_root(root) / "seed0" / "best.pth").read_bytes() == new_on_box
     assert result.returncode == 3 or home, ("the box with unpulled results was destroyed", result.stdout)
+    assert "launched again after its manifest was built" in result.stderr, result.stderr
 
 
 async def test_a_job_still_running_keeps_the_gate_closed_whatever_the_marker_says(tmp_path: Path) -> None:

@@ -103,6 +103,7 @@ class GateInputs:
     verification: VerificationSeen | None = None  # the last verification recorded for this run
     config_sha256: str = ""  # of the run's evidence configuration as rgt.toml says now
     launched_at: datetime | None = None  # the run's latest launch, from the launch log
+    manifest_built_at: datetime | None = None  # when the recorded manifest was built on the box
     liveness: str | None = None  # the job's state on the box now, when it was asked
 
 
@@ -168,7 +169,11 @@ def _bound_to_record(inputs: GateInputs, marker: Marker, reasons: list[str]) -> 
         reasons.append(f"{MARKER_NAME} is not the one the last verification wrote (edited or copied): run verify")
     if seen.config_sha256 != inputs.config_sha256:
         reasons.append(CONFIG_CHANGED)
-    if inputs.launched_at is not None and inputs.launched_at >= marker.verified_at:
+    launched, built = inputs.launched_at, inputs.manifest_built_at
+    if launched is not None and built is not None and launched >= built:
+        reasons.append(f"run {inputs.run_id} was launched again after its manifest was built: the box holds "
+                       "results no manifest lists, so this evidence cannot cover them")
+    elif launched is not None and launched >= marker.verified_at:
         reasons.append(f"run {inputs.run_id} was launched again after its verification: the box holds newer "
                        "results; pull and verify them")
 

@@ -911,7 +911,8 @@ def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, inst
         remote_manifest_sha256=remote.sha256 if remote is not None else None,
         remote_checked=remote is not None and remote.reachable,
         verification=seen, config_sha256=config_sha256(run),
-        launched_at=launches[-1].at if launches else None, liveness=liveness,
+        launched_at=launches[-1].at if launches else None, manifest_built_at=db.manifest_built_at(run.id),
+        liveness=liveness,
     )
 
 
