@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.cells import cell_len
+from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input
 
@@ -72,11 +74,23 @@ async def fresh_overview(pilot: Pilot[None], screen: DashboardScreen) -> None:
     shown = screen.overview
     await pilot.press("r")
     for _ in range(400):
-        if screen.overview is not shown and \
-                not any(table._require_update_dimensions for table in screen.query(DataTable)):
-            return  # DataTable sizes its columns when idle; under load that can come after the first paint
+        if screen.overview is not shown and all(sized(table) for table in screen.query(DataTable)):
+            return
         await pilot.pause(0.05)
     raise AssertionError("no fresh overview after the log was read")
+
+
+def sized(table: DataTable[Any]) -> bool:
+    """Every column is as wide as its widest cell: DataTable measures new rows only when the app is idle, which
+    under load can come after the first paint (the snapshot would show columns as narrow as their labels)."""
+    if table._require_update_dimensions:
+        return False
+    for index, column in enumerate(table.ordered_columns):
+        cells = table.get_column_at(index) if table.row_count else []
+        widest = max((cell.cell_len if isinstance(cell, Text) else cell_len(str(cell)) for cell in cells), default=0)
+        if column.content_width < widest:
+            return False
+    return True
 
 
 async def wait_for(pilot: Pilot[None], ready: Callable[[Pilot[None]], bool], what: str) -> None:

@@ -34,6 +34,20 @@ class StableTable(DataTable[object]):
             # control characters from the box are shown escaped (a newline would break the row)
             self.add_row(*(Text(escape_control(cell)) if isinstance(cell, str) else cell for cell in cells),
                          key=key)
+        self._measure_now()
         if rows:
             self.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
         return True
+
+    def _measure_now(self) -> None:
+        """Size the columns for the new rows now, not at the next idle moment as DataTable does.
+
+        DataTable caches each rendered cell without its column width; on a loaded machine a paint can come
+        before that idle moment, and the cells drawn as narrow as the column labels then stay cached until
+        the rows next change. Measuring here is what DataTable's idle handler does (the same private
+        fields), so the first paint after a refill already has the final widths.
+        """
+        new_rows = set(self._new_rows)
+        self._new_rows.clear()
+        self._require_update_dimensions = False
+        self._update_dimensions(new_rows)
