@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,10 @@ async def test_relaunch_follows_only_the_new_launch(tmp_path: Path) -> None:
     session = await launched(root, cat_then_fail("oom_after_training.log"))
     await follow_all(session)
     assert session.db.log_findings(RUN)
-    await session.launch(RUN)  # the wrapper appends to the same log
+    # run ids are append-only: the same id launches again only once its failed cells were cleared from the
+    # box (by hand, as after a crash at start-up); the wrapper then appends to the same log
+    shutil.rmtree(root / ".rgt" / "sim" / "box" / "workspace" / "rgt" / RUN)
+    await session.launch(RUN)
     await wait_for_liveness(session, states=("finished", "dead"))
     updates = await follow_all(session)
     lines = [line.text for u in updates for line in u.lines]
