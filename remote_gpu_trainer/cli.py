@@ -320,6 +320,7 @@ async def _headless(session: Session, verb: str, args: argparse.Namespace) -> in
             args.run = session.add_rerun(args.run, actor="cli")
             run = session.run_config(args.run)
             print(f"added [runs.{args.run}] to {session.project.file} (remote_root {run.remote_root})")
+        await session.refuse_reused_id(run)  # before the audit: a reused id is refused at once
         rows = await session.env_audit(args.run, actor="cli")
         _print_audit(rows)
         failed = [r for r in rows if r.status == "fail"]

@@ -286,7 +286,7 @@ class Session:
         if current.liveness.state in ("running", "stalled"):
             raise VerbFailed(f"run {run_id} is already {current.liveness.state} ({current.liveness.detail}): "
                              "its inputs are not touched")
-        await self._refuse_reused_id(run)
+        await self.refuse_reused_id(run)
         primitive = str(self.profile(run.instance).raw.get("detach", {}).get("primitive", "setsid"))
         stale = self._monitors.pop(run_id, None)
         if stale is not None:
@@ -311,7 +311,7 @@ class Session:
                              actor=actor, detail={"of": run_id, "remote_root": self.project.run(new_id).remote_root})
         return new_id
 
-    async def _refuse_reused_id(self, run: RunConfig) -> None:
+    async def refuse_reused_id(self, run: RunConfig) -> None:
         """Run ids are append-only: an id whose results exist anywhere (files in the result root on the
         box, a manifest recorded, a local root here) is never launched again, or new results would mix with
         evidence already pulled or verified. `rgt run --rerun ID` launches a copy under a new id."""
@@ -708,8 +708,8 @@ def idle_burn_alerts(instances: list[InstanceView], runs: list[RunView]) -> list
         busy = [r for r in runs if r.instance == instance.name and r.liveness in ("running", "stalled")]
         if idle and not busy:
             run = idle[0]
-            step = "teardown (t)" if run.gate.open else (
-                "verify (v)" if any(c.status == "pulled" for c in run.checkpoints) else "pull (p) → verify (v)")
+            here = run.checkpoints and all(c.status not in ("pending", "missing") for c in run.checkpoints)
+            step = "teardown (t)" if run.gate.open else ("verify (v)" if here else "pull (p) → verify (v)")
             alerts.append(
                 f"$ BURN {instance.name}: job {run.liveness}, box still billing "
                 f"${instance.burn_per_hour:.2f}/h (${instance.since_finished:.2f} since it finished) "
