@@ -125,7 +125,8 @@ async def launch_finished(root: Path, run_id: str = RUN, *, create: bool = True)
         session.close()
 
 
-async def relaunch_finished(root: Path, run_id: str = RUN) -> dict[str, object]:
+async def relaunch_finished(root: Path, run_id: str = RUN, states: tuple[str, ...] = ("finished",)
+                            ) -> dict[str, object]:
     """Launch a run id again below the Session's append-only refusal (runner.launch, as an older rgt or
     any other path that reaches the box would): the gate itself must still notice the new launch."""
     from remote_gpu_trainer.services import runner
@@ -136,7 +137,7 @@ async def relaunch_finished(root: Path, run_id: str = RUN) -> dict[str, object]:
         run = session.run_config(run_id)
         detail = await runner.launch(session.project, run, await session.remote(run.instance), session.db,
                                      session.clock, box=await session_box_key(session, run.instance))
-        await wait_for_liveness(session, run_id, states=("finished", "dead", "running"))
+        await wait_for_liveness(session, run_id, states=states)
         return detail
     finally:
         await session.close_transports()

@@ -110,15 +110,16 @@ class Model:
     last_marker: int | None = None  # the marker the last verification wrote (when it passed)
     verified_config: tuple[object, ...] | None = None
     launched_since: bool = False  # a launch after the last successful verification
+    relaunched: bool = False  # a launch after the manifest was built: no verification of it can cover the box
     log: list[str] = field(default_factory=list)
 
     def teardown_allowed(self) -> bool:
         """A fresh, bound verification covers the run: the last one passed and wrote the marker that is
-        here; nothing was launched since; the bytes here are the verified ones and no file is newer than
-        it; it was made under the configuration the run is judged by (rgt.toml's while the run is there,
-        else the one it was verified under), whose result root still holds the manifest on the box; and
-        rgt.toml names the box once."""
-        if self.config.twin or not self.last_ok or self.on_disk != self.last_marker:
+        here; nothing was launched since, and the manifest was built after the last launch; the bytes here
+        are the verified ones and no file is newer than it; it was made under the configuration the run is
+        judged by (rgt.toml's while the run is there, else the one it was verified under), whose result
+        root still holds the manifest on the box; and rgt.toml names the box once."""
+        if self.config.twin or self.relaunched or not self.last_ok or self.on_disk != self.last_marker:
             return False
         if self.launched_since or any(self.damaged.values()) or any(self.touched.values()):
             return False
@@ -168,12 +169,23 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 def fresh_world(template: Path) -> tuple[World, Model]:
     root = Path(tempfile.mkdtemp(prefix="example-", dir=template.parent)) / "proj"
     shutil.copytree(template, root, symlinks=True)
+    asyncio.run(open_the_plan(root))
     model = Model()
     model.markers.append((local_root(root) / MARKER_NAME).read_bytes())
     model.on_disk = model.last_marker = 0
     model.last_ok = True
     model.verified_config = model.config.evidence()
     return World(root), model
+
+
+async def open_the_plan(root: Path) -> None:
+    """What a user opening the teardown dialog causes: the gate hashes the local copy (here: at its new
+    path), which fills the hash cache before any action."""
+    session = Session.open(str(root))
+    try:
+        assert (await teardown.plan(session, INSTANCE)).gate_open
+    finally:
+        session.close()
 
 
 # -- the actions -----------------------------------------------------------------------------------------
@@ -226,7 +238,7 @@ async def do_relaunch(world: World, model: Model) -> None:
             or model.config.alt["roster"]:
         return
     await relaunch_finished(world.root)  # the same bytes again, but a launch the verification predates
-    model.launched_since = True
+    model.launched_since = model.relaunched = True
 
 
 def do_flip(world: World, model: Model, path: str) -> None:

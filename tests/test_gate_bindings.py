@@ -5,6 +5,7 @@ not make: the marker stays in place (or is put back) and `rgt down` must still e
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -33,6 +34,7 @@ from gate_helpers import (
 from helpers import INSTANCE, RUN, wait_for_liveness
 from remote_gpu_trainer.audits.gate import CONFIG_CHANGED
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME
+from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.session import Session
 
@@ -87,10 +89,10 @@ async def test_a_launch_after_the_verification_is_not_covered_by_it(tmp_path: Pa
     finally:
         session.close()
     assert (local_root(root) / MARKER_NAME).read_bytes() == marker  # nothing local changed
-    reasons = assert_refused(root, "launched again after its verification")
+    reasons = assert_refused(root, f"run {RUN} was launched again after its manifest was built")
     assert all("no PULL_VERIFIED" not in reason for reason in reasons)
-    await pull_and_verify(root)  # the relaunch wrote the same bytes: pulled and verified, they are covered
-    assert_torn_down(root)
+    await pull_and_verify(root)  # verified again: still the copy of a manifest that predates the launch
+    assert_refused(root, f"run {RUN} was launched again after its manifest was built")
 
 
 async def test_a_relaunch_that_writes_new_results_keeps_the_gate_closed_until_they_are_home(tmp_path: Path) -> None:
@@ -112,27 +114,33 @@ async def test_a_relaunch_that_writes_new_results_keeps_the_gate_closed_until_th
 
 
 async def test_a_job_still_running_keeps_the_gate_closed_whatever_the_marker_says(tmp_path: Path) -> None:
-    root = await verified_project(tmp_path / "proj")
-    old_marker = (local_root(root) / MARKER_NAME).read_bytes()
-    replace_in(root / "rgt.toml", "lr=0.001'", "lr=0.001' && sleep 300")
-    detail = await relaunch_finished(root)
+    """The results are written, pulled and verified while the job still runs: a marker bound to all of it,
+    and still the job may write more, so the gate stays closed until it has ended."""
+    from remote_gpu_trainer.services import evidence
+
+    root = tmp_path / "proj"
+    write_text_project(root, project_text(command=small_command("; if [ {cell} = seed1 ]; then sleep 300; fi")))
+    seed_verdicts(root)
     session = Session.open(str(root))
     try:
+        await session.create_instance(INSTANCE)
+        detail = await session.launch(RUN)
         assert await wait_for_liveness(session, states=("running",)) == "running"
-        # the marker forged from the earlier verification: still there, and the job runs
-        assert (local_root(root) / MARKER_NAME).read_bytes() == old_marker
-        reasons = assert_refused(root, f"run {RUN} is running on the box")
-        assert any("launched again" in reason for reason in reasons)
-        # verified again while the job runs: the marker is now newer than the launch, and still the job
-        # running on the box keeps the gate closed
+        while not (box_root(root) / "seed1" / "best_metrics.json").exists():  # seed1 wrote, now it sleeps
+            await asyncio.sleep(0.05)
+        with pytest.raises(VerbFailed, match="still running"):
+            await session.pull(RUN)  # rgt pull waits for the end; the service below it does not
+        run = session.run_config(RUN)
+        assert (await evidence.pull(session.project, run, await session.remote(INSTANCE), session.db)).ok
         assert (await session.verify(RUN)).ok
         reasons = assert_refused(root, f"run {RUN} is running on the box")
-        assert not any("launched again" in reason for reason in reasons), reasons
+        assert reasons == [f"run {RUN} is running on the box: its results are not final"], reasons
         os.killpg(int(detail["pid"]), signal.SIGKILL)
         assert await wait_for_liveness(session, states=("dead",)) == "dead"
     finally:
         await session.close_transports()
         session.close()
+    assert_torn_down(root)  # it ended: what it wrote is home and verified
 
 
 # -- the bytes -------------------------------------------------------------------------------------------
