@@ -11,6 +11,7 @@ import json
 import math
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -304,6 +305,7 @@ class StateDB:
         self.path = path
         self.clock = clock
         self.read_only = read_only
+        self._lock = threading.RLock()
         try:
             self._conn = self._open_read_only(path) if read_only else self._open_writable(path)
         except sqlite3.DatabaseError as exc:
@@ -340,7 +342,8 @@ class StateDB:
         _migrate(memory, path)
         return memory
     def close(self) -> None:
-        self._conn.close()
+        with self._lock:  # never under a worker thread's open transaction
+            self._conn.close()
 
     def twin(self) -> StateDB:
         """A second handle for a worker thread: its own connection, or this one when the database is a
@@ -349,13 +352,16 @@ class StateDB:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+        """One write transaction at a time on this connection: worker threads (hashing during a pull, log
+        digests) share it, and two BEGINs on one connection would collide."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
 
     def _now(self) -> str:
         return iso_offset(self.clock())

@@ -279,6 +279,7 @@ async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, r
         raise VerbFailed(f"{remote}: manifest on the box (sha256 {sha256_bytes(data)[:12]}) is not the one "
                          f"recorded at build time ({recorded[:12]}): the evidence changed; investigate")
     manifest = _acceptable(data, run, remote)
+    await asyncio.to_thread(_check_free_space, root, manifest)  # before anything is written here
     part = root / (MANIFEST_NAME + ".part")
     await asyncio.to_thread(_write_durably, part, data)
     os.replace(part, final)
@@ -360,6 +361,7 @@ async def _fetch(target: Path, remote: str, path: str, size: int, sha256: str, t
         _unlink(target.with_name(target.name + ".part"))  # damaged or edited here: fetch it whole again
     remote_info = await transport.stat(remote)
     if remote_info is None:
+        _unlink(target.with_name(target.name + ".part"))  # what an earlier try got of it cannot be completed
         raise _ContractBroken(f"missing on the box ({remote})", "missing_on_box")
     if remote_info.kind != "file":
         raise _ContractBroken(f"changed on the box: {remote} is not a regular file ({remote_info.kind})",
