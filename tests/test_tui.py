@@ -233,3 +233,23 @@ async def test_stop_is_a_plain_confirmation_and_the_disk_keeps_billing(project_d
     assert len(approval) == 1 and approval[0].detail["gated"] is False
     assert (await session.run_state(RUN)).liveness.state == "dead"  # powering off killed the job
     session.close()
+
+
+async def test_an_incomplete_pull_says_so_and_names_the_file(project_dir: Path) -> None:
+    """The TUI face of a pull that did not fetch every file: an error toast naming it, never 'pulled'."""
+    from remote_gpu_trainer.services import evidence
+
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    run = session.run_config(RUN)
+    await evidence.build_manifest(await session.remote(INSTANCE), run, session.db)
+    box_root = project_dir / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt" / RUN
+    (box_root / "seed1" / "best.pth").unlink()
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        await pilot.press("p")
+        await wait_until(pilot, lambda: notified(app, "pull incomplete"))
+        assert notified(app, "seed1/best.pth: missing on the box")
+        assert not notified(app, "pulled ")
+    session.close()

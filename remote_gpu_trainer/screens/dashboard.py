@@ -333,7 +333,13 @@ class DashboardScreen(Screen[None]):
         try:
             self.notify(f"pulling {self.run_id}…")
             result = await self.rgt.session.pull(self.run_id, progress=progress)
-            self.notify(f"pulled {len(result.files)} file(s) into runs/{self.run_id}/: verify with v")
+            if result.ok:
+                self.notify(f"pulled {len(result.files)} file(s) into runs/{self.run_id}/: verify with v")
+            else:
+                shown = "; ".join(f"{p.path}: {p.detail}" for p in result.failed[:3])
+                more = f" (+{len(result.failed) - 3} more)" if len(result.failed) > 3 else ""
+                self.notify(f"✖ pull incomplete: {len(result.failed)} of {len(result.files)} file(s) not fetched: "
+                            f"{shown}{more}; fix that, then p again", severity="error", timeout=20)
         except RgtError as exc:
             self.notify(f"pull failed: {exc}", severity="error", timeout=15)
         finally:
