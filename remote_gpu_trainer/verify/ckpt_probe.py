@@ -2,10 +2,20 @@
 
     <python> -I -m remote_gpu_trainer.verify.ckpt_probe PATH [--allow-global mod.Name]...
         [--state-key K]... [--accept-flat]
+    <python> -I -m remote_gpu_trainer.verify.ckpt_probe --serve [--parent PID]
 
-Stdout is exactly one JSON object: `{"ok": true, "format", "tensors", "elements", "state_key", "torch"}` or
-`{"ok": false, "error": ..., ...}` with error one of `blocked_global` (+ `global`), `nonfinite` (+ `labels`,
-the first 10), `no_tensors`, `no_state_key`, `load_failed` (+ `detail`; exit status 1).
+One-shot mode: stdout is exactly one JSON object:
+`{"ok": true, "format", "tensors", "elements", "state_key", "torch"}` or `{"ok": false, "error": ..., ...}`
+with error one of `blocked_global` (+ `global`), `nonfinite` (+ `labels`, the first 10),
+`no_tensors`, `no_state_key`, `load_failed` (+ `detail`; exit status 1).
+
+Server mode (`--serve`, used by rgt's verifier so torch is imported once per process, not once per file):
+after importing torch it writes `{"ready": true, "pid", "torch"}`, then reads one JSON request per line on
+stdin, `{"path": str, "allow_globals": [str], "state_keys": [str], "accept_flat": bool|null}` (all but path
+optional), and answers each with one verdict line of exactly the one-shot shapes; a request it cannot parse
+gets `{"ok": false, "error": "bad_request"}`. It exits at end of input. On Linux it asks the kernel for
+SIGKILL when its parent dies (PR_SET_PDEATHSIG) and exits at once if `--parent` is no longer its parent, so
+a kill -9 of rgt leaves no probe behind; elsewhere a watcher thread polls getppid().
 
 Why a subprocess: loading a checkpoint can take memory and time without bound, and torch must never load in
 the UI process. Why `weights_only=True` and never a retry without it: a pickle that names any global beyond
@@ -254,17 +264,92 @@ def _one_line(text: str) -> str:
     return " ".join(_ANSI.sub("", text).split())[:500]
 
 
+def die_with_parent(parent: int | None) -> None:
+    """SIGKILL this process when its parent dies; exit now if `parent` already died (the prctl race)."""
+    if parent is None:
+        return
+    armed = False
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:  # the parent died before (or while) the request was made
+        os._exit(1)
+    if not armed:
+        import threading
+        import time
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(0.5)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _request(line: bytes) -> tuple[str, list[str], list[str], bool | None] | None:
+    try:
+        request = json.loads(line.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(request, dict) or not isinstance(request.get("path"), str):
+        return None
+    allow = request.get("allow_globals") or []
+    keys = request.get("state_keys") or []
+    flat = request.get("accept_flat")
+    if not (isinstance(allow, list) and all(isinstance(item, str) for item in allow)):
+        return None
+    if not (isinstance(keys, list) and all(isinstance(item, str) for item in keys)):
+        return None
+    if flat is not None and not isinstance(flat, bool):
+        return None
+    return request["path"], allow, keys, flat
+
+
+def serve(stdin: Any, out: Any, parent: int | None) -> int:
+    """The long-lived probe: one request line in, one verdict line out, until end of input."""
+    die_with_parent(parent)
+    import torch
+
+    out.write(json.dumps({"ready": True, "pid": os.getpid(), "torch": str(torch.__version__).split("+")[0]})
+              + "\n")
+    out.flush()
+    for line in stdin:
+        if not line.strip():
+            continue
+        parsed = _request(line)
+        if parsed is None:
+            result: dict[str, Any] = {"ok": False, "error": "bad_request", "detail": "not a probe request"}
+        else:
+            path, allow, keys, flat = parsed
+            result = probe(path, allow, keys or DEFAULT_STATE_KEYS, flat)
+        out.write(json.dumps(result, sort_keys=True) + "\n")
+        out.flush()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ckpt_probe", description="load-verify one checkpoint")
-    parser.add_argument("path")
+    parser.add_argument("path", nargs="?")
     parser.add_argument("--allow-global", action="append", default=[], metavar="MOD.NAME")
     parser.add_argument("--state-key", action="append", default=[], metavar="KEY")
     parser.add_argument("--accept-flat", action="store_true", default=None)
+    parser.add_argument("--serve", action="store_true", help="answer one JSON request per stdin line")
+    parser.add_argument("--parent", type=int, default=None, help="die when this pid stops being the parent")
     args = parser.parse_args(argv)
-    # Stdout must carry exactly one JSON object: anything a library prints goes to stderr instead.
+    if (args.path is None) != args.serve:
+        parser.error("give exactly one of PATH and --serve")
+    # Stdout carries only JSON: anything a library prints goes to stderr instead.
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     sys.stdout = sys.stderr
+    if args.serve:
+        return serve(sys.stdin.buffer, out, args.parent)
     result = probe(args.path, args.allow_global, args.state_key or DEFAULT_STATE_KEYS, args.accept_flat)
     out.write(json.dumps(result, sort_keys=True) + "\n")
     out.flush()
