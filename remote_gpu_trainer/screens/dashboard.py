@@ -6,6 +6,7 @@ Overview built by the services, refreshed by workers so the UI thread never wait
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from textual.binding import Binding
 from textual.containers import Container
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
 
 from ..errors import GateRefused, RgtError
@@ -38,7 +40,8 @@ if TYPE_CHECKING:
 
 PANELS = ("panel-instances", "panel-checkpoints", "panel-log", "panel-checklist")
 TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log · loss", "4 Checklist · findings")
-REFRESH_S = 2.0
+REFRESH_S = 2.0  # from the end of one refresh to the start of the next
+OVERVIEW_WAIT_S = 1.5  # how long a refresh waits for slow boxes before drawing the rows that answered
 LOG_POLL_S = 0.5
 
 
@@ -70,6 +73,9 @@ class DashboardScreen(Screen[None]):
         self.busy: set[str] = set()
         self.log_backfilled = False
         self.log_polling = False
+        self.refreshing = False  # one overview refresh at a time; a request meanwhile is served after it
+        self.refresh_again = False
+        self.refresh_timer: Timer | None = None
         self.asked_host_keys: set[tuple[str, str]] = set()  # asked once per key per session
 
     @property
@@ -95,9 +101,8 @@ class DashboardScreen(Screen[None]):
             self.query_one(f"#{panel_id}").border_title = title
         runs = sorted(self.rgt.session.project.runs)
         self.run_id = runs[0] if runs else None
-        self.refresh_overview()
+        self.refresh_overview()  # re-arms itself when it finishes: a slow box never cancels a refresh
         self.poll_log()
-        self.set_interval(REFRESH_S, self.refresh_overview)
         self.set_interval(LOG_POLL_S, self.poll_log)
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
@@ -108,15 +113,34 @@ class DashboardScreen(Screen[None]):
                        severity=severity, timeout=timeout, markup=markup)
 
     # -- data ------------------------------------------------------------------------------------------
-    @work(exclusive=True, group="overview")
+    @work(group="overview")
     async def refresh_overview(self) -> None:
-        try:
-            overview = await self.rgt.session.overview()
-        except RgtError as exc:
-            self.notify(str(exc), severity="error", timeout=10)
+        """One refresh at a time and never cancelled: a request while one runs is served right after it,
+        and the next tick is armed only when a refresh has finished. Each box is asked within its own
+        timeout and a row whose box has not answered yet shows what was last known (Session.overview)."""
+        if self.refreshing:
+            self.refresh_again = True
             return
-        self.apply(overview)
-        self.show_alerts(self.rgt.session.take_alerts())
+        self.refreshing = True
+        if self.refresh_timer is not None:
+            self.refresh_timer.stop()
+            self.refresh_timer = None
+        try:
+            while True:
+                self.refresh_again = False
+                try:
+                    overview = await self.rgt.session.overview(wait_s=OVERVIEW_WAIT_S)
+                except RgtError as exc:
+                    self.notify(str(exc), severity="error", timeout=10)
+                else:
+                    self.apply(overview)
+                    self.show_alerts(self.rgt.session.take_alerts())
+                if not self.refresh_again:
+                    break
+        finally:
+            self.refreshing = False
+            if self.is_mounted:
+                self.refresh_timer = self.set_timer(REFRESH_S, self.refresh_overview)
 
     def apply(self, overview: Overview) -> None:
         first = self.overview is None
@@ -234,6 +258,8 @@ class DashboardScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("teardown", "stop") and self.rgt.session.read_only:
             return False
+        if self.busy_with(action):
+            return None  # shown greyed while it runs: pressing it again must not start (or cancel) anything
         run = self.current_run()
         if action == "teardown":
             return True if run is not None and run.gate.open else None
@@ -241,6 +267,15 @@ class DashboardScreen(Screen[None]):
             has_stop = run is not None and self.rgt.session.profile(run.instance).action("stop") is not None
             return True if has_stop else None
         return True
+
+    def busy_with(self, action: str) -> bool:
+        """Pull and verify are one at a time each; teardown and stop share one slot (one box action)."""
+        slot = "teardown" if action in ("teardown", "stop") else action
+        return slot in self.busy
+
+    def set_busy(self, slot: str, running: bool) -> None:
+        (self.busy.add if running else self.busy.discard)(slot)
+        self.refresh_bindings()
 
     def action_panel(self, index: int) -> None:
         for position, panel_id in enumerate(PANELS):
@@ -317,11 +352,11 @@ class DashboardScreen(Screen[None]):
         following = self.query_one(LogPanel).toggle_follow()
         self.notify("following the log" if following else "log paused (f resumes)")
 
-    @work(group="pull", exclusive=True)
+    @work(group="pull")  # never exclusive: a second press must not cancel the pull that runs
     async def action_pull(self) -> None:
         if self.run_id is None or "pull" in self.busy:
             return
-        self.busy.add("pull")
+        self.set_busy("pull", True)
         panel = self.query_one(CheckpointsPanel)
         files: dict[str, tuple[int, int]] = {}
 
@@ -343,15 +378,15 @@ class DashboardScreen(Screen[None]):
         except RgtError as exc:
             self.notify(f"pull failed: {exc}", severity="error", timeout=15)
         finally:
-            self.busy.discard("pull")
+            self.set_busy("pull", False)
             panel.hide_progress()
         self.refresh_overview()
 
-    @work(group="verify", exclusive=True)
+    @work(group="verify")
     async def action_verify(self) -> None:
         if self.run_id is None or "verify" in self.busy:
             return
-        self.busy.add("verify")
+        self.set_busy("verify", True)
         summary = self.query_one("#checkpoint-summary", Static)
         try:
             self.notify(f"verifying {self.run_id}…")
@@ -365,39 +400,55 @@ class DashboardScreen(Screen[None]):
         except RgtError as exc:
             self.notify(f"verify failed: {exc}", severity="error", timeout=15)
         finally:
-            self.busy.discard("verify")
+            self.set_busy("verify", False)
         self.refresh_overview()
 
-    @work(group="teardown", exclusive=True)
+    @work(group="teardown")  # never exclusive: a second press must not cancel a teardown under way
     async def action_teardown(self) -> None:
         run = self.current_run()
-        if run is None or self.rgt.session.read_only:
+        if run is None or self.rgt.session.read_only or self.busy_with("teardown"):
             return
         if not run.gate.open:
             self.notify("gate closed: " + "; ".join(run.gate.reasons[:3]), severity="warning", timeout=10)
             return
-        plan = await teardown.plan(self.rgt.session, run.instance)
+        self.set_busy("teardown", True)
+        try:
+            await self._teardown(run.instance)
+        finally:
+            self.set_busy("teardown", False)
+        self.refresh_overview()
+
+    async def _teardown(self, instance: str) -> None:
+        plan = await teardown.plan(self.rgt.session, instance)
         typed = await self.app.push_screen_wait(TeardownScreen(plan))
         if typed is None:
             self.notify("teardown cancelled: nothing was done")
             return
         try:
-            result = await teardown.execute(self.rgt.session, run.instance, typed, plan.lines)
+            # shielded: once approved, the provider call and the record of its outcome run to their end
+            result = await asyncio.shield(teardown.execute(self.rgt.session, instance, typed, plan.lines))
         except GateRefused as exc:
             self.notify(f"refused: {exc}", severity="error", timeout=15)
         except RgtError as exc:
             self.notify(f"teardown failed: {exc}", severity="error", timeout=15)
         else:
             self.notify(result.message, severity="information" if result.confirmed else "warning", timeout=15)
-        self.refresh_overview()
 
-    @work(group="teardown", exclusive=True)
+    @work(group="teardown")
     async def action_stop(self) -> None:
         """Stop keeps the disk: a reversible action gets a plain confirmation that lists what still bills."""
         run = self.current_run()
-        if run is None or self.rgt.session.read_only:
+        if run is None or self.rgt.session.read_only or self.busy_with("stop"):
             return
-        plan = await teardown.plan(self.rgt.session, run.instance, "stop")
+        self.set_busy("teardown", True)
+        try:
+            await self._stop(run.instance)
+        finally:
+            self.set_busy("teardown", False)
+        self.refresh_overview()
+
+    async def _stop(self, instance: str) -> None:
+        plan = await teardown.plan(self.rgt.session, instance, "stop")
         if plan.gated or not plan.gate_open:
             reasons = "; ".join(plan.reasons[:2]) or "it destroys data: use t"
             self.notify(f"stop not available: {reasons}", severity="warning", timeout=10)
@@ -407,12 +458,12 @@ class DashboardScreen(Screen[None]):
             self.notify("stop cancelled: nothing was done")
             return
         try:
-            result = await teardown.execute(self.rgt.session, run.instance, None, plan.lines, action_id="stop")
+            result = await asyncio.shield(teardown.execute(self.rgt.session, instance, None, plan.lines,
+                                                           action_id="stop"))
         except RgtError as exc:
             self.notify(f"stop failed: {exc}", severity="error", timeout=15)
         else:
             self.notify(result.message, timeout=10)
-        self.refresh_overview()
 
     @work(group="tick", exclusive=True)
     async def action_tick(self) -> None:

@@ -10,10 +10,11 @@ import asyncio
 import dataclasses
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..audits.checklist import ChecklistFacts
 from ..audits.env_audit import AuditRow, RunRequirements, audit_environment, run_interpreter, worst
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from ..providers.registry import AnyProvider
     from ..providers.transport_ssh import HostKeyUnknown
 
+T = TypeVar("T")
 PROVIDER_TIMEOUT_S = 20.0
 GPU_SAMPLE_S = 10.0
 METER_SAMPLE_S = 30.0
@@ -60,9 +62,11 @@ class RunState:
 
 
 class Session:
-    def __init__(self, project: ProjectConfig, *, clock: Clock = utc_now, read_only: bool = False) -> None:
+    def __init__(self, project: ProjectConfig, *, clock: Clock = utc_now, read_only: bool = False,
+                 provider_timeout_s: float = PROVIDER_TIMEOUT_S) -> None:
         self.project = project
         self.clock = clock
+        self.provider_timeout_s = provider_timeout_s  # each question to a provider or box waits this long
         # a project folder rgt may not write to still serves the read-only verbs (--report, events,
         # --read-only): the state is read from a copy, and every cost-affecting action is refused
         self.folder_read_only = not project_writable(project)
@@ -76,6 +80,7 @@ class Session:
         self._catalogue: Catalogue | None = None
         self._gpu_samples: dict[str, list[GpuSample]] = {}  # instance -> the last sampled GPUs
         self._last_status: dict[str, InstanceStatus] = {}
+        self._inflight: dict[str, asyncio.Future[Any]] = {}  # one question per box at a time (see _asked)
 
     @classmethod
     def open(cls, project_arg: str | None, *, clock: Clock = utc_now, read_only: bool = False) -> Session:
@@ -95,6 +100,9 @@ class Session:
 
     async def close_transports(self) -> None:
         """Close connections to the far side (jobs keep running: they were launched detached)."""
+        for task in list(self._inflight.values()):
+            task.cancel()
+        self._inflight.clear()
         transports, self._transports = list(self._transports.values()), {}
         closers = [t.close for t in transports] + [p.close for p in self._providers.values()]
         for close in closers:
@@ -125,8 +133,39 @@ class Session:
         """The transport for async work: a cloud box's SSH address comes from its provider, so the
         provider is asked once first when this process has not asked yet."""
         if name not in self._last_status and name not in self._transports:
-            await self.instance_status(name)
+            await self._asked(f"status:{name}", lambda: self.instance_status(name))
         return self.transport(name)
+
+    def _asked(self, key: str, ask: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
+        """The one question `key` in flight to a box (started by `ask` when none is): a slow box is asked
+        once, however many refreshes, reports or verbs wait for it, and a caller that stops waiting does
+        not cancel it (the answer still lands in the state for the next refresh)."""
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.ensure_future(ask())
+            self._inflight[key] = task
+
+            def forget(done: asyncio.Future[Any], key: str = key) -> None:
+                if self._inflight.get(key) is done:
+                    del self._inflight[key]
+
+            task.add_done_callback(forget)
+        return asyncio.shield(task)
+
+    async def _answers(self, questions: dict[str, Callable[[], Awaitable[T]]],
+                       wait_s: float | None) -> dict[str, T]:
+        """Ask every box at once, each within its own timeout, and return the answers that came within
+        `wait_s` (all of them when None); the others keep going in the background."""
+        futures = {key: self._asked(key, ask) for key, ask in questions.items()}
+        if futures:
+            await asyncio.wait(futures.values(), timeout=wait_s)
+        answers: dict[str, T] = {}
+        for key, future in futures.items():
+            if future.done():
+                answers[key] = future.result()  # the askers catch what a box can do; anything else is a bug
+            else:
+                future.add_done_callback(_quiet)
+        return answers
 
     def transport(self, name: str) -> Transport:
         if name not in self._transports:
@@ -149,14 +188,16 @@ class Session:
         instance = self.instance(name)
         provider = self.provider(name)
         try:
-            status = await asyncio.wait_for(provider.get(instance), PROVIDER_TIMEOUT_S)
+            status = await asyncio.wait_for(provider.get(instance), self.provider_timeout_s)
         except (RgtError, OSError, TimeoutError) as exc:
             last = self.db.last_snapshot(name)
             status = InstanceStatus(
                 name=name, provider=instance.provider, provider_id=last.provider_id or "" if last else "",
                 state="unknown", gpu="?", price_per_hour=last.price_per_hour if last else None,
                 price_source=last.price_source if last else "none",
-                storage_per_hour=last.storage_per_hour if last else None, detail={"error": str(exc)},
+                storage_per_hour=last.storage_per_hour if last else None,
+                detail={"error": f"no answer within {self.provider_timeout_s:g} s" if isinstance(exc, TimeoutError)
+                        and not str(exc) else str(exc)},
             )
         unknown_key = status.detail.get("host_key_unknown")  # set only by SSH-based providers
         if unknown_key is not None:
@@ -487,10 +528,22 @@ class Session:
                         evidence_ok=decision.open)
 
     # -- overview ----------------------------------------------------------------------------------------
-    async def overview(self) -> Overview:
+    async def overview(self, wait_s: float | None = None) -> Overview:
+        """The one view every face renders. Every box is asked at once, each within its own timeout; with
+        `wait_s` (the dashboard) a box that has not answered by then shows what was last known, marked as
+        waiting, while its question goes on for the next refresh; without it (a report) all answers are
+        awaited, so a hung box costs its timeout once, not once per question."""
         now = self.clock()
-        statuses = {name: await self.instance_status(name) for name in sorted(self.project.instances)}
-        run_states = {run_id: await self.run_state(run_id) for run_id in sorted(self.project.runs)}
+        names = sorted(self.project.instances)
+        run_ids = sorted(self.project.runs)
+        status_answers, run_answers = await asyncio.gather(
+            self._answers({f"status:{name}": partial(self.instance_status, name) for name in names}, wait_s),
+            self._answers({f"run:{run_id}": partial(self._bounded_run_state, run_id) for run_id in run_ids}, wait_s))
+        statuses = {name: status_answers.get(f"status:{name}") or self._waiting_status(name) for name in names}
+        run_states = {run_id: run_answers.get(f"run:{run_id}") or WAITING_RUN for run_id in run_ids}
+        gpu_answers = await self._answers({f"gpu:{name}": partial(self.gpu_text, name, statuses[name])
+                                           for name in names}, wait_s)
+        gpus = {name: gpu_answers[f"gpu:{name}"] for name in names if f"gpu:{name}" in gpu_answers}
         instances = []
         for name, status in statuses.items():
             finished = [s.finished_at for rid, s in run_states.items()
@@ -499,7 +552,7 @@ class Session:
             profile = self.profile(name)
             instances.append(InstanceView(
                 name=name, provider=status.provider, id=status.provider_id, state=status.state,
-                gpu=await self.gpu_text(name, status), price_per_hour=status.price_per_hour,
+                gpu=gpus.get(name, status.gpu), price_per_hour=status.price_per_hour,
                 price_source=status.price_source,
                 billing=billing_text(status, self._walltime(name, run_states)), cost_so_far=reading.total,
                 burn_per_hour=reading.burn_per_hour,
@@ -512,7 +565,8 @@ class Session:
             ))
             self._sample_meter(name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
         for run_id, state in run_states.items():
-            await self.evaluate_rules(run_id, state)
+            if state is not WAITING_RUN:  # rules judge fresh answers only
+                await self.evaluate_rules(run_id, state)
         runs = [self._run_view(run_id, run_states[run_id], statuses) for run_id in sorted(self.project.runs)]
         instances = [with_cost_to_finish(i, runs) for i in instances]
         alerts = tuple(idle_burn_alerts(instances, runs)) + tuple(
@@ -523,6 +577,29 @@ class Session:
             total=sum(i.cost_so_far for i in instances), burn_per_hour=sum(i.burn_per_hour for i in instances),
             instances=tuple(instances), runs=tuple(runs), read_only=self.read_only, alerts=alerts,
         )
+
+    async def _bounded_run_state(self, run_id: str) -> RunState:
+        """The job's state within the provider timeout: a box that accepts connections and never speaks
+        costs one timeout, then reads unknown."""
+        try:
+            return await asyncio.wait_for(self.run_state(run_id), self.provider_timeout_s)
+        except TimeoutError:
+            return RunState(Liveness("unknown", f"the box gave no answer within {self.provider_timeout_s:g} s"),
+                            None)
+
+    def _waiting_status(self, name: str) -> InstanceStatus:
+        """What a row shows while its box has not answered this refresh: the last known facts, marked."""
+        last = self._last_status.get(name)
+        note = "waiting for the provider's answer"
+        if last is not None:
+            return dataclasses.replace(last, detail={**last.detail, "error": f"{note} (showing the last one)"})
+        instance = self.instance(name)
+        snapshot = self.db.last_snapshot(name)
+        return InstanceStatus(
+            name=name, provider=instance.provider, provider_id=snapshot.provider_id or "" if snapshot else "",
+            state="unknown", gpu="?", price_per_hour=snapshot.price_per_hour if snapshot else instance.price_per_hour,
+            price_source=snapshot.price_source if snapshot else "none",
+            storage_per_hour=snapshot.storage_per_hour if snapshot else None, detail={"error": note})
 
     def _walltime(self, name: str, run_states: dict[str, RunState]) -> str | None:
         times = [s.walltime for rid, s in sorted(run_states.items())
@@ -606,6 +683,15 @@ def project_writable(project: ProjectConfig) -> bool:
     if not os.access(folder, os.W_OK):
         return False
     return not project.state_db.exists() or os.access(project.state_db, os.W_OK)
+
+
+WAITING_RUN = RunState(Liveness("unknown", "waiting for the box's answer"), None)
+
+
+def _quiet(future: asyncio.Future[Any]) -> None:
+    """Retrieve a background answer's outcome nobody waits for (so asyncio does not warn about it)."""
+    if not future.cancelled():
+        future.exception()
 
 
 def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
