@@ -127,7 +127,17 @@ async def test_identical_bytes_under_50_paths_are_probed_once(tmp_path: Path) ->
     env.db.close()
 
 
-async def test_a_verification_uses_at_most_pool_size_processes(tmp_path: Path) -> None:
+def test_the_pool_grows_with_the_bytes_to_load_never_past_the_cores() -> None:
+    cores = os.cpu_count() or 1
+    assert evidence.probe_pool_size(200, 200 * 2000) == 1  # small files: one torch import is cheapest
+    assert evidence.probe_pool_size(1, 8 << 30) == 1  # never more processes than files
+    assert evidence.probe_pool_size(8, 8 << 30) == min(evidence.PROBE_POOL_MAX, cores)
+    assert evidence.probe_pool_size(8, (1 << 30) + 1) == min(2, cores)
+
+
+async def test_a_verification_uses_at_most_pool_size_processes(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(evidence, "PROBE_BYTES_PER_PROCESS", 1)  # as if every file were large: a full pool
     roster = tuple(f"cell{index:02d}" for index in range(12))
     env = make_env(tmp_path, roster=roster, state_keys=KEYS)
     for index, cell in enumerate(roster):

@@ -720,7 +720,9 @@ async def _probe_checkpoints(root: Path, run: RunConfig, manifest: Manifest, has
         verdicts[sha256] = result
 
     if fresh:
-        pool = ProbePool(min(PROBE_POOL_MAX, os.cpu_count() or 1, len(fresh)))
+        size = probe_pool_size(len(fresh), sum(root.joinpath(*groups[sha256][0].split("/")).stat().st_size
+                                               for sha256 in fresh))
+        pool = ProbePool(size)
         try:
             async with asyncio.TaskGroup() as group:
                 for sha256 in fresh:
@@ -749,8 +751,18 @@ def _probe_timeout(path: Path) -> float:
 # -- the probe pool ------------------------------------------------------------------------------------------
 
 PROBE_POOL_MAX = 4  # long-lived probe processes per verification, at most one per core
+# Each extra probe process costs a torch import (about 1.5 s of CPU): measured with
+# benchmarks/bench_verify.py on 2 cores, 200 small checkpoints take 1.47 s with one process and 2.63 s with
+# two, so another process is started only for each further GiB of checkpoint bytes to load.
+PROBE_BYTES_PER_PROCESS = 1 << 30
 PROBE_ENV_KEEP = frozenset({"PATH", "HOME", "LANG", "TMPDIR"})
 _PROBE_LINE_LIMIT = 16 << 20  # a verdict line (labels come from the file's keys) may be long, not unbounded
+
+
+def probe_pool_size(files: int, total_bytes: int) -> int:
+    """How many probe processes one verification starts: one per GiB to load, at most one per core, 4."""
+    by_bytes = 1 + total_bytes // max(1, PROBE_BYTES_PER_PROCESS)
+    return max(1, min(PROBE_POOL_MAX, os.cpu_count() or 1, files, by_bytes))
 
 
 def probe_environment(source: Mapping[str, str] | None = None) -> dict[str, str]:
