@@ -17,7 +17,7 @@ from textual.containers import Container
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
+from textual.widgets import Button, DataTable, Footer, Input, Static, Tab, Tabs
 
 from ..errors import GateRefused, RgtError
 from ..formatting import escape_control, pull_progress_line
@@ -402,6 +402,12 @@ class DashboardScreen(Screen[None]):
         finally:
             self.set_busy("verify", False)
         self.refresh_overview()
+
+    @on(Button.Pressed, "#teardown")
+    def _teardown_clicked(self) -> None:
+        """The Terminate button, clicked or pressed: the same path as `t`."""
+        if self.check_action("teardown", ()):
+            self.action_teardown()
 
     @work(group="teardown")  # never exclusive: a second press must not cancel a teardown under way
     async def action_teardown(self) -> None:

@@ -6,7 +6,7 @@ shortcut key. The screen only collects the approval: the teardown service decide
 
 from __future__ import annotations
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -39,11 +39,21 @@ class TeardownScreen(ModalScreen[str | None]):
             yield Static(escape_control("\n".join(f"✖ {r}" for r in self.plan.reasons), keep_newlines=True),
                          id="teardown-reasons", markup=False)
             yield Label(f"Type the instance id ({shown_id}) to confirm:", markup=False)
-            yield Input(placeholder="instance id", id="confirm-id")
+            yield Input(placeholder="instance id", id="confirm-id", select_on_focus=False)
             yield Static("", id="teardown-progress")
             with Horizontal(id="teardown-buttons"):
                 yield Button("Cancel", id="cancel", variant="primary")
                 yield Button(self.plan.action_label, id="confirm", variant="error", disabled=True)
+
+    def on_key(self, event: events.Key) -> None:
+        """Typing goes into the id field wherever the focus is (it starts on Cancel, so Enter alone never
+        confirms): the approval is what was typed, and only a matching id enables the action."""
+        field = self.query_one("#confirm-id", Input)
+        if not field.has_focus and event.is_printable and event.character:
+            field.focus()
+            field.insert_text_at_cursor(event.character)
+            event.stop()
+            event.prevent_default()
 
     @on(Input.Changed, "#confirm-id")
     def _typed(self, event: Input.Changed) -> None:

@@ -11,7 +11,9 @@ entry naming the same box, still keeps the gate closed until its results are hom
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -102,8 +104,9 @@ async def decide(session: Session, name: str, box_run: BoxRun, provider_id: str,
             liveness = (await session.run_state_of(run, name)).liveness.state
         except RgtError:
             remote = evidence.RemoteManifest(False)
-    inputs = evidence.gather_gate_inputs(session.project, run, session.db, provider_id, approval,
-                                         remote=remote, liveness=liveness)
+    inputs = await asyncio.to_thread(  # may hash files: never on the event loop
+        partial(evidence.gather_gate_inputs, session.project, run, session.db, provider_id, approval,
+                remote=remote, liveness=liveness))
     return evaluate_gate(inputs) if approval is not None else evaluate_evidence_only(inputs)
 
 

@@ -567,7 +567,9 @@ class Session:
         for run_id, state in run_states.items():
             if state is not WAITING_RUN:  # rules judge fresh answers only
                 await self.evaluate_rules(run_id, state)
-        runs = [self._run_view(run_id, run_states[run_id], statuses) for run_id in sorted(self.project.runs)]
+        # gathering the gate's inputs may hash files the cache does not know: never on the event loop
+        runs = await asyncio.to_thread(
+            lambda: [self._run_view(run_id, run_states[run_id], statuses) for run_id in sorted(self.project.runs)])
         instances = [with_cost_to_finish(i, runs) for i in instances]
         alerts = tuple(idle_burn_alerts(instances, runs)) + tuple(
             f"▲ PRICE DRIFT {i.name}: {i.drift}" for i in instances if i.drift)
@@ -634,6 +636,9 @@ class Session:
         status = statuses[run.instance]
         files = evidence.checkpoint_statuses(self.project, run, self.db)
         gate = self.gate_view(run_id, status.provider_id, state.liveness.state)
+        if gate.open and status.state in ("terminated", "unknown"):  # nothing to act on: the plan agrees
+            gate = dataclasses.replace(gate, open=False, reasons=(
+                f"instance state is {status.state}: nothing to tear down until the provider says otherwise",))
         facts = checklist_facts(self.project, run, self.db, gate)
         items = checklist.evaluate(run_id, facts, self.db)
         findings = tuple(

@@ -1,0 +1,107 @@
+"""The Terminate control as a user meets it: the button works with the mouse, typing goes into the id field
+wherever the focus is, Enter confirms only a matching id, Escape cancels, and a terminated box offers no
+teardown control any more. The real app through Pilot, on a real sim project."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from textual.pilot import Pilot
+from textual.widgets import Button, Input
+
+from helpers import INSTANCE, launched_and_finished
+from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.screens.dashboard import DashboardScreen
+from remote_gpu_trainer.screens.teardown import TeardownScreen
+from remote_gpu_trainer.services.session import Session
+
+INSTANCE_ID = "sim-box"
+
+
+async def wait_until(pilot: Pilot[None], predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    waited = 0.0
+    while not predicate():
+        await pilot.pause(0.05)
+        waited += 0.05
+        assert waited < timeout, "condition not reached in time"
+
+
+def dashboard(app: RgtApp) -> DashboardScreen:
+    screen = app.screen_stack[1]
+    assert isinstance(screen, DashboardScreen)
+    return screen
+
+
+def gate_open(app: RgtApp) -> bool:
+    run = dashboard(app).current_run()
+    return run is not None and run.gate.open
+
+
+def state_of(app: RgtApp) -> str | None:
+    overview = dashboard(app).overview
+    instance = overview.instance(INSTANCE) if overview is not None else None
+    return instance.state if instance is not None else None
+
+
+async def verified(pilot: Pilot[None], app: RgtApp) -> None:
+    await wait_until(pilot, lambda: dashboard(app).overview is not None)
+    await pilot.press("p")
+    await wait_until(pilot, lambda: "pull" not in dashboard(app).busy and dashboard(app).overview is not None
+                     and any(c.status == "pulled" for c in dashboard(app).current_run().checkpoints))  # type: ignore[union-attr]
+    await pilot.press("v")
+    await wait_until(pilot, lambda: gate_open(app))
+    await wait_until(pilot, lambda: not app.screen.query_one("#teardown", Button).disabled)
+
+
+async def test_click_type_anywhere_enter_and_the_row_after_terminate(project_dir: Path) -> None:
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    disk = project_dir / ".rgt" / "sim" / INSTANCE
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await verified(pilot, app)
+        await pilot.click("#teardown")  # the mouse, not `t`
+        await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+        modal = app.screen
+        assert isinstance(modal, TeardownScreen)
+        await wait_until(pilot, lambda: app.focused is not None and app.focused.id == "cancel")
+        await pilot.press(*"sim-bo")  # typed while Cancel has the focus: it goes into the id field
+        field = modal.query_one("#confirm-id", Input)
+        await wait_until(pilot, lambda: field.value == "sim-bo")
+        await pilot.press("enter")  # a partial id never confirms
+        await wait_until(pilot, lambda: any("is not the instance id" in str(n.message) for n in app._notifications))
+        assert isinstance(app.screen, TeardownScreen) and disk.is_dir()
+        await pilot.press("x", "backspace", "backspace", "x")  # "sim-bx": still wrong
+        await wait_until(pilot, lambda: field.value == "sim-bx")
+        assert modal.query_one("#confirm", Button).disabled
+        await pilot.press("backspace", "o", "x")
+        await wait_until(pilot, lambda: field.value == INSTANCE_ID)
+        assert not modal.query_one("#confirm", Button).disabled
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not disk.exists())
+        await wait_until(pilot, lambda: state_of(app) == "terminated")
+        await wait_until(pilot, lambda: not app.screen.query_one("#teardown", Button).display)
+        assert dashboard(app).check_action("teardown", ()) is None
+    session.close()
+
+
+async def test_escape_cancels_and_nothing_is_done(project_dir: Path) -> None:
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    disk = project_dir / ".rgt" / "sim" / INSTANCE
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await verified(pilot, app)
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+        modal = app.screen
+        await pilot.press(*INSTANCE_ID)
+        await wait_until(pilot, lambda: modal.query_one("#confirm-id", Input).value == INSTANCE_ID)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, TeardownScreen))
+        await wait_until(pilot, lambda: any("teardown cancelled" in str(n.message) for n in app._notifications))
+        assert disk.is_dir()
+        assert [e.kind for e in session.db.events() if e.kind in ("approval", "action")
+                and e.detail.get("action") == "terminate"] == []  # the rental's own approval is "create"
+    session.close()
