@@ -133,6 +133,7 @@ def _text(o: Overview) -> str:
         out.append(f"  {i.name:<14} {i.provider:<9} {i.state:<11} {money(i.price_per_hour, i.currency):>10}"
                    f" {i.price_source:<8} {money(i.cost_so_far, i.currency):>10} {i.billing:<14} {facts}")
     out.extend(f"  {i.name}: billing facts {i.facts_age}" for i in o.instances if i.stale)
+    out.extend(f"  {i.name}: {i.note}" for i in o.instances if i.state == "unknown" and i.note)  # e.g. a timeout
     for run in o.runs:
         out.append("")
         out.append(f"RUN {run.id} on {run.instance}: {run.evidence_state} · liveness {run.liveness}"

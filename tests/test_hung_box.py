@@ -15,6 +15,7 @@ from textual.pilot import Pilot
 from helpers import INSTANCE, RUN, launched_and_finished, write_project
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.report import render
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.services.overview import Overview
 from remote_gpu_trainer.services.session import Session
@@ -86,6 +87,7 @@ async def test_the_healthy_row_is_drawn_while_the_hung_box_is_still_being_asked(
         hung = row(full, HUNG)
         assert hung.state == "unknown" and "no answer within 3 s" in hung.note  # type: ignore[attr-defined]
         assert row(full, INSTANCE).state == "running"  # type: ignore[attr-defined]
+        assert f"  {HUNG}: no answer within 3 s" in render(full, "text").splitlines()
     finally:
         await session.close_transports()
         session.close()
