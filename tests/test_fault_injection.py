@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sshd_fixtures import Sshd
+
 from gate_helpers import (
     RGT,
     SIM_ID,
@@ -39,8 +41,6 @@ from gate_helpers import (
     toml_string,
     write_text_project,
 )
-from sshd_fixtures import Sshd
-
 from helpers import FIXTURES, INSTANCE, RUN, wait_for_liveness
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.services.evidence import PullProgress

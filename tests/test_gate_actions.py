@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from gate_helpers import (
     box_root,
     keep_verdicts,
@@ -36,9 +39,6 @@ from gate_helpers import (
     toml_string,
     write_text_project,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from helpers import INSTANCE, RUN
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.errors import ConfigError, GateRefused, VerbFailed

@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
+
 from gate_helpers import (
     SIM_ID,
     box_root,
@@ -30,7 +31,6 @@ from gate_helpers import (
     verified_project,
     write_text_project,
 )
-
 from helpers import INSTANCE, RUN, wait_for_liveness
 from remote_gpu_trainer.audits.gate import CONFIG_CHANGED
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME

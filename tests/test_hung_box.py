@@ -6,19 +6,18 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from textual.pilot import Pilot
 
 from helpers import INSTANCE, RUN, launched_and_finished, write_project
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.config import load_project
 from remote_gpu_trainer.report import render
-from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.services.overview import Overview
 from remote_gpu_trainer.services.session import Session
+from tui_helpers import dashboard, wait_until
 
 HUNG = "hung"
 
@@ -93,18 +92,8 @@ async def test_the_healthy_row_is_drawn_while_the_hung_box_is_still_being_asked(
         session.close()
 
 
-async def wait_until(pilot: Pilot[None], predicate: Callable[[], bool], timeout: float = 30.0) -> None:
-    waited = 0.0
-    while not predicate():
-        await pilot.pause(0.05)
-        waited += 0.05
-        assert waited < timeout, "condition not reached in time"
 
 
-def dashboard(app: RgtApp) -> DashboardScreen:
-    screen = app.screen_stack[1]
-    assert isinstance(screen, DashboardScreen)
-    return screen
 
 
 def instance_state(app: RgtApp, name: str) -> str | None:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from gate_helpers import launch_finished, local_root, project_text, write_text_project
 
 from evidence_helpers import make_env, status_of, write_cell
+from gate_helpers import launch_finished, local_root, project_text, write_text_project
 from helpers import RUN
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.services import evidence

@@ -4,7 +4,6 @@ teardown control any more. The real app through Pilot, on a real sim project."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 from textual.pilot import Pilot
@@ -12,30 +11,17 @@ from textual.widgets import Button, Input
 
 from helpers import INSTANCE, launched_and_finished
 from remote_gpu_trainer.app import RgtApp
-from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.screens.teardown import TeardownScreen
 from remote_gpu_trainer.services.session import Session
+from tui_helpers import dashboard, gate_open, wait_until
 
 INSTANCE_ID = "sim-box"
 
 
-async def wait_until(pilot: Pilot[None], predicate: Callable[[], bool], timeout: float = 60.0) -> None:
-    waited = 0.0
-    while not predicate():
-        await pilot.pause(0.05)
-        waited += 0.05
-        assert waited < timeout, "condition not reached in time"
 
 
-def dashboard(app: RgtApp) -> DashboardScreen:
-    screen = app.screen_stack[1]
-    assert isinstance(screen, DashboardScreen)
-    return screen
 
 
-def gate_open(app: RgtApp) -> bool:
-    run = dashboard(app).current_run()
-    return run is not None and run.gate.open
 
 
 def state_of(app: RgtApp) -> str | None:
