@@ -70,8 +70,7 @@ from ..verify.ckpt_probe import PROBE_VERSION
 __all__ = [
     "Approval", "FileStatus", "GateDecision", "GateInputs", "LocalFile", "PullProgress", "PullResult",
     "VerifyResult", "build_manifest", "builder_stdin", "checkpoint_statuses", "evaluate_evidence_only",
-    "evaluate_gate", "gather_gate_inputs", "hash_with_cache", "pull", "remote_manifest", "remote_manifest_sha256",
-    "verify",
+    "evaluate_gate", "gather_gate_inputs", "hash_with_cache", "pull", "remote_manifest", "verify",
 ]
 
 BUILDER_TIMEOUT_S = 3600.0
@@ -1115,11 +1114,6 @@ async def remote_manifest(transport: Transport, run: RunConfig) -> RemoteManifes
         return RemoteManifest(True, await transport.sha256(where))
     except (TransportError, OSError, TimeoutError) as exc:
         return RemoteManifest(False, None, str(exc) or type(exc).__name__)
-
-
-async def remote_manifest_sha256(transport: Transport, run: RunConfig) -> str | None:
-    """The box's manifest hash, or None when it is gone or the box cannot be reached."""
-    return (await remote_manifest(transport, run)).sha256
 
 
 def _gate_listing(root: Path, listed: dict[str, int], db: StateDB) -> list[LocalFile]:
