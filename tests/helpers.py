@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
+import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -89,3 +91,21 @@ async def launched_and_finished(session: Session) -> None:
     await session.create_instance(INSTANCE)
     await session.launch(RUN)
     await wait_for_liveness(session)
+
+
+def run_rgt(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`python -m remote_gpu_trainer ARGS` as a user runs it: its own process, exit code and output."""
+    return subprocess.run([sys.executable, "-m", "remote_gpu_trainer", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=timeout, env=dict(os.environ))
+
+
+def fill_disk(path: Path) -> int:
+    """Write zeros to `path` until the filesystem refuses; returns the bytes that fit."""
+    written = 0
+    with open(path, "wb", buffering=0) as handle:
+        try:
+            while True:
+                written += handle.write(b"\0" * 4096) or 0
+        except OSError:
+            pass
+    return written

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers import FIXTURES, write_project
+from helpers import fill_disk as fill
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.services.session import Session
 
@@ -32,16 +33,6 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def fill(path: Path) -> int:
-    """Write until the filesystem refuses; returns the bytes that fit."""
-    written = 0
-    with open(path, "wb", buffering=0) as handle:
-        try:
-            while True:
-                written += handle.write(b"\0" * 4096) or 0
-        except OSError:
-            pass
-    return written
 
 
 async def test_disk_full_during_the_manifest_build(tiny_disk: Path, tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from gate_helpers import (
     write_text_project,
 )
 from helpers import FIXTURES, INSTANCE, RUN, wait_for_liveness
+from helpers import fill_disk as fill
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.services.evidence import PullProgress
 from remote_gpu_trainer.services.session import Session
@@ -456,15 +457,6 @@ def small_runs(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(runs)], check=False)
 
 
-def fill(path: Path) -> int:
-    written = 0
-    with open(path, "wb", buffering=0) as handle:
-        try:
-            while True:
-                written += handle.write(b"\0" * 4096) or 0
-        except OSError:
-            pass
-    return written
 
 
 async def test_a_pull_that_cannot_fit_is_refused_with_the_figures(small_runs: Path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +14,11 @@ import pytest
 
 from evidence_helpers import Env, flip_byte, keep_probe_verdicts, make_env, truncate, write_run
 from helpers import RUN
+from helpers import run_rgt as rgt
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME
 from remote_gpu_trainer.services import evidence
 from remote_gpu_trainer.services.evidence import pull, verify
 from remote_gpu_trainer.state import FileKey, StateDB
-
-RGT = [sys.executable, "-m", "remote_gpu_trainer"]
 
 
 @pytest.fixture
@@ -31,9 +29,6 @@ def env(tmp_path: Path) -> Iterator[Env]:
     keep_probe_verdicts(made)
 
 
-def rgt(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RGT, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ))
 
 
 def edit_in_place_keeping_mtime(path: Path) -> None:

@@ -3,21 +3,12 @@ a new id with a sibling result root, and the box's gate then covers both runs.""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from helpers import RUN, write_project
+from helpers import run_rgt as rgt
 from remote_gpu_trainer.config import load_project
 from remote_gpu_trainer.state import StateDB
-
-RGT = [sys.executable, "-m", "remote_gpu_trainer"]
-
-
-def rgt(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RGT, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ))
 
 
 def launches(project: Path) -> list[str]:

@@ -4,26 +4,18 @@ one-line error (exit 2) that keeps the gate closed, and a read-only project fold
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from helpers import INSTANCE, RUN, write_project
+from helpers import run_rgt as rgt
 from remote_gpu_trainer import state
 from remote_gpu_trainer.errors import StateError
 from remote_gpu_trainer.state import SCHEMA_VERSION, StateDB
-
-RGT = [sys.executable, "-m", "remote_gpu_trainer"]
-
-
-def rgt(*args: str, cwd: Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RGT, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ))
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
