@@ -1,23 +1,30 @@
-"""Pull throughput over SSH on loopback, hashing included: rgt's pull path vs scp vs rsync (DESIGN.md §5).
+"""Pull speed over SSH on loopback: the real `evidence.pull` with a manifest vs scp and rsync (DESIGN.md §5).
 
-Budget: rgt at least 90% of scp's throughput. Every contender ends with a verified SHA-256 of the local
-copy: rgt hashes while it streams (one pass, as services.evidence.pull does: SFTP read_chunks, append,
-update the hash, fsync every 256 MiB and at the end); scp and rsync copy first and run `sha256sum` after.
-Each contender opens its own connection in each round (connection setup counts for everyone).
+Two scenarios, each a run's result root on the far side of a real OpenSSH sshd on 127.0.0.1 (started
+exactly like the test fixture, tests/sshd_fixtures.py, with its own host and client keys; nothing reads or
+writes the real ~/.ssh):
+  - one large file of random bytes (1 GiB by default, `--big-mib`);
+  - many small files (2,000 × 100 KB by default, `--small`, `--small-kib`), 100 per cell folder.
+The manifest is built once on the box by the real builder (`evidence.build_manifest`). Every round then
+starts from nothing: a fresh local root, a fresh state database (the manifest's hash recorded in it, as
+`rgt pull` finds it after launch) and a fresh SSH connection, for every contender alike.
 
-The server is a real OpenSSH sshd on 127.0.0.1 started exactly like the test fixture (tests/sshd_fixtures.py)
-with its own host and client keys; nothing reads or writes the real ~/.ssh. rsync is installed with apt
-if it is missing.
+rgt: `evidence.pull` itself: manifest fetch and check, free-space check, per-file lstat, SFTP stream with
+SHA-256 while streaming, fsync, rename, hash-cache seeding. Baselines, run in the same process:
+`scp -r` then `sha256sum` of every file (a verified copy), `rsync -a` then `sha256sum`, and plain
+`rsync -a` (no hashing at all: the floor). rsync is installed with apt if it is missing.
 
-    .venv/bin/python benchmarks/bench_pull_ssh.py [--size-mib 1024] [--rounds 3]
+    .venv/bin/python benchmarks/bench_pull_ssh.py [--big-mib 1024] [--small 2000] [--small-kib 100]
+        [--rounds 3] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
+import cProfile
 import os
+import pstats
 import shutil
 import statistics
 import subprocess
@@ -25,6 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,57 +41,68 @@ sys.path.insert(0, str(REPO))
 
 from sshd_fixtures import Sshd, settings_for, start_sshd  # noqa: E402
 
-from remote_gpu_trainer.providers.transport_ssh import SSHPool, SSHTransport  # noqa: E402
+from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig  # noqa: E402
+from remote_gpu_trainer.providers.transport_ssh import SSHPool, SSHSettings, SSHTransport  # noqa: E402
+from remote_gpu_trainer.services import evidence  # noqa: E402
+from remote_gpu_trainer.state import StateDB  # noqa: E402
 
-CHUNK = 4 << 20
-FSYNC_EVERY = 256 << 20
+PER_CELL = 100
 
 
-def make_source(path: Path, size: int) -> str:
-    """`size` random bytes (incompressible), and their sha256."""
-    digest = hashlib.sha256()
+@dataclass
+class Scenario:
+    name: str
+    box: Path  # the run's result root on the far side
+    run: RunConfig
+    manifest_sha256: str
+    files: int
+    bytes: int
+
+
+def write_random(path: Path, size: int) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as handle:
         left = size
         while left:
             block = os.urandom(min(64 << 20, left))
             handle.write(block)
-            digest.update(block)
             left -= len(block)
-    return digest.hexdigest()
 
 
-def sha256sum(path: Path) -> str:
-    out = subprocess.run(["sha256sum", str(path)], capture_output=True, text=True, check=True).stdout
-    return out.split()[0]
+def big_files(box: Path, mib: int) -> tuple[str, ...]:
+    write_random(box / "seed0" / "blob.bin", mib << 20)
+    return ("seed0",)
 
 
-def _append(fd: int, chunk: bytes, digest: hashlib._Hash) -> None:
-    view = memoryview(chunk)
-    while view:
-        view = view[os.write(fd, view):]
-    digest.update(chunk)
+def small_files(box: Path, count: int, kib: int) -> tuple[str, ...]:
+    cells = tuple(f"cell{index:03d}" for index in range(-(-count // PER_CELL)))
+    for index in range(count):
+        write_random(box / cells[index // PER_CELL] / f"part{index:05d}.bin", kib << 10)
+    return cells
 
 
-async def rgt_pull(server: Sshd, settings_dir: Path, remote: Path, local: Path, fsync: bool) -> str:
-    """What evidence.pull does per file: stream from an offset, append and hash in a worker thread."""
-    transport = SSHTransport(server.target, settings_for(server, settings_dir), pool=SSHPool())
-    digest = hashlib.sha256()
-    fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    unsynced = 0
+async def build(name: str, box: Path, roster: tuple[str, ...], transport: SSHTransport, db: StateDB) -> Scenario:
+    run = RunConfig(id=name, instance="box", workdir=str(box), command="true", log="train.log",
+                    remote_root=str(box), roster=roster, required=(), python=sys.executable)
+    sha = await evidence.build_manifest(transport, run, db)
+    files = [path for path in box.rglob("*") if path.is_file() and path.name != "PULL_MANIFEST.json"]
+    return Scenario(name, box, run, sha, len(files), sum(path.stat().st_size for path in files))
+
+
+async def rgt_pull(scenario: Scenario, local_project: Path, server: Sshd, settings: SSHSettings) -> None:
+    project = ProjectConfig(root=local_project, file=local_project / "rgt.toml", name="bench",
+                            instances={"box": InstanceConfig(name="box", provider="ssh", id="box")},
+                            runs={scenario.run.id: scenario.run})
+    db = StateDB(project.state_db)
+    db.record_manifest(scenario.run.id, scenario.manifest_sha256)
+    transport = SSHTransport(server.target, settings, pool=SSHPool())
     try:
-        async for chunk in transport.read_chunks(str(remote), 0, CHUNK):
-            await asyncio.to_thread(_append, fd, chunk, digest)
-            unsynced += len(chunk)
-            if fsync and unsynced >= FSYNC_EVERY:
-                await asyncio.to_thread(os.fsync, fd)
-                unsynced = 0
-        if fsync:
-            await asyncio.to_thread(os.fsync, fd)
+        result = await evidence.pull(project, scenario.run, transport, db)
     finally:
-        os.close(fd)
         await transport.close()
-    return digest.hexdigest()
+        db.close()
+    if not result.ok or len(result.fetched) != scenario.files:
+        raise SystemExit(f"rgt pull did not fetch everything: {result.failed[:3]}")
 
 
 def ssh_options(server: Sshd, known_hosts: Path) -> list[str]:
@@ -91,16 +110,23 @@ def ssh_options(server: Sshd, known_hosts: Path) -> list[str]:
             "-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}"]
 
 
-def scp_pull(server: Sshd, known_hosts: Path, remote: Path, local: Path, *extra: str) -> str:
-    subprocess.run(["scp", "-q", "-P", str(server.port), *extra, *ssh_options(server, known_hosts),
-                    f"root@127.0.0.1:{remote}", str(local)], check=True)
-    return sha256sum(local)
+def sha256_all(folder: Path) -> None:
+    """sha256sum every file of the copy (xargs keeps argv bounded); the digests are checked by count."""
+    listing = subprocess.run(["find", str(folder), "-type", "f", "-print0"], capture_output=True, check=True).stdout
+    subprocess.run(["xargs", "-0", "sha256sum"], input=listing, capture_output=True, check=True)
 
 
-def rsync_pull(server: Sshd, known_hosts: Path, remote: Path, local: Path) -> str:
+def scp_pull(server: Sshd, known_hosts: Path, box: Path, local: Path) -> None:
+    subprocess.run(["scp", "-q", "-r", "-P", str(server.port), *ssh_options(server, known_hosts),
+                    f"root@127.0.0.1:{box}", str(local)], check=True)
+    sha256_all(local)
+
+
+def rsync_pull(server: Sshd, known_hosts: Path, box: Path, local: Path, hash_after: bool) -> None:
     shell = " ".join(["ssh", "-p", str(server.port), *ssh_options(server, known_hosts)])
-    subprocess.run(["rsync", "-a", "-e", shell, f"root@127.0.0.1:{remote}", str(local)], check=True)
-    return sha256sum(local)
+    subprocess.run(["rsync", "-a", "-e", shell, f"root@127.0.0.1:{box}/", str(local)], check=True)
+    if hash_after:
+        sha256_all(local)
 
 
 def ensure_rsync() -> bool:
@@ -114,72 +140,118 @@ def ensure_rsync() -> bool:
     return shutil.which("rsync") is not None
 
 
-def measure(name: str, rounds: int, local: Path, expected: str, pull: Callable[[], str]) -> list[float]:
+def copied(local: Path) -> tuple[int, int]:
+    files = [path for path in local.rglob("*") if path.is_file() and path.name != "PULL_MANIFEST.json"]
+    return len(files), sum(path.stat().st_size for path in files)
+
+
+def measure(scenario: Scenario, name: str, rounds: int, work: Path, pull: Callable[[Path], Path]) -> list[float]:
+    """`pull(fresh_folder)` returns where the copy landed; its file count and bytes are checked."""
     times = []
-    for _ in range(rounds):
-        local.unlink(missing_ok=True)
+    for index in range(rounds):
+        fresh = work / f"{scenario.name}-{len(times)}-{index}"
         subprocess.run(["sync"], check=True)
         started = time.perf_counter()
-        digest = pull()
+        landed = pull(fresh)
         times.append(time.perf_counter() - started)
-        if digest != expected:
-            raise SystemExit(f"{name}: wrong sha256 {digest}")
+        if copied(landed) != (scenario.files, scenario.bytes):
+            raise SystemExit(f"{name}: copy incomplete: {copied(landed)} vs {(scenario.files, scenario.bytes)}")
+        shutil.rmtree(fresh)
     return times
+
+
+def contenders(scenario: Scenario, server: Sshd, settings: SSHSettings, known_hosts: Path,
+               with_rsync: bool, profile: bool) -> list[tuple[str, Callable[[Path], Path]]]:
+    def rgt(fresh: Path) -> Path:
+        if profile:
+            profiler = cProfile.Profile()
+            profiler.runcall(asyncio.run, rgt_pull(scenario, fresh, server, settings))
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(30)
+        else:
+            asyncio.run(rgt_pull(scenario, fresh, server, settings))
+        return fresh / "runs" / scenario.run.id
+
+    def scp(fresh: Path) -> Path:
+        fresh.mkdir()
+        scp_pull(server, known_hosts, scenario.box, fresh / "copy")
+        return fresh / "copy"
+
+    def rsync(hash_after: bool) -> Callable[[Path], Path]:
+        def go(fresh: Path) -> Path:
+            fresh.mkdir()
+            rsync_pull(server, known_hosts, scenario.box, fresh / "copy", hash_after)
+            return fresh / "copy"
+        return go
+
+    out: list[tuple[str, Callable[[Path], Path]]] = [
+        ("rgt pull (evidence.pull: sha256 while streaming, fsync)", rgt),
+        ("scp -r + sha256sum (baseline)", scp),
+    ]
+    if with_rsync:
+        out += [("rsync -a + sha256sum", rsync(True)), ("rsync -a (no hashing)", rsync(False))]
+    return out
+
+
+def report(scenario: Scenario, results: dict[str, list[float]], rounds: int) -> None:
+    mib = scenario.bytes / (1 << 20)
+    base = statistics.median(results["scp -r + sha256sum (baseline)"])
+    rsync = statistics.median(results["rsync -a (no hashing)"]) if "rsync -a (no hashing)" in results else None
+    print(f"\n{scenario.name}: {scenario.files:,} files, {mib:,.0f} MiB over SSH on loopback, median of {rounds} "
+          f"rounds ({os.cpu_count()} CPUs)")
+    print(f"{'contender':58} {'median s':>9} {'best s':>8} {'MiB/s':>7} {'× scp':>6} {'× rsync':>8}")
+    for name, times in results.items():
+        median = statistics.median(times)
+        versus_rsync = f"{median / rsync:8.2f}" if rsync else "       -"
+        print(f"{name:58} {median:9.2f} {min(times):8.2f} {mib / median:7.0f} {median / base:6.2f} {versus_rsync}")
+    rgt = statistics.median(results[next(iter(results))])
+    print(f"aim: faster than scp + sha256sum: {'met' if rgt < base else 'MISSED'} ({rgt / base:.2f} ×)")
+    if rsync and scenario.files > 1:
+        print(f"aim: within 1.5 × rsync -a: {'met' if rgt <= 1.5 * rsync else 'MISSED'} ({rgt / rsync:.2f} ×)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--big-mib", type=int, default=1024, help="size of the large file (0: leave it out)")
+    parser.add_argument("--small", type=int, default=2000, help="how many small files (0: leave them out)")
+    parser.add_argument("--small-kib", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="print a cProfile of each rgt round")
     args = parser.parse_args()
-    size = args.size_mib << 20
     work = Path(tempfile.mkdtemp(prefix="rgt-bench-pull-"))
     os.environ["HOME"] = str(work / "home")  # nothing of the real ~/.ssh is read
     os.environ.pop("SSH_AUTH_SOCK", None)
     server = start_sshd(work / "sshd")
     try:
-        run(server, work, size, args.rounds)
+        asyncio.run(prepare_and_run(server, work, args))
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def run(server: Sshd, work: Path, size: int, rounds: int) -> None:
-    remote, local = work / "remote" / "blob.bin", work / "local" / "blob.bin"
-    local.parent.mkdir()
-    expected = make_source(remote, size)
+async def prepare_and_run(server: Sshd, work: Path, args: argparse.Namespace) -> None:
+    settings = settings_for(server, work / "rgt-ssh")
     known_hosts = work / "known_hosts"
     known_hosts.write_text(server.known_hosts_line())
-    sha256sum(remote)  # warm the page cache for everyone
-    contenders: list[tuple[str, Callable[[], str]]] = [
-        ("rgt pull (SFTP read_chunks + sha256 while streaming, fsync)",
-         lambda: asyncio.run(rgt_pull(server, work / "rgt", remote, local, fsync=True))),
-        ("rgt pull without fsync",
-         lambda: asyncio.run(rgt_pull(server, work / "rgt", remote, local, fsync=False))),
-        ("scp + sha256sum", lambda: scp_pull(server, known_hosts, remote, local)),
-        ("scp -c aes128-gcm + sha256sum",
-         lambda: scp_pull(server, known_hosts, remote, local, "-c", "aes128-gcm@openssh.com")),
-    ]
-    if ensure_rsync():
-        contenders.append(("rsync + sha256sum", lambda: rsync_pull(server, known_hosts, remote, local)))
-    else:
-        print("rsync could not be installed: skipped")
-    results = {name: measure(name, rounds, local, expected, pull) for name, pull in contenders}
-    report(results, size, "scp + sha256sum", rounds)
-
-
-def report(results: dict[str, list[float]], size: int, baseline: str, rounds: int) -> None:
-    mib = size / (1 << 20)
-    base = statistics.median(results[baseline])
-    print(f"\npull of {mib:.0f} MiB over SSH on loopback, {rounds} rounds, hashing included "
-          f"({os.cpu_count()} CPUs)")
-    print(f"{'contender':62} {'median s':>9} {'best s':>8} {'MiB/s':>7} {'vs scp':>7}")
-    for name, times in results.items():
-        median = statistics.median(times)
-        print(f"{name:62} {median:9.2f} {min(times):8.2f} {mib / median:7.0f} {base / median:6.0%}")
-    rgt = statistics.median(results[next(iter(results))])
-    verdict = "meets" if base / rgt >= 0.9 else "MISSES"
-    print(f"\nbudget (rgt >= 90% of scp throughput): {verdict} ({base / rgt:.0%})")
+    transport = SSHTransport(server.target, settings, pool=SSHPool())
+    db = StateDB(work / "builder.db")
+    scenarios = []
+    if args.small:
+        box = work / "box" / "small"
+        scenarios.append(await build("small", box, small_files(box, args.small, args.small_kib), transport, db))
+    if args.big_mib:
+        box = work / "box" / "big"
+        scenarios.append(await build("big", box, big_files(box, args.big_mib), transport, db))
+    await transport.close()
+    db.close()
+    subprocess.run(["cat", *[str(p) for s in scenarios for p in s.box.rglob("*") if p.is_file()]],
+                   stdout=subprocess.DEVNULL, check=True)  # warm the page cache for everyone
+    with_rsync = ensure_rsync()
+    if not with_rsync:
+        print("rsync could not be installed: its rows are left out")
+    for scenario in scenarios:
+        runs = {name: await asyncio.to_thread(measure, scenario, name, args.rounds, work / "local", pull)
+                for name, pull in contenders(scenario, server, settings, known_hosts, with_rsync, args.profile)}
+        report(scenario, runs, args.rounds)
 
 
 if __name__ == "__main__":

@@ -437,7 +437,8 @@ async def _watch(session: Session, run_id: str, once: bool, interval: float) -> 
 
 
 class _ProgressPrinter:
-    """Pull progress on stderr, at most a few lines a second."""
+    """Pull progress on stderr: every file's outcome and every resume or retry, downloading figures at
+    most twice a second."""
 
     def __init__(self) -> None:
         self._last = 0.0
@@ -445,8 +446,8 @@ class _ProgressPrinter:
     def __call__(self, progress: PullProgress) -> None:
         now = time.monotonic()
         text = pull_progress_line(progress)
-        final = progress.phase in ("done", "failed")
-        if final or now - self._last > 0.5:
+        always = progress.phase in ("done", "failed", "resuming", "retrying")
+        if always or now - self._last > 0.5:
             self._last = now
             print(text, file=sys.stderr, flush=True)
 

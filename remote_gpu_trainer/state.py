@@ -499,10 +499,15 @@ class StateDB:
         return str(row[0]) if row else None
 
     def store_hash(self, path: str, key: FileKey, sha256: str) -> None:
+        self.store_hashes([(path, key, sha256)])
+
+    def store_hashes(self, rows: Sequence[tuple[str, FileKey, str]]) -> None:
+        """Many cache entries in one transaction (a pull of 2,000 files commits once, not 2,000 times)."""
         with self._tx() as conn:
-            conn.execute(
+            conn.executemany(
                 "INSERT OR REPLACE INTO file_hashes (path, size, mtime_ns, ctime_ns, inode, sha256)"
-                " VALUES (?, ?, ?, ?, ?, ?)", (path, key.size, key.mtime_ns, key.ctime_ns, key.inode, sha256),
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(path, key.size, key.mtime_ns, key.ctime_ns, key.inode, sha256) for path, key, sha256 in rows],
             )
 
     def cached_probe(self, sha256: str, probe_key: str) -> dict[str, Any] | None:

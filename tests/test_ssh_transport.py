@@ -20,7 +20,9 @@ import asyncssh
 import pytest
 from sshd_fixtures import Sshd, free_port, session_pid, settings_for, write_key
 
+from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, TransportError
+from remote_gpu_trainer.providers.ssh import SSHProvider
 from remote_gpu_trainer.providers.transport_ssh import (
     AuthFailed,
     Backoff,
@@ -336,3 +338,93 @@ async def test_a_connection_lost_mid_command_is_a_transport_error_not_a_result(
     assert time.monotonic() - started < 3.0
     assert (await ssh_transport.run("echo back")).text == "back\n"
 
+
+
+# -- status checks and reads that cost the box as little as possible -----------------------------------------
+
+def commands_started(server: Sshd) -> int:
+    return server.log_text().count("Starting session: command")
+
+
+async def wait_for_log(server: Sshd, predicate: Callable[[str], bool], timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while not predicate(text := server.log_text()):
+        assert time.monotonic() < deadline, text[-2000:]
+        await asyncio.sleep(0.02)
+    return text
+
+
+async def test_status_checks_reuse_one_connection_and_start_no_process_on_the_box(
+        sshd_factory: Callable[..., Sshd], ssh_home: Path, tmp_path: Path) -> None:
+    """`SSHProvider.get` is one SFTP request over the pooled connection: no login shell per check."""
+    sshd = sshd_factory()
+    provider = SSHProvider(tmp_path / "state", settings=settings_for(sshd, tmp_path / "ssh"))
+    box = InstanceConfig(name="box", provider="ssh", host=sshd.target, price_per_hour=1.0)
+    try:
+        states = [(await provider.get(box)).state for _ in range(5)]
+        assert states == ["running"] * 5
+        # a command afterwards is logged after anything the checks started: its line is the only one
+        assert (await provider.transport(box).run("true")).rc == 0
+        text = await wait_for_log(sshd, lambda log: commands_started(sshd) >= 1)
+        assert text.count("Starting session: command") == 1
+        assert text.count("Accepted publickey") == 1
+        assert text.count("Starting session: subsystem 'sftp'") == 1
+        os.kill(await session_pid(provider.transport(box)), signal.SIGKILL)  # the connection drops
+        assert (await provider.get(box)).state == "running"  # reconnected for this check
+        await wait_for_log(sshd, lambda log: log.count("Accepted publickey") == 2)
+        sshd.stop()
+        os.kill(await session_pid(provider.transport(box)), signal.SIGKILL)
+        gone = await provider.get(box)
+        assert gone.state == "unknown" and gone.detail["error"]
+    finally:
+        await provider.close()
+
+
+class ReadLog:
+    """Counts the SFTP read requests asyncssh sends (a spy on the real client file; reads still happen)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.requests: list[tuple[int, int]] = []
+        real = asyncssh.SFTPClientFile.read
+
+        async def read(handle: asyncssh.SFTPClientFile, size: int = -1, offset: int | None = None) -> object:
+            self.requests.append((size, offset or 0))
+            return await real(handle, size, offset)
+
+        monkeypatch.setattr(asyncssh.SFTPClientFile, "read", read)
+
+
+async def read_all(transport: SSHTransport, path: Path, offset: int = 0, expect: int | None = None) -> bytes:
+    return b"".join([chunk async for chunk in transport.read_chunks(str(path), offset, expect=expect)])
+
+
+async def test_a_small_file_is_read_with_one_request_when_its_size_is_known(
+        ssh_transport: SSHTransport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = os.urandom(100_000)
+    (tmp_path / "small.bin").write_bytes(data)
+    reads = ReadLog(monkeypatch)
+    assert await read_all(ssh_transport, tmp_path / "small.bin", expect=len(data)) == data
+    assert reads.requests == [(len(data) + 1, 0)]  # the bytes and one more, which tells the end
+    reads.requests.clear()
+    assert await read_all(ssh_transport, tmp_path / "small.bin") == data
+    assert len(reads.requests) > 8, "without a size, the read-ahead window is asked for (the old cost)"
+
+
+async def test_a_large_file_is_never_asked_for_bytes_past_its_expected_end(
+        ssh_transport: SSHTransport, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = os.urandom(9 << 20)
+    (tmp_path / "big.bin").write_bytes(data)
+    reads = ReadLog(monkeypatch)
+    assert await read_all(ssh_transport, tmp_path / "big.bin", 1234, expect=len(data)) == data[1234:]
+    assert max(offset + size for size, offset in reads.requests) == len(data) + 1
+    covered = sorted(reads.requests, key=lambda request: request[1])
+    assert covered[0][1] == 1234 and all(  # back to back, no holes, no overlaps
+        left[1] + left[0] == right[1] for left, right in zip(covered, covered[1:], strict=False))
+
+
+@pytest.mark.parametrize("expect_delta", [-5000, -1, 1, 70_000], ids=["grew", "grew-by-one", "shrank", "shrank-more"])
+async def test_a_wrong_expected_size_never_shortens_or_pads_what_is_read(
+        ssh_transport: SSHTransport, tmp_path: Path, expect_delta: int) -> None:
+    data = os.urandom(300_000)
+    (tmp_path / "moved.bin").write_bytes(data)
+    assert await read_all(ssh_transport, tmp_path / "moved.bin", expect=len(data) + expect_delta) == data

@@ -63,12 +63,12 @@ class SSHProvider:
         if attested is not None:
             return self._status(instance, "terminated", {"evidence": "user-attested", **attested})
         try:
-            result = await self.transport(instance).run("true", timeout=REACH_TIMEOUT_S)
+            await self.transport(instance).ping(REACH_TIMEOUT_S)
         except HostKeyUnknown as exc:
             return self._status(instance, "unknown", {"error": str(exc), "host_key_unknown": exc})
         except (TransportError, OSError, TimeoutError) as exc:
             return self._status(instance, "unknown", {"error": str(exc)})
-        return self._status(instance, "running" if result.rc == 0 else "unknown", {})
+        return self._status(instance, "running", {})
 
     def _status(self, instance: InstanceConfig, state: str, detail: dict[str, Any]) -> InstanceStatus:
         price = instance.price_per_hour

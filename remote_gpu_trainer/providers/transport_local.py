@@ -105,8 +105,8 @@ class LocalTransport:
         self._ensure_alive()
         return await asyncio.to_thread(sha256_file, self._path(remote))
 
-    async def read_chunks(self, remote: str, offset: int,
-                          chunk_size: int = HASH_CHUNK) -> AsyncIterator[bytes]:
+    async def read_chunks(self, remote: str, offset: int, chunk_size: int = HASH_CHUNK, *,
+                          expect: int | None = None) -> AsyncIterator[bytes]:
         self._ensure_alive()
         handle = await asyncio.to_thread(open, self._path(remote), "rb")
         try:

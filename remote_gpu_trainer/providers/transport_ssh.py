@@ -58,6 +58,7 @@ CHUNK = 4 << 20
 # for killing a timed-out command's process group.
 MAX_COMMANDS = 8
 READ_AHEAD = 8 << 20  # bytes of SFTP reads kept in flight by read_chunks
+SFTP_READ_FALLBACK = 32 << 10  # the read size every SFTP server must serve, when it states no limit
 SHA256_TIMEOUT_S = 3600.0
 KILL_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0
@@ -115,6 +116,10 @@ class HostKeyMismatch(HostKeyChanged):
             f"{', '.join(self.expected_fingerprints)}; refusing to connect. If the instance was re-created, "
             f"confirm the new fingerprint (ideally on the provider's console) before replacing the "
             f"{known_hosts_pattern(host, port)} entry")
+
+
+class NoSFTP(TransportError):
+    """The box refused the sftp subsystem (file transfers cannot work; commands still may)."""
 
 
 class AuthFailed(TransportError):
@@ -593,7 +598,7 @@ class SSHTransport:
                     link.sftp = await conn.start_sftp_client()
                 except (OSError, asyncssh.Error) as exc:
                     self._lost(conn)
-                    raise TransportError(f"{self.target}: no SFTP on this connection ({_reason(exc)}): the box "
+                    raise NoSFTP(f"{self.target}: no SFTP on this connection ({_reason(exc)}): the box "
                                          "needs the sftp subsystem for file transfers") from None
                 link.sftp_conn = conn
             return conn, link.sftp
@@ -680,6 +685,34 @@ class SSHTransport:
             await asyncio.wait_for(conn.run(f"kill -KILL -- -{pid} 2>/dev/null || kill -KILL {pid} 2>/dev/null",
                                             check=False), KILL_TIMEOUT_S)
 
+    async def ping(self, timeout: float) -> None:
+        """Prove the box answers, over the pooled connection, starting nothing on it: one SFTP request
+        (sftp-server is started once per connection, not per check) where `run("true")` would start a
+        login shell every time. A connection found dead is replaced once, as for any SFTP call; a box
+        without SFTP is asked with `true` after all. Raises TimeoutError when the request gets no answer
+        within `timeout` (that connection is dropped: it is stuck), TransportError when the box cannot
+        be reached."""
+        for attempt in (0, 1):
+            try:
+                conn, sftp = await self._sftp()
+            except NoSFTP:
+                result = await self.run("true", timeout=timeout)
+                if result.rc != 0:
+                    raise TransportError(f"{self.target}: `true` exited {result.rc}") from None
+                return
+            try:
+                await asyncio.wait_for(sftp.lstat("."), timeout)
+                return
+            except TimeoutError:
+                self._lost(conn)
+                raise TimeoutError(f"{self.target}: no answer within {timeout:g} s") from None
+            except (OSError, asyncssh.Error) as exc:
+                if not _is_connection_error(exc):
+                    return  # the server answered, with an SFTP status about ".": the box is there
+                self._lost(conn)
+                if attempt:
+                    raise TransportError(f"{self.target}: connection lost: {_reason(exc)}") from None
+
     async def launch_detached(self, script: str, ctl_dir: str) -> int:
         return await launch_with_setsid(self, script, ctl_dir)
 
@@ -726,18 +759,24 @@ class SSHTransport:
             return _binary(data), start + len(data)
         return await self._sftp_call("tail", remote, op)
 
-    async def read_chunks(self, remote: str, offset: int, chunk_size: int = CHUNK) -> AsyncIterator[bytes]:
+    async def read_chunks(self, remote: str, offset: int, chunk_size: int = CHUNK, *,
+                          expect: int | None = None) -> AsyncIterator[bytes]:
         """The file from `offset` to its end over SFTP (resumable after a cut). Block requests stay in
         flight back to back (READ_AHEAD bytes) while the caller hashes and writes what arrived, so the
-        link never idles between chunks; blocks are handed out in file order, chunk_size at most."""
+        link never idles between chunks; blocks are handed out in file order, chunk_size at most.
+
+        `expect` is where the caller expects the file to end (the manifest's size): no block is asked
+        past it but one byte, which tells the end, so a small file costs one read request, not a
+        read-ahead window of requests past its end. A file that grew is still read to its true end.
+        Each block is one SFTP request (block_size=0: asyncssh neither splits it nor re-asks a short one)."""
         conn, sftp = await self._sftp()
         try:
-            handle = await sftp.open(remote, "rb")
+            handle = await sftp.open(remote, "rb", block_size=0)
         except (OSError, asyncssh.Error) as exc:
             raise self._read_error(conn, exc, remote) from None
-        per_chunk = max(1, -(-chunk_size // max(1, handle.read_len)))
+        per_chunk = max(1, -(-chunk_size // max(1, sftp.limits.max_read_len or SFTP_READ_FALLBACK)))
         block = max(1, chunk_size // per_chunk)
-        reader = _ReadAhead(handle, offset, block, max(per_chunk, READ_AHEAD // block))
+        reader = _ReadAhead(handle, offset, block, max(per_chunk, READ_AHEAD // block), expect)
         try:
             while not reader.at_end:
                 parts: list[bytes] = []
@@ -803,28 +842,42 @@ class SSHTransport:
 class _ReadAhead:
     """Whole-block SFTP reads kept in flight ahead of the consumer, returned in file order. A short block
     marks the end of the file; reads queued past it are drained, not cancelled (a cancelled asyncssh read
-    leaves its inner request task behind with an exception nobody retrieves)."""
+    leaves its inner request task behind with an exception nobody retrieves).
 
-    def __init__(self, handle: asyncssh.SFTPClientFile, offset: int, block: int, depth: int) -> None:
+    With `end` known, the requests cover the bytes up to `end` and one byte more: a short answer means
+    the file ends where expected; a full one means it grew, and reading goes on past it as if `end` had
+    not been given."""
+
+    def __init__(self, handle: asyncssh.SFTPClientFile, offset: int, block: int, depth: int,
+                 end: int | None = None) -> None:
         self._handle = handle
         self._next = offset
         self._block = block
         self._depth = depth
-        self._reads: deque[asyncio.Future[str | bytes]] = deque()
+        self._stop = end + 1 if end is not None and end >= offset else None  # no request reaches past it
+        self._reads: deque[tuple[asyncio.Future[str | bytes], int]] = deque()
         self.at_end = False
 
+    def _next_size(self) -> int:
+        if self._stop is None:
+            return self._block
+        return max(0, min(self._block, self._stop - self._next))
+
     async def next_block(self) -> bytes:
-        while len(self._reads) < self._depth:
-            self._reads.append(asyncio.ensure_future(self._handle.read(self._block, self._next)))
-            self._next += self._block
-        data = _binary(await self._reads.popleft())
-        if len(data) < self._block:
+        while len(self._reads) < self._depth and (size := self._next_size()):
+            self._reads.append((asyncio.ensure_future(self._handle.read(size, self._next)), size))
+            self._next += size
+        read, asked = self._reads.popleft()
+        data = _binary(await read)
+        if len(data) < asked:
             self.at_end = True
+        elif self._next == self._stop and not self._reads:
+            self._stop = None  # even the byte past the expected end came back: the file grew, read on
         return data
 
     async def drain(self) -> None:
         self.at_end = True
-        reads, self._reads = list(self._reads), deque()
+        reads, self._reads = [read for read, _ in self._reads], deque()
         if reads:
             await asyncio.wait_for(asyncio.gather(*reads, return_exceptions=True), CLOSE_TIMEOUT_S)
 

@@ -74,7 +74,9 @@ __all__ = [
 ]
 
 BUILDER_TIMEOUT_S = 3600.0
-PULL_PARALLEL = 3
+PULL_FILES = 16  # files in flight at once
+PULL_LARGE = 3  # of which larger than LARGE_FILE
+LARGE_FILE = 4 << 20
 PULL_TRIES = 3
 CHUNK = 4 << 20
 FSYNC_EVERY = 256 << 20
@@ -213,18 +215,19 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
     (and a local file whose bytes are not the manifest's, which is fetched again in its place).
 
     Before any file is fetched, the bytes still to come are compared with the free space where the run
-    lands: a pull that cannot fit is refused with the figures instead of failing half-way."""
+    lands: a pull that cannot fit is refused with the figures instead of failing half-way. Up to
+    PULL_FILES files are in flight at once (small files are latency-bound), at most PULL_LARGE of them
+    larger than LARGE_FILE (their read-ahead windows are what costs memory)."""
     root = project.run_dir(run.id)
     root.mkdir(parents=True, exist_ok=True)
     recorded = db.recorded_manifest(run.id) or await build_manifest(transport, run, db)
     manifest = await _manifest_for_pull(root, run, transport, recorded)
     await asyncio.to_thread(_check_free_space, root, manifest)
-    report = progress or (lambda _: None)
-    limit = asyncio.Semaphore(PULL_PARALLEL)
+    puller = _Puller(root, run.remote_root.rstrip("/"), transport, db, progress or (lambda _: None))
     async with asyncio.TaskGroup() as group:
-        tasks = [group.create_task(_pull_file(root, run.remote_root, entry.path, entry.bytes, entry.sha256,
-                                              transport, db, limit, report))
+        tasks = [group.create_task(puller.pull_file(entry.path, entry.bytes, entry.sha256))
                  for entry in manifest.files]
+    await asyncio.to_thread(puller.seal_all)  # the renames are durable and cached before we return
     fetched, present, failed = [], [], []
     for entry, task in zip(manifest.files, tasks, strict=True):
         outcome = task.result()
@@ -294,25 +297,50 @@ def _acceptable(data: bytes, run: RunConfig, where: object) -> Manifest:
     return manifest
 
 
-async def _pull_file(root: Path, remote_root: str, path: str, size: int, sha256: str, transport: Transport,
-                     db: StateDB, limit: asyncio.Semaphore, report: Callable[[PullProgress], None]) -> str | Problem:
-    """'present', 'fetched', or the Problem (its code the reason) that made the file fail after its tries."""
-    target, problem = _local_target(root, path)
-    if problem is not None:
-        report(PullProgress(path, 0, size, "failed"))
-        return problem
-    assert target is not None
-    remote = f"{remote_root.rstrip('/')}/{path}"
-    last: Problem | None = None
-    async with limit:
+class _Puller:
+    """One pull's shared parts: where files land, the transport, the limits on files in flight, and the
+    folders whose new entries must be fsynced before the pull reports them (once per folder, at the end,
+    instead of once per file), with the hashes streamed on the way seeding the hash cache in one
+    transaction."""
+
+    def __init__(self, root: Path, remote_root: str, transport: Transport, db: StateDB,
+                 report: Callable[[PullProgress], None]) -> None:
+        self.root = root
+        self.remote_root = remote_root
+        self.transport = transport
+        self.db = db
+        self.report = report
+        self.files = asyncio.Semaphore(PULL_FILES)
+        self.large = asyncio.Semaphore(PULL_LARGE)
+        self.written_dirs: set[Path] = set()
+        self.hashed: list[tuple[str, FileKey, str]] = []
+
+    def seal_all(self) -> None:
+        """fsync each folder that got new files once, then remember their hashes (so the dashboard's next
+        refresh hashes nothing)."""
+        for folder in sorted(self.written_dirs):
+            _fsync_dir(folder)
+        self.db.store_hashes(self.hashed)
+
+    async def pull_file(self, path: str, size: int, sha256: str) -> str | Problem:
+        """'present', 'fetched', or the Problem (its code the reason) that made the file fail after its
+        tries."""
+        async with self.files, (self.large if size > LARGE_FILE else contextlib.nullcontext()):
+            return await self._tries(path, size, sha256)
+
+    async def _tries(self, path: str, size: int, sha256: str) -> str | Problem:
+        last: Problem | None = None
         for attempt in range(1, PULL_TRIES + 1):
             try:
-                return await _fetch(target, remote, path, size, sha256, transport, db, report)
+                return await self._fetch(path, size, sha256)
+            except _Refused as exc:
+                self.report(PullProgress(path, 0, size, "failed"))
+                return exc.problem
             except _ContractBroken as exc:
-                report(PullProgress(path, 0, size, "failed"))
+                self.report(PullProgress(path, 0, size, "failed"))
                 return Problem(exc.reason, path, str(exc))
             except HostKeyChanged as exc:  # no retry can help, and nothing may be sent to that host
-                report(PullProgress(path, 0, size, "failed"))
+                self.report(PullProgress(path, 0, size, "failed"))
                 return Problem("host_key_changed", path, f"host key changed: {exc}")
             except (TransportError, OSError) as exc:
                 last = _transfer_problem(path, exc)
@@ -320,10 +348,58 @@ async def _pull_file(root: Path, remote_root: str, path: str, size: int, sha256:
                     break
             except _HashMismatch as exc:
                 last = Problem("changed_on_box", path, f"changed on the box: {exc}")
-            report(PullProgress(path, 0, size, "retrying" if attempt < PULL_TRIES else "failed"))
-    report(PullProgress(path, 0, size, "failed"))
-    assert last is not None
-    return Problem(last.code, path, f"{last.detail} (after {attempt} {'try' if attempt == 1 else 'tries'})")
+            self.report(PullProgress(path, 0, size, "retrying" if attempt < PULL_TRIES else "failed"))
+        self.report(PullProgress(path, 0, size, "failed"))
+        assert last is not None
+        return Problem(last.code, path, f"{last.detail} (after {attempt} {'try' if attempt == 1 else 'tries'})")
+
+    async def _fetch(self, path: str, size: int, sha256: str) -> str:
+        """One try: keep a local copy whose bytes are the manifest's, else resume the `.part` (re-hashing
+        its prefix), stream the rest, check, fsync, rename; the streamed hash seeds the hash cache."""
+        report = self.report
+        target, present = await asyncio.to_thread(_local_side, self.root, path, self.db, size, sha256)
+        if present:
+            report(PullProgress(path, size, size, "present"))
+            return "present"
+        remote = f"{self.remote_root}/{path}"
+        remote_info = await self.transport.stat(remote)
+        part = target.with_name(target.name + ".part")
+        if remote_info is None:
+            _unlink(part)  # what an earlier try got of it cannot be completed
+            raise _ContractBroken(f"missing on the box ({remote})", "missing_on_box")
+        if remote_info.kind != "file":
+            raise _ContractBroken(f"changed on the box: {remote} is not a regular file ({remote_info.kind})",
+                                  "changed_on_box")
+        if remote_info.size != size:
+            raise _ContractBroken(f"changed on the box: {remote} is {remote_info.size} bytes, the manifest "
+                                  f"says {size} (it changed after the manifest was built)", "changed_on_box")
+        fd, offset, digest = await asyncio.to_thread(_open_part, part, size)
+        if offset:
+            report(PullProgress(path, 0, size, "resuming"))
+        try:
+            done = await _stream(remote, fd, offset, size, digest, self.transport,
+                                 lambda count: report(PullProgress(path, count, size, "downloading")))
+        except _ContractBroken:
+            os.close(fd)
+            _unlink(part)
+            raise
+        except BaseException:
+            os.close(fd)  # on any other error (transport, cancel) the part stays for the next try to resume
+            raise
+        if done != size:
+            os.close(fd)
+            _unlink(part)
+            raise _ContractBroken(f"changed on the box: {remote} ended at {done} bytes, the manifest says "
+                                  f"{size}", "changed_on_box")
+        if digest.hexdigest() != sha256:
+            os.close(fd)
+            _unlink(part)
+            raise _HashMismatch("its sha256 after the transfer differs from the manifest's")
+        renamed = await asyncio.to_thread(_seal, fd, part, target)
+        self.written_dirs.add(target.parent)
+        self.hashed.append((str(target), FileKey.of(renamed), sha256))
+        report(PullProgress(path, size, size, "done"))
+        return "fetched"
 
 
 PULL_REASONS = {
@@ -349,74 +425,68 @@ class _HashMismatch(Exception):
     pass
 
 
-async def _fetch(target: Path, remote: str, path: str, size: int, sha256: str, transport: Transport,
-                 db: StateDB, report: Callable[[PullProgress], None]) -> str:
-    """One try: keep a local copy whose bytes are the manifest's, else resume the `.part` (re-hashing its
-    prefix), stream the rest, check, rename, fsync; the streamed hash seeds the hash cache."""
+class _Refused(Exception):
+    """A manifest entry that may not land here at all (its Problem says why); never retried."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.detail)
+        self.problem = problem
+
+
+def _local_side(root: Path, path: str, db: StateDB, size: int, sha256: str) -> tuple[Path, bool]:
+    """Where the entry lands, and whether the local copy already holds the manifest's bytes. A copy
+    with other bytes (damaged or edited here) loses its `.part` too: it is fetched whole again."""
+    target, problem = _local_target(root, path)
+    if problem is not None:
+        raise _Refused(problem)
+    assert target is not None
     info = _lstat(target)
-    if info is not None and stat.S_ISREG(info.st_mode) and info.st_size == size:
-        if await asyncio.to_thread(hash_with_cache_sync, db, target) == sha256:
-            report(PullProgress(path, size, size, "present"))
-            return "present"
-        _unlink(target.with_name(target.name + ".part"))  # damaged or edited here: fetch it whole again
-    remote_info = await transport.stat(remote)
-    if remote_info is None:
-        _unlink(target.with_name(target.name + ".part"))  # what an earlier try got of it cannot be completed
-        raise _ContractBroken(f"missing on the box ({remote})", "missing_on_box")
-    if remote_info.kind != "file":
-        raise _ContractBroken(f"changed on the box: {remote} is not a regular file ({remote_info.kind})",
-                              "changed_on_box")
-    if remote_info.size != size:
-        raise _ContractBroken(f"changed on the box: {remote} is {remote_info.size} bytes, the manifest says "
-                              f"{size} (it changed after the manifest was built)", "changed_on_box")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(target.name + ".part")
-    if os.path.lexists(part):
-        report(PullProgress(path, 0, size, "resuming"))
-    offset, digest = await asyncio.to_thread(_resume_prefix, part, size)
-    done = await _stream(remote, part, offset, size, digest, transport,
-                         lambda count: report(PullProgress(path, count, size, "downloading")))
-    if done != size:
-        _unlink(part)
-        raise _ContractBroken(f"changed on the box: {remote} ended at {done} bytes, the manifest says {size}",
-                              "changed_on_box")
-    if digest.hexdigest() != sha256:
-        _unlink(part)
-        raise _HashMismatch("its sha256 after the transfer differs from the manifest's")
-    os.replace(part, target)
-    _fsync_dir(target.parent)
-    renamed = os.lstat(target)
-    db.store_hash(str(target), FileKey.of(renamed), sha256)  # the dashboard's next refresh hashes nothing
-    report(PullProgress(path, size, size, "done"))
-    return "fetched"
+    if info is None or not stat.S_ISREG(info.st_mode) or info.st_size != size:
+        return target, False
+    if hash_with_cache_sync(db, target) == sha256:
+        return target, True
+    _unlink(target.with_name(target.name + ".part"))
+    return target, False
 
 
-async def _stream(remote: str, part: Path, offset: int, size: int, digest: Any, transport: Transport,
-                  report: Callable[[int], None]) -> int:
-    """Append the remote bytes after `offset` to `part`, hashing as they pass; fsync every 256 MiB and at
-    the end. A remote file that grows past the manifest's size breaks the contract: the part is dropped."""
+def _open_part(part: Path, size: int) -> tuple[int, int, Any]:
+    """The `.part` opened for appending (never through a symlink), its resume offset, and a hasher fed
+    with the prefix already there."""
+    part.parent.mkdir(parents=True, exist_ok=True)
+    offset, digest = _resume_prefix(part, size)
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    return fd, offset, digest
+
+
+async def _stream(remote: str, fd: int, offset: int, size: int, digest: Any, transport: Transport,
+                  report: Callable[[int], None]) -> int:
+    """Append the remote bytes after `offset` to `fd`, hashing as they pass; fsync every 256 MiB (the
+    last fsync is the seal's). A remote file that grows past the manifest's size breaks the contract."""
     done, unsynced = offset, 0
-    try:
-        report(done)
-        if done < size:
-            async for chunk in transport.read_chunks(remote, offset, CHUNK):
-                if done + len(chunk) > size:
-                    raise _ContractBroken(f"changed on the box: {remote} grew past {size} bytes while reading")
-                await asyncio.to_thread(_append, fd, chunk, digest)
-                done += len(chunk)
-                unsynced += len(chunk)
-                if unsynced >= FSYNC_EVERY:
-                    await asyncio.to_thread(os.fsync, fd)
-                    unsynced = 0
-                report(done)
-        await asyncio.to_thread(os.fsync, fd)
-    except _ContractBroken:
-        _unlink(part)
-        raise
-    finally:
-        os.close(fd)  # on any other error (transport, cancel) the part stays for the next try to resume
+    report(done)
+    if done < size:
+        async for chunk in transport.read_chunks(remote, offset, CHUNK, expect=size):
+            if done + len(chunk) > size:
+                raise _ContractBroken(f"changed on the box: {remote} grew past {size} bytes while reading")
+            await asyncio.to_thread(_append, fd, chunk, digest)
+            done += len(chunk)
+            unsynced += len(chunk)
+            if unsynced >= FSYNC_EVERY:
+                await asyncio.to_thread(os.fsync, fd)
+                unsynced = 0
+            report(done)
     return done
+
+
+def _seal(fd: int, part: Path, target: Path) -> os.stat_result:
+    """fsync and close the complete `.part`, rename it into place; the folder's fsync comes once per pull
+    (`_Puller.seal_all`). Returns the renamed file's stat for the hash cache."""
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(part, target)
+    return os.lstat(target)
 
 
 def _resume_prefix(part: Path, size: int) -> tuple[int, Any]:
