@@ -219,21 +219,19 @@ class CloudProvider:
         return detail
 
     async def _ssh_check(self, target: str | None) -> dict[str, Any]:
-        """One bounded `true` over SSH: reachability and, above all, an unknown host key for the user to trust."""
+        """One bounded SFTP request over the pooled connection (`SSHTransport.ping`, no shell started on
+        the box): reachability and, above all, an unknown host key for the user to trust."""
         if not self.probe_ssh or not target:
             return {}
         try:
-            result = await asyncio.wait_for(
-                SSHTransport(target, self.settings, self.pool).run("true", timeout=SSH_PROBE_TIMEOUT_S),
-                SSH_PROBE_TIMEOUT_S)
+            await asyncio.wait_for(SSHTransport(target, self.settings, self.pool).ping(SSH_PROBE_TIMEOUT_S),
+                                   SSH_PROBE_TIMEOUT_S)
         except HostKeyUnknown as exc:
             return {"ssh_reachable": False, "ssh_error": str(exc), "host_key_unknown": exc}
         except TimeoutError:
             return {"ssh_reachable": False, "ssh_error": f"{target}: no SSH answer in {SSH_PROBE_TIMEOUT_S:g} s"}
         except (RgtError, OSError) as exc:
             return {"ssh_reachable": False, "ssh_error": str(exc)}
-        if result.rc != 0:
-            return {"ssh_reachable": False, "ssh_error": f"{target}: `true` exited {result.rc}"}
         return {"ssh_reachable": True}
 
     async def list_instances(self) -> list[InstanceStatus]:
