@@ -45,8 +45,10 @@ class RgtApp(App[None]):
         yield SystemCommand("Verify", "Verify the pulled files and load-check checkpoints (v)", screen.action_verify)
         if not self.session.read_only:
             run = screen.current_run()
-            reason = "" if run is None or run.gate.open else " — disabled: " + "; ".join(run.gate.reasons[:2])
-            yield SystemCommand("Teardown…", f"Terminate the instance after typing its id (t){reason}",
-                                screen.action_teardown)
+            control = run.teardown if run is not None else None
+            reason = "" if control is None or control.enabled else f" — disabled: {control.why_not}"
+            if control is None or control.offered:
+                yield SystemCommand("Teardown…", f"Terminate the instance after typing its id (t){reason}",
+                                    screen.action_teardown)
         yield SystemCommand("Filter log", "Filter the log (/)", screen.action_filter)
         yield SystemCommand("Help", "Keys and glossary (?)", self.action_help)

@@ -381,3 +381,58 @@ async def test_paperspace_leftover_ip_and_snapshot_are_listed_after_the_destroy(
         assert len(listed) == 2, listed
     finally:
         await close(session)
+
+
+# -- the TUI's stop on a provider whose stop destroys data ------------------------------------------------------
+
+async def test_a_stop_that_wipes_the_container_needs_the_gate_and_the_typed_id_in_the_tui(
+        runpod_cloud: StampedRunPod, sshd: Sshd, cloud_home: Path, tmp_path: Path) -> None:
+    """RunPod's stop wipes the container disk: the dashboard's `s` is gated like terminate, from the one
+    decision the service made, and nothing reaches the API before the typed id and the approval."""
+    from textual.widgets import Input
+
+    from remote_gpu_trainer.app import RgtApp
+    from remote_gpu_trainer.screens.teardown import TeardownScreen
+    from tui_helpers import dashboard, notified, wait_until
+
+    add_pod(runpod_cloud, sshd)
+    session = await finished_run(runpod_project(tmp_path, runpod_cloud), sshd, runpod_cloud)
+    app = RgtApp(session)
+    stops = lambda: runpod_cloud.calls("POST", f"/pods/{POD}/stop")  # noqa: E731
+    try:
+        async with app.run_test(size=(120, 40)) as pilot:
+            await wait_until(pilot, lambda: dashboard(app).current_run() is not None)
+            control = dashboard(app).current_run().stop  # type: ignore[union-attr]
+            assert control.offered and not control.enabled and not control.irreversible and control.reasons
+            assert dashboard(app).check_action("stop", ()) is None  # greyed: the gate is closed
+            dashboard(app).action_stop()  # chosen anyway (the palette way): refused with the reasons
+            await wait_until(pilot, lambda: notified(app, f"not available: {control.reasons[0]}"))
+            assert stops() == [] and not isinstance(app.screen, TeardownScreen)
+
+            await pulled_and_verified(session)
+            await wait_until(pilot, lambda: dashboard(app).current_run().stop.enabled)  # type: ignore[union-attr]
+            assert dashboard(app).check_action("stop", ()) is True
+            await pilot.press("s")
+            await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+            modal = app.screen
+            assert isinstance(modal, TeardownScreen) and modal.plan.gated and not modal.plan.irreversible
+            assert "reversible, storage keeps billing" in str(modal.query_one("#teardown-dialog").border_title)
+            await pilot.press(*"p2", "enter")  # not the pod's id: nothing is done
+            await wait_until(pilot, lambda: notified(app, "'p2' is not the instance id"))
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: notified(app, "stop cancelled: nothing was done"))
+            assert stops() == [] and session.db.events(kind="approval") == []
+
+            await pilot.press("s")
+            await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+            field = app.screen.query_one("#confirm-id", Input)
+            await pilot.press(*POD)
+            await wait_until(pilot, lambda: field.value == POD)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: len(stops()) == 1)
+            approval = only(session.db.events(kind="approval"))
+            assert approval.detail["action"] == "stop" and approval.detail["typed_id"] == POD
+            assert approval.detail["gated"] is True and approval.at.timestamp() <= stops()[0].at
+            assert runpod_cloud.calls("DELETE") == []  # a stop, never a terminate
+    finally:
+        await close(session)

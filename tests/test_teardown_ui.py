@@ -13,15 +13,9 @@ from helpers import INSTANCE, launched_and_finished
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.teardown import TeardownScreen
 from remote_gpu_trainer.services.session import Session
-from tui_helpers import dashboard, gate_open, wait_until
+from tui_helpers import dashboard, gate_open, notified, wait_until
 
 INSTANCE_ID = "sim-box"
-
-
-
-
-
-
 
 
 def state_of(app: RgtApp) -> str | None:
@@ -68,7 +62,11 @@ async def test_click_type_anywhere_enter_and_the_row_after_terminate(project_dir
         await wait_until(pilot, lambda: not disk.exists())
         await wait_until(pilot, lambda: state_of(app) == "terminated")
         await wait_until(pilot, lambda: not app.screen.query_one("#teardown", Button).display)
-        assert dashboard(app).check_action("teardown", ()) is None
+        assert dashboard(app).check_action("teardown", ()) is False  # the key is not offered either
+        run = dashboard(app).current_run()
+        assert run is not None and not run.teardown.offered and "terminated" in run.teardown.why_not
+        palette = [command.title for command in app.get_system_commands(app.screen)]
+        assert "Teardown…" not in palette and "Pull" in palette
     session.close()
 
 
@@ -90,4 +88,57 @@ async def test_escape_cancels_and_nothing_is_done(project_dir: Path) -> None:
         assert disk.is_dir()
         assert [e.kind for e in session.db.events() if e.kind in ("approval", "action")
                 and e.detail.get("action") == "terminate"] == []  # the rental's own approval is "create"
+    session.close()
+
+
+def faces(app: RgtApp) -> tuple[bool, bool, bool | None, str | None]:
+    """What each face offers for the teardown: the button (shown, disabled), the key binding, the palette."""
+    button = app.screen.query_one("#teardown", Button)
+    palette = [command.help for command in app.get_system_commands(app.screen) if command.title == "Teardown…"]
+    return bool(button.display), button.disabled, dashboard(app).check_action("teardown", ()), \
+        (palette[0] if palette else None)
+
+
+async def test_the_button_the_key_the_palette_and_the_modal_render_one_decision(project_dir: Path) -> None:
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).current_run() is not None)
+        control = dashboard(app).current_run().teardown  # type: ignore[union-attr]
+        assert control.offered and control.irreversible and not control.enabled and control.reasons
+        assert faces(app) == (True, True, None,
+                              f"Terminate the instance after typing its id (t) — disabled: {control.why_not}")
+        # the key is greyed (Textual runs no disabled binding); the palette entry, chosen anyway, says why
+        command = next(c for c in app.get_system_commands(app.screen) if c.title == "Teardown…")
+        command.callback()
+        await wait_until(pilot, lambda: notified(app, f"not available: {control.reasons[0]}"))
+        assert not isinstance(app.screen, TeardownScreen)
+
+        await verified(pilot, app)
+        control = dashboard(app).current_run().teardown  # type: ignore[union-attr]
+        assert control.enabled and control.reasons == () and control.why_not == ""
+        assert faces(app) == (True, False, True, "Terminate the instance after typing its id (t)")
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+        modal = app.screen
+        assert isinstance(modal, TeardownScreen) and modal.plan.enabled and modal.plan.irreversible
+        assert "IRREVERSIBLE" in str(modal.query_one("#teardown-dialog").border_title)
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: notified(app, "teardown cancelled"))
+    session.close()
+
+
+async def test_a_read_only_session_offers_no_teardown_anywhere(project_dir: Path) -> None:
+    writer = Session.open(str(project_dir))
+    await launched_and_finished(writer)
+    writer.close()
+    session = Session.open(str(project_dir), read_only=True)
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).current_run() is not None)
+        control = dashboard(app).current_run().teardown  # type: ignore[union-attr]
+        assert not control.offered and not control.enabled and "read-only" in control.why_not
+        assert faces(app) == (False, True, False, None)
+        assert dashboard(app).check_action("stop", ()) is False
     session.close()

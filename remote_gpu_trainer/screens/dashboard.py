@@ -261,11 +261,11 @@ class DashboardScreen(Screen[None]):
         if self.busy_with(action):
             return None  # shown greyed while it runs: pressing it again must not start (or cancel) anything
         run = self.current_run()
-        if action == "teardown":
-            return True if run is not None and run.gate.open else None
-        if action == "stop":
-            has_stop = run is not None and self.rgt.session.profile(run.instance).action("stop") is not None
-            return True if has_stop else None
+        if action in ("teardown", "stop"):  # the service decided; greyed when offered but not enabled
+            control = None if run is None else (run.teardown if action == "teardown" else run.stop)
+            if control is None or control.enabled:
+                return control is not None or None
+            return None if control.offered else False
         return True
 
     def busy_with(self, action: str) -> bool:
@@ -414,8 +414,9 @@ class DashboardScreen(Screen[None]):
         run = self.current_run()
         if run is None or self.rgt.session.read_only or self.busy_with("teardown"):
             return
-        if not run.gate.open:
-            self.notify("gate closed: " + "; ".join(run.gate.reasons[:3]), severity="warning", timeout=10)
+        if not run.teardown.enabled:
+            self.notify(escape_control(f"{run.teardown.label} not available: {run.teardown.why_not}"),
+                        severity="warning", timeout=10, markup=False)
             return
         self.set_busy("teardown", True)
         try:
@@ -446,6 +447,10 @@ class DashboardScreen(Screen[None]):
         run = self.current_run()
         if run is None or self.rgt.session.read_only or self.busy_with("stop"):
             return
+        if not run.stop.enabled:
+            self.notify(escape_control(f"{run.stop.label} not available: {run.stop.why_not}"), severity="warning",
+                        timeout=10, markup=False)
+            return
         self.set_busy("teardown", True)
         try:
             await self._stop(run.instance)
@@ -455,16 +460,23 @@ class DashboardScreen(Screen[None]):
 
     async def _stop(self, instance: str) -> None:
         plan = await teardown.plan(self.rgt.session, instance, "stop")
-        if plan.gated or not plan.gate_open:
-            reasons = "; ".join(plan.reasons[:2]) or "it destroys data: use t"
-            self.notify(f"stop not available: {reasons}", severity="warning", timeout=10)
+        if not plan.enabled:
+            self.notify(escape_control(f"{plan.action_label} not available: {plan.why_not}"), severity="warning",
+                        timeout=10, markup=False)
             return
-        title = f"{plan.action_label} {plan.provider_id} — reversible, storage keeps billing"
-        if not await self.app.push_screen_wait(ConfirmScreen(title, plan.lines, plan.action_label)):
+        typed: str | None = None
+        if plan.gated:  # this provider's stop destroys data: the typed id, as for terminate
+            typed = await self.app.push_screen_wait(TeardownScreen(plan))
+            approved = typed is not None
+        else:
+            title = f"{plan.action_label} {plan.provider_id} — reversible, storage keeps billing"
+            confirm_screen = ConfirmScreen(title, plan.lines, plan.action_label)
+            approved = await self.app.push_screen_wait(confirm_screen) is True
+        if not approved:
             self.notify("stop cancelled: nothing was done")
             return
         try:
-            result = await asyncio.shield(teardown.execute(self.rgt.session, instance, None, plan.lines,
+            result = await asyncio.shield(teardown.execute(self.rgt.session, instance, typed, plan.lines,
                                                            action_id="stop"))
         except RgtError as exc:
             self.notify(f"stop failed: {exc}", severity="error", timeout=15)

@@ -29,7 +29,7 @@ class TeardownScreen(ModalScreen[str | None]):
         self.plan = plan
 
     def compose(self) -> ComposeResult:
-        kind = "IRREVERSIBLE" if self.plan.action_id == "terminate" else "keeps billing storage"
+        kind = "IRREVERSIBLE" if self.plan.irreversible else "reversible, storage keeps billing"
         with Vertical(id="teardown-dialog") as dialog:
             # the id, the lines and the reasons can quote the provider and the box: shown, never obeyed
             shown_id = escape_control(self.plan.provider_id)
@@ -63,15 +63,15 @@ class TeardownScreen(ModalScreen[str | None]):
     def _submitted(self, event: Input.Submitted) -> None:
         if self._accepts(event.value):
             self.dismiss(event.value.strip())
-        elif not self.plan.gate_open:
-            self.notify(escape_control(f"gate closed: {self.plan.reasons[0]}: nothing was done"), severity="warning",
+        elif not self.plan.enabled:
+            self.notify(escape_control(f"gate closed: {self.plan.why_not}: nothing was done"), severity="warning",
                         markup=False)
         else:
             self.notify(escape_control(f"{event.value.strip()!r} is not the instance id: nothing was done"),
                         severity="warning", markup=False)
 
     def _accepts(self, typed: str) -> bool:
-        return self.plan.gate_open and typed.strip() == self.plan.provider_id
+        return self.plan.enabled and typed.strip() == self.plan.provider_id
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:

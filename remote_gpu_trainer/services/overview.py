@@ -6,6 +6,7 @@ neither computes anything of its own beyond layout.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -58,6 +59,30 @@ class GateView:
 
 
 @dataclass(frozen=True)
+class ActionView:
+    """A box action (terminate, stop) as every face offers it: the button, the key binding, the command
+    palette and the modal all read these fields, decided once in services.session (and, at action time,
+    by the teardown plan that carries the same fields)."""
+
+    action_id: str
+    label: str
+    offered: bool  # a control is shown at all: writable session, the box not gone, the profile has it
+    enabled: bool
+    irreversible: bool
+    reasons: tuple[str, ...] = ()  # why it is not enabled; empty when it is
+
+    @property
+    def why_not(self) -> str:
+        """The reasons in one line, for a tooltip, a palette entry or a toast."""
+        shown = "; ".join(self.reasons[:3])
+        return shown + (" …" if len(self.reasons) > 3 else "")
+
+
+NO_ACTION = ActionView("terminate", "Terminate", offered=False, enabled=False, irreversible=True,
+                       reasons=("no run selected",))
+
+
+@dataclass(frozen=True)
 class FindingView:
     id: str
     check: str
@@ -86,6 +111,8 @@ class RunView:
     step: int | None = None  # the training step parsed from the log
     total_steps: int | None = None
     eta_s: float | None = None  # seconds to the end of training at the current step rate
+    teardown: ActionView = NO_ACTION  # the instance's terminate control
+    stop: ActionView = dataclasses.replace(NO_ACTION, action_id="stop", label="Stop", irreversible=False)
 
     def sorted_findings(self) -> list[FindingView]:
         """Worst first, then by id (ux.md §8): the same order in every report format and in the TUI."""

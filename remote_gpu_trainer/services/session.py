@@ -37,7 +37,7 @@ from .env_probe import run_env_probe, sample_gpus
 from .gate import session_box_key
 from .log_monitor import Alert, ChartData, LogLineView, LogUpdate, RunLogMonitor
 from .meter import Interval, MeterReading, accrue, billing_model, fill_gap, held_storage, reported_since
-from .overview import CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
+from .overview import ActionView, CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
 
 if TYPE_CHECKING:
     from ..providers.registry import AnyProvider
@@ -637,8 +637,7 @@ class Session:
         files = evidence.checkpoint_statuses(self.project, run, self.db)
         gate = self.gate_view(run_id, status.provider_id, state.liveness.state)
         if gate.open and status.state in ("terminated", "unknown"):  # nothing to act on: the plan agrees
-            gate = dataclasses.replace(gate, open=False, reasons=(
-                f"instance state is {status.state}: nothing to tear down until the provider says otherwise",))
+            gate = dataclasses.replace(gate, open=False, reasons=(state_reason(status.state),))
         facts = checklist_facts(self.project, run, self.db, gate)
         items = checklist.evaluate(run_id, facts, self.db)
         findings = tuple(
@@ -662,7 +661,29 @@ class Session:
             step=progress.step if progress else None,
             total_steps=progress.total_steps if progress else None,
             eta_s=progress.eta(self.clock().timestamp()) if progress and running else None,
+            teardown=self.action_view(run.instance, status.state, "terminate", gate.reasons),
+            stop=self.action_view(run.instance, status.state, "stop", gate.reasons),
         )
+
+    def action_view(self, instance: str, state: str, action_id: str, gate_reasons: tuple[str, ...]) -> ActionView:
+        """Whether the instance's `action_id` is offered and enabled, whether it is irreversible, and why
+        not: the one decision the button, the key, the palette and the modal render. A gated action
+        (one that destroys data) needs the evidence gate open; a plain one only a box to act on."""
+        profile = self.profile(instance)
+        action = profile.action(action_id)
+        if action is None:
+            return ActionView(action_id, action_id.capitalize(), offered=False, enabled=False,
+                              irreversible=action_id == "terminate",
+                              reasons=(f"{profile.display_name} has no {action_id!r} action",))
+        reasons: list[str] = []
+        if self.read_only:
+            reasons.append("read-only session: nothing is torn down from here")
+        if action.needs_gate:
+            reasons.extend(gate_reasons)
+        if state in ("terminated", "unknown") and state_reason(state) not in reasons:
+            reasons.append(state_reason(state))
+        return ActionView(action_id, action.label, offered=not self.read_only and state != "terminated",
+                          enabled=not reasons, irreversible=not action.reversible, reasons=tuple(reasons))
 
     def _log_findings(self, run_id: str) -> tuple[FindingView, ...]:
         """The log's signature findings as the report and the checklist panel show them."""
@@ -688,6 +709,11 @@ def project_writable(project: ProjectConfig) -> bool:
     if not os.access(folder, os.W_OK):
         return False
     return not project.state_db.exists() or os.access(project.state_db, os.W_OK)
+
+
+def state_reason(state: str) -> str:
+    """Why nothing can be done to a box whose state is terminated or unknown."""
+    return f"instance state is {state}: nothing to tear down until the provider says otherwise"
 
 
 WAITING_RUN = RunState(Liveness("unknown", "waiting for the box's answer"), None)

@@ -41,6 +41,16 @@ class TeardownPlan:
     reasons: tuple[str, ...]
     lines: tuple[str, ...]
     warnings: tuple[str, ...] = ()  # e.g. the box did not answer, so its manifest was not re-read
+    irreversible: bool = True  # what the modal's title says; from the profile's action
+
+    @property
+    def enabled(self) -> bool:
+        """The one answer the modal's confirm button, Enter and the service's own refusal agree on."""
+        return self.gate_open
+
+    @property
+    def why_not(self) -> str:
+        return "; ".join(self.reasons[:2])
 
 
 @dataclass(frozen=True)
@@ -81,6 +91,7 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
         instance=instance_name, provider_id=status.provider_id, action_id=action_id,
         action_label=action.label if action else action_id, runs=run_ids, gated=gated, gate_open=not reasons,
         reasons=tuple(reasons), lines=tuple(lines), warnings=tuple(warnings),
+        irreversible=action is None or not action.reversible,
     )
 
 

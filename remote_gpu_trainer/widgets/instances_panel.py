@@ -56,8 +56,7 @@ class InstancesPanel(Vertical):
             reasons = "; ".join(run.gate.reasons[:3]) + (" …" if len(run.gate.reasons) > 3 else "")
             gate_status.update(plain(f"✖ GATE CLOSED ({len(run.gate.reasons)}): {reasons}"))
             gate_status.remove_class("-open")
-        instance = overview.instance(run.instance)
-        gone = instance is not None and instance.state == "terminated"
-        button.display = not read_only and not gone  # nothing left to tear down: no control is offered
-        button.disabled = not run.gate.open or instance is None or instance.state in ("terminated", "unknown")
-        button.tooltip = None if run.gate.open else plain("\n".join(run.gate.reasons), keep_newlines=True)
+        control = run.teardown  # decided in the service; the key, the palette and the modal read the same
+        button.display = control.offered
+        button.disabled = not control.enabled
+        button.tooltip = None if control.enabled else plain("\n".join(control.reasons), keep_newlines=True)
