@@ -12,7 +12,8 @@ starts from nothing: a fresh local root, a fresh state database (the manifest's 
 rgt: `evidence.pull` itself: manifest fetch and check, free-space check, per-file lstat, SFTP stream with
 SHA-256 while streaming, fsync, rename, hash-cache seeding. Baselines, run in the same process:
 `scp -r` then `sha256sum` of every file (a verified copy), `rsync -a` then `sha256sum`, and plain
-`rsync -a` (no hashing at all: the floor). rsync is installed with apt if it is missing.
+`rsync -a` (no hashing at all: the floor), and `rsync -a --fsync` where rsync has it (no hashing, but every
+file fsynced as rgt does). rsync is installed with apt if it is missing.
 
     .venv/bin/python benchmarks/bench_pull_ssh.py [--big-mib 1024] [--small 2000] [--small-kib 100]
         [--rounds 3] [--profile]
@@ -122,9 +123,9 @@ def scp_pull(server: Sshd, known_hosts: Path, box: Path, local: Path) -> None:
     sha256_all(local)
 
 
-def rsync_pull(server: Sshd, known_hosts: Path, box: Path, local: Path, hash_after: bool) -> None:
+def rsync_pull(server: Sshd, known_hosts: Path, box: Path, local: Path, hash_after: bool, *extra: str) -> None:
     shell = " ".join(["ssh", "-p", str(server.port), *ssh_options(server, known_hosts)])
-    subprocess.run(["rsync", "-a", "-e", shell, f"root@127.0.0.1:{box}/", str(local)], check=True)
+    subprocess.run(["rsync", "-a", *extra, "-e", shell, f"root@127.0.0.1:{box}/", str(local)], check=True)
     if hash_after:
         sha256_all(local)
 
@@ -176,10 +177,10 @@ def contenders(scenario: Scenario, server: Sshd, settings: SSHSettings, known_ho
         scp_pull(server, known_hosts, scenario.box, fresh / "copy")
         return fresh / "copy"
 
-    def rsync(hash_after: bool) -> Callable[[Path], Path]:
+    def rsync(hash_after: bool, *extra: str) -> Callable[[Path], Path]:
         def go(fresh: Path) -> Path:
             fresh.mkdir()
-            rsync_pull(server, known_hosts, scenario.box, fresh / "copy", hash_after)
+            rsync_pull(server, known_hosts, scenario.box, fresh / "copy", hash_after, *extra)
             return fresh / "copy"
         return go
 
@@ -189,6 +190,8 @@ def contenders(scenario: Scenario, server: Sshd, settings: SSHSettings, known_ho
     ]
     if with_rsync:
         out += [("rsync -a + sha256sum", rsync(True)), ("rsync -a (no hashing)", rsync(False))]
+        if b"--fsync" in subprocess.run(["rsync", "--help"], capture_output=True).stdout:
+            out.append(("rsync -a --fsync (no hashing, durable like rgt)", rsync(False, "--fsync")))
     return out
 
 

@@ -6,6 +6,8 @@ import os
 
 os.environ.pop("NO_COLOR", None)  # NO_COLOR would turn every snapshot monochrome (environment.md §7)
 
+import socket  # noqa: E402
+import threading  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -34,3 +36,33 @@ def project_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
     monkeypatch.chdir(root)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     yield root
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """Accepts every connection and never sends a byte (an sshd stuck before its banner)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            held.append(conn)
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(timeout=5)
+    for conn in held:
+        conn.close()
+    server.close()

@@ -16,6 +16,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 FIXED_NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 RUN = "r1"
 INSTANCE = "box"
+HUNG = "hung"  # an ssh instance whose server accepts TCP and never speaks (conftest.silent_server)
 
 
 class FixedClock:
@@ -109,3 +110,17 @@ def fill_disk(path: Path) -> int:
         except OSError:
             pass
     return written
+
+
+def two_box_project(root: Path, port: int, home: Path) -> Path:
+    hung = f'''
+[instances.{HUNG}]
+provider = "ssh"
+host = "nobody@127.0.0.1:{port}"
+price_per_hour = 1.25
+'''
+    write_project(root)
+    with open(root / "rgt.toml", "a", encoding="utf-8") as handle:
+        handle.write(hung)
+    home.mkdir(parents=True, exist_ok=True)
+    return root

@@ -4,66 +4,17 @@ SSH box that hangs, next to a healthy sim box. Every box is asked at once, each 
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from helpers import INSTANCE, RUN, launched_and_finished, write_project
+from helpers import HUNG, INSTANCE, RUN, launched_and_finished, two_box_project
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.config import load_project
 from remote_gpu_trainer.report import render
 from remote_gpu_trainer.services.overview import Overview
 from remote_gpu_trainer.services.session import Session
 from tui_helpers import dashboard, wait_until
-
-HUNG = "hung"
-
-
-@pytest.fixture
-def silent_server() -> Iterator[int]:
-    """Accepts every connection and never sends a byte (an sshd stuck before its banner)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return
-            held.append(conn)
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield server.getsockname()[1]
-    stop.set()
-    thread.join(timeout=5)
-    for conn in held:
-        conn.close()
-    server.close()
-
-
-def two_box_project(root: Path, port: int, home: Path) -> Path:
-    hung = f'''
-[instances.{HUNG}]
-provider = "ssh"
-host = "nobody@127.0.0.1:{port}"
-price_per_hour = 1.25
-'''
-    write_project(root)
-    with open(root / "rgt.toml", "a", encoding="utf-8") as handle:
-        handle.write(hung)
-    home.mkdir(parents=True, exist_ok=True)
-    return root
 
 
 def row(overview: Overview, name: str) -> object:

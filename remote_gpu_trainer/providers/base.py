@@ -57,6 +57,10 @@ class InstanceStatus:
 class Transport(Protocol):
     """Runs commands and moves bytes on one instance; every call is bounded by a timeout."""
 
+    # Each file fetched on its own costs network round trips (SSH): the pull sends small files in
+    # batches through one command instead (services/pull_batches.py). False for a local disk.
+    batches_small_files: bool
+
     def resolve(self, remote: str) -> str:
         """The path as processes on the far side see it (identity everywhere but a simulated disk)."""
         ...

@@ -22,6 +22,8 @@ HASH_CHUNK = 4 << 20
 
 
 class LocalTransport:
+    batches_small_files = False  # a local disk: per-file reads cost no round trip
+
     def __init__(self, root: Path | None = None) -> None:
         self.root = root
 

@@ -532,6 +532,8 @@ class SSHTransport:
     """The Transport protocol on a box reached over SSH (DESIGN.md §3.3). Remote paths are the box's own
     paths: `resolve` is the identity."""
 
+    batches_small_files = True  # four SFTP requests per file: small files go in batches through one command
+
     def __init__(self, target: str, settings: SSHSettings, pool: SSHPool | None = None) -> None:
         self.target = Target.parse(target)
         self.settings = settings

@@ -133,6 +133,8 @@ class DashboardScreen(Screen[None]):
                 except RgtError as exc:
                     self.notify(str(exc), severity="error", timeout=10)
                 else:
+                    if not self.query(InstancesPanel):  # the app is exiting: its panels are already gone
+                        return
                     self.apply(overview)
                     self.show_alerts(self.rgt.session.take_alerts())
                 if not self.refresh_again:

@@ -593,8 +593,10 @@ class Session:
         """What a row shows while its box has not answered this refresh: the last known facts, marked."""
         last = self._last_status.get(name)
         note = "waiting for the provider's answer"
-        if last is not None:
-            return dataclasses.replace(last, detail={**last.detail, "error": f"{note} (showing the last one)"})
+        if last is not None:  # the last answer stands, and so does what went wrong with it
+            previous = last.detail.get("error")
+            text = f"{previous} (asking again)" if previous else f"{note} (showing the last one)"
+            return dataclasses.replace(last, detail={**last.detail, "error": text})
         instance = self.instance(name)
         snapshot = self.db.last_snapshot(name)
         return InstanceStatus(

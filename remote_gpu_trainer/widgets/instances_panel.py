@@ -11,6 +11,8 @@ from ..services.overview import Overview
 from .glyphs import badge, money, plain
 from .stable_table import StableTable
 
+MAX_NOTES = 3  # other boxes' notes under the table
+
 
 class InstancesPanel(Vertical):
     def compose(self) -> ComposeResult:
@@ -40,8 +42,12 @@ class InstancesPanel(Vertical):
             if instance is not None and instance.cost_to_finish is not None:
                 note = (f" · ETA {duration(instance.eta_s)} · "
                         f"{money(instance.cost_to_finish, instance.currency)} to finish{note}")
-            summary.update(plain(f"id {instance.id if instance else '?'} · billing "
-                                 f"{instance.billing if instance else '?'}{since}{note}"))
+            lines = [f"id {instance.id if instance else '?'} · billing {instance.billing if instance else '?'}"
+                     f"{since}{note}"]
+            # why another box reads unknown (e.g. "no answer within 20 s"): its row has no room to say
+            lines += [f"{i.name}: {i.note}" for i in overview.instances
+                      if i.state == "unknown" and i.note and i.name != run.instance][:MAX_NOTES]
+            summary.update(plain("\n".join(lines), keep_newlines=True))
         gate_status = self.query_one("#gate-status", Static)
         button = self.query_one("#teardown", Button)
         button.display = not read_only
