@@ -142,3 +142,32 @@ async def test_a_read_only_session_offers_no_teardown_anywhere(project_dir: Path
         assert faces(app) == (False, True, False, None)
         assert dashboard(app).check_action("stop", ()) is False
     session.close()
+
+
+async def test_pressing_t_or_s_again_while_a_teardown_is_open_starts_nothing(project_dir: Path) -> None:
+    """The teardown worker holds the box-action slot from the plan to the logged outcome: while it runs,
+    `t` and `s` are greyed, a second `t` types into the id field instead of stacking a second modal, and
+    Escape leaves one cancelled teardown and no approval."""
+    session = Session.open(str(project_dir))
+    await launched_and_finished(session)
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await verified(pilot, app)
+        await pilot.press("t")
+        await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+        depth = len(app.screen_stack)
+        assert dashboard(app).busy_with("teardown") and dashboard(app).busy_with("stop")
+        assert dashboard(app).check_action("teardown", ()) is None
+        assert dashboard(app).check_action("stop", ()) is None
+        await pilot.press("t")
+        field = app.screen.query_one("#confirm-id", Input)
+        await wait_until(pilot, lambda: field.value == "t")
+        assert len(app.screen_stack) == depth
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not dashboard(app).busy_with("teardown"))
+        assert notified(app, "teardown cancelled") and len(app.screen_stack) == depth - 1
+        assert dashboard(app).check_action("teardown", ()) is True
+    teardowns = [e for e in session.db.events() if e.kind in ("approval", "action")
+                 and e.detail.get("action") in ("terminate", "stop")]
+    assert teardowns == [] and (project_dir / ".rgt" / "sim" / INSTANCE).is_dir()
+    session.close()
