@@ -18,12 +18,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import __version__
+from . import __version__, text
 from .clock import report_now
 from .config import PROVIDERS
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, GateRefused, RgtError, VerbFailed
-from .formatting import escape_control, pull_progress_line
 from .services.evidence import PullProgress
+from .text import escape_control, pull_progress_line
 
 if TYPE_CHECKING:
     from .audits.env_audit import AuditRow
@@ -386,10 +386,10 @@ async def _up_launch(session: Session, run_id: str, approved_price: str | None) 
     plan = await launcher.plan_launch(session, run.instance)
     print("\n".join(plan.lines))
     if approved_price is None:
-        raise VerbFailed(f"not launched: to rent {run.instance} at {launcher.money(plan.price, plan.currency)}/h, "
+        raise VerbFailed(f"not launched: to rent {run.instance} at {text.price(plan.price, plan.currency)}/h, "
                          f"run `rgt up {run_id} --approve-price {plan.price_text}`")
     created = await launcher.launch(session, plan, run_id, approved_price, smoke, actor="cli")
-    price = "?" if created.price_per_hour is None else launcher.money(created.price_per_hour, plan.currency)
+    price = "?" if created.price_per_hour is None else text.price(created.price_per_hour, plan.currency)
     print(f"launched {run.instance}: {plan.provider} {created.provider_id} ({created.state}) at {price}/h, billing now")
     print(f"next: put {launcher.config_line(created.provider_id)} under [instances.{run.instance}] in "
           f"{session.project.file} (rgt does not edit it), then `rgt up {run_id}` again once it runs for the "

@@ -16,8 +16,8 @@ import json
 from typing import Any, TypeVar
 
 from .clock import iso_z
-from .formatting import duration, escape_control, money, short_hash, size
 from .services.overview import Overview, RunView
+from .text import duration, escape_control, money, short_hash, size
 
 SCHEMA = "rgt-report/v1"
 FORMATS = ("text", "markdown", "json")

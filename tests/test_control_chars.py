@@ -3,7 +3,7 @@
 A hostile (or merely broken) box controls file names, log lines, error messages and provider error bodies.
 Each of them, with terminal escapes (ESC, CSI as one C1 byte, OSC title sets, BEL, backspace, carriage
 return), bidi overrides and newlines in single-line fields, and with Rich markup (`[bold red]x`), is sent
-through the real renderers: formatting.escape_control, the log line splitter, every report format, the CLI
+through the real renderers: text.escape_control, the log line splitter, every report format, the CLI
 printers and the TUI panels. What comes out shows the characters escaped and the markup literally.
 """
 
@@ -24,7 +24,6 @@ from helpers import INSTANCE, RUN, wait_for_liveness, write_project
 from remote_gpu_trainer.audits.env_audit import AuditRow
 from remote_gpu_trainer.audits.log_lines import LineSplitter
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.formatting import escape_control, has_control
 from remote_gpu_trainer.report import render
 from remote_gpu_trainer.services.checklist import ChecklistItem
 from remote_gpu_trainer.services.log_monitor import LogLineView
@@ -38,6 +37,7 @@ from remote_gpu_trainer.services.overview import (
 )
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state import StateDB
+from remote_gpu_trainer.text import escape_control, has_control
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 from remote_gpu_trainer.widgets.instances_panel import InstancesPanel
 from remote_gpu_trainer.widgets.log_panel import LogPanel
@@ -80,13 +80,14 @@ def test_log_lines_escape_what_ansi_stripping_leaves() -> None:
             ).encode("utf-8")
     lines = [line.text for line in splitter.feed(data)]
     assert lines[0] == "ok epoch 1"  # colour is stripped, as before
-    assert raw_controls(lines[1], allowed="") == [] and "\\x07" in lines[1] and "\\u202e" in lines[1]
+    assert raw_controls(lines[1], allowed="") == [] and "\\x9b" in lines[1] and "\\u202e" in lines[1]
+    assert "pwned" not in lines[1]  # a window-title OSC goes whole, BEL terminator included (text.strip_ansi)
     assert splitter.partial == "bell\\x07 then"  # the live progress bar too
     assert [line.text for line in splitter.flush()] == ["bell\\x07 then"]
     # a control character split across two reads, in the line's second half, is still escaped
     splitter = LineSplitter()
     assert splitter.feed(b"clean start ") == []
-    assert [line.text for line in splitter.feed(b"then \x1b(0 box\n")] == ["clean start then \\x1b(0 box"]
+    assert [line.text for line in splitter.feed(b"then \x07 box\n")] == ["clean start then \\x07 box"]
     assert [line.text for line in splitter.feed(b"next line clean\n")] == ["next line clean"]
 
 
@@ -165,7 +166,7 @@ async def test_a_hostile_log_line_reaches_the_findings_and_the_report_escaped(tm
     assert any("CUDA out of memory" in line.text for line in update.lines)
     assert all(raw_controls(line.text) == [] for line in update.lines)
     evidence = [f.evidence for f in session.db.log_findings(RUN)]
-    assert any("\\x07" in e and "\\u202e" in e and "\\x9b" in e for e in evidence)
+    assert any("\\x08" in e and "\\u202e" in e and "\\x9b" in e and "pwned" not in e for e in evidence)
     assert all(raw_controls(e) == [] for e in evidence)
     overview = await session.overview()
     await session.close_transports()

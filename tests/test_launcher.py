@@ -21,6 +21,7 @@ import fake_clouds
 import pytest
 from fake_clouds import FAKE_KEY, FakeCloud, FakeLambda, FakePaperspace, FakeRunPod, FakeVast, Reply, VirtualTime
 
+from remote_gpu_trainer import text
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.config import load_project
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
@@ -394,7 +395,7 @@ async def test_lambda_launches_the_priced_instance_type_after_the_approval(
 # -- the typed price ----------------------------------------------------------------------------------------------
 
 def test_prices_are_stated_and_compared_as_numbers() -> None:
-    assert [launcher.price_text(x) for x in (0.44, 0.4, 2, 0.347, 1.23456)] == ["0.44", "0.40", "2.00", "0.347",
+    assert [text.price_text(x) for x in (0.44, 0.4, 2, 0.347, 1.23456)] == ["0.44", "0.40", "2.00", "0.347",
                                                                                  "1.2346"]
     assert launcher.price_matches("0.440", "0.44") and launcher.price_matches(" $0.44/h ", "0.44")
     for typed in ("", "0.45", "yes", "NaN", "0.44 USD"):

@@ -7,24 +7,17 @@ kept. Memory stays bounded: a line longer than `max_chars` keeps its head and co
 
 A line is shown in the TUI, printed by `rgt watch` and quoted in findings and reports, so what ANSI stripping
 leaves of control characters (a lone ESC, BS, BEL, C1 codes, bidi overrides) is escaped here, once, with
-formatting.escape_control: every consumer gets text that cannot drive a terminal.
+text.escape_control: every consumer gets text that cannot drive a terminal.
 """
 
 from __future__ import annotations
 
 import codecs
-import re
 from typing import NamedTuple
 
-from ..formatting import escape_control, has_control
+from ..text import escape_control, has_control, strip_ansi
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 MAX_LINE_CHARS = 4096
-
-
-def strip_ansi(text: str) -> str:
-    """Escape sequences carry colour, not content; they would also break `^`/`$` anchors."""
-    return ANSI.sub("", text) if "\x1b" in text else text
 
 
 class Line(NamedTuple):

@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .log_lines import strip_ansi
+from ..text import strip_ansi
 from .samples import Sample
 
 MAX_LINE_CHARS = 4096  # work per line is capped: a printed tensor can be megabytes long

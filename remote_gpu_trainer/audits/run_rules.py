@@ -27,6 +27,7 @@ from functools import cached_property
 from itertools import islice
 from typing import Any
 
+from ..text import strip_ansi
 from .gpu_health import FAIL_BITS, HOT_C, SLOW_CLOCK_RATIO, GpuSample
 from .liveness import T_CKPT_S, T_LOG_S, Liveness, ProbeResult, classify
 from .samples import Hit, Sample
@@ -79,7 +80,6 @@ MAPPED_ROWS = {"S04": ("critical", "kernel OOM killer"), "S22": ("error", "nativ
 BOUNDED_LOSSES = frozenset({"ce", "cross_entropy", "crossentropy", "nll", "bce", "bce_with_logits", "mse", "l2",
                             "l1", "mae", "huber", "smooth_l1", "dice", "kl", "kl_div"})
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
 # S55, the completion marker: input to `dead/incomplete` (§3.1), never proof of success on its own
 _COMPLETION = re.compile(r"Training (?:completed|finished)|\bFINISHED\b|QUEUE DONE|"
@@ -644,7 +644,7 @@ def _exit_file_present(s: RunSignals) -> bool:
 def _last_trainer_line(lines: Sequence[str]) -> str:
     """The last non-blank line the trainer wrote (bars redraw with \\r; the wrapper's markers come after)."""
     for raw in reversed(lines):
-        line = _ANSI.sub("", raw).split("\r")[-1].strip()
+        line = strip_ansi(raw).split("\r")[-1].strip()
         if line and not line.startswith(_WRAPPER_LINE):
             return line
     return ""
@@ -657,7 +657,7 @@ def rule_s58(s: RunSignals) -> list[Hit]:
     code = s.exit_code
     if code in (137, -9):
         tail = list(s.log_tail)[-200:]
-        if any(_TRACEBACK.search(_ANSI.sub("", line)) for line in tail):
+        if any(_TRACEBACK.search(strip_ansi(line)) for line in tail):
             return []  # the traceback names a better row
         row, why = "S04", f"exit {code} (SIGKILL) with no Traceback in the last {len(tail)} log lines"
     elif code in (139, -11):

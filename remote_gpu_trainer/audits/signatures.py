@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..errors import ConfigError
-from .log_lines import strip_ansi
+from ..text import strip_ansi
 from .samples import SEVERITIES, Hit, Signature, severity_rank
 
 SHIPPED = Path(__file__).resolve().parent.parent / "assets" / "signatures.toml"

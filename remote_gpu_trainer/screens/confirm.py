@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from ..formatting import escape_control
+from ..text import escape_control
 
 
 class ConfirmScreen(ModalScreen[bool]):

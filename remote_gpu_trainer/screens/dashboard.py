@@ -20,11 +20,11 @@ from textual.timer import Timer
 from textual.widgets import Button, DataTable, Footer, Input, Static, Tab, Tabs
 
 from ..errors import GateRefused, RgtError
-from ..formatting import escape_control, pull_progress_line
 from ..services import checklist, teardown
 from ..services.evidence import PullProgress
 from ..services.log_monitor import Alert
 from ..services.overview import Overview, RunView
+from ..text import escape_control, pull_progress_line
 from ..widgets.checklist_panel import ChecklistPanel
 from ..widgets.checkpoints_panel import CheckpointsPanel
 from ..widgets.glyphs import plain

@@ -62,11 +62,11 @@ from ..audits.manifest import (
 from ..clock import utc_now
 from ..config import ProjectConfig, RunConfig, run_config_record
 from ..errors import HostKeyChanged, RgtError, TransportError, VerbFailed
-from ..formatting import size
 from ..providers.base import Transport
 from ..remote import program_stdin
 from ..state import FileKey, StateDB
 from ..strict_json import loads_strict
+from ..text import size
 from ..verify.ckpt_probe import PROBE_VERSION
 from . import pull_batches
 

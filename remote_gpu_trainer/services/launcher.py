@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
 
+from .. import text
 from ..config import InstanceConfig, LaunchConstraint, ProjectConfig, RunConfig
 from ..errors import ConfigError, RgtError, VerbFailed
 from ..profiles import Profile
@@ -153,7 +154,7 @@ class LaunchPlan:
 
     @property
     def price_text(self) -> str:
-        return price_text(self.price)
+        return text.price_text(self.price)
 
 
 @dataclass(frozen=True)
@@ -225,12 +226,13 @@ def plan_lines(profile: Profile, instance_name: str, request: GpuRequest, quote:
     lines = [
         f"Action:    {profile.display_name}: create an instance for {instance_name}{call}",
         f"Request:   {', '.join(parts)}",
-        f"Price:     {money(price, currency)}/h: {quote.text}",
-        f"Ceiling:   {money(ceiling, currency)}/h (max_price_per_hour); the approved price is the launch's ceiling",
+        f"Price:     {text.price(price, currency)}/h: {quote.text}",
+        f"Ceiling:   {text.price(ceiling, currency)}/h (max_price_per_hour); the approved price is the "
+        "launch's ceiling",
         "Bills:     from creation until `rgt down` sees it gone",
     ]
     lines += [f"Danger:    {item.text}" for item in profile.surface_to_user if item.kind == "danger"]
-    lines.append(f"Approve:   type {price_text(price)} ({currency} per hour)")
+    lines.append(f"Approve:   type {text.price_text(price)} ({currency} per hour)")
     return tuple(lines)
 
 
@@ -332,7 +334,7 @@ async def launch(session: Session, plan: LaunchPlan, run_id: str, approved_price
     await _refuse_double_launch(session, plan.instance, provider)
     request = dataclasses.replace(plan.request, max_price_per_hour=plan.price)
     approval = session.db.append_event(
-        "approval", f"approved launch of {plan.instance} at {money(plan.price, plan.currency)}/h", run_id=run_id,
+        "approval", f"approved launch of {plan.instance} at {text.price(plan.price, plan.currency)}/h", run_id=run_id,
         instance=plan.instance, actor=actor,
         detail={"action": "launch", "typed_price": approved_price.strip(), "price_per_hour": plan.price,
                 "ceiling": plan.ceiling, "shown": list(plan.lines), "request": dataclasses.asdict(request),
@@ -369,7 +371,7 @@ def _record(session: Session, plan: LaunchPlan, run_id: str, created: CloudInsta
     price = created.price_per_hour if created.price_per_hour is not None else plan.price
     session.db.append_event(
         kind, f"{plan.instance} launched as {plan.provider} {created.provider_id} ({created.state}) at "
-        f"{money(price, plan.currency)}/h", run_id=run_id, instance=plan.instance, actor="rgt",
+        f"{text.price(price, plan.currency)}/h", run_id=run_id, instance=plan.instance, actor="rgt",
         detail={"provider_id": created.provider_id, "state": created.state, "raw_state": created.raw_state,
                 "price_per_hour": price, "price_source": created.price_source if known else "user",
                 "config_line": config_line(created.provider_id)})
@@ -381,10 +383,10 @@ def _record(session: Session, plan: LaunchPlan, run_id: str, created: CloudInsta
 
 
 def over_budget_message(session: Session, plan: LaunchPlan, run_id: str, created: CloudInstance) -> str:
-    shown = "an unknown price" if created.price_per_hour is None else money(created.price_per_hour, plan.currency)
+    shown = "an unknown price" if created.price_per_hour is None else text.price(created.price_per_hour, plan.currency)
     console = session.profile(plan.instance).control.console_url or "the provider's console"
     return (f"OVER BUDGET: {plan.provider} created {created.provider_id} at {shown}/h, above the approved "
-            f"{money(plan.price, plan.currency)}/h, and it is BILLING NOW; rgt did not remove it: put "
+            f"{text.price(plan.price, plan.currency)}/h, and it is BILLING NOW; rgt did not remove it: put "
             f"{config_line(created.provider_id)} under [instances.{plan.instance}] and run `rgt down {run_id} "
             f"--confirm {created.provider_id}`, or terminate it in {console}")
 
@@ -395,20 +397,11 @@ def config_line(provider_id: str) -> str:
 
 # -- prices as typed ------------------------------------------------------------------------------------------------
 
-def price_text(amount: float) -> str:
-    """The price as the user types it: at least two decimals, at most four (0.44, 0.347, 2.00)."""
-    whole, _, fraction = f"{amount:.4f}".rstrip("0").partition(".")
-    return f"{whole}.{fraction.ljust(2, '0')}"
-
-
 def price_matches(typed: str, stated: str) -> bool:
     """Equal as numbers (`0.44`, `0.440` and `$0.44/h` all state 0.44); anything unreadable is no approval."""
-    text = typed.strip().removeprefix("$").removesuffix("/h").strip()
+    number = typed.strip().removeprefix("$").removesuffix("/h").strip()
     try:
-        return Decimal(text) == Decimal(stated)
+        return Decimal(number) == Decimal(stated)
     except InvalidOperation:
         return False
 
-
-def money(amount: float, currency: str) -> str:
-    return f"${price_text(amount)}" if currency == "USD" else f"{price_text(amount)} {currency}"

@@ -29,9 +29,9 @@ from ..audits.metrics import MetricParser
 from ..audits.samples import Hit, Sample, severity_rank
 from ..audits.signatures import Catalogue, FindingsLedger, LedgerEntry, LogDetector
 from ..audits.training_progress import TrainingProgress
-from ..formatting import duration
 from ..providers.cloud.credentials import KeyScrubber, known_keys
 from ..state import LogFinding, StateDB
+from ..text import duration
 from .log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
 from .runner import CELL_STARTED
 

@@ -25,13 +25,13 @@ from ..audits.signatures import Catalogue, load_catalogue
 from ..clock import Clock, parse_iso, utc_now
 from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file, user_config_dir
 from ..errors import RgtError, VerbFailed
-from ..formatting import describe_gpus
 from ..fsutil import run_lock
 from ..profiles import Profile, profile_age_text
 from ..providers import slurm
 from ..providers.base import InstanceStatus, Transport
 from ..providers.registry import provider_for
 from ..state import Snapshot, StateDB
+from ..text import describe_gpus
 from . import checklist, evidence, runner, watcher
 from .env_probe import run_env_probe, sample_gpus
 from .gate import session_box_key

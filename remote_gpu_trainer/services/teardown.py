@@ -15,10 +15,10 @@ from ..audits.gate import Approval
 from ..audits.manifest import is_checkpoint
 from ..config import RunConfig
 from ..errors import GateRefused, RgtError
-from ..formatting import short_hash, size
 from ..fsutil import run_locks
 from ..profiles import profile_age_text
 from ..providers.base import InstanceStatus
+from ..text import short_hash, size
 from . import evidence
 from . import gate as box_gate
 from .session import Session

@@ -38,12 +38,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..text import strip_ansi
+
 PROBE_VERSION = "probe1"
 DEFAULT_STATE_KEYS = ("model_state_dict", "state_dict", "model")
 FINITE_CHUNK = 16 * 1024 * 1024  # elements per torch.isfinite call: bounds the temporary bool tensor
 MAX_LABELS = 10
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GLOBAL = re.compile(r"GLOBAL\s+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
 
 
@@ -78,7 +79,7 @@ def detect_format(path: str) -> str:
 
 def blocked_global(message: str) -> str | None:
     """The dotted name in the weights-only unpickler's 'GLOBAL module.name' message, ANSI stripped."""
-    match = _GLOBAL.search(_ANSI.sub("", message))
+    match = _GLOBAL.search(strip_ansi(message))
     return match.group(1) if match else None
 
 
@@ -261,7 +262,7 @@ def probe(path: str, allow_globals: Sequence[str] = (), state_keys: Sequence[str
 
 
 def _one_line(text: str) -> str:
-    return " ".join(_ANSI.sub("", text).split())[:500]
+    return " ".join(strip_ansi(text).split())[:500]
 
 
 def die_with_parent(parent: int | None) -> None:

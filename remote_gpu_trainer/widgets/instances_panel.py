@@ -6,8 +6,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
-from ..formatting import duration
 from ..services.overview import Overview
+from ..text import duration
 from .glyphs import badge, money, plain
 from .stable_table import StableTable
 

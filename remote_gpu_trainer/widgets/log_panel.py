@@ -15,8 +15,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, RichLog, Static
 
-from ..formatting import escape_control
 from ..services.log_monitor import LogLineView
+from ..text import escape_control
 from .loss_chart import LossChart
 
 MAX_LINES = 5000

@@ -1,4 +1,5 @@
-"""Plain-text renderings of money, sizes, hashes and progress, shared by the TUI, the CLI and reports."""
+"""Plain text, one copy of each rule: money and prices, sizes, durations, hashes, progress lines, ANSI
+stripping and control-character escaping, shared by the audits, the TUI, the CLI and the reports."""
 
 from __future__ import annotations
 
@@ -18,6 +19,22 @@ if TYPE_CHECKING:  # annotations only: audits import this module, so it must not
 _CONTROL_CHARS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 _CONTROL_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
 _CONTROL_BUT_BREAKS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+# Terminal escape sequences a trainer's log may hold, removed whole (they carry colour, links and titles, not
+# content): CSI (`ESC [ ... final`, colours and cursor moves), OSC (`ESC ] ...` ended by BEL or by ST
+# `ESC \\`: window titles and OSC-8 hyperlinks, whose visible text stays), character-set designations
+# (`ESC ( B`, which tput sgr0 emits), and the remaining two-character escapes (`ESC 7`, `ESC =`, ...).
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"
+                   r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\|$)"
+                   r"|\x1b[()*+][ -~]"
+                   r"|\x1b[ -/]*[0-~]")
+
+
+def strip_ansi(text: str) -> str:
+    """`text` without terminal escape sequences (see _ANSI). What is left of a broken one (a lone ESC)
+    is for escape_control to show, not to obey."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 def utf8_terminal() -> bool:
@@ -71,11 +88,24 @@ def duration(seconds: float | None) -> str:
 
 
 def money(value: float | None, currency: str = "USD") -> str:
-    """Money is rounded only here, when rendered; the model keeps full precision."""
+    """An amount (spent, burning, to finish), to the cent. Money is rounded only here, when rendered; the
+    model keeps full precision."""
     if value is None:
         return "—"
     symbol = "$" if currency == "USD" else f"{currency} "
     return f"{symbol}{value:,.2f}"
+
+
+def price_text(amount: float) -> str:
+    """A quoted hourly price as the user types it to approve it: at least two decimals, at most four
+    (0.44, 0.347, 2.00), because a provider's $0.347/h is not $0.35/h."""
+    whole, _, fraction = f"{amount:.4f}".rstrip("0").partition(".")
+    return f"{whole}.{fraction.ljust(2, '0')}"
+
+
+def price(amount: float, currency: str = "USD") -> str:
+    """A quoted hourly price with its currency (`$0.347`), by price_text's rule."""
+    return f"${price_text(amount)}" if currency == "USD" else f"{price_text(amount)} {currency}"
 
 
 def size(value: int | None) -> str:

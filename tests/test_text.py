@@ -1,0 +1,48 @@
+"""The one text module: ANSI stripping, money and prices, sizes and durations, as every face uses them."""
+
+from __future__ import annotations
+
+import pytest
+
+from remote_gpu_trainer.audits.log_lines import LineSplitter
+from remote_gpu_trainer.text import duration, escape_control, money, price, price_text, size, strip_ansi
+
+OSC8 = "\x1b]8;;https://wandb.ai/run/7\x1b\\"
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("\x1b[1;31mERROR\x1b[0m loss=nan", "ERROR loss=nan"),  # colours
+    ("\x1b[2K\x1b[1Gepoch 3", "epoch 3"),  # erase line, cursor to column 1
+    (f"see {OSC8}the run\x1b]8;;\x1b\\ page", "see the run page"),  # an OSC-8 hyperlink keeps its text
+    ("\x1b]0;train.py: step 40\x07step=40", "step=40"),  # a window title ended by BEL
+    ("\x1b]2;title\x1b\\done", "done"),  # a window title ended by ST
+    ("\x1b[1mbold\x1b(B\x1b[m plain", "bold plain"),  # tput sgr0 emits ESC ( B before ESC [ m
+    ("\x1b7saved\x1b8 \x1b=keypad", "saved keypad"),  # two-character escapes
+    ("\x1b[?25lhidden cursor\x1b[?25h", "hidden cursor"),  # private CSI parameters
+    ("no escapes at all", "no escapes at all"),
+])
+def test_escape_sequences_are_removed_whole_and_their_text_kept(raw: str, shown: str) -> None:
+    assert strip_ansi(raw) == shown
+
+
+def test_what_is_left_of_a_broken_sequence_is_shown_escaped_never_obeyed() -> None:
+    assert escape_control(strip_ansi("tail \x1b")) == "tail \\x1b"
+    assert strip_ansi("\x1b]8;;https://unterminated") == ""  # an OSC never ended takes the rest of the line
+
+
+def test_the_log_splitter_shows_a_hyperlinked_line_as_its_text() -> None:
+    splitter = LineSplitter()
+    lines = splitter.feed(f"{OSC8}checkpoint saved\x1b]8;;\x1b\\ \x1b]0;title\x07step=5\n".encode())
+    assert [line.text for line in lines] == ["checkpoint saved step=5"]
+
+
+def test_amounts_are_rounded_to_the_cent_and_quoted_prices_are_kept_as_quoted() -> None:
+    assert [money(v) for v in (0.347, 1234.5, 0.0, None)] == ["$0.35", "$1,234.50", "$0.00", "—"]
+    assert money(2.5, "CNY") == "CNY 2.50"
+    assert [price_text(v) for v in (0.44, 0.4, 2, 0.347, 1.23456)] == ["0.44", "0.40", "2.00", "0.347", "1.2346"]
+    assert price(0.347) == "$0.347" and price(3, "CNY") == "3.00 CNY"
+
+
+def test_sizes_use_binary_units_and_durations_read_at_a_glance() -> None:
+    assert [size(v) for v in (512, 100_000, 5 << 20, 3 << 30, None)] == ["512 B", "97.7 KB", "5.0 MB", "3.0 GB", "—"]
+    assert [duration(v) for v in (45, 725, 11220, None)] == ["45s", "12m05s", "3h07m", "—"]
