@@ -77,6 +77,7 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
     try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
         try:
+            os.fchmod(fd, mode)  # exactly `mode`, whatever the umask
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]

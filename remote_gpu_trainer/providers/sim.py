@@ -18,6 +18,7 @@ from typing import Any
 from ..clock import Clock, iso_offset, utc_now
 from ..config import InstanceConfig
 from ..errors import RgtError
+from ..fsutil import atomic_write
 from ..profiles import Profile, load_profile
 from .base import InstanceStatus
 from .transport_local import LocalTransport
@@ -45,10 +46,7 @@ class SimProvider:
             return None
 
     def _write(self, instance: InstanceConfig, record: dict[str, Any]) -> None:
-        path = self._record_path(instance)
-        temp = path.with_name(f".{path.name}.tmp")
-        temp.write_text(json.dumps(record, indent=2, sort_keys=True), encoding="utf-8")
-        os.replace(temp, path)
+        atomic_write(self._record_path(instance), json.dumps(record, indent=2, sort_keys=True).encode("utf-8"))
 
     def _transition(self, instance: InstanceConfig, state: str, record: dict[str, Any]) -> None:
         record["state"] = state

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from ..clock import Clock, iso_offset, utc_now
 from ..config import InstanceConfig
 from ..errors import ConfigError, RgtError, TransportError
+from ..fsutil import atomic_write
 from ..profiles import Profile, load_profile
 from .base import InstanceStatus
 from .transport_ssh import HostKeyUnknown, SSHPool, SSHSettings, SSHTransport
@@ -97,9 +97,7 @@ class SSHProvider:
         path.parent.mkdir(parents=True, exist_ok=True)
         record = {"attested_at": iso_offset(self.clock()), "host": instance.host, "evidence": evidence,
                   "command": instance.teardown_command or ""}
-        temp = path.with_name(f".{path.name}.tmp")
-        temp.write_text(json.dumps(record, sort_keys=True), encoding="utf-8")
-        os.replace(temp, path)
+        atomic_write(path, json.dumps(record, sort_keys=True).encode("utf-8"))
         await self.transport(instance).close()
 
 

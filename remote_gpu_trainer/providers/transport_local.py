@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from ..errors import TransportError
+from ..fsutil import atomic_write
 from .base import CommandResult, RemoteStat
 from .detach import launch_with_setsid
 
@@ -125,7 +126,7 @@ class LocalTransport:
         self._ensure_alive()
         path = self._path(remote)
         path.parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(_atomic_write, path, data, mode)
+        await asyncio.to_thread(atomic_write, path, data, mode)
 
     async def close(self) -> None:
         return None
@@ -139,15 +140,6 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _atomic_write(path: Path, data: bytes, mode: int) -> None:
-    temp = path.with_name(f".rgt-tmp-{path.name}.{os.getpid()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
 
 
 def _kill_group(pid: int) -> None:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import os
 import posixpath
 import random
 import re
@@ -44,6 +43,7 @@ import asyncssh
 
 from ..clock import iso_offset, utc_now
 from ..errors import ConfigError, HostKeyChanged, TransportError
+from ..fsutil import atomic_write
 from .base import CommandResult, RemoteStat
 from .detach import launch_with_setsid
 
@@ -245,7 +245,8 @@ def accept_host_key(known_hosts_file: Path, host: str, port: int, key: asyncssh.
             raise HostKeyMismatch(host, port, [_line_fingerprint(line) for line in recorded], key,
                                   known_hosts_file)
         kept = [line for line in lines if line not in recorded] if replace else lines
-        _write_atomically(known_hosts_file, "".join(f"{line}\n" for line in [*kept, entry]))
+        known_hosts_file.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(known_hosts_file, "".join(f"{line}\n" for line in [*kept, entry]).encode("utf-8"))
     receipt: dict[str, Any] = {
         "host": host, "port": port, "key_type": key.get_algorithm(),
         "fingerprint_sha256": key.get_fingerprint("sha256"),
@@ -330,18 +331,6 @@ def _line_fingerprint(line: str) -> str:
         return asyncssh.import_public_key(" ".join(fields[1:3])).get_fingerprint("sha256")
     except (ValueError, asyncssh.KeyImportError):
         return "an unreadable key"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".rgt-tmp-{path.name}.{os.getpid()}")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temp, path)
 
 
 # -- the connection pool -----------------------------------------------------------------------------------

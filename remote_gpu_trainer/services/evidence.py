@@ -62,6 +62,7 @@ from ..audits.manifest import (
 from ..clock import utc_now
 from ..config import ProjectConfig, RunConfig, run_config_record
 from ..errors import HostKeyChanged, RgtError, TransportError, VerbFailed
+from ..fsutil import atomic_write
 from ..providers.base import Transport
 from ..remote import program_stdin
 from ..state import FileKey, StateDB
@@ -293,10 +294,7 @@ async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, r
                          f"recorded at build time ({recorded[:12]}): the evidence changed; investigate")
     manifest = _acceptable(data, run, remote)
     await asyncio.to_thread(_check_free_space, root, manifest)  # before anything is written here
-    part = root / (MANIFEST_NAME + ".part")
-    await asyncio.to_thread(_write_durably, part, data)
-    os.replace(part, final)
-    _fsync_dir(root)
+    await asyncio.to_thread(atomic_write, final, data)
     return manifest
 
 
@@ -1172,12 +1170,10 @@ def _status_of(code: str) -> str:
 
 
 def _write_marker(root: Path, data: bytes) -> Path:
-    """Temp file, fsync, rename, fsync the folder: a reader sees no marker or a whole one."""
-    temp = root / f"{MARKER_TEMP_PREFIX}{os.getpid()}"
+    """A reader sees no marker or a whole one (fsutil.atomic_write; its temp name starts with
+    MARKER_TEMP_PREFIX, which verification sweeps)."""
     final = root / MARKER_NAME
-    _write_durably(temp, data)
-    os.replace(temp, final)
-    _fsync_dir(root)
+    atomic_write(final, data)
     return final
 
 
@@ -1317,15 +1313,6 @@ def _read_regular(path: Path) -> bytes | None:
     if info is None or not stat.S_ISREG(info.st_mode):
         return None
     return path.read_bytes()
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-    try:
-        _append(fd, data, hashlib.sha256())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
