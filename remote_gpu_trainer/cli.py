@@ -23,7 +23,7 @@ from .clock import report_now
 from .config import PROVIDERS
 from .errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, GateRefused, RgtError, VerbFailed
 from .services.evidence import PullProgress
-from .text import escape_control, pull_progress_line
+from .text import escape_control
 
 if TYPE_CHECKING:
     from .audits.env_audit import AuditRow
@@ -445,7 +445,7 @@ class _ProgressPrinter:
 
     def __call__(self, progress: PullProgress) -> None:
         now = time.monotonic()
-        text = pull_progress_line(progress)
+        text = progress.line()
         always = progress.phase in ("done", "failed", "resuming", "retrying")
         if always or now - self._last > 0.5:
             self._last = now

@@ -8,9 +8,8 @@ import re
 import statistics
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # annotations only: audits import this module, so it must not import services at run time
+if TYPE_CHECKING:  # annotations only; audits import this module, so it imports nothing above audits
     from .audits.gpu_health import GpuSample
-    from .services.evidence import PullProgress
 
 # What a box may write that a terminal, the TUI or a report reader would act on instead of show: C0 controls
 # (ESC starts a terminal command, BS and CR overwrite what was shown), DEL, C1 controls (0x9b is a one-byte
@@ -122,12 +121,6 @@ def size(value: int | None) -> str:
 def short_hash(sha: str | None) -> str:
     """`5a2c11…7b31`: enough to compare by eye, short enough for a table."""
     return f"{sha[:6]}…{sha[-4:]}" if sha else "—"
-
-
-def pull_progress_line(progress: PullProgress) -> str:
-    percent = 100.0 * progress.done / progress.total if progress.total else 100.0
-    return (f"{progress.phase:<11} {escape_control(progress.path)}  {size(progress.done)}/{size(progress.total)}"
-            f" ({percent:.0f}%)")
 
 
 def describe_gpus(samples: list[GpuSample] | None) -> str:

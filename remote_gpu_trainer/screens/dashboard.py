@@ -24,7 +24,7 @@ from ..services import checklist, teardown
 from ..services.evidence import PullProgress
 from ..services.log_monitor import Alert
 from ..services.overview import Overview, RunView
-from ..text import escape_control, pull_progress_line
+from ..text import escape_control
 from ..widgets.checklist_panel import ChecklistPanel
 from ..widgets.checkpoints_panel import CheckpointsPanel
 from ..widgets.glyphs import plain
@@ -365,7 +365,7 @@ class DashboardScreen(Screen[None]):
         def progress(update: PullProgress) -> None:
             files[update.path] = (update.done, update.total)
             done, total = sum(d for d, _ in files.values()), sum(t for _, t in files.values())
-            panel.show_progress(done, total, pull_progress_line(update))
+            panel.show_progress(done, total, update.line())
 
         try:
             self.notify(f"pulling {self.run_id}…")

@@ -67,7 +67,7 @@ from ..providers.base import Transport
 from ..remote import program_stdin
 from ..state import FileKey, StateDB
 from ..strict_json import loads_strict
-from ..text import size
+from ..text import escape_control, size
 from ..verify.ckpt_probe import PROBE_VERSION
 from . import pull_batches
 
@@ -116,6 +116,11 @@ class PullProgress:
     done: int
     total: int
     phase: str
+
+    def line(self) -> str:
+        """`downloading seed0/best.pth  1.5 MB/4.0 MB (38%)`, the path escaped (it came from the box)."""
+        percent = 100.0 * self.done / self.total if self.total else 100.0
+        return f"{self.phase:<11} {escape_control(self.path)}  {size(self.done)}/{size(self.total)} ({percent:.0f}%)"
 
 
 @dataclass(frozen=True)
