@@ -19,7 +19,9 @@ from textual.widgets import Button, DataTable, Input
 
 from helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liveness, write_project
 from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.screens.confirm import ConfirmScreen
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
+from remote_gpu_trainer.screens.help import HelpScreen
 from remote_gpu_trainer.screens.teardown import TeardownScreen
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.log_panel import LogPanel
@@ -153,7 +155,8 @@ def test_checkpoints_tab_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
     session.close()
 
 
-def test_teardown_modal_id_typed(snap_compare: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("size", [(80, 24), (100, 32)], ids=["80x24", "100x32"])
+def test_teardown_modal_id_typed(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
     """[id typed] the confirmation with the instance id typed: Terminate enabled, nothing done yet."""
     session = finished_session(tmp_path / "p", verified=True)
 
@@ -171,8 +174,29 @@ def test_teardown_modal_id_typed(snap_compare: Any, tmp_path: Path) -> None:
         await wait_for(pilot, lambda _: field.value == screen.plan.provider_id and
                        not screen.query_one("#confirm", Button).disabled, "Terminate enabled by the typed id")
 
-    assert snap_compare(still_app(session), terminal_size=(100, 32), run_before=before("t", then=type_id))
+    assert snap_compare(still_app(session), terminal_size=size, run_before=before("t", then=type_id))
     assert (tmp_path / "p" / ".rgt" / "sim" / INSTANCE).is_dir()
+    session.close()
+
+
+def screen_is(kind: type) -> Callable[[Pilot[None]], bool]:
+    return lambda pilot: isinstance(pilot.app.screen, kind) and pilot.app.screen.region.area > 0
+
+
+def test_stop_confirmation_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """[stop] the plain confirmation of a reversible action: what still bills, focus on No."""
+    session = finished_session(tmp_path / "p", verified=False)
+    assert snap_compare(still_app(session), terminal_size=(80, 24),
+                        run_before=before("s", ready=screen_is(ConfirmScreen)))
+    assert (tmp_path / "p" / ".rgt" / "sim" / INSTANCE).is_dir()
+    session.close()
+
+
+def test_help_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """[?] keys and glossary."""
+    session = finished_session(tmp_path / "p", verified=False)
+    assert snap_compare(still_app(session), terminal_size=(80, 24), run_before=before("question_mark",
+                        ready=screen_is(HelpScreen)))
     session.close()
 
 

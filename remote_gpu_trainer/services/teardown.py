@@ -101,14 +101,15 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
     action = profile.action(action_id)
     now = session.clock()
     reading = session.meter_reading(instance_name)
-    destroys = ", ".join(profile.destroys_text(action)) if action else "?"
+    tiers = profile.destroys_text(action) if action else ["?"]
     reversible = "reversible" if action and action.reversible else "IRREVERSIBLE"
     keeps = profile.keeps_billing_text(action) if action else [str(r.get("what")) for r in profile.residuals]
     age = profile_age_text(profile, now.date())
     price = f"${status.price_per_hour:.2f}/h ({status.price_source})" if status.price_per_hour else "no meter"
     lines = [
         f"Action:    {profile.id}  {action.label if action else action_id} {status.provider_id} ({reversible})",
-        f"Destroys:  {destroys} and everything on it that was not pulled",
+        f"Destroys:  {', '.join(tiers)} and everything on it that was not pulled" if tiers
+        else "Destroys:  nothing: every disk stays",
         f"Keeps billing: {'; '.join(keeps) if keeps else 'nothing (per the profile)'}",
         f"Burning:   {price} · spent ${reading.total:.2f}",
         f"Billing facts: {profile.display_name} profile, {age}",
