@@ -246,3 +246,29 @@ async def test_a_hostile_streamer_slows_the_pull_and_never_changes_what_is_accep
         assert {e["path"]: e["sha256"] for e in listed}[path] == hashlib.sha256(expected).hexdigest()
     assert not (env.project.root / "escape.txt").exists() and not (env.local.parent / "escape.txt").exists()
     assert not list(tmp_path.rglob("escape.txt"))
+
+
+async def test_a_box_whose_batches_hang_gets_one_timeout_not_one_per_batch(
+        tmp_path: Path, sshd: Sshd, ssh_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter that never answers (hostile, or stuck on a hung mount): the batches in flight time
+    out, no further batch is started, and every file still comes home by the per-file path."""
+    made = make_env(tmp_path / "many", roster=("seed0",))
+    made = made.with_run(remote_root=str(made.box))
+    write_cell(made.box, "seed0", 0)
+    items = made.box / "seed0" / "items"
+    items.mkdir()
+    for index in range(pull_batches.BATCH_FILES * 5):  # five batches' worth
+        (items / f"{index:05d}.json").write_bytes(b"{}")
+    transport = ssh_to(sshd, tmp_path)
+    await build_manifest(transport, made.run, made.db)
+    started = tmp_path / "started"
+    stall = tmp_path / "stall-python"
+    stall.write_text(f"#!/bin/sh\necho batch >> {started}\nexec sleep 100000\n")
+    stall.chmod(0o755)
+    monkeypatch.setattr(pull_batches, "BATCH_TIMEOUT_S", 2.0)  # a waiting constant, not the logic
+    result = await pull(made.project, made.with_run(python=str(stall)).run, transport, made.db)
+    await transport.close()
+    assert result.ok, result.failed
+    assert len(result.fetched) == len(result.files)
+    assert 1 <= len(started.read_text().split()) <= pull_batches.BATCH_PARALLEL
+    made.db.close()

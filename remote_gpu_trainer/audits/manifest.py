@@ -37,6 +37,7 @@ _MARKER_KEYS = {
 _CHECKPOINT_KEYS = {"path", "sha256", "format", "tensors", "elements", "state_key"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+TEMP_SUFFIXES = (".tmp", ".part", ".partial", ".swp")  # as remote/build_manifest.py refuses them
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,10 @@ def path_problems(path: Any) -> list[str]:
         unsafe = [part for part in parts if not SAFE_NAME.match(part)]
         if unsafe:
             reasons.append(f"unsafe name {unsafe[0]!r}")
+        elif parts[-1].endswith(TEMP_SUFFIXES):
+            # the builder never lists one (remote/build_manifest.py refuses them as still being written), and
+            # `x.part` would be the name the pull streams `x` into: two entries, one file on disk
+            reasons.append(f"temporary file name {parts[-1]!r}")
     return reasons
 
 

@@ -78,6 +78,7 @@ __all__ = [
 ]
 
 BUILDER_TIMEOUT_S = 3600.0
+MANIFEST_MAX_BYTES = 256 << 20  # a manifest of a million files is about 200 MiB
 PULL_FILES = 16  # files in flight at once
 PULL_LARGE = 3  # of which larger than LARGE_FILE
 LARGE_FILE = 4 << 20
@@ -292,8 +293,7 @@ async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, r
                              f"manifests; move {root} aside or use a new run id")
         return _acceptable(existing, run, final)
     remote = f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}"
-    chunks = [chunk async for chunk in transport.read_chunks(remote, 0)]
-    data = b"".join(chunks)
+    data = await _read_box_manifest(transport, remote)
     if sha256_bytes(data) != recorded:
         raise VerbFailed(f"{remote}: manifest on the box (sha256 {sha256_bytes(data)[:12]}) is not the one "
                          f"recorded at build time ({recorded[:12]}): the evidence changed; investigate")
@@ -301,6 +301,23 @@ async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, r
     await asyncio.to_thread(_check_free_space, root, manifest)  # before anything is written here
     await asyncio.to_thread(atomic_write, final, data)
     return manifest
+
+
+async def _read_box_manifest(transport: Transport, remote: str) -> bytes:
+    """The box's manifest bytes, read only when it is a regular file no larger than any manifest can be:
+    a link to /dev/zero would fill memory, and opening a FIFO would hang the pull (and the SFTP session)."""
+    info = await transport.stat(remote)
+    if info is None:
+        raise VerbFailed(f"{remote}: the manifest on the box is gone: build it again (rgt pull builds it)")
+    if info.kind != "file" or info.size > MANIFEST_MAX_BYTES:
+        what = f"a {info.kind}" if info.kind != "file" else f"{size(info.size)}, more than any manifest"
+        raise VerbFailed(f"{remote}: the manifest on the box is {what}: refused unread; investigate the box")
+    data = bytearray()
+    async for chunk in transport.read_chunks(remote, 0, expect=info.size):
+        data += chunk
+        if len(data) > info.size:
+            raise VerbFailed(f"{remote}: the manifest on the box grew while it was read: refused; pull again")
+    return bytes(data)
 
 
 def _acceptable(data: bytes, run: RunConfig, where: object) -> Manifest:
@@ -328,6 +345,7 @@ class _Puller:
         self.large = asyncio.Semaphore(PULL_LARGE)
         self.batch_slots = asyncio.Semaphore(pull_batches.BATCH_PARALLEL)
         self.write_slots = asyncio.Semaphore(pull_batches.BATCH_PARALLEL)
+        self.batching = True  # until a batch fails at the transport: then every file goes the per-file way
         self.written_dirs: set[Path] = set()
         self.hashed: list[tuple[str, FileKey, str]] = []
 
@@ -351,11 +369,15 @@ class _Puller:
                     outcomes[entry.path] = "present"
                 elif state == "fetch" and target is not None:
                     wanted.append((entry, target))
-            try:
-                got = await pull_batches.fetch(self.transport, self.run.python, self.remote_root,
-                                               [pull_batches.Wanted(entry.path, entry.bytes) for entry, _ in wanted])
-            except (RgtError, OSError, TimeoutError):
-                got = {}  # the per-file path meets the same fault and names it
+            got: dict[str, memoryview] = {}
+            if self.batching:
+                try:
+                    got = await pull_batches.fetch(self.transport, self.run.python, self.remote_root,
+                                                   [pull_batches.Wanted(e.path, e.bytes) for e, _ in wanted])
+                except (RgtError, OSError, TimeoutError):
+                    # the per-file path meets the same fault and names it; a box whose batches hang or
+                    # fail does not get to cost every later batch its timeout too
+                    self.batching = False
         async with self.write_slots:  # the next batch streams while this one is written (disk-bound)
             written = await asyncio.to_thread(_write_batch, [(entry, target, got.get(entry.path))
                                                              for entry, target in wanted])
@@ -514,18 +536,31 @@ def _write_whole(entry: ManifestFile, target: Path, data: memoryview | None) -> 
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        return None  # something is there (not ours to remove) or the folder is refused: the per-file path says
+    try:
         try:
             view = data
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
+            written = os.fstat(fd)
         finally:
             os.close(fd)
         os.replace(part, target)
-        return os.lstat(target)
+        return _same_file(target, written)
     except OSError:
         _unlink(part)
         return None
+
+
+def _same_file(target: Path, written: os.stat_result) -> os.stat_result:
+    """The renamed file's stat, provided it is the file that was written (not one swapped in under its
+    `.part` name meanwhile); OSError otherwise, which the per-file path retries."""
+    info = os.lstat(target)
+    if (info.st_ino, info.st_dev) != (written.st_ino, written.st_dev):
+        raise OSError(errno.EIO, "the .part was replaced while it was written", str(target))
+    return info
 
 
 class _Refused(Exception):
@@ -558,6 +593,10 @@ def _open_part(part: Path, size: int) -> tuple[int, int, Any]:
     part.parent.mkdir(parents=True, exist_ok=True)
     offset, digest = _resume_prefix(part, size)
     fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    opened = os.fstat(fd)
+    if opened.st_nlink != 1 or opened.st_size != offset:  # changed between the check and the open
+        os.close(fd)
+        raise OSError(errno.EIO, "the .part changed while it was opened", str(part))
     return fd, offset, digest
 
 
@@ -586,10 +625,11 @@ def _seal(fd: int, part: Path, target: Path) -> os.stat_result:
     (`_Puller.seal_all`). Returns the renamed file's stat for the hash cache."""
     try:
         os.fsync(fd)
+        written = os.fstat(fd)
     finally:
         os.close(fd)
     os.replace(part, target)
-    return os.lstat(target)
+    return _same_file(target, written)
 
 
 def _resume_prefix(part: Path, size: int) -> tuple[int, Any]:
@@ -600,6 +640,9 @@ def _resume_prefix(part: Path, size: int) -> tuple[int, Any]:
         return 0, digest
     if not stat.S_ISREG(info.st_mode):
         raise OSError(f"{part}: not a regular file")
+    if info.st_nlink != 1:  # hard-linked elsewhere: appending or truncating would change the other name too
+        os.unlink(part)
+        return 0, digest
     if info.st_size > size:
         os.truncate(part, 0)
         return 0, digest
