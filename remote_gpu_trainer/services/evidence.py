@@ -543,12 +543,10 @@ def _write_whole(entry: ManifestFile, target: Path, data: memoryview | None) -> 
             view = data
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
-            written = os.fstat(fd)
-        finally:
+        except OSError:
             os.close(fd)
-        os.replace(part, target)
-        return _same_file(target, written)
+            raise
+        return _seal(fd, part, target)
     except OSError:
         _unlink(part)
         return None
