@@ -68,9 +68,9 @@ def generate(path: Path, lines: int, seed: int = 7) -> int:
 
 def pure_pipeline(path: Path, traced: bool = False) -> tuple[float, int, int, int]:
     """Splitter → parser → detector over the file in 1 MiB reads, as the monitor digests a chunk."""
-    from remote_gpu_trainer.audits.log_lines import LineSplitter
-    from remote_gpu_trainer.audits.metrics import MetricParser
-    from remote_gpu_trainer.audits.signatures import LogDetector, load_catalogue
+    from remote_gpu_trainer.audits.log.lines import LineSplitter
+    from remote_gpu_trainer.audits.log.metrics import MetricParser
+    from remote_gpu_trainer.audits.log.signatures import LogDetector, load_catalogue
 
     splitter, parser, detector = LineSplitter(), MetricParser(), LogDetector(load_catalogue())
     lines = samples = hits = 0
@@ -105,10 +105,10 @@ def read_baseline(path: Path) -> float:
 def demo_project(folder: Path) -> tuple[Path, Path]:
     """The demo project with a recorded launch; returns (rgt.toml, the log path on the simulated disk)."""
     from remote_gpu_trainer.config import load_project
-    from remote_gpu_trainer.providers.transport_local import LocalTransport
-    from remote_gpu_trainer.services import runner
+    from remote_gpu_trainer.providers.transports.local import LocalTransport
+    from remote_gpu_trainer.services import launch as runner
     from remote_gpu_trainer.services.project_files import DEMO_RUN, create_demo
-    from remote_gpu_trainer.state import StateDB
+    from remote_gpu_trainer.state.db import StateDB
 
     toml = create_demo(folder, quick=True)
     project = load_project(toml)

@@ -34,10 +34,10 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-
 from evidence_helpers import Env, make_env, write_cell  # noqa: E402
+
 from remote_gpu_trainer.services import evidence  # noqa: E402
-from remote_gpu_trainer.state import StateDB  # noqa: E402
+from remote_gpu_trainer.state.db import StateDB  # noqa: E402
 
 BASELINE = r"""
 import hashlib, json, sys, torch

@@ -1,3 +1,3 @@
-from .cli import main
+from remote_gpu_trainer.cli import main
 
 raise SystemExit(main())

@@ -9,8 +9,8 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from .screens.dashboard import DashboardScreen
-from .services.session import Session
+from remote_gpu_trainer.screens.dashboard import DashboardScreen
+from remote_gpu_trainer.services.session import Session
 
 
 class RgtApp(App[None]):
@@ -32,7 +32,7 @@ class RgtApp(App[None]):
         await self.session.close_transports()
 
     def action_help(self) -> None:
-        from .screens.help import HelpScreen  # Markdown is only loaded when help is first asked for
+        from remote_gpu_trainer.screens.help import HelpScreen  # Markdown is only loaded when help is first asked for
 
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from .errors import VerbFailed
+from remote_gpu_trainer.errors import VerbFailed
 
 LOCK_DIR = "locks"
 

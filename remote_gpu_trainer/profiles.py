@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError
+from remote_gpu_trainer.errors import ConfigError
 
 SCHEMA = "remote-gpu-trainer/PROFILE/v1"
 UNSTAMPED = "unstamped"

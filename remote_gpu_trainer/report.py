@@ -15,9 +15,9 @@ import dataclasses
 import json
 from typing import Any, TypeVar
 
-from .clock import iso_z
-from .services.overview import Overview, RunView
-from .text import duration, escape_control, money, short_hash, size
+from remote_gpu_trainer.clock import iso_z
+from remote_gpu_trainer.services.overview import Overview, RunView
+from remote_gpu_trainer.text import duration, escape_control, money, short_hash, size
 
 SCHEMA = "rgt-report/v1"
 FORMATS = ("text", "markdown", "json")

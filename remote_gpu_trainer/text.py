@@ -9,7 +9,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only; audits import this module, so it imports nothing above audits
-    from .audits.gpu_health import GpuSample
+    from remote_gpu_trainer.audits.gpu_health import GpuSample
 
 # What a box may write that a terminal, the TUI or a report reader would act on instead of show: C0 controls
 # (ESC starts a terminal command, BS and CR overwrite what was shown), DEL, C1 controls (0x9b is a one-byte

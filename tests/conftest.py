@@ -13,9 +13,9 @@ from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 
-from helpers import FIXED_NOW, FixedClock, write_project  # noqa: E402
+from support.helpers import FIXED_NOW, FixedClock, write_project  # noqa: E402
 
-pytest_plugins = ["sshd_fixtures", "slurm_fixtures"]
+pytest_plugins = ["support.sshd_fixtures", "support.slurm_fixtures"]
 
 @pytest.fixture(autouse=True)
 def isolated_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

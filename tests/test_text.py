@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remote_gpu_trainer.audits.log_lines import LineSplitter
+from remote_gpu_trainer.audits.log.lines import LineSplitter
 from remote_gpu_trainer.text import duration, escape_control, money, price, price_text, size, strip_ansi
 
 OSC8 = "\x1b]8;;https://wandb.ai/run/7\x1b\\"

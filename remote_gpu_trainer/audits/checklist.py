@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..strict_json import loads_strict
+from remote_gpu_trainer.strict_json import loads_strict
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import gpu_health
+from remote_gpu_trainer.audits import gpu_health
 
 PROBE_VERSION = "rgt-env-probe/1"
 

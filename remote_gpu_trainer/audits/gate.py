@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from ..config import RunConfig
-from .manifest import (
+from remote_gpu_trainer.audits.manifest import (
     MANIFEST_NAME,
     MARKER_NAME,
     Manifest,
@@ -32,6 +31,7 @@ from .manifest import (
     required_checkpoints,
     sha256_bytes,
 )
+from remote_gpu_trainer.config import RunConfig
 
 MAX_FILE_REASONS = 10
 CONFIG_CHANGED = "rgt.toml changed since verification: run verify"

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
-from ..config import SAFE_NAME
-from ..strict_json import loads_strict
+from remote_gpu_trainer.config import SAFE_NAME
+from remote_gpu_trainer.strict_json import loads_strict
 
 MANIFEST_SCHEMA = "remote-gpu-trainer/PULL/v1"
 MARKER_SCHEMA = "remote-gpu-trainer/VERIFIED/v1"

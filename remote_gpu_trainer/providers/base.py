@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..config import InstanceConfig
+from remote_gpu_trainer.config import InstanceConfig
 
 INSTANCE_STATES = ("pending", "running", "stopping", "stopped", "terminating", "terminated", "unknown")
 PRICE_SOURCES = ("api", "profile", "user", "none")

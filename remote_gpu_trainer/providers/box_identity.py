@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 
-from ..config import InstanceConfig, ProjectConfig, table_line
-from ..errors import ConfigError
-from .transport_ssh import SSHSettings, Target, _resolve
+from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, table_line
+from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.providers.transports.ssh import SSHSettings, Target, _resolve
 
 SSH_HOST_PROVIDERS = ("ssh", "slurm")  # a Slurm instance's host is its login node, reached over SSH
 DEFAULT_PORT = 22

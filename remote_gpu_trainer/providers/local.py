@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import platform
 
-from ..config import InstanceConfig
-from ..errors import RgtError
-from ..profiles import Profile, load_profile
-from .base import InstanceStatus
-from .transport_local import LocalTransport
+from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.profiles import Profile, load_profile
+from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.providers.transports.local import LocalTransport
 
 
 class LocalProvider:

@@ -9,16 +9,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..clock import Clock, utc_now
-from ..config import InstanceConfig
-from ..errors import ConfigError
+from remote_gpu_trainer.clock import Clock, utc_now
+from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from .cloud_provider import CloudProvider
-    from .local import LocalProvider
-    from .sim import SimProvider
-    from .slurm_cluster import SlurmProvider
-    from .ssh import SSHProvider
+    from remote_gpu_trainer.providers.cloud.provider import CloudProvider
+    from remote_gpu_trainer.providers.local import LocalProvider
+    from remote_gpu_trainer.providers.sim import SimProvider
+    from remote_gpu_trainer.providers.slurm.provider import SlurmProvider
+    from remote_gpu_trainer.providers.ssh import SSHProvider
 
     AnyProvider = LocalProvider | SimProvider | SSHProvider | SlurmProvider | CloudProvider
 
@@ -28,23 +28,23 @@ CLOUD_PROVIDERS = ("runpod", "vastai", "lambda", "paperspace", "autodl")
 
 def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_now) -> AnyProvider:
     if instance.provider == "sim":
-        from .sim import SimProvider
+        from remote_gpu_trainer.providers.sim import SimProvider
 
         return SimProvider(state_dir / "sim", clock)
     if instance.provider == "local":
-        from .local import LocalProvider
+        from remote_gpu_trainer.providers.local import LocalProvider
 
         return LocalProvider()
     if instance.provider == "ssh":
-        from .ssh import SSHProvider
+        from remote_gpu_trainer.providers.ssh import SSHProvider
 
         return SSHProvider(state_dir, clock)
     if instance.provider == "slurm":
-        from .slurm_cluster import SlurmProvider
+        from remote_gpu_trainer.providers.slurm.provider import SlurmProvider
 
         return SlurmProvider(state_dir, clock)
     if instance.provider in CLOUD_PROVIDERS:
-        from .cloud_provider import CloudProvider
+        from remote_gpu_trainer.providers.cloud.provider import CloudProvider
 
         return CloudProvider(instance.provider, state_dir, clock, api_base=instance.api_base)
     raise ConfigError(

@@ -15,13 +15,13 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from ..clock import Clock, iso_offset, utc_now
-from ..config import InstanceConfig
-from ..errors import RgtError
-from ..fsutil import atomic_write
-from ..profiles import Profile, load_profile
-from .base import InstanceStatus
-from .transport_local import LocalTransport
+from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
+from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.fsutil import atomic_write
+from remote_gpu_trainer.profiles import Profile, load_profile
+from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.providers.transports.local import LocalTransport
 
 
 class SimProvider:

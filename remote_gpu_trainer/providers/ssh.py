@@ -13,13 +13,13 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from ..clock import Clock, iso_offset, utc_now
-from ..config import InstanceConfig
-from ..errors import ConfigError, RgtError, TransportError
-from ..fsutil import atomic_write
-from ..profiles import Profile, load_profile
-from .base import InstanceStatus
-from .transport_ssh import HostKeyUnknown, SSHPool, SSHSettings, SSHTransport
+from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
+from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
+from remote_gpu_trainer.fsutil import atomic_write
+from remote_gpu_trainer.profiles import Profile, load_profile
+from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.providers.transports.ssh import HostKeyUnknown, SSHPool, SSHSettings, SSHTransport
 
 REACH_TIMEOUT_S = 10.0
 TEARDOWN_COMMAND_TIMEOUT_S = 120.0

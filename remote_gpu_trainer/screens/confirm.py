@@ -13,7 +13,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
-from ..text import escape_control
+from remote_gpu_trainer.text import escape_control
 
 
 class ConfirmScreen(ModalScreen[bool]):

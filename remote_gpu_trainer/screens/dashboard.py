@@ -19,24 +19,24 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, DataTable, Footer, Input, Static, Tab, Tabs
 
-from ..errors import GateRefused, RgtError
-from ..services import checklist, teardown
-from ..services.evidence import PullProgress
-from ..services.log_monitor import Alert
-from ..services.overview import Overview, RunView
-from ..text import escape_control
-from ..widgets.checklist_panel import ChecklistPanel
-from ..widgets.checkpoints_panel import CheckpointsPanel
-from ..widgets.glyphs import plain
-from ..widgets.instances_panel import InstancesPanel
-from ..widgets.log_panel import LogPanel
-from ..widgets.loss_chart import LossChart
-from .confirm import ConfirmScreen
-from .note import NoteScreen
-from .teardown import TeardownScreen
+from remote_gpu_trainer.errors import GateRefused, RgtError
+from remote_gpu_trainer.screens.confirm import ConfirmScreen
+from remote_gpu_trainer.screens.note import NoteScreen
+from remote_gpu_trainer.screens.teardown import TeardownScreen
+from remote_gpu_trainer.services import checklist, teardown
+from remote_gpu_trainer.services.evidence import PullProgress
+from remote_gpu_trainer.services.log_monitor import Alert
+from remote_gpu_trainer.services.overview import Overview, RunView
+from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.widgets.checklist_panel import ChecklistPanel
+from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
+from remote_gpu_trainer.widgets.glyphs import plain
+from remote_gpu_trainer.widgets.instances_panel import InstancesPanel
+from remote_gpu_trainer.widgets.log_panel import LogPanel
+from remote_gpu_trainer.widgets.loss_chart import LossChart
 
 if TYPE_CHECKING:
-    from ..app import RgtApp
+    from remote_gpu_trainer.app import RgtApp
 
 PANELS = ("panel-instances", "panel-checkpoints", "panel-log", "panel-checklist")
 TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log · loss", "4 Checklist · findings")
@@ -80,7 +80,7 @@ class DashboardScreen(Screen[None]):
 
     @property
     def rgt(self) -> RgtApp:
-        from ..app import RgtApp
+        from remote_gpu_trainer.app import RgtApp
 
         assert isinstance(self.app, RgtApp)
         return self.app

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from ..audits.checklist import CHECKS, ChecklistFacts
-from ..errors import ConfigError, RgtError
-from ..state import StateDB
+from remote_gpu_trainer.audits.checklist import CHECKS, ChecklistFacts
+from remote_gpu_trainer.errors import ConfigError, RgtError
+from remote_gpu_trainer.state.db import StateDB
 
 TICK_STATUSES = ("open", "ticked", "not_applicable")
 

@@ -17,13 +17,13 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..audits.gate import Approval, GateDecision, evaluate_evidence_only, evaluate_gate
-from ..config import InstanceConfig, RunConfig, run_config_from_record
-from ..errors import RgtError
-from . import evidence
+from remote_gpu_trainer.audits.gate import Approval, GateDecision, evaluate_evidence_only, evaluate_gate
+from remote_gpu_trainer.config import InstanceConfig, RunConfig, run_config_from_record
+from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.services import evidence
 
 if TYPE_CHECKING:
-    from .session import Session
+    from remote_gpu_trainer.services.session import Session
 
 SSH_PROVIDERS = ("ssh", "slurm")
 LOCAL_HOSTS = ("localhost", "127.0.0.1")  # a Slurm "cluster" on this machine: no SSH endpoint
@@ -46,8 +46,8 @@ async def box_key(instance: InstanceConfig, provider_id: str, state_dir: Path) -
     """The physical box an instance entry names: provider and provider id, or the SSH host and port it
     really connects to (an alias resolved through ssh config; the login user does not change the machine)."""
     if instance.provider in SSH_PROVIDERS and instance.host and instance.host not in LOCAL_HOSTS:
-        from ..providers.box_identity import ssh_endpoint  # asyncssh only for SSH boxes
-        from ..providers.transport_ssh import SSHSettings
+        from remote_gpu_trainer.providers.box_identity import ssh_endpoint  # asyncssh only for SSH boxes
+        from remote_gpu_trainer.providers.transports.ssh import SSHSettings
 
         name, port = await ssh_endpoint(instance.host, SSHSettings(known_hosts_file=state_dir / "known_hosts"))
         return f"ssh:{name}:{port}"

@@ -17,8 +17,8 @@ import hashlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from ..audits.log_lines import Line, LineSplitter
-from ..state import LogCursor
+from remote_gpu_trainer.audits.log.lines import Line, LineSplitter
+from remote_gpu_trainer.state.db import LogCursor
 
 OVERLAP = 64  # bytes re-read before the offset to recognise the same file
 READ_LIMIT = 1 << 20  # bytes per transport call

@@ -21,19 +21,19 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..audits import run_rules
-from ..audits.gpu_health import GpuSample
-from ..audits.liveness import Liveness
-from ..audits.log_lines import Line, LineSplitter
-from ..audits.metrics import MetricParser
-from ..audits.samples import Hit, Sample, severity_rank
-from ..audits.signatures import Catalogue, FindingsLedger, LedgerEntry, LogDetector
-from ..audits.training_progress import TrainingProgress
-from ..providers.cloud.credentials import KeyScrubber, known_keys
-from ..state import LogFinding, StateDB
-from ..text import duration
-from .log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
-from .runner import CELL_STARTED
+from remote_gpu_trainer.audits import rules as run_rules
+from remote_gpu_trainer.audits.gpu_health import GpuSample
+from remote_gpu_trainer.audits.liveness import Liveness
+from remote_gpu_trainer.audits.log.lines import Line, LineSplitter
+from remote_gpu_trainer.audits.log.metrics import MetricParser
+from remote_gpu_trainer.audits.log.progress import TrainingProgress
+from remote_gpu_trainer.audits.log.samples import Hit, Sample, severity_rank
+from remote_gpu_trainer.audits.log.signatures import Catalogue, FindingsLedger, LedgerEntry, LogDetector
+from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys
+from remote_gpu_trainer.services.launch import CELL_STARTED
+from remote_gpu_trainer.services.log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
+from remote_gpu_trainer.state.db import LogFinding, StateDB
+from remote_gpu_trainer.text import duration
 
 T = TypeVar("T")
 _CELL_MARKER = re.compile("^" + re.escape(CELL_STARTED).replace(re.escape("{cell}"), r"(\S+)") + "$")

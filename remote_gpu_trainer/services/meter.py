@@ -22,9 +22,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from ..profiles import Profile, StorageTier
-from ..providers.base import INSTANCE_STATES
-from ..state import Snapshot
+from remote_gpu_trainer.profiles import Profile, StorageTier
+from remote_gpu_trainer.providers.base import INSTANCE_STATES
+from remote_gpu_trainer.state.db import Snapshot
 
 COMPUTE_STATES = frozenset({"pending", "running", "stopping", "terminating"})
 DRIFT_THRESHOLD = 0.05  # an API price more than 5 % away from the quoted one is worth a line on screen

@@ -10,8 +10,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from ..audits.env_audit import AuditRow
-from .checklist import ChecklistItem
+from remote_gpu_trainer.audits.env_audit import AuditRow
+from remote_gpu_trainer.services.checklist import ChecklistItem
 
 SEVERITY_ORDER = {"critical": 0, "error": 1, "warn": 2, "info": 3}
 

@@ -18,9 +18,16 @@ from pathlib import Path
 
 import tomli_w
 
-from ..config import CONFIG_NAME, LAUNCH_PROVIDERS, PROVIDERS, ProjectConfig, load_project, load_project_text
-from ..errors import ConfigError
-from ..fsutil import atomic_write
+from remote_gpu_trainer.config import (
+    CONFIG_NAME,
+    LAUNCH_PROVIDERS,
+    PROVIDERS,
+    ProjectConfig,
+    load_project,
+    load_project_text,
+)
+from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.fsutil import atomic_write
 
 INIT_TEMPLATE = """\
 # rgt.toml: one project for remote-gpu-trainer (https://github.com/…/remote-gpu-trainer)

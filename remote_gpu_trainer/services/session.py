@@ -16,32 +16,57 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..audits.checklist import ChecklistFacts
-from ..audits.env_audit import AuditRow, RunRequirements, audit_environment, run_interpreter, worst
-from ..audits.gpu_health import GpuSample
-from ..audits.liveness import Liveness, classify
-from ..audits.manifest import sha256_bytes
-from ..audits.signatures import Catalogue, load_catalogue
-from ..clock import Clock, parse_iso, utc_now
-from ..config import InstanceConfig, ProjectConfig, RunConfig, load_project, resolve_project_file, user_config_dir
-from ..errors import RgtError, VerbFailed
-from ..fsutil import run_lock
-from ..profiles import Profile, profile_age_text
-from ..providers import slurm
-from ..providers.base import InstanceStatus, Transport
-from ..providers.registry import provider_for
-from ..state import Snapshot, StateDB
-from ..text import describe_gpus
-from . import checklist, evidence, runner, watcher
-from .env_probe import run_env_probe, sample_gpus
-from .gate import session_box_key
-from .log_monitor import Alert, ChartData, LogLineView, LogUpdate, RunLogMonitor
-from .meter import Interval, MeterReading, accrue, billing_model, fill_gap, held_storage, reported_since
-from .overview import ActionView, CheckpointView, FindingView, GateView, InstanceView, Overview, RunView
+from remote_gpu_trainer.audits.checklist import ChecklistFacts
+from remote_gpu_trainer.audits.env_audit import AuditRow, RunRequirements, audit_environment, run_interpreter, worst
+from remote_gpu_trainer.audits.gpu_health import GpuSample
+from remote_gpu_trainer.audits.liveness import Liveness, classify
+from remote_gpu_trainer.audits.log.signatures import Catalogue, load_catalogue
+from remote_gpu_trainer.audits.manifest import sha256_bytes
+from remote_gpu_trainer.clock import Clock, parse_iso, utc_now
+from remote_gpu_trainer.config import (
+    InstanceConfig,
+    ProjectConfig,
+    RunConfig,
+    load_project,
+    resolve_project_file,
+    user_config_dir,
+)
+from remote_gpu_trainer.errors import RgtError, VerbFailed
+from remote_gpu_trainer.fsutil import run_lock
+from remote_gpu_trainer.profiles import Profile, profile_age_text
+from remote_gpu_trainer.providers.base import InstanceStatus, Transport
+from remote_gpu_trainer.providers.registry import provider_for
+from remote_gpu_trainer.providers.slurm import commands as slurm
+from remote_gpu_trainer.services import checklist, evidence
+from remote_gpu_trainer.services import launch as runner
+from remote_gpu_trainer.services import liveness as watcher
+from remote_gpu_trainer.services.env_audit import run_env_probe, sample_gpus
+from remote_gpu_trainer.services.gate import session_box_key
+from remote_gpu_trainer.services.log_monitor import Alert, ChartData, LogLineView, LogUpdate, RunLogMonitor
+from remote_gpu_trainer.services.meter import (
+    Interval,
+    MeterReading,
+    accrue,
+    billing_model,
+    fill_gap,
+    held_storage,
+    reported_since,
+)
+from remote_gpu_trainer.services.overview import (
+    ActionView,
+    CheckpointView,
+    FindingView,
+    GateView,
+    InstanceView,
+    Overview,
+    RunView,
+)
+from remote_gpu_trainer.state.db import Snapshot, StateDB
+from remote_gpu_trainer.text import describe_gpus
 
 if TYPE_CHECKING:
-    from ..providers.registry import AnyProvider
-    from ..providers.transport_ssh import HostKeyUnknown
+    from remote_gpu_trainer.providers.registry import AnyProvider
+    from remote_gpu_trainer.providers.transports.ssh import HostKeyUnknown
 
 T = TypeVar("T")
 PROVIDER_TIMEOUT_S = 20.0
@@ -222,7 +247,9 @@ class Session:
         if fingerprint.strip() != presented.fingerprint_sha256:
             raise RgtError(f"instances.{name}: the host presents {presented.fingerprint_sha256}, not "
                            f"{fingerprint.strip()}: nothing was trusted")
-        from ..providers.transport_ssh import accept_host_key  # asyncssh only when a host key is trusted
+        from remote_gpu_trainer.providers.transports.ssh import (
+            accept_host_key,  # asyncssh only when a host key is trusted
+        )
 
         receipt = accept_host_key(presented.known_hosts_file, presented.host, presented.port, presented.key,
                                   instance_id=self.provider(name).provider_id(self.instance(name)),
@@ -342,7 +369,7 @@ class Session:
 
     def add_rerun(self, run_id: str, actor: str = "user") -> str:
         """Copy the run's table to a new id (`rgt run --rerun`) and reload rgt.toml; returns the new id."""
-        from .project_files import add_rerun
+        from remote_gpu_trainer.services.project_files import add_rerun
 
         self.require_writable("a re-run")
         taken = {record.run_id for record in self.db.launch_history()}

@@ -11,17 +11,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from ..audits.gate import Approval
-from ..audits.manifest import is_checkpoint
-from ..config import RunConfig
-from ..errors import GateRefused, RgtError
-from ..fsutil import run_locks
-from ..profiles import profile_age_text
-from ..providers.base import InstanceStatus
-from ..text import short_hash, size
-from . import evidence
-from . import gate as box_gate
-from .session import Session
+from remote_gpu_trainer.audits.gate import Approval
+from remote_gpu_trainer.audits.manifest import is_checkpoint
+from remote_gpu_trainer.config import RunConfig
+from remote_gpu_trainer.errors import GateRefused, RgtError
+from remote_gpu_trainer.fsutil import run_locks
+from remote_gpu_trainer.profiles import profile_age_text
+from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.services import evidence
+from remote_gpu_trainer.services import gate as box_gate
+from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.text import short_hash, size
 
 MAX_LISTED = 4
 POLL_START_S = 0.2

@@ -8,9 +8,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from ..services.overview import RunView
-from .glyphs import badge
-from .stable_table import StableTable
+from remote_gpu_trainer.services.overview import RunView
+from remote_gpu_trainer.widgets.glyphs import badge
+from remote_gpu_trainer.widgets.stable_table import StableTable
 
 HINT = "space: tick / untick a manual item · a: acknowledge a finding (a note is required)"
 

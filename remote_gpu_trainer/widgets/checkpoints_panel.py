@@ -7,9 +7,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
 
-from ..services.overview import RunView
-from .glyphs import badge, plain, short_hash, size
-from .stable_table import StableTable
+from remote_gpu_trainer.services.overview import RunView
+from remote_gpu_trainer.widgets.glyphs import badge, plain, short_hash, size
+from remote_gpu_trainer.widgets.stable_table import StableTable
 
 
 class CheckpointsPanel(Vertical):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ..text import escape_control, money, short_hash, size
+from remote_gpu_trainer.text import escape_control, money, short_hash, size
 
 __all__ = ["badge", "money", "plain", "short_hash", "size"]
 

@@ -6,10 +6,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
-from ..services.overview import Overview
-from ..text import duration
-from .glyphs import badge, money, plain
-from .stable_table import StableTable
+from remote_gpu_trainer.services.overview import Overview
+from remote_gpu_trainer.text import duration
+from remote_gpu_trainer.widgets.glyphs import badge, money, plain
+from remote_gpu_trainer.widgets.stable_table import StableTable
 
 MAX_NOTES = 3  # other boxes' notes under the table
 

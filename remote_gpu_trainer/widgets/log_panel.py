@@ -15,9 +15,9 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, RichLog, Static
 
-from ..services.log_monitor import LogLineView
-from ..text import escape_control
-from .loss_chart import LossChart
+from remote_gpu_trainer.services.log_monitor import LogLineView
+from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.widgets.loss_chart import LossChart
 
 MAX_LINES = 5000
 RENDER_CAP = 300  # more than a screen; writing thousands of lines in one frame would stall it

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from ..text import escape_control, utf8_terminal
+from remote_gpu_trainer.text import escape_control, utf8_terminal
 
 EMPTY_TEXT = "loss chart: no loss parsed from the log yet"
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ..text import escape_control
+from remote_gpu_trainer.text import escape_control
 
 Row = tuple[str, Sequence[str | Text]]
 

@@ -8,10 +8,26 @@ the shared types, errors and helpers.
 
 from __future__ import annotations
 
-from .client import CloudClient, TeardownUnconfirmed, UnsupportedAction
-from .credentials import ApiKey, CredentialsMissing, find_key
-from .http import CloudAPIError, CloudAuthError, CloudHTTP, CloudNotFound, CloudTimeout, RetryPolicy, redact
-from .types import CloudInstance, GpuRequest, Money, Residual, StorageBilling, TeardownOutcome, map_state
+from remote_gpu_trainer.providers.cloud.client import CloudClient, TeardownUnconfirmed, UnsupportedAction
+from remote_gpu_trainer.providers.cloud.credentials import ApiKey, CredentialsMissing, find_key
+from remote_gpu_trainer.providers.cloud.http import (
+    CloudAPIError,
+    CloudAuthError,
+    CloudHTTP,
+    CloudNotFound,
+    CloudTimeout,
+    RetryPolicy,
+    redact,
+)
+from remote_gpu_trainer.providers.cloud.types import (
+    CloudInstance,
+    GpuRequest,
+    Money,
+    Residual,
+    StorageBilling,
+    TeardownOutcome,
+    map_state,
+)
 
 __all__ = [
     "ApiKey",

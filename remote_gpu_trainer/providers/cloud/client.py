@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Self, TypeVar
 
 import httpx
 
-from ...errors import VerbFailed
-from .credentials import ApiKey, find_key
-from .http import (
+from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.providers.cloud.credentials import ApiKey, find_key
+from remote_gpu_trainer.providers.cloud.http import (
     DEFAULT_TIMEOUT_S,
     Clock,
     CloudAPIError,
@@ -34,7 +34,7 @@ from .http import (
     Sleep,
     resolve_base_url,
 )
-from .types import CloudInstance, Residual, TeardownOutcome
+from remote_gpu_trainer.providers.cloud.types import CloudInstance, Residual, TeardownOutcome
 
 log = logging.getLogger("remote_gpu_trainer.providers.cloud")
 T = TypeVar("T")

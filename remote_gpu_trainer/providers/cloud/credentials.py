@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...errors import ConfigError
+from remote_gpu_trainer.errors import ConfigError
 
 
 class CredentialsMissing(ConfigError):
@@ -151,7 +151,7 @@ def _find_line_field(text: str, key_name: str) -> str | None:
 def known_keys(*, environ: Mapping[str, str] | None = None, home: Path | None = None) -> tuple[str, ...]:
     """Every provider key present now in any env var or credential file a profile names, not just the first
     per provider: a job that prints `env` leaks all of them, whichever one rgt itself would use."""
-    from ...profiles import list_profiles  # lazily: the profiles are parsed only when a log is followed
+    from remote_gpu_trainer.profiles import list_profiles  # lazily: the profiles are parsed only when a log is followed
 
     env = os.environ if environ is None else environ
     base = Path.home() if home is None else home
@@ -177,7 +177,9 @@ class KeyScrubber:
         self.keys = tuple(k for k in keys if len(k) >= 6)
         self._pieces: tuple[str, ...] = ()
         if self.keys:
-            from .http import FRAGMENT  # httpx is imported only when there is a key to look for
+            from remote_gpu_trainer.providers.cloud.http import (
+                FRAGMENT,  # httpx is imported only when there is a key to look for
+            )
 
             self._pieces = tuple({k[i:i + FRAGMENT] for k in self.keys
                                   for i in range(max(1, len(k) - FRAGMENT + 1))})
@@ -192,6 +194,6 @@ class KeyScrubber:
     def scrub(self, text: str) -> str:
         if not self.keys or not self.touches(text):
             return text
-        from .http import redact
+        from remote_gpu_trainer.providers.cloud.http import redact
 
         return redact(text, self.keys)

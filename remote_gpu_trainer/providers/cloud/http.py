@@ -35,8 +35,8 @@ from urllib.parse import quote
 
 import httpx
 
-from ...errors import TransportError
-from .credentials import ApiKey
+from remote_gpu_trainer.errors import TransportError
+from remote_gpu_trainer.providers.cloud.credentials import ApiKey
 
 AUTH_SCHEMES = ("bearer", "basic-user", "raw-header")
 DEFAULT_TIMEOUT_S = 30.0

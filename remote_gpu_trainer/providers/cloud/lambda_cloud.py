@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import VerbFailed
-from .client import (
+from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.providers.cloud.client import (
     CloudClient,
     UnsupportedAction,
     as_dict,
@@ -24,8 +24,15 @@ from .client import (
     still_billing,
     surviving_storage,
 )
-from .http import CloudNotFound, path_segment
-from .types import CloudInstance, GpuRequest, Residual, StorageBilling, lower_keys, map_state
+from remote_gpu_trainer.providers.cloud.http import CloudNotFound, path_segment
+from remote_gpu_trainer.providers.cloud.types import (
+    CloudInstance,
+    GpuRequest,
+    Residual,
+    StorageBilling,
+    lower_keys,
+    map_state,
+)
 
 # status → INSTANCE_STATES. `unhealthy` (and the unknown "Alert" word) deliberately stay `unknown`: billing.
 LAMBDA_STATES = lower_keys({

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import VerbFailed
-from .client import CloudClient, as_dict, as_float, as_str, still_billing
-from .http import CloudAPIError, CloudNotFound, path_segment
-from .types import CloudInstance, Residual, StorageBilling, lower_keys, map_state
+from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.providers.cloud.client import CloudClient, as_dict, as_float, as_str, still_billing
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound, path_segment
+from remote_gpu_trainer.providers.cloud.types import CloudInstance, Residual, StorageBilling, lower_keys, map_state
 
 # state → INSTANCE_STATES; `failed` and new words stay `unknown`.
 PAPERSPACE_STATES = lower_keys({

@@ -11,10 +11,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import VerbFailed
-from .client import CloudClient, as_dict, as_float, as_int, as_str, first, still_billing, surviving_storage
-from .http import path_segment
-from .types import CloudInstance, GpuRequest, Residual, StorageBilling, lower_keys, map_state
+from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.providers.cloud.client import (
+    CloudClient,
+    as_dict,
+    as_float,
+    as_int,
+    as_str,
+    first,
+    still_billing,
+    surviving_storage,
+)
+from remote_gpu_trainer.providers.cloud.http import path_segment
+from remote_gpu_trainer.providers.cloud.types import (
+    CloudInstance,
+    GpuRequest,
+    Residual,
+    StorageBilling,
+    lower_keys,
+    map_state,
+)
 
 # desiredStatus → INSTANCE_STATES. DEAD and anything new stay `unknown`.
 RUNPOD_STATES = lower_keys({

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base import INSTANCE_STATES, PRICE_SOURCES, InstanceStatus
+from remote_gpu_trainer.providers.base import INSTANCE_STATES, PRICE_SOURCES, InstanceStatus
 
 
 def map_state(table: Mapping[str, str], raw: object) -> str:

@@ -13,10 +13,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from ...errors import VerbFailed
-from .client import CloudClient, as_dict, as_float, as_int, as_str, still_billing
-from .http import CloudAPIError, CloudNotFound, path_segment
-from .types import CloudInstance, GpuRequest, Residual, StorageBilling, lower_keys, map_state
+from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.providers.cloud.client import CloudClient, as_dict, as_float, as_int, as_str, still_billing
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound, path_segment
+from remote_gpu_trainer.providers.cloud.types import (
+    CloudInstance,
+    GpuRequest,
+    Residual,
+    StorageBilling,
+    lower_keys,
+    map_state,
+)
 
 # actual_status → INSTANCE_STATES; `offline` (host unreachable) and new words stay `unknown`.
 VAST_STATES = lower_keys({

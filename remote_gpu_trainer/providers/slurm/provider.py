@@ -1,0 +1,69 @@
+"""`slurm`: a Slurm cluster reached on its login node. Instance = the login node; runs are sbatch jobs.
+
+The login node is `host` over SSH, or this machine when no host is given (a workstation that is itself a
+login node, or the loopback cluster of the tests). There is no box to tear down: the cluster's storage
+outlives every job, and ending a job is `scancel` (providers/slurm.py), not an instance action.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from remote_gpu_trainer.clock import Clock, utc_now
+from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.errors import RgtError, TransportError
+from remote_gpu_trainer.profiles import Profile, load_profile
+from remote_gpu_trainer.providers.base import InstanceStatus, Transport
+from remote_gpu_trainer.providers.transports.local import LocalTransport
+from remote_gpu_trainer.providers.transports.ssh import HostKeyUnknown, SSHPool, SSHSettings, SSHTransport
+
+REACH_TIMEOUT_S = 15.0
+
+
+class SlurmProvider:
+    name = "slurm"
+
+    def __init__(self, state_dir: Path, clock: Clock = utc_now) -> None:
+        self.clock = clock
+        self.settings = SSHSettings(known_hosts_file=state_dir / "known_hosts")
+        self.pool = SSHPool()
+        self.profile: Profile = load_profile("slurm")
+
+    def transport(self, instance: InstanceConfig) -> Transport:
+        if instance.host and instance.host not in ("localhost", "127.0.0.1"):
+            return SSHTransport(instance.host, self.settings, self.pool)
+        return LocalTransport(root=None)
+
+    def provider_id(self, instance: InstanceConfig) -> str:
+        return instance.id or instance.host or "localhost"
+
+    async def get(self, instance: InstanceConfig) -> InstanceStatus:
+        """The login node answers `sinfo` (running) or not (unknown); a cluster is never `terminated`."""
+        price = instance.price_per_hour
+        detail: dict[str, object] = {}
+        try:
+            result = await self.transport(instance).run("sinfo --noheader --format=%P", timeout=REACH_TIMEOUT_S)
+            state = "running" if result.rc == 0 else "unknown"
+            if result.rc != 0:
+                detail["error"] = f"sinfo failed: {result.error_text.strip()[:200]}"
+        except HostKeyUnknown as exc:
+            state, detail = "unknown", {"error": str(exc), "host_key_unknown": exc}
+        except (TransportError, OSError, TimeoutError) as exc:
+            state, detail = "unknown", {"error": str(exc)}
+        return InstanceStatus(
+            name=instance.name, provider=self.name, provider_id=self.provider_id(instance), state=state,
+            gpu="cluster", price_per_hour=price, price_source="user" if price is not None else "none",
+            detail=detail,
+        )
+
+    async def list_instances(self) -> list[InstanceStatus]:
+        return []
+
+    async def stop(self, instance: InstanceConfig) -> None:
+        raise RgtError(f"{instance.name}: a Slurm cluster has nothing to stop; cancel a job with scancel")
+
+    async def terminate(self, instance: InstanceConfig) -> None:
+        raise RgtError(f"{instance.name}: a Slurm cluster has nothing to tear down; its storage outlives jobs")
+
+    async def close(self) -> None:
+        await self.pool.close_all()

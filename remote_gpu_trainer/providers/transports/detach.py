@@ -1,0 +1,37 @@
+"""Detached launch on any transport: upload the wrapper, start it with `setsid -f`, read back its pid.
+
+Built only on `put_bytes` and `run`, so the local and SSH transports launch the same way (remote-ops.md §6):
+all three descriptors redirected (or the channel stays open until the job ends), the wrapper in a new
+session so it survives the TUI, the connection and rgt itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+
+from remote_gpu_trainer.errors import TransportError
+from remote_gpu_trainer.providers.base import Transport
+
+PID_WAIT_S = 10.0
+
+
+async def launch_with_setsid(transport: Transport, script: str, ctl_dir: str) -> int:
+    wrapper = f"{ctl_dir}/wrapper.sh"
+    await transport.put_bytes(script.encode(), wrapper, mode=0o700)
+    ctl = shlex.quote(transport.resolve(ctl_dir))
+    command = (
+        f"cd {ctl}; setsid -f bash {shlex.quote(transport.resolve(wrapper))}"
+        f" </dev/null >>{ctl}/launch.log 2>&1"
+    )
+    result = await transport.run(command, timeout=30)
+    if result.rc != 0:
+        raise TransportError(f"detached launch failed in {ctl_dir}: {result.error_text.strip()[:200]}")
+    deadline = asyncio.get_running_loop().time() + PID_WAIT_S
+    while asyncio.get_running_loop().time() < deadline:
+        data, _ = await transport.tail(f"{ctl_dir}/pid", 0)
+        text = data.decode(errors="replace").strip()
+        if text.isdigit():
+            return int(text)
+        await asyncio.sleep(0.05)
+    raise TransportError(f"the job wrapper in {ctl_dir} never wrote its pid: see {ctl_dir}/launch.log")

@@ -1,0 +1,149 @@
+"""The local transport: subprocesses and files on this machine.
+
+With `root` set it is a simulated box whose disk is that folder: remote absolute paths map into it,
+which is how the `sim` provider behaves like a rented machine without leaving this one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import signal
+import stat as stat_module
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from remote_gpu_trainer.errors import TransportError
+from remote_gpu_trainer.fsutil import atomic_write
+from remote_gpu_trainer.providers.base import CommandResult, RemoteStat
+from remote_gpu_trainer.providers.transports.detach import launch_with_setsid
+
+HASH_CHUNK = 4 << 20
+
+
+class LocalTransport:
+    batches_small_files = False  # a local disk: per-file reads cost no round trip
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root
+
+    def resolve(self, remote: str) -> str:
+        if self.root is None:
+            return remote
+        if not remote.startswith("/"):
+            raise TransportError(f"remote path {remote!r} must be absolute")
+        parts = [p for p in remote.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise TransportError(f"remote path {remote!r} leaves the instance disk")
+        return str(self.root.joinpath(*parts)) if parts else str(self.root)
+
+    def _path(self, remote: str) -> Path:
+        return Path(self.resolve(remote))
+
+    def _ensure_alive(self) -> None:
+        if self.root is not None and not self.root.is_dir():
+            raise TransportError(f"instance disk {self.root} is gone: the instance is not reachable")
+
+    async def run(self, command: str, *, stdin: bytes | None = None, cwd: str | None = None,
+                  timeout: float = 30.0) -> CommandResult:
+        self._ensure_alive()
+        workdir = self.resolve(cwd) if cwd else None
+        process = await asyncio.create_subprocess_exec(
+            "bash", "-c", command,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=workdir, start_new_session=True,
+        )
+        try:
+            out, err = await asyncio.wait_for(process.communicate(stdin), timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            _kill_group(process.pid)
+            await process.wait()
+            raise
+        assert process.returncode is not None
+        return CommandResult(process.returncode, out, err)
+
+    async def launch_detached(self, script: str, ctl_dir: str) -> int:
+        return await launch_with_setsid(self, script, ctl_dir)
+
+    async def stat(self, remote: str) -> RemoteStat | None:
+        self._ensure_alive()
+        try:
+            info = os.lstat(self._path(remote))
+        except FileNotFoundError:
+            return None
+        if stat_module.S_ISLNK(info.st_mode):
+            kind = "symlink"
+        elif stat_module.S_ISREG(info.st_mode):
+            kind = "file"
+        elif stat_module.S_ISDIR(info.st_mode):
+            kind = "dir"
+        else:
+            kind = "other"
+        return RemoteStat(size=info.st_size, mtime=info.st_mtime, kind=kind)
+
+    async def listdir(self, remote: str) -> list[str]:
+        self._ensure_alive()
+        try:
+            return sorted(os.listdir(self._path(remote)))
+        except FileNotFoundError:
+            return []
+
+    async def tail(self, remote: str, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
+        self._ensure_alive()
+        path = self._path(remote)
+        try:
+            with open(path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size < offset:
+                    offset = 0  # truncated or replaced: start again from the top
+                handle.seek(offset)
+                data = handle.read(limit)
+        except FileNotFoundError:
+            return b"", offset
+        return data, offset + len(data)
+
+    async def sha256(self, remote: str) -> str:
+        self._ensure_alive()
+        return await asyncio.to_thread(sha256_file, self._path(remote))
+
+    async def read_chunks(self, remote: str, offset: int, chunk_size: int = HASH_CHUNK, *,
+                          expect: int | None = None) -> AsyncIterator[bytes]:
+        self._ensure_alive()
+        handle = await asyncio.to_thread(open, self._path(remote), "rb")
+        try:
+            handle.seek(offset)
+            while True:
+                chunk = await asyncio.to_thread(handle.read, chunk_size)
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            handle.close()
+
+    async def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
+        self._ensure_alive()
+        path = self._path(remote)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(atomic_write, path, data, mode)
+
+    async def close(self) -> None:
+        return None
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

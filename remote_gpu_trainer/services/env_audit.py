@@ -1,0 +1,156 @@
+"""Gather the phase-0 environment facts and live GPU samples from a box (remote-ops.md §1, §4, §5).
+
+Both calls send a bash program on stdin with every argument shell-quoted, so nothing from the run is
+spliced into a script body, and both are bounded by a deadline. The answers are parsed strictly: a
+probe that prints anything but one JSON object of the expected version is a bad answer, reported as a
+one-line TransportError (state unknown), never guessed at. Judging the facts is the audits' job
+(audits/env_audit.py, audits/gpu_health.py); this module only fetches them.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import shlex
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from remote_gpu_trainer.audits.env_audit import PROBE_VERSION
+from remote_gpu_trainer.audits.gpu_health import (
+    SAMPLE_FIELDS,
+    THROTTLE_FIELDS,
+    GpuParseError,
+    GpuSample,
+    parse_gpu_samples,
+)
+from remote_gpu_trainer.errors import TransportError
+from remote_gpu_trainer.providers.base import CommandResult, Transport
+from remote_gpu_trainer.strict_json import loads_strict
+
+PROBE_TIMEOUT_S = 120.0
+SAMPLE_TIMEOUT_S = 15.0
+SAMPLE_VERSION = "rgt-gpu-sample/1"
+
+# One query of the same fields as the probe's samples; KEY=VALUE lines, then nvidia-smi's CSV verbatim.
+_SAMPLER = f"""set -u
+main() {{
+  echo "version={SAMPLE_VERSION}"
+  if ! command -v nvidia-smi >/dev/null 2>&1; then echo "nvidia_smi=missing"; return 0; fi
+  echo "nvidia_smi=present"
+  local t="" out rc
+  timeout -k 1 5 true >/dev/null 2>&1 && t="timeout -k 2 10"
+  out=$($t nvidia-smi --query-gpu={','.join(SAMPLE_FIELDS)},{THROTTLE_FIELDS[0]} --format=csv,noheader,nounits 2>&1)
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    out=$($t nvidia-smi --query-gpu={','.join(SAMPLE_FIELDS)},{THROTTLE_FIELDS[1]} --format=csv,noheader,nounits 2>&1)
+    rc=$?
+  fi
+  echo "rc=$rc"
+  printf '%s\\n' "$out"
+}}
+main </dev/null; exit 0
+"""
+
+
+def probe_script() -> bytes:
+    """The probe as shipped in the package (remote/env_probe.sh)."""
+    return importlib.resources.files("remote_gpu_trainer.remote").joinpath("env_probe.sh").read_bytes()
+
+
+def probe_command(transport: Transport, *, scratch: str, durable: str, python: str, workdir: str,
+                  staging_pairs: Iterable[tuple[str, str]]) -> str:
+    """`bash -s -- M D PY WORKDIR [STAGING FINAL]...`, every argument quoted; paths as the box sees them."""
+    paths = [transport.resolve(scratch), transport.resolve(durable)]
+    args = [*paths, python, transport.resolve(workdir)]
+    for staging, final in staging_pairs:
+        args += [transport.resolve(staging), transport.resolve(final)]
+    return "bash -s -- " + " ".join(shlex.quote(a) for a in args)
+
+
+async def run_env_probe(transport: Transport, *, scratch: str, durable: str, python: str, workdir: str,
+                        staging_pairs: Iterable[tuple[str, str]] = (), timeout: float = PROBE_TIMEOUT_S,
+                        clock: Callable[[], float] = time.time) -> dict[str, Any]:
+    """The probe's facts, plus `client_sent_at`/`client_received_at` (local wall clock around the call)
+    so the audit can measure clock skew without reading a clock itself."""
+    command = probe_command(transport, scratch=scratch, durable=durable, python=python, workdir=workdir,
+                            staging_pairs=staging_pairs)
+    sent = clock()
+    result = await _run(transport, command, probe_script(), timeout, "environment probe")
+    received = clock()
+    facts = parse_probe_output(result.stdout)
+    facts["client_sent_at"] = sent
+    facts["client_received_at"] = received
+    return facts
+
+
+def parse_probe_output(stdout: bytes) -> dict[str, Any]:
+    """Exactly one JSON object, first key "version" equal to PROBE_VERSION, no duplicate keys, no NaN.
+
+    Bytes are decoded with U+FFFD for invalid UTF-8: the probe passes command output through byte for byte,
+    and a path or a log line on the box need not be UTF-8.
+    """
+    text = stdout.decode("utf-8", errors="replace").strip()
+    try:
+        facts = loads_strict(text)
+    except ValueError as exc:
+        raise TransportError(f"environment probe answered badly (not one JSON object: {exc}); "
+                             f"output starts {text[:80]!r}") from None
+    if not isinstance(facts, dict) or next(iter(facts), None) != "version":
+        raise TransportError("environment probe answered badly: the first field is not the script version")
+    if facts["version"] != PROBE_VERSION:
+        raise TransportError(f"environment probe answered with version {facts['version']!r}, "
+                             f"expected {PROBE_VERSION!r}")
+    if "error" in facts:
+        raise TransportError(f"environment probe refused its arguments: {facts['error']}")
+    return facts
+
+
+async def sample_gpus(transport: Transport, timeout: float = SAMPLE_TIMEOUT_S) -> list[GpuSample] | None:
+    """One sample per GPU for the live panel; None when the box has no GPU (no nvidia-smi, or no device)."""
+    result = await _run(transport, "bash -s", _SAMPLER.encode(), timeout, "GPU sample")
+    return parse_sample_output(result.stdout)
+
+
+def parse_sample_output(stdout: bytes) -> list[GpuSample] | None:
+    lines = stdout.decode("utf-8", errors="replace").splitlines()
+    if not lines or lines[0] != f"version={SAMPLE_VERSION}":
+        raise TransportError(f"GPU sampler answered badly: {lines[0][:80] if lines else 'nothing'!r}")
+    if lines[1:2] == ["nvidia_smi=missing"]:
+        return None
+    if len(lines) < 3 or lines[1] != "nvidia_smi=present" or not lines[2].startswith("rc="):
+        raise TransportError("GPU sampler answered badly: missing nvidia_smi/rc lines")
+    rc_text = lines[2].removeprefix("rc=")
+    csv = "\n".join(lines[3:])
+    if rc_text != "0":
+        if rc_text == "6" or "no devices were found" in csv.lower():
+            return None
+        first = next((line.strip() for line in lines[3:] if line.strip()), "no output")
+        raise TransportError(f"nvidia-smi failed on the box (exit {rc_text}): {first[:200]}")
+    try:
+        samples = parse_gpu_samples(csv)
+    except GpuParseError as exc:
+        raise TransportError(f"GPU sampler answered badly: {exc}") from None
+    return samples or None
+
+
+async def _run(transport: Transport, command: str, script: bytes, timeout: float, what: str) -> CommandResult:
+    try:
+        result = await transport.run(command, stdin=script, timeout=timeout)
+    except TimeoutError:
+        raise TransportError(f"{what} got no answer within {timeout:g} s: state unknown, retry later") from None
+    except TransportError as exc:
+        if type(exc) is not TransportError:
+            raise  # typed failures (host key, authentication) carry what the UI needs; never blur them
+        raise TransportError(f"{what} could not reach the box: {_one_line(str(exc))}") from None
+    except OSError as exc:
+        raise TransportError(f"{what} could not run: {_one_line(str(exc)) or type(exc).__name__}") from None
+    if result.rc != 0:
+        detail = _one_line(result.error_text) or "no message"
+        raise TransportError(f"{what} exited {result.rc}: {detail}")
+    return result
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:200]
+
+

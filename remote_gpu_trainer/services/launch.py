@@ -1,0 +1,143 @@
+"""Push a run's inputs and launch it detached on its instance (remote-ops.md §6).
+
+One wrapper per run runs the roster's cells in order, appends their output to the run's log, and writes
+the exit code of each cell and of the whole run to files: detached jobs are orphaned, so without those
+files nobody could learn how the job ended. `DONE` appears only when every cell exited 0 and every
+required artifact exists. What is needed to re-attach (control folder, pid, log) goes into the state db.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
+from remote_gpu_trainer.config import ProjectConfig, RunConfig, run_config_record
+from remote_gpu_trainer.errors import ConfigError, VerbFailed
+from remote_gpu_trainer.providers.base import Transport
+from remote_gpu_trainer.providers.slurm import commands as slurm
+from remote_gpu_trainer.state.db import StateDB
+
+
+def ctl_dir(run: RunConfig) -> str:
+    """Control files live beside the work, never inside remote_root (the manifest must stay clean)."""
+    return f"{run.workdir.rstrip('/')}/.rgt/{run.id}"
+
+
+CELL_STARTED = "== rgt: cell {cell} started"  # the wrapper's marker line: the log monitor starts a new series
+
+
+def log_path(run: RunConfig) -> str:
+    return f"{run.workdir.rstrip('/')}/{run.log}"
+
+
+def cell_command(run: RunConfig, transport: Transport, cell: str) -> str:
+    out = transport.resolve(f"{run.remote_root.rstrip('/')}/{cell}")
+    try:
+        return run.command.format(cell=cell, out=shlex.quote(out))
+    except (KeyError, IndexError, ValueError) as exc:
+        raise ConfigError(
+            f"runs.{run.id}.command: bad placeholder {exc}: only {{cell}} and {{out}} are filled in"
+        ) from None
+
+
+def wrapper_script(run: RunConfig, transport: Transport) -> str:
+    q = shlex.quote
+    ctl = q(transport.resolve(ctl_dir(run)))
+    log = q(transport.resolve(log_path(run)))
+    lines = [
+        "#!/usr/bin/env bash",
+        "# rgt job wrapper: runs the cells in order, records exit codes; DONE only on full success.",
+        "set -u",
+        "exec </dev/null",
+        f"CTL={ctl}",
+        f"LOG={log}",
+        'echo $$ > "$CTL/pid.tmp" && mv "$CTL/pid.tmp" "$CTL/pid"',
+        'echo $$ > "$CTL/pgid"',
+        "cut -d' ' -f22 /proc/$$/stat > \"$CTL/pid_start\" 2>/dev/null || true",
+        "export PYTHONUNBUFFERED=1",
+        "rc=0",
+        "child=0",
+        'trap \'[ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null; rc=143\' TERM INT HUP',
+        f"cd {q(transport.resolve(run.workdir))} || {{ echo 127 > \"$CTL/exit_code\"; exit 127; }}",
+    ]
+    for cell in run.roster:
+        out = q(transport.resolve(f"{run.remote_root.rstrip('/')}/{cell}"))
+        lines += [
+            'if [ "$rc" -eq 0 ]; then',
+            f"  mkdir -p {out}",
+            f'  echo "{CELL_STARTED.format(cell=cell)}" >> "$LOG"',
+            f"  ( {cell_command(run, transport, cell)} ) >> \"$LOG\" 2>&1 &",
+            "  child=$!",
+            '  wait "$child"; crc=$?',
+            "  child=0",
+            f'  echo "$crc" > "$CTL/{cell}.exit_code"',
+            f'  echo "== rgt: cell {cell} exited $crc" >> "$LOG"',
+            '  [ "$crc" -ne 0 ] && rc=$crc',
+            "fi",
+        ]
+    artifacts = " ".join(
+        q(transport.resolve(f"{run.remote_root.rstrip('/')}/{cell}/{name}"))
+        for cell in run.roster for name in run.required
+    )
+    lines += [
+        'date -u +%Y-%m-%dT%H:%M:%S+00:00 > "$CTL/finished_at"',
+        'echo "$rc" > "$CTL/exit_code.tmp" && mv "$CTL/exit_code.tmp" "$CTL/exit_code"',
+        'if [ "$rc" -eq 0 ]; then',
+        "  ok=1",
+        f"  for f in {artifacts}; do [ -s \"$f\" ] || ok=0; done",
+        '  [ "$ok" -eq 1 ] && touch "$CTL/DONE"',
+        "fi",
+        'exit "$rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+async def push(project: ProjectConfig, run: RunConfig, transport: Transport) -> list[str]:
+    """Copy the run's `push` files into its workdir; returns the remote paths written."""
+    written = []
+    for item in run.push:
+        local = project.root / item
+        if not local.is_file():
+            raise ConfigError(f"runs.{run.id}.push: {local} does not exist")
+        remote = f"{run.workdir.rstrip('/')}/{Path(item).name}"
+        await transport.put_bytes(local.read_bytes(), remote)
+        written.append(remote)
+    return written
+
+
+async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,
+                 clock: Clock = utc_now, *, actor: str = "user", method: str = "setsid",
+                 box: str | None = None) -> dict[str, object]:
+    """Push, then start the wrapper detached (`setsid`) or as a batch job (`sbatch`); refuses while a
+    recorded launch is still alive, so the inputs of a live run are never rewritten."""
+    ctl = ctl_dir(run)
+    result = await transport.run(f"rm -rf {shlex.quote(transport.resolve(ctl))}", timeout=30)
+    if result.rc != 0:
+        raise VerbFailed(f"cannot reset control folder {ctl}: {result.error_text.strip()[:200]}")
+    pushed = await push(project, run, transport)
+    log_before = await transport.stat(log_path(run))
+    started = clock()
+    launch_json = {
+        "run_id": run.id, "cells": list(run.roster),
+        "command": run.command, "started_at": iso_offset(started), "method": method,
+    }
+    await transport.put_bytes((json.dumps(launch_json, indent=2) + "\n").encode(), f"{ctl}/launch.json")
+    detail: dict[str, object] = {"ctl_dir": ctl, "log": log_path(run), "started_at": iso_offset(started),
+                                 "method": method, "pushed": pushed,
+                                 "log_offset": log_before.size if log_before is not None else 0}
+    if method == "sbatch":
+        wrapper = f"{ctl}/wrapper.sh"
+        await transport.put_bytes(wrapper_script(run, transport).encode(), wrapper, mode=0o700)
+        detail["slurm_job"] = await slurm.submit(
+            transport, transport.resolve(wrapper), job_name=f"rgt-{run.id}", workdir=transport.resolve(run.workdir),
+            output=transport.resolve(f"{ctl}/slurm.out"))
+        detail["pid"] = None
+    else:
+        detail["pid"] = await transport.launch_detached(wrapper_script(run, transport), ctl)
+    db.record_launch(run.id, run.instance, detail, box=box, config=run_config_record(run))
+    handle = f"Slurm job {detail['slurm_job']}" if method == "sbatch" else f"pid {detail['pid']}"
+    db.append_event("launch", f"launched run {run.id} on {run.instance} ({handle})", run_id=run.id,
+                    instance=run.instance, actor=actor, detail=detail)
+    return detail

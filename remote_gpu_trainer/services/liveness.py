@@ -1,0 +1,91 @@
+"""Watch a launched run: one combined probe on the far side, classified by audits.liveness.
+
+The probe is a short bash script sent on stdin with its arguments quoted, answering KEY=VALUE lines.
+It reads the recorded pid and its start time (guarding against pid reuse), never counts processes by
+pattern (a probe's own shell would match), and treats a zombie as ended: some containers' PID 1 never
+reaps. Any transport failure becomes `unknown`, never `dead`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from remote_gpu_trainer.audits.liveness import Liveness, ProbeResult, classify
+from remote_gpu_trainer.config import RunConfig
+from remote_gpu_trainer.errors import TransportError
+from remote_gpu_trainer.providers.base import Transport
+from remote_gpu_trainer.services.launch import ctl_dir, log_path
+
+PROBE_TIMEOUT_S = 30.0
+
+_PROBE = r"""set -u
+CTL="$1"; LOG="$2"; ROOT="$3"
+echo "NOW=$(date +%s)"
+pid=$(cat "$CTL/pid" 2>/dev/null || true)
+state=gone
+if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
+  start=$(cut -d' ' -f22 "/proc/$pid/stat" 2>/dev/null || true)
+  rec=$(cat "$CTL/pid_start" 2>/dev/null || true)
+  st=$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null || true)
+  if [ -n "$rec" ] && [ "$start" != "$rec" ]; then state=gone
+  elif [ "$st" = "Z" ] || [ "$st" = "X" ]; then state=zombie
+  else state=alive; fi
+fi
+echo "PID_STATE=$state"
+[ -f "$CTL/exit_code" ] && echo "EXIT_CODE=$(cat "$CTL/exit_code")" && echo "FINISHED=$(stat -c '%Y' "$CTL/exit_code")"
+[ -f "$CTL/DONE" ] && echo "DONE=1"
+if [ -f "$LOG" ]; then echo "LOG=$(stat -c '%s %Y' "$LOG")"; fi
+[ -f "$CTL/launch.json" ] && echo "STARTED=$(stat -c '%Y' "$CTL/launch.json")"
+if [ -d "$ROOT" ]; then
+  newest=$(find "$ROOT" -type f \( -name '*.pth' -o -name '*.pt' -o -name '*.ckpt' -o -name '*.safetensors' \) \
+    -printf '%T@\n' 2>/dev/null | sort -n | tail -n 1)
+  [ -n "$newest" ] && echo "CKPT=${newest%.*}"
+fi
+exit 0
+"""
+
+
+async def probe(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> ProbeResult:
+    if launch is None:
+        return ProbeResult(error=None, pid_state="unknown")
+    args = " ".join(shlex.quote(transport.resolve(p)) for p in (ctl_dir(run), log_path(run), run.remote_root))
+    try:
+        result = await transport.run(f"bash -s -- {args}", stdin=_PROBE.encode(), timeout=PROBE_TIMEOUT_S)
+    except (TransportError, OSError, TimeoutError) as exc:
+        return ProbeResult(error=str(exc) or type(exc).__name__)
+    if result.rc != 0:
+        return ProbeResult(error=f"probe exited {result.rc}: {result.error_text.strip()[:200]}")
+    return parse_probe(result.text)
+
+
+def parse_probe(text: str) -> ProbeResult:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    try:
+        now = float(values["NOW"])
+    except (KeyError, ValueError):
+        return ProbeResult(error="probe answered without a time")
+    exit_code = values.get("EXIT_CODE")
+    log_size, log_mtime = 0, None
+    if "LOG" in values:
+        size, _, mtime = values["LOG"].partition(" ")
+        log_size, log_mtime = int(size), float(mtime)
+    return ProbeResult(
+        now=now,
+        pid_state=values.get("PID_STATE", "unknown"),
+        exit_code=int(exit_code) if exit_code and exit_code.lstrip("-").isdigit() else None,
+        done=values.get("DONE") == "1",
+        log_size=log_size,
+        log_mtime=log_mtime,
+        newest_ckpt_mtime=float(values["CKPT"]) if values.get("CKPT") else None,
+        started_at=float(values["STARTED"]) if values.get("STARTED") else None,
+        finished_at=float(values["FINISHED"]) if values.get("FINISHED") else None,
+    )
+
+
+async def liveness(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> Liveness:
+    return classify(await probe(run, transport, launch), launched=launch is not None)

@@ -1,0 +1,168 @@
+"""The far-side manifest builder, run for real through a LocalTransport box (gate-and-manifests.md §3)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import shlex
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
+from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.services.evidence import build_manifest, builder_stdin
+from support.evidence_helpers import Env, keep_probe_verdicts, make_env, write_run
+
+BUILDER = Path(__file__).parents[3] / "remote_gpu_trainer" / "remote" / "build_manifest.py"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    made = make_env(tmp_path)
+    write_run(made.box)
+    yield made
+    keep_probe_verdicts(made)
+
+
+async def run_builder(env: Env, **overrides: Any) -> tuple[int, str, str]:
+    params: dict[str, Any] = {"root": str(env.box), "run_id": env.run.id, "roster": list(env.run.roster),
+                              "required": list(env.run.required)}
+    params.update(overrides)
+    result = await env.transport.run(f"{shlex.quote(sys.executable)} -", stdin=builder_stdin(params))
+    return result.rc, result.text, result.error_text
+
+
+def problem_codes(stderr: str) -> set[tuple[str, str]]:
+    return {(item["code"], item["path"]) for item in json.loads(stderr.strip().splitlines()[-1])}
+
+
+async def test_builds_a_manifest_the_local_parser_accepts(env: Env) -> None:
+    sha = await build_manifest(env.transport, env.run, env.db)
+    data = (env.box / MANIFEST_NAME).read_bytes()
+    assert sha == hashlib.sha256(data).hexdigest()
+    assert env.db.recorded_manifest(env.run.id) == sha
+    manifest, problems = parse_manifest(data, roster=env.run.roster, run_id=env.run.id)
+    assert problems == [] and manifest is not None
+    assert [entry.path for entry in manifest.files] == [
+        "seed0/best.pth", "seed0/best_metrics.json", "seed0/seed0.log",
+        "seed1/best.pth", "seed1/best_metrics.json", "seed1/seed1.log",
+    ]
+    best = manifest.by_path()["seed1/best.pth"]
+    assert best.sha256 == hashlib.sha256((env.box / "seed1" / "best.pth").read_bytes()).hexdigest()
+    assert not [name for name in os.listdir(env.box) if name.startswith(".rgt-tmp")]
+
+
+async def test_prints_the_hash_and_the_path(env: Env) -> None:
+    rc, out, _ = await run_builder(env)
+    assert rc == 0
+    digest = hashlib.sha256((env.box / MANIFEST_NAME).read_bytes()).hexdigest()
+    assert f"MANIFEST_SHA256={digest}" in out.splitlines()
+    assert f"WROTE {env.box / MANIFEST_NAME}" in out.splitlines()
+
+
+async def test_refuses_to_overwrite_an_existing_manifest(env: Env) -> None:
+    sha = await build_manifest(env.transport, env.run, env.db)
+    before = (env.box / MANIFEST_NAME).read_bytes()
+    (env.box / "seed0" / "late.txt").write_text("written after the manifest")
+    rc, out, _ = await run_builder(env)
+    assert rc == 4
+    assert f"MANIFEST_SHA256={sha}" in out.splitlines()
+    assert (env.box / MANIFEST_NAME).read_bytes() == before
+    # the client accepts exit 4 only for the manifest it recorded itself
+    assert await build_manifest(env.transport, env.run, env.db) == sha
+
+
+async def test_a_foreign_existing_manifest_is_a_failure(env: Env) -> None:
+    (env.box / MANIFEST_NAME).write_text("{}\n")
+    with pytest.raises(VerbFailed, match="different manifest already exists"):
+        await build_manifest(env.transport, env.run, env.db)
+    assert (env.box / MANIFEST_NAME).read_text() == "{}\n"
+    assert env.db.recorded_manifest(env.run.id) is None
+
+
+async def test_every_problem_is_gathered_and_nothing_is_written(env: Env) -> None:
+    (env.box / "seed0" / "alias.pth").symlink_to(env.box / "seed0" / "best.pth")
+    (env.box / "seed1" / "linked").symlink_to(env.box / "seed0", target_is_directory=True)
+    (env.box / "seed0" / "ckpt.pth.part").write_bytes(b"half")
+    (env.box / "seed0" / "notes.txt~").write_bytes(b"x")
+    (env.box / "seed0" / ".rgt-tmp-x").write_bytes(b"x")
+    (env.box / "seed1" / "best_metrics.json").write_bytes(b"")
+    (env.box / "seed1" / "best.pth").unlink()
+    (env.box / "loose.txt").write_text("at the root")
+    (env.box / ".rgt-tmp-PULL_MANIFEST.99").write_text("left by a killed build")
+    (env.box / "seed9").mkdir()
+    (env.box / "seed1" / "bad name.txt").write_text("x")
+    os.mkfifo(env.box / "seed1" / "pipe")
+    rc, _, err = await run_builder(env, roster=["seed0", "seed1", "seed2"])
+    assert rc == 1
+    assert problem_codes(err) >= {
+        ("symlink", "seed0/alias.pth"), ("symlink", "seed1/linked"), ("temp_file", "seed0/ckpt.pth.part"),
+        ("temp_file", "seed0/notes.txt~"), ("temp_file", "seed0/.rgt-tmp-x"),
+        ("required_empty", "seed1/best_metrics.json"), ("required_missing", "seed1/best.pth"),
+        ("loose_file", "loose.txt"), ("temp_file", ".rgt-tmp-PULL_MANIFEST.99"),
+        ("unexpected_dir", "seed9"), ("missing_dir", "seed2"),
+        ("path_unsafe", "seed1/bad name.txt"), ("not_regular", "seed1/pipe"),
+    }
+    assert not (env.box / MANIFEST_NAME).exists()
+
+
+async def test_symlink_makes_the_service_fail_with_one_line(env: Env) -> None:
+    (env.box / "seed0" / "alias.pth").symlink_to(env.box / "seed0" / "best.pth")
+    with pytest.raises(VerbFailed) as caught:
+        await build_manifest(env.transport, env.run, env.db)
+    message = str(caught.value)
+    assert "\n" not in message and "seed0/alias.pth" in message and "symlink" in message
+    assert env.db.recorded_manifest(env.run.id) is None
+    assert not (env.box / MANIFEST_NAME).exists()
+
+
+async def test_root_must_be_a_real_directory(tmp_path: Path) -> None:
+    env = make_env(tmp_path)
+    write_run(env.box)
+    real = env.box.with_name("real")
+    env.box.rename(real)
+    env.box.symlink_to(real, target_is_directory=True)
+    rc, _, err = await run_builder(env)
+    assert rc == 1 and ("root", str(env.box)) in problem_codes(err)
+    assert not (real / MANIFEST_NAME).exists()
+
+
+async def test_parameters_are_data_never_code(env: Env, tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    rc, _, err = await run_builder(env, run_id=f"x'; touch {canary}; echo '", roster=["seed0", "$(touch x)"])
+    assert rc == 1
+    assert ("run_id", f"x'; touch {canary}; echo '") in problem_codes(err)
+    assert not canary.exists()
+
+
+async def test_malformed_params_are_a_usage_error(env: Env) -> None:
+    rc, _, err = await run_builder(env, roster="seed0", unexpected=1)
+    assert rc == 2 and "PARAMS.roster" in err and "unexpected" in err
+
+
+async def test_an_empty_run_is_refused(tmp_path: Path) -> None:
+    env = make_env(tmp_path, required=())
+    for cell in env.run.roster:
+        (env.box / cell).mkdir()
+    rc, _, err = await run_builder(env)
+    assert rc == 1 and ("no_files", "") in problem_codes(err)
+
+
+def test_builder_source_is_python_3_8_and_stdlib_only() -> None:
+    tree = ast.parse(BUILDER.read_text(encoding="utf-8"), feature_version=(3, 8))
+    nodes = list(ast.walk(tree))
+    imported = {alias.name.split(".")[0]
+                for node in nodes if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {str(node.module).split(".")[0] for node in nodes if isinstance(node, ast.ImportFrom)}
+    assert imported <= set(sys.stdlib_module_names)
+    assert "__future__" not in imported  # the PARAMS line goes first, so a future import could not
+    for node in nodes:  # signature annotations run at def time on 3.8: no list[str], no X | Y
+        if isinstance(node, ast.FunctionDef):
+            for annotation in [arg.annotation for arg in node.args.args] + [node.returns]:
+                assert isinstance(annotation, ast.Constant | ast.Name | None), node.name

@@ -1,0 +1,58 @@
+"""The box's disk fills while the manifest is built: a clear one-line error, and nothing half-written
+anywhere (no manifest, no temp file on the box, nothing recorded or pulled here)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.services.session import Session
+from support.helpers import FIXTURES, write_project
+from support.helpers import fill_disk as fill
+
+RUN = "r1"
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 256 KiB tmpfs: a real filesystem that really runs out of space (tests and CI run as root)."""
+    mount = tmp_path / "box"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs for the disk-full test (needs root, as in .ci/run): {done.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+
+
+async def test_disk_full_during_the_manifest_build(tiny_disk: Path, tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    result_root = tiny_disk / "rgt" / RUN
+    for cell in ("seed0", "seed1"):
+        shutil.copytree(FIXTURES / "cells" / cell, result_root / cell)
+    assert fill(result_root / "seed1" / "filler.bin") > 0
+    write_project(root, "true", instance="box", instance_body='provider = "local"', box=tiny_disk)
+    session = Session.open(str(root))
+    try:
+        with pytest.raises(VerbFailed) as caught:
+            await session.pull(RUN)
+    finally:
+        session.close()
+    message = str(caught.value)
+    assert "\n" not in message and "No space left on device" in message and "PULL_MANIFEST.json" in message
+    assert not (result_root / "PULL_MANIFEST.json").exists()
+    assert [p.name for p in result_root.iterdir() if p.name.startswith(".rgt-tmp")] == []
+    assert not (root / "runs" / RUN / "PULL_MANIFEST.json").exists()
+    reopened = Session.open(str(root))
+    assert reopened.db.recorded_manifest(RUN) is None
+    reopened.close()

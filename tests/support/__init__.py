@@ -1,0 +1,1 @@
+"""Helpers and fixtures shared by the tests (a package, so tests import `support.helpers`)."""

@@ -1,0 +1,151 @@
+"""Fakes and fixtures for the cloud teardown tests (tests/test_cloud_teardown.py).
+
+The fakes are the ones in fake_clouds.py with two additions a teardown test needs and the shared fakes do not
+record: when each request arrived (wall time, arrival order, the reply status the route gave) and which event
+kinds were already in the project's state database at that instant, read over a separate SQLite connection
+from the server thread. That last part is the proof that the approval was written before the provider saw a
+destroying call, independent of any clock. Two knobs reproduce the spec's bad answers after a terminate:
+RunPod answering a DELETE and then showing a state word no table knows, and Lambda answering the terminate
+operation and then showing its "alert" word instead of going away.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from support.fake_clouds import FAKE_KEY, FakeCloud, FakeLambda, FakePaperspace, FakeRunPod, Reply
+from support.sshd_fixtures import Sshd
+
+KEY_ENV = ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "PAPERSPACE_API_KEY", "AUTODL_TOKEN")
+WATCHED = frozenset({"DELETE", "POST", "PATCH", "PUT"})  # the methods that can change what bills
+
+
+@dataclass
+class Arrival:
+    """One request as it arrived: order, wall time, and the state database's event kinds at that moment."""
+
+    seq: int
+    at: float
+    method: str
+    path: str
+    events_then: tuple[str, ...] | None
+    status: int | None = None  # what the route answered; None for an injected fault's canned reply
+
+
+class Stamped(FakeCloud):
+    """Mixin: keeps `arrivals` beside the fake's own request log; `events_db` is the project's state.db."""
+
+    events_db: Path | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.arrivals: list[Arrival] = []
+        self._current = threading.local()
+
+    def _event_kinds(self) -> tuple[str, ...] | None:
+        if self.events_db is None or not self.events_db.exists():
+            return None
+        with sqlite3.connect(self.events_db, timeout=10) as conn:
+            return tuple(row[0] for row in conn.execute("SELECT kind FROM events ORDER BY seq"))
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        path = urlsplit(handler.path).path
+        rel = path[len(self.prefix):] if path.startswith(self.prefix + "/") else path
+        kinds = self._event_kinds() if handler.command in WATCHED else None
+        with self.lock:
+            arrival = Arrival(len(self.arrivals), time.time(), handler.command, rel, kinds)
+            self.arrivals.append(arrival)
+        self._current.arrival = arrival
+        try:
+            super()._handle(handler)
+        finally:
+            self._current.arrival = None
+
+    def route(self, method: str, parts: list[str], query: dict[str, list[str]], body: Any) -> Reply:
+        reply = super().route(method, parts, query, body)
+        arrival: Arrival | None = getattr(self._current, "arrival", None)
+        if arrival is not None:
+            arrival.status = reply.status
+        return reply
+
+    def calls(self, method: str, path: str | None = None) -> list[Arrival]:
+        with self.lock:
+            return [a for a in self.arrivals if a.method == method and (path is None or a.path == path)]
+
+
+class StampedRunPod(Stamped, FakeRunPod):
+    """RunPod; `after_delete_state` makes a deleted pod stay listed with that desiredStatus word."""
+
+    after_delete_state: str | None = None
+
+    def route(self, method: str, parts: list[str], query: dict[str, list[str]], body: Any) -> Reply:
+        reply = super().route(method, parts, query, body)
+        if (method == "DELETE" and len(parts) == 2 and parts[0] == "pods" and reply.status < 300
+                and self.after_delete_state is not None):
+            self.deleted.discard(parts[1])
+            self.pods[parts[1]]["desiredStatus"] = self.after_delete_state
+        return reply
+
+
+class StampedLambda(Stamped, FakeLambda):
+    """Lambda; `after_terminate_status` makes a terminated instance stay listed with that status word."""
+
+    after_terminate_status: str | None = None
+
+    def _terminate(self, body: Any) -> Reply:
+        reply = super()._terminate(body)
+        if reply.status < 300 and self.after_terminate_status is not None:
+            for ident in body["instance_ids"]:
+                self.deleted.discard(ident)
+                self.instances[ident]["status"] = self.after_terminate_status
+        return reply
+
+
+class StampedPaperspace(Stamped, FakePaperspace):
+    """Paperspace, stamped."""
+
+
+@pytest.fixture
+def runpod_cloud() -> Iterator[StampedRunPod]:
+    with StampedRunPod() as fake:
+        yield fake
+
+
+@pytest.fixture
+def lambda_cloud() -> Iterator[StampedLambda]:
+    with StampedLambda() as fake:
+        yield fake
+
+
+@pytest.fixture
+def paperspace_cloud() -> Iterator[StampedPaperspace]:
+    with StampedPaperspace(page_size=1) as fake:  # one item per page: the audits must follow the cursor
+        yield fake
+
+
+@pytest.fixture
+def cloud_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> Path:
+    """A temp HOME whose ~/.ssh/config gives the loopback sshd's client key to 127.0.0.1 (the address the
+    fake APIs report), every provider key set to the fake one, no agent and no base-URL overrides."""
+    home = tmp_path / "home"
+    ssh_dir = home / ".ssh"
+    ssh_dir.mkdir(parents=True)
+    (ssh_dir / "config").write_text(
+        f"Host {sshd.host}\n  IdentityFile {sshd.client_key}\n  IdentitiesOnly yes\n", encoding="utf-8")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    for name in ("RUNPOD_API_URL", "VAST_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name in KEY_ENV:
+        monkeypatch.setenv(name, FAKE_KEY)
+    return home

@@ -1,0 +1,198 @@
+"""Helpers for the gate-binding, fault-injection and action-sequence tests: real sim projects driven through
+the Session and the installed `rgt` console script, with real checkpoints and the real state database.
+
+Probe verdicts depend only on the checkpoint bytes and the probe key (rgt caches them by sha256 in the state
+database), so verdicts that real probes produced in one project are copied into the next project's fresh
+database: identical checkpoints are then not load-verified again in every test, while new bytes and new
+probe keys always meet a real probe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.state.db import StateDB
+from support.helpers import FIXTURES, INSTANCE, RUN, toml_string, wait_for_liveness
+
+RGT = Path(sys.executable).parent / "rgt"  # the installed console script, as a user runs it
+SIM_ID = "sim-box"
+_VERDICTS: dict[tuple[str, str], str] = {}
+
+
+def small_command(extra: str = "") -> str:
+    """A job that writes one real checkpoint and its metrics per cell (two probes per verification)."""
+    cells = shlex.quote(str(FIXTURES / "cells"))
+    return (f"cp {cells}/{{cell}}/best.pth {cells}/{{cell}}/best_metrics.json {{out}}/ "
+            f"&& echo 'epoch=1 step=10/10 loss=0.500000 lr=0.001'{extra}")
+
+
+def project_text(*, command: str | None = None, run_extra: str = "", instance_extra: str = "",
+                 second_run: bool = False, runs: bool = True, extra: str = "") -> str:
+    """One sim instance `box` and run `r1` (and, with `second_run`, a run `r2` on the same box)."""
+    text = f"""\
+[project]
+name = "gate-tests"
+
+[instances.{INSTANCE}]
+provider = "sim"
+{instance_extra}
+"""
+    if runs:
+        text += run_table(RUN, command or small_command(), run_extra)
+    if second_run:
+        text += run_table("r2", command or small_command(), "")
+    return text + extra
+
+
+def run_table(run_id: str, command: str, extra: str = "", instance: str = INSTANCE) -> str:
+    return f"""
+[runs.{run_id}]
+instance = "{instance}"
+workdir = "/workspace/job-{run_id}"
+command = {toml_string(command)}
+log = "train.log"
+remote_root = "/workspace/rgt/{run_id}"
+roster = ["seed0", "seed1"]
+required = ["best.pth", "best_metrics.json"]
+python = {toml_string(sys.executable)}
+{extra}
+"""
+
+
+def write_text_project(root: Path, text: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "rgt.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def seed_verdicts(root: Path) -> None:
+    """Hand the verdicts real probes gave earlier to this project's state database."""
+    db = StateDB(root / ".rgt" / "state.db")
+    try:
+        for (sha256, key), result in _VERDICTS.items():
+            db.store_probe(sha256, key, json.loads(result))
+    finally:
+        db.close()
+
+
+def keep_verdicts(root: Path) -> None:
+    path = root / ".rgt" / "state.db"
+    if not path.exists():
+        return
+    with sqlite3.connect(path) as conn:
+        for sha256, key, result in conn.execute("SELECT sha256, probe_key, result FROM checkpoint_probes"):
+            _VERDICTS[(sha256, key)] = result
+    conn.close()
+
+
+def rgt(*args: str, cwd: Path, timeout: float = 180, env: dict[str, str] | None = None
+        ) -> subprocess.CompletedProcess[str]:
+    """The console script in a real process; never inherits a terminal."""
+    return subprocess.run([str(RGT), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=env or dict(os.environ), stdin=subprocess.DEVNULL)
+
+
+def sim_disk(root: Path, instance: str = INSTANCE) -> Path:
+    return root / ".rgt" / "sim" / instance
+
+
+def box_root(root: Path, run_id: str = RUN) -> Path:
+    """The run's result root as a folder of the sim box."""
+    return sim_disk(root) / "workspace" / "rgt" / run_id
+
+
+def local_root(root: Path, run_id: str = RUN) -> Path:
+    return root / "runs" / run_id
+
+
+async def launch_finished(root: Path, run_id: str = RUN, *, create: bool = True) -> None:
+    session = Session.open(str(root))
+    try:
+        if create:
+            await session.create_instance(session.run_config(run_id).instance)
+        await session.launch(run_id)
+        await wait_for_liveness(session, run_id)
+    finally:
+        await session.close_transports()
+        session.close()
+
+
+async def relaunch_finished(root: Path, run_id: str = RUN, states: tuple[str, ...] = ("finished",)
+                            ) -> dict[str, object]:
+    """Launch a run id again below the Session's append-only refusal (runner.launch, as an older rgt or
+    any other path that reaches the box would): the gate itself must still notice the new launch."""
+    from remote_gpu_trainer.services import launch as runner
+    from remote_gpu_trainer.services.gate import session_box_key
+
+    session = Session.open(str(root))
+    try:
+        run = session.run_config(run_id)
+        detail = await runner.launch(session.project, run, await session.remote(run.instance), session.db,
+                                     session.clock, box=await session_box_key(session, run.instance))
+        await wait_for_liveness(session, run_id, states=states)
+        return detail
+    finally:
+        await session.close_transports()
+        session.close()
+
+
+async def pull_and_verify(root: Path, run_id: str = RUN) -> None:
+    session = Session.open(str(root))
+    try:
+        pulled = await session.pull(run_id)
+        assert pulled.ok, pulled.failed
+        verified = await session.verify(run_id)
+        assert verified.ok, verified.errors
+    finally:
+        await session.close_transports()
+        session.close()
+    keep_verdicts(root)
+
+
+async def verified_project(root: Path, text: str | None = None) -> Path:
+    """A sim project whose run r1 was launched, finished, pulled and verified."""
+    write_text_project(root, text or project_text())
+    seed_verdicts(root)
+    await launch_finished(root)
+    await pull_and_verify(root)
+    return root
+
+
+def events(root: Path) -> list[tuple[str, str]]:
+    """(kind, summary) of every event, read from the SQLite file itself."""
+    with sqlite3.connect(root / ".rgt" / "state.db") as conn:
+        rows = conn.execute("SELECT kind, summary FROM events ORDER BY seq").fetchall()
+    conn.close()
+    return [(str(kind), str(summary)) for kind, summary in rows]
+
+
+def integrity(root: Path) -> str:
+    with sqlite3.connect(root / ".rgt" / "state.db") as conn:
+        value = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    conn.close()
+    return str(value)
+
+
+def replace_in(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert old in text, (old, text)
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+
+
+def flip_in_place(path: Path) -> None:
+    """Change one byte in the middle without changing the size, then set atime and mtime back."""
+    info = os.stat(path)
+    with open(path, "r+b") as handle:
+        handle.seek(info.st_size // 2)
+        byte = handle.read(1)
+        handle.seek(info.st_size // 2)
+        handle.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))

@@ -1,0 +1,250 @@
+"""Labelled snapshots of the dashboard, at 80×24 and at a large size, on a fixed clock.
+
+The job copies committed checkpoints, so hashes, sizes and log lines are the same on every run.
+Regenerate deliberately with `pytest tests/test_snapshots.py --snapshot-update` and look at the SVGs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.cells import cell_len
+from rich.text import Text
+from textual.pilot import Pilot
+from textual.widgets import Button, DataTable, Input
+
+from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.screens.confirm import ConfirmScreen
+from remote_gpu_trainer.screens.dashboard import DashboardScreen
+from remote_gpu_trainer.screens.help import HelpScreen
+from remote_gpu_trainer.screens.teardown import TeardownScreen
+from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.widgets.log_panel import LogPanel
+from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liveness, write_project
+
+
+def finished_session(root: Path, verified: bool) -> Session:
+    write_project(root)
+    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+
+    async def prepare() -> None:
+        await session.create_instance(INSTANCE)
+        await session.launch(RUN)
+        await wait_for_liveness(session)
+        if verified:
+            await session.pull(RUN)
+            assert (await session.verify(RUN)).ok
+
+    asyncio.run(prepare())
+    return session
+
+
+def still_app(session: Session) -> RgtApp:
+    """The app without animations: a tab underline caught mid-slide would differ from run to run."""
+    app = RgtApp(session)
+    app.animation_level = "none"
+    return app
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    """Wait for the whole log, then for an overview made after it, then let the screen redraw."""
+    app = pilot.app
+    for _ in range(400):
+        screen = app.screen_stack[-1] if len(app.screen_stack) > 1 else None
+        if isinstance(screen, DashboardScreen) and screen.overview is not None and \
+                "exited 0" in screen.query_one(LogPanel).text().split("seed1")[-1]:
+            break
+        await pilot.pause(0.05)
+    else:
+        raise AssertionError("dashboard never settled")
+    await fresh_overview(pilot, screen)
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
+
+
+async def fresh_overview(pilot: Pilot[None], screen: DashboardScreen) -> None:
+    """Refresh (`r`) and wait until an overview made after the log was read is applied and every table is sized.
+
+    The log poll stores its findings; only the next overview shows them, and refilling a table resets its
+    column widths until the app is idle. An overview that started before the log was read to its end could
+    still be refilling the checklist when the screenshot is taken.
+    """
+    shown = screen.overview
+    await pilot.press("r")
+    for _ in range(400):
+        if screen.overview is not shown and all(sized(table) for table in screen.query(DataTable)):
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("no fresh overview after the log was read")
+
+
+def sized(table: DataTable[Any]) -> bool:
+    """Every column is as wide as its widest cell: DataTable measures new rows only when the app is idle, which
+    under load can come after the first paint (the snapshot would show columns as narrow as their labels)."""
+    if table._require_update_dimensions:
+        return False
+    for index, column in enumerate(table.ordered_columns):
+        cells = table.get_column_at(index) if table.row_count else []
+        widest = max((cell.cell_len if isinstance(cell, Text) else cell_len(str(cell)) for cell in cells), default=0)
+        if column.content_width < widest:
+            return False
+    return True
+
+
+async def wait_for(pilot: Pilot[None], ready: Callable[[Pilot[None]], bool], what: str) -> None:
+    """Pause until `ready` holds: a fixed pause after a key is too short on a loaded machine."""
+    for _ in range(400):
+        if ready(pilot):
+            return
+        await pilot.pause(0.05)
+    raise AssertionError(f"{what} never happened")
+
+
+def panel_shown(panel_id: str) -> Callable[[Pilot[None]], bool]:
+    """The panel is the active one and laid out (it has a region on screen), its tables sized."""
+    def ready(pilot: Pilot[None]) -> bool:
+        screen = pilot.app.screen
+        if not isinstance(screen, DashboardScreen):
+            return False
+        panel = screen.query_one(f"#{panel_id}")
+        return panel.has_class("-active") and panel.region.area > 0 and \
+            not any(table._require_update_dimensions for table in panel.query(DataTable))
+    return ready
+
+
+def before(*keys: str, ready: Callable[[Pilot[None]], bool] | None = None,
+           then: Callable[[Pilot[None]], Awaitable[None]] | None = None) -> Callable[[Pilot[None]], Awaitable[None]]:
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        if keys:
+            await pilot.press(*keys)
+        if ready is not None:
+            await wait_for(pilot, ready, f"the screen after {keys}")
+        if then is not None:
+            await then(pilot)
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_dashboard_gate_closed(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """[gate closed] the run finished, nothing pulled: teardown greyed with its reasons."""
+    session = finished_session(tmp_path / "p", verified=False)
+    assert snap_compare(still_app(session), terminal_size=size, run_before=before())
+    session.close()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_dashboard_gate_open(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """[gate open] pulled and verified: every checkpoint verified, the teardown control enabled."""
+    session = finished_session(tmp_path / "p", verified=True)
+    assert snap_compare(still_app(session), terminal_size=size, run_before=before())
+    session.close()
+
+
+def test_checkpoints_tab_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """[checkpoints tab] number keys switch panels on a narrow terminal."""
+    session = finished_session(tmp_path / "p", verified=True)
+    assert snap_compare(still_app(session), terminal_size=(80, 24),
+                        run_before=before("2", ready=panel_shown("panel-checkpoints")))
+    session.close()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 32)], ids=["80x24", "100x32"])
+def test_teardown_modal_id_typed(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """[id typed] the confirmation with the instance id typed: Terminate enabled, nothing done yet."""
+    session = finished_session(tmp_path / "p", verified=True)
+
+    async def type_id(pilot: Pilot[None]) -> None:
+        for _ in range(200):
+            if isinstance(pilot.app.screen, TeardownScreen):
+                break
+            await pilot.pause(0.05)
+        screen = pilot.app.screen
+        assert isinstance(screen, TeardownScreen)
+        field = screen.query_one("#confirm-id", Input)
+        field.cursor_blink = False
+        field.focus()
+        await pilot.press(*screen.plan.provider_id)
+        await wait_for(pilot, lambda _: field.value == screen.plan.provider_id and
+                       not screen.query_one("#confirm", Button).disabled, "Terminate enabled by the typed id")
+
+    assert snap_compare(still_app(session), terminal_size=size, run_before=before("t", then=type_id))
+    assert (tmp_path / "p" / ".rgt" / "sim" / INSTANCE).is_dir()
+    session.close()
+
+
+def screen_is(kind: type) -> Callable[[Pilot[None]], bool]:
+    return lambda pilot: isinstance(pilot.app.screen, kind) and pilot.app.screen.region.area > 0
+
+
+def test_stop_confirmation_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """[stop] the plain confirmation of a reversible action: what still bills, focus on No."""
+    session = finished_session(tmp_path / "p", verified=False)
+    assert snap_compare(still_app(session), terminal_size=(80, 24),
+                        run_before=before("s", ready=screen_is(ConfirmScreen)))
+    assert (tmp_path / "p" / ".rgt" / "sim" / INSTANCE).is_dir()
+    session.close()
+
+
+def test_help_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """[?] keys and glossary."""
+    session = finished_session(tmp_path / "p", verified=False)
+    assert snap_compare(still_app(session), terminal_size=(80, 24), run_before=before("question_mark",
+                        ready=screen_is(HelpScreen)))
+    session.close()
+
+
+def oom_session(root: Path) -> Session:
+    oom_log = Path(__file__).parents[1] / "fixtures" / "logs" / "monitor" / "oom_after_training.log"
+    write_project(root, f"cat {oom_log}; exit 1", roster=("seed0",))
+    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+
+    async def prepare() -> None:
+        await session.create_instance(INSTANCE)
+        await session.launch(RUN)
+        await wait_for_liveness(session, states=("dead",))
+
+    asyncio.run(prepare())
+    return session
+
+
+async def settle_oom(pilot: Pilot[None]) -> None:
+    """The whole log read, the chart drawn, the findings listed, and the toasts gone."""
+    from remote_gpu_trainer.widgets.loss_chart import LossChart
+
+    app = pilot.app
+    for _ in range(400):
+        screen = app.screen_stack[-1] if len(app.screen_stack) > 1 else None
+        if isinstance(screen, DashboardScreen) and screen.overview is not None and \
+                "exited 1" in screen.query_one(LogPanel).text() and \
+                screen.query_one(LossChart).shown_points() == 40 and \
+                screen.query_one("#checklist", DataTable).row_count > 0:
+            break
+        await pilot.pause(0.05)
+    else:
+        raise AssertionError("dashboard never settled")
+    await fresh_overview(pilot, screen)
+    app.clear_notifications()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_oom_log_chart_and_findings(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """[log + findings] a run that died of CUDA OOM: loss chart, the traceback in the log, S01/S03/S02 listed."""
+    session = oom_session(tmp_path / "p")
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle_oom(pilot)
+        if size == (80, 24):
+            await pilot.press("3")
+            await wait_for(pilot, panel_shown("panel-log"), "the log panel after 3")
+        await pilot.pause()
+
+    assert snap_compare(still_app(session), terminal_size=size, run_before=run_before)
