@@ -16,8 +16,8 @@ import json
 from typing import Any, TypeVar
 
 from remote_gpu_trainer.clock import iso_z
-from remote_gpu_trainer.services.overview import Overview, RunView
 from remote_gpu_trainer.text import duration, escape_control, money, short_hash, size
+from remote_gpu_trainer.views import Overview, RunView
 
 SCHEMA = "rgt-report/v1"
 FORMATS = ("text", "markdown", "json")

@@ -28,8 +28,8 @@ from remote_gpu_trainer.text import escape_control
 if TYPE_CHECKING:
     from remote_gpu_trainer.audits.env_audit import AuditRow
     from remote_gpu_trainer.services.log_monitor import Alert
-    from remote_gpu_trainer.services.overview import Overview
     from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.views import Overview
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events", "trust",
          "help")

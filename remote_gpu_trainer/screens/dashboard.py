@@ -26,8 +26,8 @@ from remote_gpu_trainer.screens.teardown import TeardownScreen
 from remote_gpu_trainer.services import checklist, teardown
 from remote_gpu_trainer.services.evidence import PullProgress
 from remote_gpu_trainer.services.log_monitor import Alert
-from remote_gpu_trainer.services.overview import Overview, RunView
 from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.views import Overview, RunView
 from remote_gpu_trainer.widgets.checklist_panel import ChecklistPanel
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 from remote_gpu_trainer.widgets.glyphs import plain

@@ -14,8 +14,8 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from remote_gpu_trainer.services.teardown import TeardownPlan
 from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.views import TeardownPlan
 
 
 class TeardownScreen(ModalScreen[str | None]):

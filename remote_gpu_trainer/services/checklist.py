@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from remote_gpu_trainer.audits.checklist import CHECKS, ChecklistFacts
 from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.views import ChecklistItem
 
 TICK_STATUSES = ("open", "ticked", "not_applicable")
-
-
-@dataclass(frozen=True)
-class ChecklistItem:
-    id: str
-    kind: str  # auto | tick
-    title: str
-    status: str  # auto: pass | findings | skipped; tick: open | ticked | not_applicable
-    note: str
 
 
 def load_items() -> list[dict[str, Any]]:

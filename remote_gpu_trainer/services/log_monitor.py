@@ -34,6 +34,7 @@ from remote_gpu_trainer.services.launch import CELL_STARTED
 from remote_gpu_trainer.services.log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
 from remote_gpu_trainer.state.db import LogFinding, StateDB
 from remote_gpu_trainer.text import duration
+from remote_gpu_trainer.views import LogLineView
 
 T = TypeVar("T")
 _CELL_MARKER = re.compile("^" + re.escape(CELL_STARTED).replace(re.escape("{cell}"), r"(\S+)") + "$")
@@ -44,15 +45,6 @@ CHART_POINTS = 600  # the chart is thinned to about this many points
 NOTIFY_FROM = "warn"  # info rows go to the findings list only
 INLINE_LINES = 500  # smaller chunks are digested on the event loop: a thread hop would cost more
 BACKFILL_BYTES = 256 << 10  # what a newly opened log view shows of lines read before it opened
-
-
-@dataclass(frozen=True)
-class LogLineView:
-    """A line as the log view shows it: its number in the file and the worst signature it raised."""
-
-    line_no: int
-    text: str
-    level: str | None = None
 
 
 @dataclass(frozen=True)

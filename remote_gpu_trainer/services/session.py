@@ -52,7 +52,9 @@ from remote_gpu_trainer.services.meter import (
     held_storage,
     reported_since,
 )
-from remote_gpu_trainer.services.overview import (
+from remote_gpu_trainer.state.db import Snapshot, StateDB
+from remote_gpu_trainer.text import describe_gpus
+from remote_gpu_trainer.views import (
     ActionView,
     CheckpointView,
     FindingView,
@@ -61,8 +63,6 @@ from remote_gpu_trainer.services.overview import (
     Overview,
     RunView,
 )
-from remote_gpu_trainer.state.db import Snapshot, StateDB
-from remote_gpu_trainer.text import describe_gpus
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.providers.registry import AnyProvider

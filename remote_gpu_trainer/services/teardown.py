@@ -22,35 +22,12 @@ from remote_gpu_trainer.services import evidence
 from remote_gpu_trainer.services import gate as box_gate
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.text import short_hash, size
+from remote_gpu_trainer.views import TeardownPlan
 
 MAX_LISTED = 4
 POLL_START_S = 0.2
 POLL_MAX_S = 30.0
 POLL_GIVE_UP_S = 600.0
-
-
-@dataclass(frozen=True)
-class TeardownPlan:
-    instance: str
-    provider_id: str
-    action_id: str
-    action_label: str
-    runs: tuple[str, ...]
-    gated: bool  # irreversible or destroying: the full gate and the typed id; otherwise a plain confirmation
-    gate_open: bool
-    reasons: tuple[str, ...]
-    lines: tuple[str, ...]
-    warnings: tuple[str, ...] = ()  # e.g. the box did not answer, so its manifest was not re-read
-    irreversible: bool = True  # what the modal's title says; from the profile's action
-
-    @property
-    def enabled(self) -> bool:
-        """The one answer the modal's confirm button, Enter and the service's own refusal agree on."""
-        return self.gate_open
-
-    @property
-    def why_not(self) -> str:
-        return "; ".join(self.reasons[:2])
 
 
 @dataclass(frozen=True)

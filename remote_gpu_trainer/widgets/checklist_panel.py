@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from remote_gpu_trainer.services.overview import RunView
+from remote_gpu_trainer.views import RunView
 from remote_gpu_trainer.widgets.glyphs import badge
 from remote_gpu_trainer.widgets.stable_table import StableTable
 

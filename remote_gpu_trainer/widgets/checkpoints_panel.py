@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import DataTable, ProgressBar, Static
 
-from remote_gpu_trainer.services.overview import RunView
+from remote_gpu_trainer.views import RunView
 from remote_gpu_trainer.widgets.glyphs import badge, plain, short_hash, size
 from remote_gpu_trainer.widgets.stable_table import StableTable
 

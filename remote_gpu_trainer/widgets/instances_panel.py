@@ -6,8 +6,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Button, Static
 
-from remote_gpu_trainer.services.overview import Overview
 from remote_gpu_trainer.text import duration
+from remote_gpu_trainer.views import Overview
 from remote_gpu_trainer.widgets.glyphs import badge, money, plain
 from remote_gpu_trainer.widgets.stable_table import StableTable
 

@@ -15,8 +15,8 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Input, RichLog, Static
 
-from remote_gpu_trainer.services.log_monitor import LogLineView
 from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.views import LogLineView
 from remote_gpu_trainer.widgets.loss_chart import LossChart
 
 MAX_LINES = 5000

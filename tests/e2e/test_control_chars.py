@@ -20,23 +20,23 @@ import pytest
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
-from remote_gpu_trainer.audits.env_audit import AuditRow
 from remote_gpu_trainer.audits.log.lines import LineSplitter
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.report import render
-from remote_gpu_trainer.services.checklist import ChecklistItem
-from remote_gpu_trainer.services.log_monitor import LogLineView
-from remote_gpu_trainer.services.overview import (
+from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.text import escape_control, has_control
+from remote_gpu_trainer.views import (
+    AuditRow,
+    ChecklistItem,
     CheckpointView,
     FindingView,
     GateView,
     InstanceView,
+    LogLineView,
     Overview,
     RunView,
 )
-from remote_gpu_trainer.services.session import Session
-from remote_gpu_trainer.state.db import StateDB
-from remote_gpu_trainer.text import escape_control, has_control
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 from remote_gpu_trainer.widgets.instances_panel import InstancesPanel
 from remote_gpu_trainer.widgets.log_panel import LogPanel

@@ -11,8 +11,8 @@ import pytest
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.config import load_project
 from remote_gpu_trainer.report import render
-from remote_gpu_trainer.services.overview import Overview
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.views import Overview
 from support.helpers import HUNG, INSTANCE, RUN, launched_and_finished, two_box_project
 from support.tui_helpers import dashboard, wait_until
 

@@ -1,0 +1,207 @@
+"""The view dataclasses every face renders: the dashboard's panels and modals, the CLI and `--report`.
+
+A view is data only: no I/O, no services, no Textual. The services build them (services/overview.py
+for the dashboard and the report, services/teardown.py for the teardown plan); the widgets and the
+report only lay them out, so a number shown in one face is the number shown in every other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+
+SEVERITY_ORDER = {"critical": 0, "error": 1, "warn": 2, "info": 3}
+
+
+@dataclass(frozen=True)
+class InstanceView:
+    name: str
+    provider: str
+    id: str
+    state: str
+    gpu: str
+    price_per_hour: float | None
+    price_source: str
+    billing: str
+    cost_so_far: float
+    burn_per_hour: float
+    estimate: bool
+    verified_month: str
+    stale: bool
+    currency: str = "USD"
+    since_finished: float = 0.0
+    note: str = ""  # why the state is what it is, e.g. the transport error behind `unknown`
+    eta_s: float | None = None  # the longest ETA of the runs training on it
+    drift: str = ""  # the API bills another price than the quoted one (meter PriceDrift text)
+    facts_age: str = ""  # the profile's billing facts: oldest verified month, its age, unstamped count
+    cost_to_finish: float | None = None  # ETA × burn rate
+
+
+@dataclass(frozen=True)
+class CheckpointView:
+    path: str
+    bytes: int | None
+    sha256: str | None
+    status: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class GateView:
+    open: bool
+    action: str
+    destroys: tuple[str, ...]
+    reasons: tuple[str, ...]
+    evidence_ok: bool = False  # G1-G5 hold: the local copy is verified, whatever the profile can tear down
+
+
+@dataclass(frozen=True)
+class ActionView:
+    """A box action (terminate, stop) as every face offers it: the button, the key binding, the command
+    palette and the modal all read these fields, decided once in services.actions (and, at action time,
+    by the teardown plan that carries the same fields)."""
+
+    action_id: str
+    label: str
+    offered: bool  # a control is shown at all: writable session, the box not gone, the profile has it
+    enabled: bool
+    irreversible: bool
+    reasons: tuple[str, ...] = ()  # why it is not enabled; empty when it is
+
+    @property
+    def why_not(self) -> str:
+        """The reasons in one line, for a tooltip, a palette entry or a toast."""
+        shown = "; ".join(self.reasons[:3])
+        return shown + (" …" if len(self.reasons) > 3 else "")
+
+
+NO_ACTION = ActionView("terminate", "Terminate", offered=False, enabled=False, irreversible=True,
+                       reasons=("no run selected",))
+
+
+@dataclass(frozen=True)
+class FindingView:
+    id: str
+    check: str
+    severity: str
+    status: str
+    message: str
+    fix: str = ""  # the signature's suggested fix (log findings)
+    count: int = 1  # how often it fired
+    evidence: str = ""  # the line (or the rule's numbers) that fired it
+
+
+@dataclass(frozen=True)
+class ChecklistItem:
+    id: str
+    kind: str  # auto | tick
+    title: str
+    status: str  # auto: pass | findings | skipped; tick: open | ticked | not_applicable
+    note: str
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One row of the §4 table: `id` is the table's row number, `check` a stable slug."""
+
+    id: int
+    check: str
+    status: str  # pass | warn | fail | skipped
+    detail: str
+
+
+@dataclass(frozen=True)
+class ChecklistRow:
+    """One row of the checklist panel: a log finding, a checklist item or an environment row, with the key
+    the dashboard's actions look it up by and the full text shown under the table when it is highlighted."""
+
+    key: str
+    status: str  # the word its badge shows
+    label: str
+    note: str
+    describe: str
+
+
+@dataclass(frozen=True)
+class RunView:
+    id: str
+    instance: str
+    evidence_state: str
+    liveness: str
+    liveness_detail: str
+    checkpoints: tuple[CheckpointView, ...]
+    gate: GateView
+    findings: tuple[FindingView, ...]
+    checklist: tuple[ChecklistItem, ...]
+    log: str
+    metric: str | None = None
+    environment: tuple[AuditRow, ...] = ()  # the last phase-0 audit of the run's instance
+    step: int | None = None  # the training step parsed from the log
+    total_steps: int | None = None
+    eta_s: float | None = None  # seconds to the end of training at the current step rate
+    teardown: ActionView = NO_ACTION  # the instance's terminate control
+    stop: ActionView = dataclasses.replace(NO_ACTION, action_id="stop", label="Stop", irreversible=False)
+    other_notes: tuple[str, ...] = ()  # why other boxes read unknown, shown under the instances table
+
+    def sorted_findings(self) -> list[FindingView]:
+        """Worst first, then by id (ux.md §8): the same order in every report format and in the TUI."""
+        return sorted(self.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
+
+    def finding(self, finding_id: str | None) -> FindingView | None:
+        return next((f for f in self.findings if f.id == finding_id), None)
+
+    def checklist_item(self, item_id: str | None) -> ChecklistItem | None:
+        return next((c for c in self.checklist if c.id == item_id), None)
+
+
+@dataclass(frozen=True)
+class Overview:
+    project: str
+    generated_at: datetime
+    currency: str
+    total: float
+    burn_per_hour: float
+    instances: tuple[InstanceView, ...]
+    runs: tuple[RunView, ...]
+    read_only: bool = False
+    alerts: tuple[str, ...] = field(default_factory=tuple)
+
+    def run(self, run_id: str) -> RunView | None:
+        return next((r for r in self.runs if r.id == run_id), None)
+
+    def instance(self, name: str) -> InstanceView | None:
+        return next((i for i in self.instances if i.name == name), None)
+
+
+@dataclass(frozen=True)
+class LogLineView:
+    """A line as the log view shows it: its number in the file and the worst signature it raised."""
+
+    line_no: int
+    text: str
+    level: str | None = None
+
+
+@dataclass(frozen=True)
+class TeardownPlan:
+    instance: str
+    provider_id: str
+    action_id: str
+    action_label: str
+    runs: tuple[str, ...]
+    gated: bool  # irreversible or destroying: the full gate and the typed id; otherwise a plain confirmation
+    gate_open: bool
+    reasons: tuple[str, ...]
+    lines: tuple[str, ...]
+    warnings: tuple[str, ...] = ()  # e.g. the box did not answer, so its manifest was not re-read
+    irreversible: bool = True  # what the modal's title says; from the profile's action
+
+    @property
+    def enabled(self) -> bool:
+        """The one answer the modal's confirm button, Enter and the service's own refusal agree on."""
+        return self.gate_open
+
+    @property
+    def why_not(self) -> str:
+        return "; ".join(self.reasons[:2])
