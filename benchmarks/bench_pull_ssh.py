@@ -43,7 +43,8 @@ sys.path.insert(0, str(REPO))
 from sshd_fixtures import Sshd, settings_for, start_sshd  # noqa: E402
 
 from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig  # noqa: E402
-from remote_gpu_trainer.providers.transports.ssh import SSHPool, SSHSettings, SSHTransport  # noqa: E402
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport  # noqa: E402
+from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSettings  # noqa: E402
 from remote_gpu_trainer.services import evidence  # noqa: E402
 from remote_gpu_trainer.state.db import StateDB  # noqa: E402
 

@@ -12,7 +12,7 @@ import asyncio
 
 from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, table_line
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.providers.transports.ssh import SSHSettings, Target, _resolve
+from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings, Target, resolve_target
 
 SSH_HOST_PROVIDERS = ("ssh", "slurm")  # a Slurm instance's host is its login node, reached over SSH
 DEFAULT_PORT = 22
@@ -25,7 +25,7 @@ async def ssh_endpoint(host: str, settings: SSHSettings) -> tuple[str, int]:
     never fails for a reason the connection itself would report better."""
     target = Target.parse(host)
     try:
-        resolved = await _resolve(target, settings)
+        resolved = await resolve_target(target, settings)
         name, port = resolved.host, resolved.port
     except ConfigError:
         name, port = target.host, target.port or DEFAULT_PORT

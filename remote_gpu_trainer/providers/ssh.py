@@ -19,7 +19,9 @@ from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
 from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.profiles import Profile, load_profile
 from remote_gpu_trainer.providers.base import InstanceStatus
-from remote_gpu_trainer.providers.transports.ssh import HostKeyUnknown, SSHPool, SSHSettings, SSHTransport
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
+from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSettings
 
 REACH_TIMEOUT_S = 10.0
 TEARDOWN_COMMAND_TIMEOUT_S = 120.0

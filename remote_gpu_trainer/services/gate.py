@@ -47,7 +47,7 @@ async def box_key(instance: InstanceConfig, provider_id: str, state_dir: Path) -
     really connects to (an alias resolved through ssh config; the login user does not change the machine)."""
     if instance.provider in SSH_PROVIDERS and instance.host and instance.host not in LOCAL_HOSTS:
         from remote_gpu_trainer.providers.box_identity import ssh_endpoint  # asyncssh only for SSH boxes
-        from remote_gpu_trainer.providers.transports.ssh import SSHSettings
+        from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings
 
         name, port = await ssh_endpoint(instance.host, SSHSettings(known_hosts_file=state_dir / "known_hosts"))
         return f"ssh:{name}:{port}"

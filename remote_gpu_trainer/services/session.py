@@ -66,7 +66,7 @@ from remote_gpu_trainer.views import (
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.providers.registry import AnyProvider
-    from remote_gpu_trainer.providers.transports.ssh import HostKeyUnknown
+    from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
 
 T = TypeVar("T")
 PROVIDER_TIMEOUT_S = 20.0
@@ -247,7 +247,7 @@ class Session:
         if fingerprint.strip() != presented.fingerprint_sha256:
             raise RgtError(f"instances.{name}: the host presents {presented.fingerprint_sha256}, not "
                            f"{fingerprint.strip()}: nothing was trusted")
-        from remote_gpu_trainer.providers.transports.ssh import (
+        from remote_gpu_trainer.providers.transports.ssh_hostkeys import (
             accept_host_key,  # asyncssh only when a host key is trusted
         )
 

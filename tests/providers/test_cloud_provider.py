@@ -20,7 +20,8 @@ from remote_gpu_trainer.providers.cloud.client import UnsupportedAction
 from remote_gpu_trainer.providers.cloud.provider import CLIENTS, CloudProvider
 from remote_gpu_trainer.providers.cloud.types import GpuRequest
 from remote_gpu_trainer.providers.registry import CLOUD_PROVIDERS, provider_for
-from remote_gpu_trainer.providers.transports.ssh import HostKeyUnknown, SSHTransport, accept_host_key
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown, accept_host_key
 from support import fake_clouds
 from support.fake_clouds import (
     FAKE_KEY,

@@ -22,17 +22,9 @@ import pytest
 from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, TransportError
 from remote_gpu_trainer.providers.ssh import SSHProvider
-from remote_gpu_trainer.providers.transports.ssh import (
-    AuthFailed,
-    Backoff,
-    HostKeyMismatch,
-    HostKeyUnknown,
-    SSHPool,
-    SSHSettings,
-    SSHTransport,
-    Target,
-    accept_host_key,
-)
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyMismatch, HostKeyUnknown, accept_host_key
+from remote_gpu_trainer.providers.transports.ssh_pool import AuthFailed, Backoff, SSHPool, SSHSettings, Target
 from support.sshd_fixtures import Sshd, free_port, session_pid, settings_for, write_key
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -20,7 +20,8 @@ import pytest
 
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.providers.transports.ssh import SSHPool, SSHTransport
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool
 
 
 @dataclass

@@ -21,7 +21,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from remote_gpu_trainer.providers.transports.ssh import Backoff, SSHPool, SSHSettings, SSHTransport
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_pool import Backoff, SSHPool, SSHSettings
 
 SSHD = Path("/usr/sbin/sshd")
 PRIVSEP_DIR = Path("/run/sshd")

@@ -37,7 +37,9 @@ from remote_gpu_trainer.providers.cloud.credentials import ApiKey, CredentialsMi
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, StorageBilling, TeardownOutcome
 from remote_gpu_trainer.providers.ssh import SSHProvider
-from remote_gpu_trainer.providers.transports.ssh import HostKeyUnknown, SSHPool, SSHSettings, SSHTransport, Target
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
+from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSettings, Target
 
 # The only per-provider mapping: profile id → (module under providers/cloud, client class, extra options).
 # Modules are imported on first use, so a project on one cloud never loads the other four clients.

@@ -15,7 +15,9 @@ from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.profiles import Profile, load_profile
 from remote_gpu_trainer.providers.base import InstanceStatus, Transport
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.providers.transports.ssh import HostKeyUnknown, SSHPool, SSHSettings, SSHTransport
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
+from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSettings
 
 REACH_TIMEOUT_S = 15.0
 

@@ -1,18 +1,11 @@
 """The SSH transport: the Transport protocol over one multiplexed asyncssh connection per host.
 
 It implements exactly what LocalTransport implements, so every service (runner, watcher, evidence) works
-unchanged over SSH and both pass the same contract tests. Why it is built the way it is (remote-ops.md):
+unchanged over SSH and both pass the same contract tests. The connection pool and its reconnects live in
+ssh_pool.py, host-key checking in ssh_hostkeys.py. Why it is built the way it is (remote-ops.md):
 
-- §1 One connection per host, shared through a pool, with keepalive 10 s x 3 and a 15 s connect timeout;
-  commands and SFTP are channels on it. A lost connection is re-made by the next call, a few quick tries
-  and then a growing cool-down, so a dead box is not hammered (sshd MaxStartups, fail2ban). Every failure
-  is a TransportError: liveness becomes `unknown`, never `dead`. A command is never re-sent once it may
-  have started; only a channel that never opened, or an idempotent read, is tried again.
-- §2 Host keys are checked strictly and never written to the user's files: a host the user's
-  ~/.ssh/known_hosts knows must match it; otherwise rgt's own known_hosts file decides. An unknown key
-  raises HostKeyUnknown with the fingerprint so the UI can ask once (accept_host_key records it); a changed
-  key raises HostKeyMismatch naming both fingerprints. Authentication and host-key failures are not
-  flakiness: they are raised at once, never retried, with no fallback.
+- §1 A command is never re-sent once it may have started; only a channel that never opened, or an
+  idempotent read, is tried again.
 - §6 Detached launch reuses providers.detach, so the wrapper starts in its own session and survives the
   connection; a run() that times out kills its whole remote process group, not just the channel.
 - §8 Pulls read over SFTP from any offset (resumable), with the next chunk already in flight while the
@@ -25,50 +18,36 @@ import asyncio
 import contextlib
 import errno
 import posixpath
-import random
 import re
 import secrets
 import shlex
 import stat as stat_module
-import time
-import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import asyncssh
 
-from remote_gpu_trainer.clock import iso_offset, utc_now
-from remote_gpu_trainer.errors import ConfigError, HostKeyChanged, TransportError
-from remote_gpu_trainer.fsutil import atomic_write
+from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.base import CommandResult, RemoteStat
 from remote_gpu_trainer.providers.transports.detach import launch_with_setsid
+from remote_gpu_trainer.providers.transports.ssh_pool import (
+    CLOSE_TIMEOUT_S,
+    DEFAULT_POOL,
+    Link,
+    SSHPool,
+    SSHSettings,
+    Target,
+    reconnect,
+)
 
-__all__ = [
-    "DEFAULT_POOL", "AuthFailed", "Backoff", "HostKeyMismatch", "HostKeyUnknown", "SSHPool", "SSHSettings",
-    "SSHTransport", "Target", "accept_host_key", "known_hosts_pattern",
-]
+__all__ = ["NoSFTP", "SSHTransport"]
 
-DEFAULT_PORT = 22
 CHUNK = 4 << 20
-# OpenSSH allows 10 sessions per connection (MaxSessions): 8 commands, the SFTP session, and one spare
-# for killing a timed-out command's process group.
-MAX_COMMANDS = 8
 READ_AHEAD = 8 << 20  # bytes of SFTP reads kept in flight by read_chunks
 SFTP_READ_FALLBACK = 32 << 10  # the read size every SFTP server must serve, when it states no limit
 SHA256_TIMEOUT_S = 3600.0
 KILL_TIMEOUT_S = 10.0
-CLOSE_TIMEOUT_S = 5.0
-# Bigger SSH packets and a deeper window cut the per-packet Python work that bounds pull throughput;
-# both are advertised limits the server may lower, never raise.
-WINDOW = 8 << 20
-MAX_PKTSIZE = 256 << 10
-# AES-GCM first: one AEAD call per packet (AES-NI), where chacha20-poly1305 costs two in asyncssh.
-CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com",
-           "aes128-ctr", "aes256-ctr")
 
 _PID_MARK = b"__rgt_pid__="
 _NOCWD_MARK = b"__rgt_nocwd__"
@@ -77,442 +56,8 @@ _SHA256_LINE = re.compile(rb"^\\?([0-9a-f]{64})\s", re.MULTILINE)
 T = TypeVar("T")
 
 
-# -- errors ------------------------------------------------------------------------------------------------
-
-class HostKeyUnknown(TransportError):
-    """First contact with a host no known_hosts file lists. Only the key exchange happened (no login):
-    the UI shows the fingerprint, asks once, and calls accept_host_key with `key`."""
-
-    def __init__(self, host: str, port: int, key: asyncssh.SSHKey, known_hosts_file: Path) -> None:
-        self.host = host
-        self.port = port
-        self.key = key
-        self.key_type = key.get_algorithm()
-        self.fingerprint_sha256 = key.get_fingerprint("sha256")
-        self.known_hosts_file = known_hosts_file
-        super().__init__(
-            f"{_endpoint(host, port)}: unknown host key {self.key_type} {self.fingerprint_sha256}: compare it "
-            f"with the provider's console, then accept it to record it in {known_hosts_file}")
-
-
-class HostKeyMismatch(HostKeyChanged):
-    """The host presented a key other than the recorded one: refused before any login, nothing rewritten.
-
-    Rented hosts reuse host:port after a re-create, so this can be legitimate; only the user may decide
-    (accept_host_key(..., replace=True) after confirming the new fingerprint)."""
-
-    def __init__(self, host: str, port: int, expected: Sequence[str], presented: asyncssh.SSHKey | None,
-                 source: Path) -> None:
-        self.host = host
-        self.port = port
-        self.expected_fingerprints = list(expected)
-        self.presented_key = presented
-        self.presented_fingerprint = presented.get_fingerprint("sha256") if presented else None
-        self.key_type = presented.get_algorithm() if presented else None
-        self.source = source
-        shown = f"{self.key_type} {self.presented_fingerprint}" if presented else "an unreadable key"
-        super().__init__(
-            f"{_endpoint(host, port)}: HOST KEY CHANGED: it presented {shown}, {source} expects "
-            f"{', '.join(self.expected_fingerprints)}; refusing to connect. If the instance was re-created, "
-            f"confirm the new fingerprint (ideally on the provider's console) before replacing the "
-            f"{known_hosts_pattern(host, port)} entry")
-
-
 class NoSFTP(TransportError):
     """The box refused the sftp subsystem (file transfers cannot work; commands still may)."""
-
-
-class AuthFailed(TransportError):
-    """The server refused every key offered. Not flakiness: never retried, the user must fix the keys."""
-
-    def __init__(self, user: str, host: str, port: int) -> None:
-        self.user = user
-        self.host = host
-        self.port = port
-        super().__init__(
-            f"{user}@{_endpoint(host, port)}: authentication refused: check the IdentityFile in your ssh "
-            "config, the ssh-agent, and the public key in the box's authorized_keys")
-
-
-# -- what to connect to, and how ---------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Target:
-    """What the user wrote in rgt.toml: an ssh-config alias or `user@host[:port]`; ssh config fills in the
-    rest (HostName, User, Port, IdentityFile, ProxyJump) exactly as `ssh` would."""
-
-    host: str
-    user: str | None = None
-    port: int | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> Target:
-        value = text.strip()
-        user, _, rest = value.rpartition("@")
-        host, port_text = rest, ""
-        if rest.startswith("["):
-            host, _, tail = rest[1:].partition("]")
-            if tail and not tail.startswith(":"):
-                raise ConfigError(f"ssh target {text!r}: expected [host]:port")
-            port_text = tail[1:]
-        elif rest.count(":") == 1:
-            host, port_text = rest.split(":")
-        if not host or any(char.isspace() for char in value) or "@" in user:
-            raise ConfigError(f"ssh target {text!r}: expected an ssh config alias or user@host[:port]")
-        if port_text and not (port_text.isdigit() and 0 < int(port_text) < 65536):
-            raise ConfigError(f"ssh target {text!r}: port must be a number from 1 to 65535")
-        return cls(host, user or None, int(port_text) if port_text else None)
-
-    def __str__(self) -> str:
-        user = f"{self.user}@" if self.user else ""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{user}{host}:{self.port}" if self.port else f"{user}{host}"
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """How a lost connection is re-made: `attempts` quick tries inside one call (delays growing from
-    `first_delay`), then a cool-down from `cooldown_first` to `cooldown_max` with jitter during which calls
-    fail at once with 'unreachable'. `sleep` and `clock` are injectable so tests run in milliseconds."""
-
-    attempts: int = 3
-    first_delay: float = 1.0
-    factor: float = 2.0
-    max_delay: float = 8.0
-    cooldown_first: float = 15.0
-    cooldown_max: float = 300.0
-    jitter: float = 0.1
-    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    clock: Callable[[], float] = time.monotonic
-
-    def delay(self, retry: int) -> float:
-        """Seconds before retry number `retry` (0-based) within one call."""
-        return self._jittered(min(self.first_delay * self.factor ** retry, self.max_delay))
-
-    def cooldown(self, failures: int) -> float:
-        """Seconds to stay away after `failures` consecutive failed rounds."""
-        return self._jittered(min(self.cooldown_first * self.factor ** max(failures - 1, 0), self.cooldown_max))
-
-    def _jittered(self, base: float) -> float:
-        return max(0.0, base * (1.0 + random.uniform(-self.jitter, self.jitter)))
-
-
-@dataclass(frozen=True)
-class SSHSettings:
-    """Everything a connection reads from this machine; every path is injectable (tests never touch ~/.ssh).
-
-    known_hosts_file: rgt's own file (e.g. <project>/.rgt/known_hosts), the only one rgt ever writes.
-    user_known_hosts: read-only; a host listed there must match it.
-    config_paths: ssh client config files; None means ~/.ssh/config, as ssh does; () means none.
-    client_keys: private key files; None means IdentityFile from the config, else ~/.ssh/id_*.
-    use_agent: offer the ssh-agent's keys (SSH_AUTH_SOCK or IdentityAgent).
-    """
-
-    known_hosts_file: Path
-    user_known_hosts: tuple[Path, ...] = (Path("~/.ssh/known_hosts"),)
-    config_paths: tuple[Path, ...] | None = None
-    client_keys: tuple[Path, ...] | None = None
-    use_agent: bool = True
-    connect_timeout: float = 15.0
-    keepalive_interval: float = 10.0
-    keepalive_count_max: int = 3
-    backoff: Backoff = field(default_factory=Backoff)
-
-
-# -- host keys ---------------------------------------------------------------------------------------------
-
-def known_hosts_pattern(host: str, port: int) -> str:
-    """The known_hosts host field, as OpenSSH writes it (`host` on 22, `[host]:port` otherwise), so rgt's
-    file also works as a UserKnownHostsFile for plain ssh."""
-    return host if port == DEFAULT_PORT else f"[{host}]:{port}"
-
-
-def accept_host_key(known_hosts_file: Path, host: str, port: int, key: asyncssh.SSHKey, *,
-                    replace: bool = False, instance_id: str | None = None,
-                    now: datetime | None = None) -> dict[str, Any]:
-    """Record `key` for host:port in rgt's own known_hosts file (trust on first use) and return the receipt.
-
-    Idempotent for the same key. A different key already recorded for that host:port is refused with
-    HostKeyMismatch unless `replace` is set (after the user confirmed a re-created instance); then only
-    that entry is replaced. The user's ~/.ssh/known_hosts is never touched.
-    """
-    pattern = known_hosts_pattern(host, port)
-    entry = f"{pattern} {_public_key_text(key)}"
-    lines = _read_lines(known_hosts_file)
-    recorded = [line for line in lines if line.split(maxsplit=1)[:1] == [pattern]]
-    if entry not in recorded:
-        if recorded and not replace:
-            raise HostKeyMismatch(host, port, [_line_fingerprint(line) for line in recorded], key,
-                                  known_hosts_file)
-        kept = [line for line in lines if line not in recorded] if replace else lines
-        known_hosts_file.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(known_hosts_file, "".join(f"{line}\n" for line in [*kept, entry]).encode("utf-8"))
-    receipt: dict[str, Any] = {
-        "host": host, "port": port, "key_type": key.get_algorithm(),
-        "fingerprint_sha256": key.get_fingerprint("sha256"),
-        "observed_at": iso_offset(now or utc_now()), "first_contact_authenticated": False,
-    }
-    if instance_id is not None:
-        receipt["instance_id"] = instance_id
-    return receipt
-
-
-@dataclass
-class _Lookup:
-    host: str
-    port: int
-    keys: list[asyncssh.SSHKey]
-    source: Path
-
-
-class _HostKeyPolicy:
-    """The `known_hosts` callable handed to asyncssh: trusted keys for the host actually connected to
-    (after ssh config resolved the alias). The user's files win when they list the host at all; rgt's
-    file is consulted only otherwise. Files are re-read on every connect, so an accepted key counts at
-    once. The lookup is kept to tell an unknown key from a changed one afterwards."""
-
-    def __init__(self, settings: SSHSettings) -> None:
-        self._user_files = [path.expanduser() for path in settings.user_known_hosts]
-        self._rgt_file = settings.known_hosts_file
-        self.lookups: list[_Lookup] = []
-
-    def __call__(self, host: str, addr: str, port: int | None) -> tuple[Sequence[Any], ...]:
-        result = _match_known_hosts(self._user_files, host, port)
-        source = self._user_files[0] if self._user_files else self._rgt_file
-        if not (result[0] or result[1]):
-            result = _match_known_hosts([self._rgt_file], host, port)
-            source = self._rgt_file
-        self.lookups.append(_Lookup(host, port or DEFAULT_PORT, list(result[0]), source))
-        return result[0], result[1], result[2]
-
-    @property
-    def last(self) -> _Lookup | None:
-        return self.lookups[-1] if self.lookups else None
-
-
-def _match_known_hosts(paths: Sequence[Path], host: str, port: int | None) -> tuple[Sequence[Any], ...]:
-    """Keys for exactly this host and port. OpenSSH semantics: unlike asyncssh's public `match`, a port-22
-    entry is never borrowed for another port (rented boxes share a host name across many ports)."""
-    known = asyncssh.import_known_hosts("".join(_valid_known_hosts_lines(paths)))
-    return known._match(host, "", port)  # private on purpose: the public match() adds that fallback
-
-
-def _valid_known_hosts_lines(paths: Sequence[Path]) -> list[str]:
-    """Every line that parses; like ssh, one bad line never disables the rest of a user's file."""
-    lines: list[str] = []
-    for path in paths:
-        for line in _read_lines(path):
-            try:
-                asyncssh.import_known_hosts(line)
-            except (ValueError, asyncssh.KeyImportError):
-                continue
-            lines.append(line + "\n")
-    return lines
-
-
-def _read_lines(path: Path) -> list[str]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        raise TransportError(f"{path}: cannot read known hosts ({exc.strerror})") from None
-    return [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-
-
-def _public_key_text(key: asyncssh.SSHKey) -> str:
-    """`type base64`, without the comment, as known_hosts stores it."""
-    return " ".join(key.export_public_key("openssh").decode("ascii").split()[:2])
-
-
-def _line_fingerprint(line: str) -> str:
-    fields = line.split()
-    try:
-        return asyncssh.import_public_key(" ".join(fields[1:3])).get_fingerprint("sha256")
-    except (ValueError, asyncssh.KeyImportError):
-        return "an unreadable key"
-
-
-# -- the connection pool -----------------------------------------------------------------------------------
-
-class _Link:
-    """One host's connection and its SFTP session, shared by every transport for that target."""
-
-    def __init__(self) -> None:
-        self.conn: asyncssh.SSHClientConnection | None = None
-        self.sftp: asyncssh.SFTPClient | None = None
-        self.sftp_conn: asyncssh.SSHClientConnection | None = None
-        self.lock = asyncio.Lock()
-        self.sftp_lock = asyncio.Lock()
-        self.sessions = asyncio.Semaphore(MAX_COMMANDS)
-        self.failures = 0
-        self.retry_at = 0.0
-        self.down_since: datetime | None = None
-
-    def alive(self) -> bool:
-        return self.conn is not None and not self.conn.is_closed()
-
-    def forget_sftp(self) -> None:
-        self.sftp = self.sftp_conn = None
-
-    async def close(self) -> None:
-        conn, self.conn = self.conn, None
-        self.forget_sftp()
-        if conn is not None:
-            conn.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(conn.wait_closed(), CLOSE_TIMEOUT_S)
-
-
-class SSHPool:
-    """Connections keyed by (target, settings), one set per event loop (an asyncssh connection and its
-    locks belong to the loop that made them). Callers may own one; DEFAULT_POOL serves everyone else."""
-
-    def __init__(self) -> None:
-        self._links: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, _Link]] = (
-            weakref.WeakKeyDictionary())
-
-    def link(self, key: Hashable) -> _Link:
-        links = self._links.setdefault(asyncio.get_running_loop(), {})
-        return links.setdefault(key, _Link())
-
-    def discard(self, key: Hashable) -> _Link | None:
-        return self._links.get(asyncio.get_running_loop(), {}).pop(key, None)
-
-    async def close_all(self) -> None:
-        """Close every connection of the running loop (at application exit)."""
-        links = self._links.pop(asyncio.get_running_loop(), {})
-        for link in links.values():
-            await link.close()
-
-
-DEFAULT_POOL = SSHPool()
-
-
-# -- opening a connection ----------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class _Resolved:
-    """The target after ssh config: what is really connected to, for messages and ProxyJump."""
-
-    host: str
-    port: int
-    user: str
-    jump: str | None
-
-
-async def _open(target: Target, settings: SSHSettings) -> asyncssh.SSHClientConnection:
-    """Connect, through the ProxyJump hops if the config names any; every hop is held to the same
-    host-key policy (asyncssh's own ProxyJump would check hops against ~/.ssh/known_hosts only)."""
-    resolved = await _resolve(target, settings)
-    hop: asyncssh.SSHClientConnection | None = None
-    try:
-        for hop_text in resolved.jump.split(",") if resolved.jump else []:
-            hop_target = Target.parse(hop_text)
-            hop_resolved = await _resolve(hop_target, settings)
-            hop = await _connect_one(hop_target, hop_resolved, settings, hop)
-        return await _connect_one(target, resolved, settings, hop)
-    except BaseException:
-        if hop is not None:
-            hop.close()
-        raise
-
-
-async def _resolve(target: Target, settings: SSHSettings) -> _Resolved:
-    try:
-        options = await asyncssh.SSHClientConnectionOptions.construct(
-            config=_config_arg(settings), host=target.host, port=target.port or (),
-            username=target.user or (), known_hosts=b"", client_keys=None, agent_path=None,
-            x509_trusted_certs=None, x509_trusted_cert_paths=[])
-    except (OSError, ValueError, asyncssh.Error) as exc:
-        raise ConfigError(f"{target}: cannot read the ssh config: {exc}") from None
-    jump = options.tunnel if isinstance(options.tunnel, str) and options.tunnel.lower() != "none" else None
-    return _Resolved(options.host, options.port, options.username, jump)
-
-
-async def _connect_one(target: Target, resolved: _Resolved, settings: SSHSettings,
-                       tunnel: asyncssh.SSHClientConnection | None) -> asyncssh.SSHClientConnection:
-    policy = _HostKeyPolicy(settings)
-    endpoint = _endpoint(resolved.host, resolved.port)
-    where = str(target) if str(target).endswith(endpoint) else f"{target} ({endpoint})"
-    try:
-        conn = await asyncssh.connect(
-            target.host, target.port or (), tunnel=tunnel, username=target.user or (),
-            **_connect_options(settings, policy))
-    except asyncssh.HostKeyNotVerifiable:
-        raise await _host_key_error(target, settings, policy, tunnel) from None
-    except asyncssh.KeyExchangeFailed as exc:
-        if policy.last is not None and policy.last.keys:  # none of the recorded key types is offered
-            raise await _host_key_error(target, settings, policy, tunnel) from None
-        raise TransportError(f"{where}: key exchange failed: {exc.reason}") from None
-    except asyncssh.PermissionDenied:
-        raise AuthFailed(resolved.user, resolved.host, resolved.port) from None
-    except asyncssh.DisconnectError as exc:
-        raise TransportError(f"{where}: disconnected during login: {exc.reason}") from None
-    except TimeoutError:
-        raise TransportError(f"{where}: no answer within {settings.connect_timeout:g} s") from None
-    except OSError as exc:
-        raise TransportError(f"{where}: cannot connect: {exc.strerror or exc}") from None
-    except asyncssh.Error as exc:
-        raise TransportError(f"{where}: cannot connect: {exc.reason}") from None
-    if tunnel is not None:
-        conn.set_tunnel(tunnel)  # closing this connection closes its hops
-    return conn
-
-
-def _config_arg(settings: SSHSettings) -> Any:
-    return () if settings.config_paths is None else [str(path) for path in settings.config_paths]
-
-
-def _connect_options(settings: SSHSettings, policy: _HostKeyPolicy) -> dict[str, Any]:
-    return {
-        "config": _config_arg(settings),
-        "known_hosts": policy,
-        "x509_trusted_certs": None,  # trust comes from known_hosts files only
-        "x509_trusted_cert_paths": [],
-        "client_keys": () if settings.client_keys is None else [str(path) for path in settings.client_keys],
-        "agent_path": () if settings.use_agent else None,
-        "connect_timeout": settings.connect_timeout,
-        "keepalive_interval": settings.keepalive_interval,
-        "keepalive_count_max": settings.keepalive_count_max,
-        "encryption_algs": list(CIPHERS),
-        "window": WINDOW,
-        "max_pktsize": MAX_PKTSIZE,
-    }
-
-
-async def _host_key_error(target: Target, settings: SSHSettings, policy: _HostKeyPolicy,
-                          tunnel: asyncssh.SSHClientConnection | None) -> TransportError:
-    """Tell an unknown key from a changed one, with the key the host presents (a second key exchange,
-    never a login). For a change, the presented key of the recorded type is fetched, so the two
-    fingerprints compare like with like."""
-    lookup = policy.last
-    if lookup is None:
-        return TransportError(f"{target}: host key not verifiable")
-    algs = [alg.decode("ascii") for key in lookup.keys for alg in key.sig_algorithms]
-    presented = await _server_key(target, settings, tunnel, algs) if algs else None
-    if presented is None:
-        presented = await _server_key(target, settings, tunnel, [])
-    if not lookup.keys:
-        if presented is None:
-            return TransportError(f"{_endpoint(lookup.host, lookup.port)}: could not read the host key")
-        return HostKeyUnknown(lookup.host, lookup.port, presented, settings.known_hosts_file)
-    return HostKeyMismatch(lookup.host, lookup.port, [key.get_fingerprint("sha256") for key in lookup.keys],
-                           presented, lookup.source)
-
-
-async def _server_key(target: Target, settings: SSHSettings, tunnel: asyncssh.SSHClientConnection | None,
-                      algs: list[str]) -> asyncssh.SSHKey | None:
-    try:
-        return await asyncio.wait_for(asyncssh.get_server_host_key(
-            target.host, target.port or (), tunnel=tunnel, config=_config_arg(settings),
-            server_host_key_algs=algs or ()), settings.connect_timeout)
-    except (OSError, TimeoutError, asyncssh.Error):
-        return None
-
-
-def _endpoint(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 # -- the transport -----------------------------------------------------------------------------------------
@@ -534,7 +79,7 @@ class SSHTransport:
 
     # -- connection ---------------------------------------------------------------------------------------
 
-    def _link(self) -> _Link:
+    def _link(self) -> Link:
         return self._pool.link(self._key)
 
     async def _connection(self) -> asyncssh.SSHClientConnection:
@@ -544,33 +89,8 @@ class SSHTransport:
                 return link.conn
             link.conn = None
             link.forget_sftp()
-            link.conn = await self._reconnect(link)
+            link.conn = await reconnect(link, self.target, self.settings)
             return link.conn
-
-    async def _reconnect(self, link: _Link) -> asyncssh.SSHClientConnection:
-        """A few quick tries, then the cool-down. Host-key and auth failures are raised on the spot."""
-        backoff = self.settings.backoff
-        wait = link.retry_at - backoff.clock()
-        if wait > 0:
-            since = iso_offset(link.down_since) if link.down_since else "recently"
-            raise TransportError(f"{self.target}: unreachable since {since}; next attempt in {wait:.0f} s")
-        last = TransportError(f"{self.target}: not connected")
-        for attempt in range(max(1, backoff.attempts)):
-            if attempt:
-                await backoff.sleep(backoff.delay(attempt - 1))
-            try:
-                conn = await _open(self.target, self.settings)
-            except (HostKeyUnknown, HostKeyMismatch, AuthFailed):
-                raise
-            except TransportError as exc:
-                last = exc
-                continue
-            link.failures, link.retry_at, link.down_since = 0, 0.0, None
-            return conn
-        link.failures += 1
-        link.down_since = link.down_since or utc_now()
-        link.retry_at = backoff.clock() + backoff.cooldown(link.failures)
-        raise last
 
     def _lost(self, conn: asyncssh.SSHClientConnection | None) -> None:
         """After a transport failure on `conn`: drop it from the link so the next call reconnects."""

@@ -20,7 +20,8 @@ import asyncssh
 import pytest
 import torch
 
-from remote_gpu_trainer.providers.transports.ssh import SSHPool, SSHTransport
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool
 from remote_gpu_trainer.remote import program_stdin
 from remote_gpu_trainer.services.evidence import build_manifest, pull, pull_batches, verify
 from remote_gpu_trainer.services.evidence.pull_batches import Wanted, parse

@@ -16,7 +16,8 @@ import pytest
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_SCHEMA, canonical_json, path_problems
 from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.providers.transports.ssh import SSHPool, SSHTransport
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool
 from remote_gpu_trainer.services.evidence import build_manifest, pull
 from support.evidence_helpers import Env, make_env, write_cell
 from support.sshd_fixtures import Sshd, settings_for

@@ -18,7 +18,8 @@ import torch
 
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.providers.transports.ssh import SSHPool, SSHTransport
+from remote_gpu_trainer.providers.transports.ssh import SSHTransport
+from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool
 from remote_gpu_trainer.services.evidence import PullProgress, build_manifest, pull, verify
 from support.evidence_helpers import Env, keep_probe_verdicts, make_env, status_of, write_run
 from support.sshd_fixtures import NO_DAC_OVERRIDE, Sshd, session_pid, settings_for
