@@ -1,4 +1,5 @@
-"""rgt.toml: read with tomllib into typed dataclasses, every problem named by file, key and line.
+"""rgt.toml: read with the typed table reader (toml_table.py) into typed dataclasses, every problem named
+by file, key and line.
 
 Validation collects all problems in one pass (a user fixing a file wants the whole list), then raises
 one ConfigError whose message is the first problem plus a count; `problems` keeps them all.
@@ -11,12 +12,13 @@ import math
 import os
 import re
 import shlex
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
+from remote_gpu_trainer.toml_table import table_line as table_line  # providers/box_identity.py reads it here
 
 CONFIG_NAME = "rgt.toml"
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -177,107 +179,28 @@ def resolve_project_file(project: str | None) -> Path:
 
 
 def load_project(path: Path) -> ProjectConfig:
-    try:
-        # utf-8-sig: editors on Windows start the file with a byte-order mark, which TOML itself refuses
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    return load_project_text(path, text)
+    return load_project_text(path, read_text(path))
 
 
 def load_project_text(path: Path, text: str) -> ProjectConfig:
     """Validate `text` as if it were the file at `path`: `rgt init` checks its template before writing it."""
-    try:
-        data = tomllib.loads(text.removeprefix("\ufeff"))
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: malformed TOML: {exc}") from None
-    return _Validator(path, text).project(data)
+    data = parse_toml(str(path), text)
+    return _ProjectReader(path, text).project(data)
 
 
-def table_line(path: Path, table: tuple[str, ...]) -> int | None:
-    """The line of a table's header (or of its first key) in the file, for errors found after loading."""
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError):
-        return None
-    return _Validator(path, text)._line_of(table, None)
-
-
-class _Validator:
-    """Walks the parsed TOML once, collecting every problem with its location."""
+class _ProjectReader:
+    """Walks the parsed rgt.toml once with the typed table reader, collecting every problem with its line."""
 
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
-        self.lines = text.splitlines()
-        self.problems: list[str] = []
+        self.lines = SourceLines(text)
+        self.problems = Problems()
 
-    # -- locating ----------------------------------------------------------------------------------
-    def _line_of(self, table: tuple[str, ...], key: str | None) -> int | None:
-        """Best-effort line number of `key` inside `[table]` (or of the table header when key is None)."""
-        header = ".".join(table)
-        current: str | None = "" if not table else None
-        inline_prefix = ".".join(table[1:]) if len(table) > 1 else None
-        for number, raw in enumerate(self.lines, start=1):
-            line = raw.strip()
-            match = re.match(r"^\[+\s*([^\]]+?)\s*\]+", line)
-            if match:
-                current = match.group(1).replace('"', "").replace(" ", "")
-                if key is None and current == header:
-                    return number
-                continue
-            if key is None:
-                continue
-            key_match = re.match(r"^([A-Za-z0-9_.\-\"]+)\s*=", line)
-            if not key_match:
-                continue
-            name = key_match.group(1).replace('"', "")
-            if current == header and name == key:
-                return number
-            if current == table[0] if table else False:
-                if inline_prefix and name == f"{inline_prefix}.{key}":
-                    return number
-        if key is not None and table:
-            return self._line_of(table, None)
-        return None
+    def table(self, keys: tuple[str, ...], data: dict[str, Any]) -> Table:
+        return Table(self.problems, str(self.path), keys, data, self.lines)
 
-    def problem(self, table: tuple[str, ...], key: str | None, message: str) -> None:
-        self.problem_at(self._line_of(table, key), table, key, message)
-
-    def problem_at(self, line: int | None, table: tuple[str, ...], key: str | None, message: str) -> None:
-        where = ".".join((*table, key) if key else table) or "(top level)"
-        at = f":{line}" if line else ""
-        self.problems.append(f"{self.path}{at}: {where}: {message}")
-
-    # -- helpers -------------------------------------------------------------------------------
-    def _unknown_keys(self, table: tuple[str, ...], data: dict[str, Any], allowed: set[str]) -> None:
-        for key in data:
-            if key in allowed:
-                continue
-            close = difflib.get_close_matches(key, sorted(allowed), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(sorted(allowed))})"
-            self.problem(table, key, f"unknown key{hint}")
-
-    def _str(self, table: tuple[str, ...], data: dict[str, Any], key: str, required: bool) -> str | None:
-        if key not in data:
-            if required:
-                self.problem(table, None, f"missing required key {key!r}")
-            return None
-        value = data[key]
-        if not isinstance(value, str) or not value.strip():
-            self.problem(table, key, "must be a non-empty string")
-            return None
-        return value
-
-    def _str_list(self, table: tuple[str, ...], data: dict[str, Any], key: str) -> tuple[str, ...] | None:
-        if key not in data:
-            return None
-        value = data[key]
-        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-            self.problem(table, key, "must be a list of non-empty strings")
-            return None
-        return tuple(value)
+    def problem(self, keys: tuple[str, ...], key: str | None, message: str) -> None:
+        self.table(keys, {}).problem(key, message)
 
     def _secrets(self, table: tuple[str, ...], data: dict[str, Any]) -> None:
         """Secrets never live in rgt.toml: a key-like name or value is an error (the value is never echoed)."""
@@ -295,14 +218,15 @@ class _Validator:
     # -- sections ----------------------------------------------------------------------------------
     def project(self, data: dict[str, Any]) -> ProjectConfig:
         self._secrets((), data)
-        self._unknown_keys((), data, _TOP_KEYS)
-        project = data.get("project", {})
+        top = self.table((), data)
+        top.expect(_TOP_KEYS)
+        top.done()
         name = "project"
-        if not isinstance(project, dict):
-            self.problem((), "project", "must be a table")
-        else:
-            self._unknown_keys(("project",), project, _PROJECT_KEYS)
-            name = self._str(("project",), project, "name", required=True) or name
+        project = top.table("project") if top.has("project") else self.table(("project",), {})
+        if project is not None:
+            project.expect(_PROJECT_KEYS)
+            project.done()
+            name = project.text("name", required=True, nonempty=True) or name
         instances = self._instances(data.get("instances", {}))
         self._same_provider_id(instances)
         runs = self._runs(data.get("runs", {}), instances)
@@ -311,12 +235,7 @@ class _Validator:
             self.problem((), "signatures", "must be [[signatures]] tables (id, pattern, severity, cause, fix, "
                          "match, nomatch)")
             signatures = []
-        if self.problems:
-            first = self.problems[0]
-            more = f" (and {len(self.problems) - 1} more problem(s))" if len(self.problems) > 1 else ""
-            error = ConfigError(first + more)
-            error.problems = list(self.problems)  # type: ignore[attr-defined]
-            raise error
+        self.problems.raise_if_any()
         return ProjectConfig(
             root=self.path.parent.resolve(), file=self.path.resolve(), name=name,
             instances=instances, runs=runs, signatures=tuple(signatures),
@@ -331,37 +250,36 @@ class _Validator:
             table = ("instances", name)
             if not SAFE_NAME.match(name):
                 self.problem(table, None, "instance names use letters, digits, '.', '_' and '-'")
-                continue
-            if not isinstance(body, dict):
+            elif not isinstance(body, dict):
                 self.problem(table, None, "must be a table")
-                continue
-            self._unknown_keys(table, body, _INSTANCE_KEYS)
-            provider = self._str(table, body, "provider", required=True)
-            if provider is not None and provider not in PROVIDERS:
-                close = difflib.get_close_matches(provider, PROVIDERS, n=1)
-                hint = f"did you mean {close[0]!r}? " if close else ""
-                self.problem(table, "provider", f"unknown provider {provider!r}: {hint}"
-                             f"known: {', '.join(PROVIDERS)}")
-                provider = None
-            price = body.get("price_per_hour")
-            if price is not None and not (_number(price) and math.isfinite(price) and price >= 0):
-                # TOML allows inf and nan: either would make every cost figure (and the gate's burn) meaningless
-                self.problem(table, "price_per_hour", "must be a finite number >= 0 (per hour)")
-                price = None
-            host = self._str(table, body, "host", required=False)
-            ident = self._str(table, body, "id", required=False)
-            api_base = self._str(table, body, "api_base", required=False)
-            teardown_command = self._str(table, body, "teardown_command", required=False)
-            if provider == "ssh" and host is None:
-                self.problem(table, None, 'provider "ssh" needs host = "alias" or "user@host[:port]"')
-            launch = self._launch(table, provider, body["launch"]) if "launch" in body else None
-            if provider is not None:
-                result[name] = InstanceConfig(
-                    name=name, provider=provider, host=host, id=ident, api_base=api_base,
-                    price_per_hour=float(price) if price is not None else None, teardown_command=teardown_command,
-                    launch=launch,
-                )
+            elif (instance := self._instance(name, self.table(table, body))) is not None:
+                result[name] = instance
         return result
+
+    def _instance(self, name: str, body: Table) -> InstanceConfig | None:
+        body.expect(_INSTANCE_KEYS)
+        body.done()
+        provider = body.text("provider", required=True, nonempty=True)
+        if provider is not None and provider not in PROVIDERS:
+            close = difflib.get_close_matches(provider, PROVIDERS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            body.problem("provider", f"unknown provider {provider!r}: {hint}known: {', '.join(PROVIDERS)}")
+            provider = None
+        # TOML allows inf and nan: either would make every cost figure (and the gate's burn) meaningless
+        price = body.number("price_per_hour", message="must be a finite number >= 0 (per hour)")
+        host = body.text("host", nonempty=True)
+        ident = body.text("id", nonempty=True)
+        api_base = body.text("api_base", nonempty=True)
+        teardown_command = body.text("teardown_command", nonempty=True)
+        if provider == "ssh" and host is None:
+            body.problem(None, 'provider "ssh" needs host = "alias" or "user@host[:port]"')
+        launch = self._launch(body, provider) if body.has("launch") else None
+        if provider is None:
+            return None
+        return InstanceConfig(
+            name=name, provider=provider, host=host, id=ident, api_base=api_base, price_per_hour=price,
+            teardown_command=teardown_command, launch=launch,
+        )
 
     def _same_provider_id(self, instances: dict[str, InstanceConfig]) -> None:
         """Two entries with one provider and one provider id are one physical box: each would get its own
@@ -374,71 +292,38 @@ class _Validator:
             key = (instance.provider, instance.id.strip())
             first = seen.setdefault(key, name)
             if first != name:
-                line = self._line_of(("instances", first), None)
+                line = self.lines.line_of(("instances", first), None)
                 self.problem(("instances", name), "id", f"names the same box as instances.{first}"
                              f"{f' (line {line})' if line else ''}: provider {instance.provider!r}, id "
                              f"{instance.id!r}; keep one entry and point every run at it")
 
     # -- the GPU constraint `rgt up` launches from ------------------------------------------------------
-    def _launch_problem(self, table: tuple[str, ...], key: str | None, message: str) -> None:
-        """Locate `key` in `[instances.x.launch]`, else on the inline `launch = { ... }` line."""
-        sub = (*table, "launch")
-        line = self._line_of(sub, key) if self._line_of(sub, None) else None
-        self.problem_at(line or self._line_of(table, "launch"), sub, key, message)
-
-    def _launch(self, table: tuple[str, ...], provider: str | None, raw: Any) -> LaunchConstraint | None:
+    def _launch(self, instance: Table, provider: str | None) -> LaunchConstraint | None:
+        """`[instances.x.launch]` or an inline `launch = { ... }` (its problems then name that line)."""
+        raw = instance.value("launch")
         if not isinstance(raw, dict):
-            self.problem(table, "launch", 'must be a table: launch = { gpu = "...", max_price_per_hour = 0.8, ... }')
+            instance.problem("launch", 'must be a table: launch = { gpu = "...", max_price_per_hour = 0.8, ... }')
             return None
-        for key in raw:
-            if key not in _LAUNCH_KEYS:
-                close = difflib.get_close_matches(key, sorted(_LAUNCH_KEYS), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(sorted(_LAUNCH_KEYS))})"
-                self._launch_problem(table, key, f"unknown key{hint}")
+        launch = self.table((*instance.keys, "launch"), raw)
+        launch.expect(_LAUNCH_KEYS)
+        launch.done()
         if provider is not None and provider not in LAUNCH_PROVIDERS:
-            self._launch_problem(table, None, f"provider {provider!r} has no launch API in rgt (only "
-                                 f"{', '.join(LAUNCH_PROVIDERS)}): create the instance yourself and set id or host")
+            launch.problem(None, f"provider {provider!r} has no launch API in rgt (only "
+                           f"{', '.join(LAUNCH_PROVIDERS)}): create the instance yourself and set id or host")
             return None
         problems = len(self.problems)
-        values = self._launch_values(table, raw)
+        values = _launch_values(launch)
         for key in _LAUNCH_NEEDS.get(provider or "", ()):
-            if key not in raw:
-                self._launch_problem(table, None, f"provider {provider!r} needs {key!r} to launch")
+            if not launch.has(key):
+                launch.problem(None, f"provider {provider!r} needs {key!r} to launch")
         for key in _LAUNCH_FORBIDS.get(provider or "", ()):
-            if key in raw:
-                self._launch_problem(table, key, f"not used by provider {provider!r}: remove it")
+            if launch.has(key):
+                launch.problem(key, f"not used by provider {provider!r}: remove it")
         if provider == "lambda" and values.get("interruptible"):
-            self._launch_problem(table, "interruptible", "Lambda has no spot instances: remove it or set false")
+            launch.problem("interruptible", "Lambda has no spot instances: remove it or set false")
         if len(self.problems) > problems or provider is None:
             return None
         return LaunchConstraint(**values)
-
-    def _launch_values(self, table: tuple[str, ...], raw: dict[str, Any]) -> dict[str, Any]:
-        """Each key's type and range, every problem with its line; only the valid keys come back."""
-        values: dict[str, Any] = {}
-        checks: dict[str, tuple[Any, str]] = {
-            "gpu": (lambda v: isinstance(v, str) and v.strip(), 'must be the GPU type, e.g. "RTX 4090"'),
-            "max_price_per_hour": (lambda v: _number(v) and v > 0, "must be a number > 0 (per hour, whole instance)"),
-            "count": (lambda v: _whole(v) and v >= 1, "must be a whole number >= 1"),
-            "image": (lambda v: isinstance(v, str) and v.strip(), "must be a non-empty container image name"),
-            "disk_gb": (lambda v: _whole(v) and v >= 1, "must be a whole number of GB >= 1"),
-            "region": (lambda v: isinstance(v, str) and v.strip(), "must be a non-empty region or datacenter id"),
-            "interruptible": (lambda v: isinstance(v, bool), "must be true or false"),
-            "ssh_keys": (lambda v: isinstance(v, list) and v and all(isinstance(k, str) and k for k in v),
-                         "must be a list of SSH key names registered on the account"),
-        }
-        for key in ("gpu", "max_price_per_hour"):
-            if key not in raw:
-                self._launch_problem(table, None, f"missing required key {key!r}")
-        for key, (valid, message) in checks.items():
-            if key not in raw:
-                continue
-            if not valid(raw[key]):
-                self._launch_problem(table, key, message)
-                continue
-            value = raw[key]
-            values[key] = float(value) if key == "max_price_per_hour" else tuple(value) if key == "ssh_keys" else value
-        return values
 
     def _runs(self, raw: Any, instances: dict[str, InstanceConfig]) -> dict[str, RunConfig]:
         result: dict[str, RunConfig] = {}
@@ -449,105 +334,144 @@ class _Validator:
             table = ("runs", run_id)
             if not SAFE_NAME.match(run_id):
                 self.problem(table, None, "run ids use letters, digits, '.', '_' and '-' (a safe name)")
-                continue
-            if not isinstance(body, dict):
+            elif not isinstance(body, dict):
                 self.problem(table, None, "must be a table")
-                continue
-            run = self._run(run_id, table, body, instances)
-            if run is not None:
+            elif (run := _run(run_id, self.table(table, body), instances)) is not None:
                 result[run_id] = run
         return result
 
-    def _run(self, run_id: str, table: tuple[str, ...], body: dict[str, Any],
-             instances: dict[str, InstanceConfig]) -> RunConfig | None:
-        self._unknown_keys(table, body, _RUN_KEYS)
-        instance = self._str(table, body, "instance", required=True)
-        if instance is not None and instance not in instances:
-            known = ", ".join(sorted(instances)) or "none defined"
-            self.problem(table, "instance", f"no instance named {instance!r} (instances: {known})")
-        workdir = self._str(table, body, "workdir", required=True)
-        command = self._str(table, body, "command", required=True)
-        remote_root = self._str(table, body, "remote_root", required=True)
-        for key, value in (("workdir", workdir), ("remote_root", remote_root)):
-            if value is not None and not value.startswith("/"):
-                self.problem(table, key, "must be an absolute path on the instance")
-        log = self._str(table, body, "log", required=False) or "train.log"
-        roster = self._str_list(table, body, "roster")
-        if roster is None and "roster" not in body:
-            self.problem(table, None, "missing required key 'roster'")
-        elif roster is not None:
-            if not roster:
-                self.problem(table, "roster", "must list at least one cell")
-            for cell in roster:
-                if not SAFE_NAME.match(cell):
-                    self.problem(table, "roster", f"cell {cell!r} is not a safe name")
-            if len(set(roster)) != len(roster):
-                self.problem(table, "roster", "lists a cell twice")
-        required = self._str_list(table, body, "required")
-        if required is not None:
-            for name in required:
-                if not all(SAFE_NAME.match(part) for part in name.split("/")):
-                    self.problem(table, "required", f"{name!r} is not a safe relative path")
-        metric = self._metric(table, body.get("metric"))
-        push = self._str_list(table, body, "push") or ()
-        for item in push:
-            if item.startswith("/") or ".." in Path(item).parts:
-                self.problem(table, "push", f"{item!r} must be a path relative to the project")
-        python_set = self._str(table, body, "python", required=False)
-        python = python_set or "python3"
-        gpus = body.get("gpus", 0)
-        if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
-            self.problem(table, "gpus", "must be a whole number >= 0")
-            gpus = 0
-        total_steps = body.get("total_steps", 0)
-        if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 0:
-            self.problem(table, "total_steps", "must be a whole number >= 0 (0: read it from the log)")
-            total_steps = 0
-        stall_after = body.get("stall_after", 900)
-        if isinstance(stall_after, bool) or not isinstance(stall_after, int | float) or stall_after <= 0:
-            self.problem(table, "stall_after", "must be a number of seconds > 0")
-            stall_after = 900
-        smoke = self._str(table, body, "smoke", required=False)
-        if smoke is not None:
-            try:
-                shlex.split(smoke)
-            except ValueError as exc:
-                self.problem(table, "smoke", f"cannot be split into arguments ({exc}): check the quotes")
-                smoke = None
-        smoke_timeout = body.get("smoke_timeout", DEFAULT_SMOKE_TIMEOUT_S)
-        if not _number(smoke_timeout) or smoke_timeout <= 0:
-            self.problem(table, "smoke_timeout", "must be a number of seconds > 0")
-            smoke_timeout = DEFAULT_SMOKE_TIMEOUT_S
-        if None in (instance, workdir, command, remote_root) or roster is None:
-            return None
-        assert instance is not None and workdir is not None and command is not None
-        assert remote_root is not None
-        return RunConfig(
-            id=run_id, instance=instance, workdir=workdir, command=command, log=log,
-            remote_root=remote_root, roster=roster, required=required or DEFAULT_REQUIRED,
-            metric=metric, push=push,
-            checkpoint_globs=self._str_list(table, body, "checkpoint_globs") or DEFAULT_CHECKPOINT_GLOBS,
-            state_keys=self._str_list(table, body, "state_keys") or DEFAULT_STATE_KEYS,
-            allowed_globals=self._str_list(table, body, "allowed_globals") or (),
-            python=python, python_explicit=python_set is not None,
-            stall_after=float(stall_after), gpus=gpus, total_steps=total_steps,
-            smoke=smoke, smoke_timeout=float(smoke_timeout),
-        )
 
-    def _metric(self, table: tuple[str, ...], raw: Any) -> Metric | None:
-        if raw is None:
+def _launch_values(launch: Table) -> dict[str, Any]:
+    """Each key's type and range, every problem with its line; only the valid keys come back."""
+    values: dict[str, Any] = {}
+    checks: dict[str, tuple[Any, str]] = {
+        "gpu": (lambda v: isinstance(v, str) and v.strip(), 'must be the GPU type, e.g. "RTX 4090"'),
+        "max_price_per_hour": (lambda v: _number(v) and math.isfinite(v) and v > 0,
+                               "must be a number > 0 (per hour, whole instance)"),
+        "count": (lambda v: _whole(v) and v >= 1, "must be a whole number >= 1"),
+        "image": (lambda v: isinstance(v, str) and v.strip(), "must be a non-empty container image name"),
+        "disk_gb": (lambda v: _whole(v) and v >= 1, "must be a whole number of GB >= 1"),
+        "region": (lambda v: isinstance(v, str) and v.strip(), "must be a non-empty region or datacenter id"),
+        "interruptible": (lambda v: isinstance(v, bool), "must be true or false"),
+        "ssh_keys": (lambda v: isinstance(v, list) and v and all(isinstance(k, str) and k for k in v),
+                     "must be a list of SSH key names registered on the account"),
+    }
+    for key in ("gpu", "max_price_per_hour"):
+        if not launch.has(key):
+            launch.problem(None, f"missing required key {key!r}")
+    for key, (valid, message) in checks.items():
+        value = launch.value(key)
+        if value is None:
+            continue
+        if not valid(value):
+            launch.problem(key, message)
+            continue
+        values[key] = float(value) if key == "max_price_per_hour" else tuple(value) if key == "ssh_keys" else value
+    return values
+
+
+def _run(run_id: str, body: Table, instances: dict[str, InstanceConfig]) -> RunConfig | None:
+    body.expect(_RUN_KEYS)
+    body.done()
+    instance = body.text("instance", required=True, nonempty=True)
+    if instance is not None and instance not in instances:
+        known = ", ".join(sorted(instances)) or "none defined"
+        body.problem("instance", f"no instance named {instance!r} (instances: {known})")
+    workdir = body.text("workdir", required=True, nonempty=True)
+    command = body.text("command", required=True, nonempty=True)
+    remote_root = body.text("remote_root", required=True, nonempty=True)
+    for key, value in (("workdir", workdir), ("remote_root", remote_root)):
+        if value is not None and not value.startswith("/"):
+            body.problem(key, "must be an absolute path on the instance")
+    log = body.text("log", nonempty=True) or "train.log"
+    roster = _roster(body)
+    required = _required(body)
+    metric = _metric(body)
+    push = _push(body)
+    python_set = body.text("python", nonempty=True)
+    numbers = _run_numbers(body)
+    smoke = _smoke(body)
+    globs = body.strings("checkpoint_globs", nonempty=True) or DEFAULT_CHECKPOINT_GLOBS
+    state_keys = body.strings("state_keys", nonempty=True) or DEFAULT_STATE_KEYS
+    allowed_globals = body.strings("allowed_globals", nonempty=True) or ()
+    if instance is None or workdir is None or command is None or remote_root is None or roster is None:
+        return None
+    return RunConfig(
+        id=run_id, instance=instance, workdir=workdir, command=command, log=log,
+        remote_root=remote_root, roster=roster, required=required or DEFAULT_REQUIRED,
+        metric=metric, push=push,
+        checkpoint_globs=globs, state_keys=state_keys, allowed_globals=allowed_globals,
+        python=python_set or "python3", python_explicit=python_set is not None,
+        smoke=smoke, **numbers,
+    )
+
+
+def _roster(body: Table) -> tuple[str, ...] | None:
+    roster = body.strings("roster", required=True, nonempty=True)
+    if roster is not None:
+        if not roster:
+            body.problem("roster", "must list at least one cell")
+        for cell in roster:
+            if not SAFE_NAME.match(cell):
+                body.problem("roster", f"cell {cell!r} is not a safe name")
+        if len(set(roster)) != len(roster):
+            body.problem("roster", "lists a cell twice")
+    return roster
+
+
+def _required(body: Table) -> tuple[str, ...] | None:
+    required = body.strings("required", nonempty=True)
+    for name in required or ():
+        if not all(SAFE_NAME.match(part) for part in name.split("/")):
+            body.problem("required", f"{name!r} is not a safe relative path")
+    return required
+
+
+def _push(body: Table) -> tuple[str, ...]:
+    push = body.strings("push", nonempty=True) or ()
+    for item in push:
+        if item.startswith("/") or ".." in Path(item).parts:
+            body.problem("push", f"{item!r} must be a path relative to the project")
+    return push
+
+
+def _run_numbers(body: Table) -> dict[str, Any]:
+    """gpus, total_steps, stall_after and smoke_timeout, each back to its default when it is wrong."""
+    return {
+        "gpus": body.whole("gpus", 0, message="must be a whole number >= 0"),
+        "total_steps": body.whole("total_steps", 0, message="must be a whole number >= 0 (0: read it from the log)"),
+        "stall_after": body.number("stall_after", 900.0, above=True, message="must be a number of seconds > 0"),
+        "smoke_timeout": body.number("smoke_timeout", DEFAULT_SMOKE_TIMEOUT_S, above=True,
+                                     message="must be a number of seconds > 0"),
+    }
+
+
+def _smoke(body: Table) -> str | None:
+    smoke = body.text("smoke", nonempty=True)
+    if smoke is not None:
+        try:
+            shlex.split(smoke)
+        except ValueError as exc:
+            body.problem("smoke", f"cannot be split into arguments ({exc}): check the quotes")
             return None
-        if not isinstance(raw, dict) or set(raw) - {"name", "direction"}:
-            self.problem(table, "metric", 'must be { name = "...", direction = "min" | "max" }')
-            return None
-        name, direction = raw.get("name"), raw.get("direction")
-        if not isinstance(name, str) or not name:
-            self.problem(table, "metric", "needs a non-empty name")
-            return None
-        if direction not in ("min", "max"):
-            self.problem(table, "metric", 'direction must be "min" or "max"')
-            return None
-        return Metric(name=name, direction=direction)
+    return smoke
+
+
+def _metric(body: Table) -> Metric | None:
+    raw = body.value("metric")
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"name", "direction"}:
+        body.problem("metric", 'must be { name = "...", direction = "min" | "max" }')
+        return None
+    name, direction = raw.get("name"), raw.get("direction")
+    if not isinstance(name, str) or not name:
+        body.problem("metric", "needs a non-empty name")
+        return None
+    if direction not in ("min", "max"):
+        body.problem("metric", 'direction must be "min" or "max"')
+        return None
+    return Metric(name=name, direction=direction)
 
 
 def _number(value: Any) -> bool:
