@@ -22,6 +22,7 @@ from remote_gpu_trainer.audits.gpu_health import GpuSample
 from remote_gpu_trainer.audits.liveness import Liveness, classify
 from remote_gpu_trainer.audits.log.signatures import Catalogue, load_catalogue
 from remote_gpu_trainer.audits.manifest import sha256_bytes
+from remote_gpu_trainer.audits.meter import Interval, MeterReading, accrue, billing_model, fill_gap, reported_since
 from remote_gpu_trainer.clock import Clock, parse_iso, utc_now
 from remote_gpu_trainer.config import (
     InstanceConfig,
@@ -43,15 +44,7 @@ from remote_gpu_trainer.services import liveness as watcher
 from remote_gpu_trainer.services.env_audit import run_env_probe, sample_gpus
 from remote_gpu_trainer.services.gate import session_box_key
 from remote_gpu_trainer.services.log_monitor import Alert, ChartData, LogLineView, LogUpdate, RunLogMonitor
-from remote_gpu_trainer.services.meter import (
-    Interval,
-    MeterReading,
-    accrue,
-    billing_model,
-    fill_gap,
-    held_storage,
-    reported_since,
-)
+from remote_gpu_trainer.services.meter import held_storage
 from remote_gpu_trainer.state.db import Snapshot, StateDB
 from remote_gpu_trainer.text import describe_gpus
 from remote_gpu_trainer.views import (

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from remote_gpu_trainer.profiles import load_profile
-from remote_gpu_trainer.services.meter import (
+from remote_gpu_trainer.audits.meter import (
+    KNOWN_STATES,
     BilledItem,
     BillingModel,
     Held,
@@ -26,7 +26,9 @@ from remote_gpu_trainer.services.meter import (
     reported_since,
     silent_intervals,
 )
-from remote_gpu_trainer.state.db import Snapshot
+from remote_gpu_trainer.profiles import load_profile
+from remote_gpu_trainer.providers.base import INSTANCE_STATES
+from remote_gpu_trainer.state.billing import Snapshot
 from support.helpers import FIXED_NOW
 
 PRICE, STORAGE = 0.89, 0.02
@@ -414,3 +416,7 @@ def test_since_finished_and_projected_cost_to_finish() -> None:
 def test_since_finished_straddles_a_state_change() -> None:
     reading = accrue([shot(0, "running", 0.79), shot(2, "stopped", storage=0.01)], at(4), finished_at=at(1))
     assert close(reading.since_finished, 1.0 * 0.79 + 2.0 * 0.01)
+
+
+def test_known_states_are_the_provider_states_but_unknown() -> None:
+    assert KNOWN_STATES == set(INSTANCE_STATES) - {"unknown"}
