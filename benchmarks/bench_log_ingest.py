@@ -68,9 +68,10 @@ def generate(path: Path, lines: int, seed: int = 7) -> int:
 
 def pure_pipeline(path: Path, traced: bool = False) -> tuple[float, int, int, int]:
     """Splitter → parser → detector over the file in 1 MiB reads, as the monitor digests a chunk."""
+    from remote_gpu_trainer.audits.log.detector import LogDetector
     from remote_gpu_trainer.audits.log.lines import LineSplitter
     from remote_gpu_trainer.audits.log.metrics import MetricParser
-    from remote_gpu_trainer.audits.log.signatures import LogDetector, load_catalogue
+    from remote_gpu_trainer.audits.log.signatures import load_catalogue
 
     splitter, parser, detector = LineSplitter(), MetricParser(), LogDetector(load_catalogue())
     lines = samples = hits = 0

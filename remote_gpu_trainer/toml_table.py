@@ -128,6 +128,17 @@ class SourceLines:
             found = self.line_of(table[:-1], table[-1])
         return found
 
+    def row_line(self, array: str, index: int) -> int | None:
+        """Line of the `index`-th `[[array]]` header (rows written inline have none)."""
+        seen = 0
+        for number, raw in enumerate(self.lines, start=1):
+            match = _HEADER.match(raw.strip())
+            if match and raw.strip().startswith("[[") and match.group(1).replace('"', "").strip() == array:
+                if seen == index:
+                    return number
+                seen += 1
+        return None
+
     def _scan(self, table: tuple[str, ...], key: str | None) -> int | None:
         header = ".".join(table)
         current: str | None = "" if not table else None

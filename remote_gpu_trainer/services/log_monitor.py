@@ -24,11 +24,13 @@ from typing import Any, TypeVar
 from remote_gpu_trainer.audits import rules as run_rules
 from remote_gpu_trainer.audits.gpu_health import GpuSample
 from remote_gpu_trainer.audits.liveness import Liveness
+from remote_gpu_trainer.audits.log.detector import LogDetector
+from remote_gpu_trainer.audits.log.ledger import FindingsLedger, LedgerEntry
 from remote_gpu_trainer.audits.log.lines import Line, LineSplitter
 from remote_gpu_trainer.audits.log.metrics import MetricParser
 from remote_gpu_trainer.audits.log.progress import TrainingProgress
 from remote_gpu_trainer.audits.log.samples import Hit, Sample, severity_rank
-from remote_gpu_trainer.audits.log.signatures import Catalogue, FindingsLedger, LedgerEntry, LogDetector
+from remote_gpu_trainer.audits.log.signatures import Catalogue
 from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys
 from remote_gpu_trainer.services.launch import CELL_STARTED
 from remote_gpu_trainer.services.log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader

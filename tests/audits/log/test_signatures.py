@@ -8,15 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from remote_gpu_trainer.audits.log.detector import MAX_BLOCK_LINES, LogDetector, parse_oom
+from remote_gpu_trainer.audits.log.ledger import FindingsLedger
 from remote_gpu_trainer.audits.log.samples import Hit
-from remote_gpu_trainer.audits.log.signatures import (
-    MAX_BLOCK_LINES,
-    Catalogue,
-    FindingsLedger,
-    LogDetector,
-    load_catalogue,
-    parse_oom,
-)
+from remote_gpu_trainer.audits.log.signatures import Catalogue, load_catalogue
 from remote_gpu_trainer.errors import ConfigError
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "logs" / "signatures"
@@ -552,7 +547,7 @@ def test_chunked_detection_equals_line_by_line(name: str, lines: list[str], chun
 def test_every_catalogue_row_has_examples_in_the_tests() -> None:
     """Regex rows carry their examples (tested above); rule rows have a scenario pair in test_run_rules;
     S03 (the OOM fragmentation rule) is exercised by the OOM fixtures."""
-    from test_run_rules import CASES
+    from audits.test_run_rules import CASES  # tests/ is on sys.path (conftest.py), tests/audits is not always
 
     rows = CATALOGUE.rows
     regex_rows = {row_id for row_id, row in rows.items() if row.pattern is not None}
