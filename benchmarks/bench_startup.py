@@ -85,7 +85,7 @@ def prepare_demo(folder: Path) -> None:
     session = Session.open(str(folder))
 
     async def arc() -> None:
-        from remote_gpu_trainer.cli import _start_demo
+        from remote_gpu_trainer.cli.project_verbs import start_demo as _start_demo
 
         await _start_demo(session)
         while (await session.run_state(DEMO_RUN)).liveness.state not in ("finished", "dead"):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.cli import VERB_HELP, VERBS, main
+from remote_gpu_trainer.cli import main
+from remote_gpu_trainer.cli.parser import VERB_HELP, VERBS
 from remote_gpu_trainer.config import PROVIDERS, load_project
 from remote_gpu_trainer.errors import ConfigError
 from support.helpers import write_project

@@ -34,7 +34,8 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.cli import VERBS, main
+from remote_gpu_trainer.cli import main
+from remote_gpu_trainer.cli.parser import VERBS
 from support.fake_clouds import FakeLambda, FakeRunPod
 from support.helpers import copy_command, toml_string
 from support.sshd_fixtures import Sshd, free_port
@@ -315,6 +316,8 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
     rgt, proj = world.rgt, world.proj
     assert rgt("info", proj).rc == 0
     assert rgt("help").rc == 0 and rgt("help", "down").rc == 0
+    rgt("completion", "bash")
+    rgt("info", proj, "--format", "json")
     for provider in KEY_ENV:
         rgt("init", str(tmp_path / f"init-{provider}"), "--provider", provider)
     rgt("init", str(tmp_path / "init-runpod"), "--provider", "runpod")  # refused: never overwrites
@@ -361,6 +364,7 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
         rgt("tick", run_id, "T01", proj, "--note", "checked by hand")
         rgt("pull", run_id, proj)
         rgt("verify", run_id, proj)
+        rgt("verify", run_id, proj, "--format", "json")
     rgt("tick", "c1", "NO-SUCH-ITEM", proj)
     rgt("down", "c1", proj, "--confirm", "WRONGID")
     rgt("down", "c1", proj, "--confirm", "WRONGID", "--debug")
@@ -374,6 +378,7 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
         rgt("down", "r1", proj, "--confirm", "sim-box")
     assert rgt("events", proj).rc == 0
     assert rgt("events", proj, "--run", "l1").rc == 0
+    rgt("events", proj, "--format", "json")
     for fmt in ("text", "markdown", "json"):
         assert rgt("--report", "--format", fmt, proj).rc == 0
         assert rgt("--report", "--format", fmt, "--output", str(world.root / f"report.{fmt}"), proj).rc == 0

@@ -1,0 +1,95 @@
+"""The verbs of the evidence path: pull, verify, down (docs/gate.md).
+
+Each is `async (session, args) -> exit code`, run by cli/sessions.on_run. Whether a box may be torn down is
+decided by services/teardown.py alone: `down` shows its plan and, at a terminal, asks for the id it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.cli import printers, schemas
+from remote_gpu_trainer.cli.terminal import ask, interactive
+from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, VerbFailed
+from remote_gpu_trainer.text import escape_control
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.views import TeardownPlan
+
+
+async def pull(session: Session, args: argparse.Namespace) -> int:
+    where = session.project.run_dir(args.run)
+    with printers.pull_progress(lambda: manifest_sizes(session, args.run)) as progress:
+        result = await session.pull(args.run, progress=progress, actor="cli")
+    if args.format == "json":
+        printers.print_json(schemas.pull_document(args.run, where, result))
+    if not result.ok:
+        for problem in result.failed:
+            print(f"✖ {escape_control(problem.path)}: {escape_control(problem.detail)}", file=sys.stderr)
+        raise VerbFailed(f"pull of {args.run} incomplete: {len(result.failed)} of {len(result.files)} file(s) "
+                         f"were not fetched and verified against the manifest into {where}: fix the reasons "
+                         f"above, then `rgt pull {args.run}` again")
+    print(f"pulled {len(result.files)} file(s) into {where}: {len(result.fetched)} fetched, "
+          f"{len(result.present)} already here, each matching its manifest hash", file=sys.stderr)
+    return EXIT_OK
+
+
+async def verify(session: Session, args: argparse.Namespace) -> int:
+    sizes = manifest_sizes(session, args.run) if printers.on_terminal() else {}
+    with printers.verify_progress(sizes) as progress:
+        outcome = await session.verify(args.run, progress=progress, actor="cli")
+    if args.format == "json":
+        printers.print_json(schemas.verify_document(args.run, session.project.run_dir(args.run), outcome))
+    else:
+        for f in outcome.files:
+            print(f"{f.status:<14} {escape_control(f.path)}  {escape_control(f.detail)}")
+    if not outcome.ok:
+        first = outcome.errors[0]
+        raise VerbFailed(f"verification of {args.run} failed: {len(outcome.errors)} problem(s), first: "
+                         f"{first.code} {first.path} {first.detail}".rstrip())
+    if args.format != "json":
+        print(f"verified: {session.project.run_dir(args.run) / 'PULL_VERIFIED.json'}")
+    return EXIT_OK
+
+
+async def down(session: Session, args: argparse.Namespace) -> int:
+    """Tear down the run's instance. Without --confirm (the parser allows that at a terminal only) the plan
+    is shown and the id asked for; the service refuses a wrong id, or a closed gate, with exit 3."""
+    from remote_gpu_trainer.services import teardown
+
+    run = session.run_config(args.run)
+    action = "stop" if args.stop else "terminate"
+    plan = await teardown.plan(session, run.instance, action)
+    typed = args.confirm
+    if typed is None and interactive():
+        typed = _ask_for_id(plan)
+    done = await teardown.execute(session, run.instance, typed, plan.lines, actor="cli", action_id=action)
+    print(escape_control(done.message))
+    return EXIT_OK if done.confirmed else EXIT_FAILED
+
+
+def _ask_for_id(plan: TeardownPlan) -> str:
+    """Show the plan; ask for the instance id only when the gate is open (else the service refuses with
+    the plan's reasons, and there is nothing to ask)."""
+    printers.print_lines(plan.lines)
+    if not plan.enabled:
+        return ""
+    return ask(f"Type the instance id ({escape_control(plan.provider_id)}) to {plan.action_id} it, "
+               "anything else cancels: ")
+
+
+def manifest_sizes(session: Session, run_id: str) -> dict[str, int]:
+    """Each file's size per the manifest pulled into runs/RUN/ (what a progress bar counts towards); empty
+    when there is none yet or it does not parse (the pull and verification say why, not the bar)."""
+    from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
+    from remote_gpu_trainer.services.evidence.local_root import read_regular
+
+    run = session.run_config(run_id)
+    data = read_regular(session.project.run_dir(run_id) / MANIFEST_NAME)
+    if data is None:
+        return {}
+    manifest, _ = parse_manifest(data, roster=run.roster, run_id=run.id)
+    return {entry.path: entry.bytes for entry in manifest.files} if manifest is not None else {}

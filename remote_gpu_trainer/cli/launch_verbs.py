@@ -1,0 +1,138 @@
+"""The verbs that bring a run up and follow it: up, push, run, watch.
+
+Each is `async (session, args) -> exit code`, run by cli/sessions.on_run with the project and the run
+already checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer import text
+from remote_gpu_trainer.cli import printers, schemas
+from remote_gpu_trainer.clock import iso_z
+from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, VerbFailed
+from remote_gpu_trainer.state import events
+from remote_gpu_trainer.text import escape_control
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.liveness import RunState
+    from remote_gpu_trainer.services.log_monitor import Alert
+    from remote_gpu_trainer.services.session import Session
+
+
+async def up(session: Session, args: argparse.Namespace) -> int:
+    run = session.run_config(args.run)
+    provider = session.provider(run.instance)
+    if not hasattr(provider, "create"):
+        from remote_gpu_trainer.services import rent as launcher  # not for sim: it loads the cloud clients
+
+        if await launcher.wants_launch(session, run.instance):
+            return await _up_launch(session, args.run, args.approve_price)
+    status = (await session.create_instance(run.instance, actor="cli") if hasattr(provider, "create")
+              else await session.instance_status(run.instance))
+    print(f"{run.instance}: {status.state} ({status.provider_id})")
+    rows = await session.env_audit(args.run, actor="cli")
+    printers.print_audit(rows)
+    return EXIT_FAILED if any(r.status == "fail" for r in rows) else EXIT_OK
+
+
+async def push(session: Session, args: argparse.Namespace) -> int:
+    from remote_gpu_trainer.services.launch import push as push_files
+
+    run = session.run_config(args.run)
+    session.require_writable("push")
+    written = await push_files(session.project, run, await session.remote(run.instance))
+    print("\n".join(f"pushed {path}" for path in written) or "nothing to push")
+    return EXIT_OK
+
+
+async def run(session: Session, args: argparse.Namespace) -> int:
+    from remote_gpu_trainer.services import launch as runner
+
+    run = session.run_config(args.run)
+    if args.rerun:
+        args.run = runner.add_rerun(session, args.run, actor="cli")
+        run = session.run_config(args.run)
+        print(f"added [runs.{args.run}] to {session.project.file} (remote_root {run.remote_root})")
+    await runner.refuse_reused_id(session, run)  # before the audit: a reused id is refused at once
+    rows = await session.env_audit(args.run, actor="cli")
+    printers.print_audit(rows)
+    failed = [r for r in rows if r.status == "fail"]
+    if failed and not args.ack:
+        raise VerbFailed(f"phase-0 audit: {len(failed)} row(s) failed, first: {failed[0].check}: "
+                         f"{failed[0].detail}; fix it, or launch anyway with --ack \"why\"")
+    if failed:
+        events.env_acknowledged(session.db, run_id=args.run, instance=run.instance, note=args.ack,
+                                checks=[r.check for r in failed], actor="cli")
+    detail = await session.launch(args.run, actor="cli")
+    print(f"launched {args.run} on {run.instance}: pid {detail['pid']}, log {detail['log']}")
+    return EXIT_OK
+
+
+async def watch(session: Session, args: argparse.Namespace) -> int:
+    """Print the run's state changes and alerts until it ends; `--once`: one pass, then return."""
+    run_id = session.run_config(args.run).id
+    if args.format == "json":  # the parser allows it with --once only
+        state, alerts = await _watch_pass(session, run_id)
+        printers.print_json(schemas.watch_document(run_id, iso_z(session.clock()), state.liveness, alerts))
+        return EXIT_OK
+    last: tuple[str, str] | None = None
+    while True:
+        state, alerts = await _watch_pass(session, run_id)
+        printers.print_alerts(alerts, iso_z(session.clock()))
+        current = (state.liveness.state, state.liveness.detail if state.liveness.state != "running" else "")
+        if current != last or args.once:
+            print(f"{iso_z(session.clock())} run {run_id}: {state.liveness.state} "
+                  f"({escape_control(state.liveness.detail)})", flush=True)
+            last = current
+        if args.once:
+            return EXIT_OK
+        if state.liveness.state in ("finished", "dead"):
+            return EXIT_OK if state.liveness.state == "finished" else EXIT_FAILED
+        if state.liveness.detail == "not launched":
+            raise VerbFailed(f"run {run_id} was never launched: `rgt run {run_id}` first")
+        await asyncio.sleep(args.interval)
+
+
+async def _watch_pass(session: Session, run_id: str) -> tuple[RunState, list[Alert]]:
+    """One status pass: the log followed (its alerts first), the run's state, then the rules' alerts."""
+    alerts: list[Alert] = []
+    update = await session.follow_log(run_id)
+    if update is not None:
+        alerts.extend(update.alerts)
+    state = await session.run_state(run_id)
+    await session.evaluate_rules(run_id, state)
+    alerts.extend(session.take_alerts())
+    return state, alerts
+
+
+async def _up_launch(session: Session, run_id: str, approved_price: str | None) -> int:
+    """Rent the run's instance: the smoke gate here first, then the plan, then only the stated price launches."""
+    from remote_gpu_trainer.services import rent as launcher
+
+    run = session.run_config(run_id)
+    launcher.check_launchable(session, run.instance)
+    if run.smoke:
+        print(f"smoke gate: running `{run.smoke}` here on the CPU …", file=sys.stderr, flush=True)
+    smoke = await launcher.run_smoke(session.project, run)
+    if not smoke.passed:
+        for line in smoke.output_tail.splitlines()[-10:]:
+            print(f"  │ {escape_control(line)}", file=sys.stderr)
+        raise VerbFailed(f"smoke gate failed: {smoke.summary()}; nothing was rented")
+    print(f"smoke gate passed: {smoke.summary()}")
+    plan = await launcher.plan_launch(session, run.instance)
+    print("\n".join(plan.lines))
+    if approved_price is None:
+        raise VerbFailed(f"not launched: to rent {run.instance} at {text.price(plan.price, plan.currency)}/h, "
+                         f"run `rgt up {run_id} --approve-price {plan.price_text}`")
+    created = await launcher.launch(session, plan, run_id, approved_price, smoke, actor="cli")
+    price = "?" if created.price_per_hour is None else text.price(created.price_per_hour, plan.currency)
+    print(f"launched {run.instance}: {plan.provider} {created.provider_id} ({created.state}) at {price}/h, billing now")
+    print(f"next: put {launcher.config_line(created.provider_id)} under [instances.{run.instance}] in "
+          f"{session.project.file} (rgt does not edit it), then `rgt up {run_id}` again once it runs for the "
+          f"environment audit; remove it with `rgt down {run_id} --confirm {created.provider_id}`")
+    return EXIT_OK

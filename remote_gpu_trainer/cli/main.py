@@ -1,0 +1,87 @@
+"""Command line: dispatches to the TUI, `--report`, or a headless verb (DESIGN.md §3.1).
+
+Errors are one line on stderr with the exit code of errors.py; a traceback only with --debug.
+Textual is imported only when the TUI is actually opened, torch never.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+import sys
+from collections.abc import Callable, Sequence
+
+from remote_gpu_trainer.cli import evidence_verbs, launch_verbs, project_verbs
+from remote_gpu_trainer.cli.faces import report, tui
+from remote_gpu_trainer.cli.parser import VERBS, main_parser, parse_verb
+from remote_gpu_trainer.cli.sessions import RunVerb, on_run
+from remote_gpu_trainer.cli.terminal import interactive
+from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_USAGE, GateRefused, RgtError
+from remote_gpu_trainer.text import escape_control
+
+INTERRUPTED = 130
+
+# the verbs that take the parsed arguments only, and those that act on one run through a Session
+PROJECT_VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "help": project_verbs.help_verb, "completion": project_verbs.completion, "demo": project_verbs.demo,
+    "init": project_verbs.init, "info": project_verbs.info, "trust": project_verbs.trust,
+    "events": project_verbs.events, "tick": project_verbs.tick,
+}
+RUN_VERBS: dict[str, RunVerb] = {
+    "up": launch_verbs.up, "push": launch_verbs.push, "run": launch_verbs.run, "watch": launch_verbs.watch,
+    "pull": evidence_verbs.pull, "verify": evidence_verbs.verify, "down": evidence_verbs.down,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args_list
+    args_list = [a for a in args_list if a != "--debug"]
+    try:
+        return dispatch(args_list)
+    except RgtError as exc:
+        if debug:
+            raise
+        return _refused(exc)
+    except KeyboardInterrupt:
+        print("rgt: interrupted (remote jobs keep running; pulls resume next time)", file=sys.stderr)
+        return INTERRUPTED
+    except sqlite3.DatabaseError as exc:  # damage found after the database opened
+        if debug:
+            raise
+        print(f"rgt: the project's state database .rgt/state.db is damaged ({exc}): move it aside to start a new "
+              "one (the teardown gate stays closed until then)", file=sys.stderr)
+        return EXIT_USAGE
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, not a traceback
+        if debug:
+            raise
+        print(f"rgt: internal error: {type(exc).__name__}: {escape_control(str(exc))} (run again with --debug)",
+              file=sys.stderr)
+        return EXIT_FAILED
+
+
+def dispatch(argv: list[str]) -> int:
+    """A verb when the first word is one; otherwise the TUI, or the report with --report."""
+    if argv and argv[0] in VERBS:
+        return run_verb(argv[0], argv[1:])
+    args = main_parser().parse_args(argv)
+    if args.report:
+        return report(args.project, args.format, args.output, args.strict, args.force)
+    return tui(args.project, read_only=args.read_only)
+
+
+def run_verb(verb: str, argv: list[str]) -> int:
+    args = parse_verb(verb, argv, interactive=interactive())
+    if verb in PROJECT_VERBS:
+        return PROJECT_VERBS[verb](args)
+    return on_run(verb, args, RUN_VERBS[verb])
+
+
+def _refused(exc: RgtError) -> int:
+    """One line on stderr (and each reason of a gate refusal), with the error's exit code."""
+    # an error can quote the box (a file name, a provider's error body): never let it drive the terminal
+    print(f"rgt: {escape_control(str(exc))}", file=sys.stderr)
+    if isinstance(exc, GateRefused) and len(exc.reasons) > 1:
+        for reason in exc.reasons:
+            print(f"  - {escape_control(reason)}", file=sys.stderr)
+    return exc.exit_code

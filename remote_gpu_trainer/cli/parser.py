@@ -1,0 +1,217 @@
+"""The command line's grammar: the main parser (TUI and `--report`), one parser per verb, and the checks
+that need the parsed arguments but nothing else (DESIGN.md §3.1).
+
+Every verb has a one-line description (VERB_HELP) and an example (VERB_EXAMPLES): the same parser parses
+the arguments, prints `rgt VERB --help` and `rgt help VERB`, lists the verbs in `rgt --help`, and is what
+shell completion is generated from (cli/completion.py), so the four can never disagree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from remote_gpu_trainer import __version__
+from remote_gpu_trainer.config import PROVIDERS
+from remote_gpu_trainer.errors import ConfigError
+
+VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events", "trust",
+         "completion", "help")
+# One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
+VERB_HELP = {
+    "demo": "write the demo project and launch its run on a simulated rented box, then open the TUI",
+    "init": "write a commented rgt.toml template for one provider (never overwrites a file)",
+    "info": "show versions, and where the project file, the state database and the evidence live",
+    "up": "start (or rent, with --approve-price) the run's instance and audit its environment",
+    "push": "copy the run's `push` files into its workdir on the instance",
+    "run": "audit the instance (phase 0) and launch the run detached on it",
+    "watch": "print the run's state changes and log alerts until it finishes or dies",
+    "pull": "pull the run's results into runs/RUN/, resumable and hashed while copying",
+    "verify": "verify the pulled copy: file set, sizes, sha256, and every checkpoint loads",
+    "down": "tear down the run's instance once the gate is open and the instance id is typed",
+    "tick": "set a manual checklist item of a run (ticked, not_applicable or open) with a note",
+    "events": "print the append-only event log: approvals and cost-affecting actions",
+    "trust": "trust a first-contact SSH host key after comparing its fingerprint",
+    "completion": "print a shell completion script for rgt, generated from this parser (bash, zsh or tcsh)",
+    "help": "show the help of rgt, or of one verb (rgt help VERB)",
+}
+# At least one example per verb, shown under `example:` in its --help.
+VERB_EXAMPLES = {
+    "demo": ("rgt demo ./rgt-demo --quick",),
+    "init": ("rgt init my-project --provider runpod",),
+    "info": ("rgt info", "rgt info --format json"),
+    "up": ("rgt up r1", "rgt up r1 --approve-price 1.49"),
+    "push": ("rgt push r1",),
+    "run": ("rgt run r1", 'rgt run r1 --ack "smoke test on a CPU box"'),
+    "watch": ("rgt watch r1", "rgt watch r1 --once --format json"),
+    "pull": ("rgt pull r1", "rgt pull r1 --format json"),
+    "verify": ("rgt verify r1", "rgt verify r1 --format json"),
+    "down": ("rgt down r1                        (at a terminal: shows the plan, then asks for the id)",
+             "rgt down r1 --confirm i-0abc123    (anywhere: the id typed on the command line)"),
+    "tick": ('rgt tick r1 T01 --note "checked by hand"',),
+    "events": ("rgt events", "rgt events --run r1 --format json"),
+    "trust": ("rgt trust gpu-box --fingerprint SHA256:...",),
+    "completion": ("rgt completion bash > ~/.local/share/bash-completion/completions/rgt",
+                   "rgt completion zsh > ~/.zfunc/_rgt"),
+    "help": ("rgt help down",),
+}
+SHELLS = ("bash", "zsh", "tcsh")
+FORMATS = ("text", "json")  # of the verbs that print a result; --report has markdown as well
+RUN_VERBS = ("up", "push", "run", "watch", "pull", "verify", "down")
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser whose usage errors are ConfigError: one line on stderr and exit 2 (errors.py)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+class PrintCompletion(argparse.Action):
+    """`rgt --print-completion SHELL`: the same script as `rgt completion SHELL`, shtab's spelling."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[Any] | None, option_string: str | None = None) -> None:
+        from remote_gpu_trainer.cli.completion import completion_script
+
+        sys.stdout.write(completion_script(str(values)))
+        parser.exit(0)
+
+
+def main_parser(*, project_argument: bool = True) -> Parser:
+    """`rgt [PROJECT]` (the TUI) and `rgt --report`; the epilog lists every verb with its description.
+    Completion leaves out the PROJECT argument: there the first word completes as a verb."""
+    verbs = "\n".join(f"  {verb:<8} {VERB_HELP[verb]}" for verb in VERBS)
+    parser = Parser(prog="rgt", formatter_class=argparse.RawDescriptionHelpFormatter,
+                    description="remote-gpu-trainer: RUN → VERIFY → DELIVER on a GPU you own or rent.",
+                    epilog=f"verbs (rgt VERB --help, or rgt help VERB):\n{verbs}")
+    if project_argument:
+        _project_argument(parser)
+    parser.add_argument("--report", action="store_true", help="print a report instead of opening the TUI")
+    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+    parser.add_argument("--output", metavar="FILE", help="write the report to FILE (atomically) instead of "
+                        "stdout; never rgt.toml, .rgt/ or runs/ of the project")
+    parser.add_argument("--force", action="store_true", help="let --output replace an existing FILE")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when anything needs attention")
+    parser.add_argument("--read-only", action="store_true", help="TUI with every cost-affecting action hidden")
+    parser.add_argument("--print-completion", choices=SHELLS, action=PrintCompletion, metavar="SHELL",
+                        help="print a shell completion script (bash, zsh, tcsh) and exit")
+    parser.add_argument("-V", "--version", action="version", version=f"rgt {__version__}")
+    return parser
+
+
+def verb_parser(verb: str) -> Parser:
+    """The verb's arguments, with its one-line description and its examples: the same parser parses and
+    prints the help."""
+    examples = "\n".join(f"  {line}" for line in VERB_EXAMPLES[verb])
+    parser = Parser(prog=f"rgt {verb}", description=VERB_HELP[verb], epilog=f"example:\n{examples}",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    _ARGUMENTS.get(verb, _run_arguments)(parser)
+    if verb in RUN_VERBS:
+        _RUN_OPTIONS.get(verb, _no_options)(parser)
+    if verb in ("info", "events", "watch", "pull", "verify"):
+        parser.add_argument("--format", choices=FORMATS, default="text",
+                            help="text for people (default) or json: one document with a versioned schema")
+    return parser
+
+
+def parse_verb(verb: str, argv: Sequence[str], *, interactive: bool) -> argparse.Namespace:
+    """Parse a verb's arguments, then the rules between them; `interactive` says whether stdin and stdout
+    are a terminal (then `rgt down` may ask for the id instead of requiring --confirm)."""
+    parser = verb_parser(verb)
+    args = parser.parse_args(list(argv))
+    if verb == "down" and args.confirm is None and not interactive:
+        parser.error("the following arguments are required: --confirm")
+    if verb == "watch" and args.format == "json" and not args.once:
+        parser.error("--format json prints one document: add --once")
+    return args
+
+
+def _project_argument(parser: Parser) -> None:
+    parser.add_argument("project", nargs="?", help="project folder or rgt.toml (default: nearest upward)")
+
+
+def _help_arguments(parser: Parser) -> None:
+    parser.add_argument("topic", nargs="?", choices=VERBS, metavar="VERB", help="the verb to describe")
+
+
+def _completion_arguments(parser: Parser) -> None:
+    parser.add_argument("shell", choices=SHELLS, help="the shell to complete for")
+
+
+def _demo_arguments(parser: Parser) -> None:
+    parser.add_argument("dir", nargs="?", default="rgt-demo", help="where to write it (default ./rgt-demo)")
+    parser.add_argument("--no-tui", action="store_true", help="launch the run and return at once")
+    parser.add_argument("--quick", action="store_true", help="a few-second run (for tests and trying)")
+
+
+def _init_arguments(parser: Parser) -> None:
+    parser.add_argument("dir", nargs="?", default=".", help="the project folder (default: here)")
+    parser.add_argument("--provider", default="ssh", metavar="NAME",
+                        help=f"the instance's provider (default ssh): {', '.join(PROVIDERS)}")
+
+
+def _trust_arguments(parser: Parser) -> None:
+    parser.add_argument("instance", help="the instance name in rgt.toml")
+    _project_argument(parser)
+    parser.add_argument("--fingerprint", help="the SHA256 fingerprint you compared (non-interactive)")
+
+
+def _events_arguments(parser: Parser) -> None:
+    _project_argument(parser)
+    parser.add_argument("--run", help="only events of this run")
+
+
+def _tick_arguments(parser: Parser) -> None:
+    parser.add_argument("run", help="the run id")
+    parser.add_argument("item", help="the checklist item id")
+    _project_argument(parser)
+    parser.add_argument("--status", default="ticked", choices=("open", "ticked", "not_applicable"))
+    parser.add_argument("--note", default="", help="why (required to acknowledge)")
+
+
+def _run_arguments(parser: Parser) -> None:
+    """The verbs that act on one run: up, push, run, watch, pull, verify, down."""
+    parser.add_argument("run", help="the run id in rgt.toml")
+    _project_argument(parser)
+
+
+def _down_options(parser: Parser) -> None:
+    parser.add_argument("--confirm", metavar="INSTANCE_ID",
+                        help="the instance id, typed exactly: the approval for this teardown (required unless "
+                             "at a terminal, where rgt shows the plan and asks for it)")
+    parser.add_argument("--stop", action="store_true", help="stop (keeps the disk) instead of terminate")
+
+
+def _launch_options(parser: Parser) -> None:
+    parser.add_argument("--ack", metavar="NOTE", help="launch despite failed phase-0 rows; NOTE says why")
+    parser.add_argument("--rerun", action="store_true",
+                        help="launch RUN again under a new id RUN-rN (its table is copied in rgt.toml with a "
+                             "sibling remote_root): run ids are append-only")
+
+
+def _up_options(parser: Parser) -> None:
+    parser.add_argument("--approve-price", metavar="PRICE",
+                        help="runpod/vastai/lambda: the hourly price the plan states, typed exactly: the "
+                             "approval to rent the instance (without it the plan is shown and nothing rented)")
+
+
+def _watch_options(parser: Parser) -> None:
+    parser.add_argument("--once", action="store_true", help="print the state once and return")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
+
+
+def _no_options(parser: Parser) -> None:
+    """push, pull and verify take the run and the project only."""
+
+
+_ARGUMENTS: dict[str, Callable[[Parser], None]] = {
+    "help": _help_arguments, "completion": _completion_arguments, "demo": _demo_arguments,
+    "init": _init_arguments, "info": _project_argument, "trust": _trust_arguments, "events": _events_arguments,
+    "tick": _tick_arguments,
+}
+_RUN_OPTIONS: dict[str, Callable[[Parser], None]] = {
+    "down": _down_options, "run": _launch_options, "up": _up_options, "watch": _watch_options,
+}

@@ -1,0 +1,189 @@
+"""What the CLI prints: JSON documents, the text tables of the verbs, and the pull and verify progress.
+
+Everything a verb shows that came from the box, a provider or the event log goes through `escape_control`
+(text) or is escaped inside the JSON document, so no output can recolour the terminal or forge a line.
+Progress goes to stderr: one rich progress bar when stderr is a terminal (the bar is drawn there), plain
+lines otherwise (a log file or a pipe gets what it always got).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+from remote_gpu_trainer.text import escape_control
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from remote_gpu_trainer.audits.env_audit import AuditRow
+    from remote_gpu_trainer.services.evidence.pull import PullProgress
+    from remote_gpu_trainer.services.log_monitor import Alert
+    from remote_gpu_trainer.state.events import Event
+
+AUDIT_GLYPHS = {"pass": "✔", "warn": "▲", "fail": "✖", "skipped": "·"}
+PLAIN_EVERY_S = 0.5  # plain pull lines: every file's outcome, downloading figures at most twice a second
+ALWAYS_SHOWN = ("done", "failed", "resuming", "retrying")
+LOUD_PHASES = ("failed", "resuming", "retrying")  # printed above the bar as well
+
+
+def on_terminal() -> bool:
+    """Whether progress may be drawn as a live bar: stderr, where it goes, is a terminal."""
+    return sys.stderr.isatty()
+
+
+# -- JSON ------------------------------------------------------------------------------------------------------
+
+def print_json(document: Mapping[str, Any]) -> None:
+    """One JSON document on stdout: every string escaped like the report's, keys in the order built."""
+    print(json.dumps(escape_strings(document), indent=2, ensure_ascii=False, default=str))
+
+
+def escape_strings(value: Any) -> Any:
+    """`value` with `escape_control` applied to every string it holds, keys included."""
+    if isinstance(value, str):
+        return escape_control(value)
+    if isinstance(value, Mapping):
+        return {escape_strings(key): escape_strings(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [escape_strings(item) for item in value]
+    return value
+
+
+# -- tables ----------------------------------------------------------------------------------------------------
+
+def print_audit(rows: Sequence[AuditRow]) -> None:
+    for row in rows:
+        print(f"{AUDIT_GLYPHS.get(row.status, '?')} {row.status:<7} {row.id:>2} {row.check:<22} "
+              f"{escape_control(row.detail)}")
+
+
+def print_alerts(alerts: Sequence[Alert], stamp: str) -> None:
+    for alert in alerts:
+        text = f"{alert.severity.upper()} {alert.title}: {alert.message}" + (f" → fix: {alert.fix}" * bool(alert.fix))
+        print(f"{stamp} {escape_control(text)}", flush=True)
+
+
+def print_events(events: Sequence[Event]) -> None:
+    """The event log: one line per event, then the lines the screen showed and the refusal's reasons."""
+    for event in events:
+        where = " ".join(part for part in (event.instance, event.run_id) if part)
+        print(f"{event.seq:>5} {event.at.isoformat()} {event.kind:<10} {event.actor:<5} {where:<16} "
+              f"{escape_control(event.summary)}")
+        for line in event.detail.get("shown", []):
+            print(f"{'':>6}│ {escape_control(str(line))}")
+        for reason in event.detail.get("reasons", []):
+            print(f"{'':>6}✖ {escape_control(str(reason))}")
+
+
+def print_lines(lines: Sequence[str]) -> None:
+    for line in lines:
+        print(escape_control(line))
+
+
+# -- progress --------------------------------------------------------------------------------------------------
+
+class PlainPullProgress:
+    """Pull progress on stderr: every file's outcome and every resume or retry, downloading figures at
+    most twice a second."""
+
+    def __init__(self) -> None:
+        self._last = 0.0
+
+    def __call__(self, progress: PullProgress) -> None:
+        now = time.monotonic()
+        text = progress.line()
+        always = progress.phase in ALWAYS_SHOWN
+        if always or now - self._last > PLAIN_EVERY_S:
+            self._last = now
+            print(text, file=sys.stderr, flush=True)
+
+
+def plain_verify_progress(text: str) -> None:
+    print(escape_control(text), file=sys.stderr)
+
+
+class PullBar:
+    """One bar for the whole pull: bytes fetched of the bytes still to fetch, with rate and ETA.
+
+    The manifest's sizes (`sizes`, read once the pull has written the manifest here) give the total; a file
+    already here is taken out of the total rather than counted as fetched, so the rate is the wire's."""
+
+    def __init__(self, bar: Progress, task: TaskID, sizes: Callable[[], Mapping[str, int]]) -> None:
+        self._bar, self._task, self._sizes = bar, task, sizes
+        self._total: int | None = None
+        self._done: dict[str, int] = {}
+        self._present = 0
+
+    def __call__(self, progress: PullProgress) -> None:
+        if self._total is None:
+            self._total = sum(self._sizes().values())
+        if progress.phase == "present":
+            self._present += progress.total
+        else:
+            self._done[progress.path] = progress.done
+        if progress.phase in LOUD_PHASES:
+            self._bar.console.print(escape_control(progress.line()), highlight=False, markup=False)
+        total = max(self._total - self._present, sum(self._done.values()))
+        self._bar.update(self._task, total=total, completed=sum(self._done.values()))
+
+
+class VerifyBar:
+    """One bar for a verification: the bytes hashed of the manifest's total, with rate and ETA.
+
+    The service reports one-line texts; `hashing PATH (i/n)` starts PATH, so the file before it is done.
+    Every text is shown as the bar's description (the checkpoint probes have no byte count)."""
+
+    def __init__(self, bar: Progress, task: TaskID, sizes: Mapping[str, int]) -> None:
+        self._bar, self._task, self._sizes = bar, task, sizes
+        self._current: str | None = None
+        self._completed = 0
+
+    def __call__(self, text: str) -> None:
+        if self._current is not None:
+            self._completed += self._sizes.get(self._current, 0)
+            self._current = None
+        if text.startswith("hashing "):
+            self._current = text.removeprefix("hashing ").rsplit(" (", 1)[0]
+        shown = escape_control(text)
+        self._bar.update(self._task, completed=self._completed, description=shown[:60])
+
+    def finish(self) -> None:
+        self._bar.update(self._task, completed=sum(self._sizes.values()))
+
+
+@contextmanager
+def pull_progress(sizes: Callable[[], Mapping[str, int]]) -> Iterator[Callable[[PullProgress], None]]:
+    """The pull's progress callback: a bar on a terminal, plain lines elsewhere."""
+    if not on_terminal():
+        yield PlainPullProgress()
+        return
+    with _bar() as bar:
+        yield PullBar(bar, bar.add_task("pull", total=None), sizes)
+
+
+@contextmanager
+def verify_progress(sizes: Mapping[str, int]) -> Iterator[Callable[[str], None]]:
+    """The verification's progress callback: a bar on a terminal, plain lines elsewhere."""
+    if not on_terminal():
+        yield plain_verify_progress
+        return
+    with _bar() as bar:
+        verify_bar = VerifyBar(bar, bar.add_task("verify", total=sum(sizes.values())), sizes)
+        yield verify_bar
+        verify_bar.finish()
+
+
+@contextmanager
+def _bar() -> Iterator[Progress]:
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        yield bar

@@ -1,0 +1,196 @@
+"""The verbs about the project rather than one run: help, completion, demo, init, info, trust, events, tick.
+
+One function per verb, taking the parsed arguments and returning the exit code (errors.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from remote_gpu_trainer import __version__
+from remote_gpu_trainer.cli import printers, schemas
+from remote_gpu_trainer.cli.parser import main_parser, verb_parser
+from remote_gpu_trainer.cli.sessions import open_session, with_session
+from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, VerbFailed
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
+
+VERSIONS_SHOWN = ("textual", "asyncssh", "torch", "rich")
+
+
+def help_verb(args: argparse.Namespace) -> int:
+    print((verb_parser(args.topic) if args.topic else main_parser()).format_help(), end="")
+    return EXIT_OK
+
+
+def completion(args: argparse.Namespace) -> int:
+    from remote_gpu_trainer.cli.completion import completion_script
+
+    sys.stdout.write(completion_script(args.shell))
+    return EXIT_OK
+
+
+def init(args: argparse.Namespace) -> int:
+    from remote_gpu_trainer.services.project_files import init_project
+
+    target = init_project(Path(args.dir), args.provider)
+    print(f"wrote {target} (provider {args.provider}): edit the instance and run tables, then `rgt {args.dir}`")
+    return EXIT_OK
+
+
+def info(args: argparse.Namespace) -> int:
+    facts = info_facts(args.project)
+    if args.format == "json":
+        printers.print_json(schemas.info_document(facts))
+    else:
+        print(info_text(facts))
+    return EXIT_OK
+
+
+def trust(args: argparse.Namespace) -> int:
+    return with_session(args.project, lambda s: asyncio.run(_trust(s, args.instance, args.fingerprint)))
+
+
+def events(args: argparse.Namespace) -> int:
+    return with_session(args.project, lambda s: _events(s, args.run, args.format))
+
+
+def tick(args: argparse.Namespace) -> int:
+    return with_session(args.project, lambda s: _tick(s, args.run, args.item, args.status, args.note))
+
+
+def demo(args: argparse.Namespace) -> int:
+    from remote_gpu_trainer.cli.faces import tui
+    from remote_gpu_trainer.services.project_files import DEMO_RUN, create_demo
+
+    folder = Path(args.dir)
+    target = create_demo(folder, quick=args.quick)
+    session = open_session(str(target))
+    try:
+        asyncio.run(start_demo(session))
+    finally:
+        session.close()
+    if args.no_tui:
+        print(f"demo running in {folder}: `rgt watch {DEMO_RUN} {folder}`, then `rgt pull {DEMO_RUN} {folder}`,"
+              f" `rgt verify {DEMO_RUN} {folder}`, or open the TUI with `rgt {folder}`")
+        return EXIT_OK
+    return tui(str(target), read_only=False)
+
+
+async def start_demo(session: Session) -> None:
+    """Rent the sim box and launch the run, unless it already ran: re-opening re-attaches instead."""
+    from remote_gpu_trainer.services.project_files import DEMO_INSTANCE, DEMO_RUN
+
+    status = await session.instance_status(DEMO_INSTANCE)
+    if status.state == "terminated":
+        return
+    if session.db.launch(DEMO_RUN) is not None:
+        return
+    await session.create_instance(DEMO_INSTANCE, actor="demo")
+    await session.env_audit(DEMO_RUN, actor="demo")  # shown in the checklist panel; the demo never blocks on it
+    await session.launch(DEMO_RUN, actor="demo")
+
+
+def _tick(session: Session, run_id: str, item: str, status: str, note: str) -> int:
+    from remote_gpu_trainer.services import checklist
+
+    session.run_config(run_id)
+    checklist.set_tick(session.db, run_id, item, status, note)
+    print(f"{item}: {status}")
+    return EXIT_OK
+
+
+async def _trust(session: Session, name: str, fingerprint: str | None) -> int:
+    """Trust a first-contact host key: the user states the fingerprint they compared, or confirms at a tty."""
+    if name not in session.project.instances:
+        raise ConfigError(f"{session.project.file}: no instance named {name!r}")
+    try:
+        await session.instance_status(name)
+        presented = session.host_key_prompts.get(name)
+        if presented is None:
+            raise VerbFailed(f"{name}: no unknown host key to trust (already trusted, changed, or unreachable: "
+                             "see `rgt --report`)")
+        if fingerprint is None:
+            shown = f"{presented.key_type} {presented.fingerprint_sha256}"
+            if not sys.stdin.isatty():
+                raise ConfigError(f"{name} presents {shown}: compare it, then run "
+                                  f"`rgt trust {name} --fingerprint {presented.fingerprint_sha256}`")
+            answer = input(f"{name} ({presented.host}:{presented.port}) presents {shown}. Trust it? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("not trusted")
+                return EXIT_FAILED
+            fingerprint = presented.fingerprint_sha256
+        receipt = await session.trust_host_key(name, fingerprint, actor="cli")
+        print(f"trusted {receipt['key_type']} {receipt['fingerprint_sha256']} for {name}")
+        return EXIT_OK
+    finally:
+        await session.close_transports()
+
+
+def _events(session: Session, run_id: str | None, fmt: str) -> int:
+    """The append-only event log: every approval and cost-affecting action, with what the screen said."""
+    found = session.db.events(run_id=run_id)
+    if fmt == "json":
+        printers.print_json(schemas.events_document(found, run_id))
+    else:
+        printers.print_events(found)
+    return EXIT_OK
+
+
+def info_facts(project: str | None) -> dict[str, Any]:
+    """Versions and where things live; the values of credentials are never read, let alone shown."""
+    from remote_gpu_trainer.config import find_project_file
+
+    found = Path(project).resolve() if project else find_project_file(Path.cwd())
+    if found is not None and found.is_dir():
+        found = found / "rgt.toml"
+    root = found.parent if found is not None and found.exists() else None
+    return {
+        "version": __version__,
+        "python": {"version": sys.version.split()[0], "executable": sys.executable},
+        "packages": {name: _version(name) for name in VERSIONS_SHOWN},
+        "project_file": str(found) if root is not None else None,
+        "state_database": str(root / ".rgt" / "state.db") if root is not None else None,
+        "evidence_store": str(root / "runs") if root is not None else None,
+        "simulated_disks": str(root / ".rgt" / "sim") if root is not None else None,
+        "terminal": {"TERM": os.environ.get("TERM", ""), "NO_COLOR": "NO_COLOR" in os.environ,
+                     "ESCDELAY": os.environ.get("ESCDELAY")},
+    }
+
+
+def info_text(facts: dict[str, Any]) -> str:
+    packages, terminal = facts["packages"], facts["terminal"]
+    lines = [
+        f"rgt {facts['version']}",
+        f"python {facts['python']['version']} ({facts['python']['executable']})",
+        " · ".join(f"{name} {packages[name]}" for name in VERSIONS_SHOWN),
+        "",
+        f"project file: {facts['project_file'] or 'none found (nearest rgt.toml upward)'}",
+    ]
+    if facts["project_file"]:
+        lines += [f"state database: {facts['state_database']}", f"evidence store: {facts['evidence_store']}",
+                  f"simulated disks: {facts['simulated_disks']}"]
+    lines += [
+        "",
+        "credentials: local and sim need none; cloud keys are read only from environment variables or the",
+        "  provider CLI's own credential file, never from rgt.toml (values are never shown)",
+        "",
+        f"terminal: TERM={terminal['TERM']} NO_COLOR={'set' if terminal['NO_COLOR'] else 'unset'}"
+        f" ESCDELAY={'100 (default)' if terminal['ESCDELAY'] is None else terminal['ESCDELAY']}"
+        " (raise ESCDELAY on slow links if esc is misread)",
+    ]
+    return "\n".join(lines)
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"

@@ -1,0 +1,66 @@
+"""Opening and closing the Session a verb works through: every verb's refusals that come before any state
+is written (two entries naming one box, an unknown run, a read-only folder) happen here, in that order."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
+
+RunVerb = Callable[["Session", argparse.Namespace], Awaitable[int]]
+
+
+def open_session(project: str | None, read_only: bool = False) -> Session:
+    """Session.open, then the check that needs ssh config: two entries naming one box are refused (exit 2)."""
+    from remote_gpu_trainer.providers.box_identity import check_distinct_boxes
+    from remote_gpu_trainer.services.session import Session
+
+    session = Session.open(project, read_only=read_only)
+    try:
+        check_distinct_boxes(session.project)
+    except ConfigError:
+        session.close()
+        raise
+    return session
+
+
+def with_session(project: str | None, action: Callable[[Session], int]) -> int:
+    session = open_session(project)
+    try:
+        return action(session)
+    finally:
+        session.close()
+
+
+def on_run(verb: str, args: argparse.Namespace, action: RunVerb) -> int:
+    """A verb that acts on one run: the project and the run are checked before the Session (and its state
+    database) is created; a read-only folder allows `watch` only."""
+    from remote_gpu_trainer.config import load_project, resolve_project_file
+    from remote_gpu_trainer.providers.box_identity import check_distinct_boxes
+    from remote_gpu_trainer.services.session import Session
+
+    project = load_project(resolve_project_file(args.project))
+    check_distinct_boxes(project)
+    project.run(args.run)  # an unknown run is refused before anything is created
+    session = Session(project)
+    if session.folder_read_only and verb != "watch":
+        session.close()
+        raise ConfigError(f"rgt {verb}: the project folder {project.root} is read-only; only --report, events, "
+                          "watch and --read-only work there")
+    try:
+        return asyncio.run(_closing_transports(session, args, action))
+    finally:
+        session.close()
+
+
+async def _closing_transports(session: Session, args: argparse.Namespace, action: RunVerb) -> int:
+    try:
+        return await action(session, args)
+    finally:
+        await session.close_transports()
