@@ -15,6 +15,7 @@ from remote_gpu_trainer import text
 from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, VerbFailed
+from remote_gpu_trainer.providers.base import Creatable
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.text import escape_control
 
@@ -27,12 +28,12 @@ if TYPE_CHECKING:
 async def up(session: Session, args: argparse.Namespace) -> int:
     run = session.run_config(args.run)
     provider = session.provider(run.instance)
-    if not hasattr(provider, "create"):
+    if not isinstance(provider, Creatable):
         from remote_gpu_trainer.services import rent as launcher  # not for sim: it loads the cloud clients
 
         if await launcher.wants_launch(session, run.instance):
             return await _up_launch(session, args.run, args.approve_price)
-    status = (await session.create_instance(run.instance, actor="cli") if hasattr(provider, "create")
+    status = (await session.create_instance(run.instance, actor="cli") if isinstance(provider, Creatable)
               else await session.instance_status(run.instance))
     print(f"{run.instance}: {status.state} ({status.provider_id})")
     rows = await session.env_audit(args.run, actor="cli")

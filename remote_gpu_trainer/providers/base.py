@@ -1,17 +1,28 @@
-"""The Provider and Transport protocols (DESIGN.md §3.3) and the small value types they exchange.
+"""The Provider and Transport protocols (DESIGN.md §3.3), the capabilities only some providers have, and
+the small value types they exchange.
 
 Providers are thin: they map verbs to one platform and know nothing of gates, meters or screens.
 Transports move bytes and run commands on the far side; the local and SSH transports pass the same
 contract tests, so services never ask which one they hold.
+
+What only some providers can do is a capability protocol (Creatable, WaitsGone, BatchJobs), checked with
+`isinstance`, never by probing for an attribute: each provider class names the protocols it implements
+among its bases, so mypy checks the signatures, and a caller that asks `isinstance(p, WaitsGone)` gets
+a provider whose `wait_gone` type-checks.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from remote_gpu_trainer.config import InstanceConfig
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.profiles import Profile
+    from remote_gpu_trainer.providers.cloud.types import TeardownOutcome
+    from remote_gpu_trainer.providers.slurm.commands import SlurmJob
 
 INSTANCE_STATES = ("pending", "running", "stopping", "stopped", "terminating", "terminated", "unknown")
 PRICE_SOURCES = ("api", "profile", "user", "none")
@@ -94,9 +105,14 @@ class Transport(Protocol):
 
 
 class Provider(Protocol):
-    """One platform's verbs. `stop` and `terminate` are only ever called by services.teardown."""
+    """One platform's verbs, as the services call them. `stop` and `terminate` are only ever called by
+    services.teardown. `profile` is the platform's billing and teardown facts (assets/profiles/<name>.toml);
+    `provider_id` names the instance as the platform does (the id the user types to confirm a teardown)."""
 
     name: str
+    profile: Profile
+
+    def provider_id(self, instance: InstanceConfig) -> str: ...
 
     async def get(self, instance: InstanceConfig) -> InstanceStatus: ...
 
@@ -109,3 +125,37 @@ class Provider(Protocol):
     def transport(self, instance: InstanceConfig) -> Transport: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class Creatable(Protocol):
+    """Can start billing for an instance itself (`rgt up` on the simulated box); the clouds rent through
+    services.rent instead, with a price the user approves."""
+
+    async def create(self, instance: InstanceConfig) -> InstanceStatus: ...
+
+
+@runtime_checkable
+class WaitsGone(Protocol):
+    """Can watch a terminated instance until the platform itself says it is gone, then list what still
+    bills (volumes, IPs, snapshots): the teardown service's follow-up after a terminate."""
+
+    async def wait_gone(self, instance: InstanceConfig, timeout_s: float = 600.0,
+                        poll_s: float = 5.0) -> TeardownOutcome: ...
+
+
+@runtime_checkable
+class BatchJobs(Protocol):
+    """Runs go in as jobs of a batch scheduler (Slurm) instead of processes started detached on a box:
+    submitted, asked about and cancelled through the scheduler, over the instance's transport."""
+
+    async def submit_job(self, transport: Transport, script_path: str, *, job_name: str, workdir: str,
+                         output: str) -> str:
+        """Submit the script; returns the scheduler's job id."""
+        ...
+
+    async def job_state(self, transport: Transport, job_id: str) -> SlurmJob:
+        """What the scheduler says about the job now (state "" when it no longer knows it)."""
+        ...
+
+    async def cancel_job(self, transport: Transport, job_id: str) -> None: ...

@@ -7,11 +7,11 @@ import platform
 from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.profiles import Profile, load_profile
-from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.providers.base import InstanceStatus, Provider
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 
 
-class LocalProvider:
+class LocalProvider(Provider):
     name = "local"
 
     def __init__(self) -> None:

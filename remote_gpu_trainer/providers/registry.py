@@ -7,26 +7,19 @@ and a project on the embedded `sim` box never needs them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.providers.base import Provider
 
-if TYPE_CHECKING:
-    from remote_gpu_trainer.providers.cloud.provider import CloudProvider
-    from remote_gpu_trainer.providers.local import LocalProvider
-    from remote_gpu_trainer.providers.sim import SimProvider
-    from remote_gpu_trainer.providers.slurm.provider import SlurmProvider
-    from remote_gpu_trainer.providers.ssh import SSHProvider
-
-    AnyProvider = LocalProvider | SimProvider | SSHProvider | SlurmProvider | CloudProvider
-
-# Providers behind an HTTP API, all served by the one data-driven adapter (cloud_provider.CLIENTS).
+# Providers behind an HTTP API, all served by the one data-driven adapter (cloud/provider.py CLIENTS).
 CLOUD_PROVIDERS = ("runpod", "vastai", "lambda", "paperspace", "autodl")
 
 
-def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_now) -> AnyProvider:
+def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_now) -> Provider:
+    """The provider an instance entry names. Callers hold it as a Provider and ask what else it can do with
+    isinstance against the capability protocols of providers.base (Creatable, WaitsGone, BatchJobs)."""
     if instance.provider == "sim":
         from remote_gpu_trainer.providers.sim import SimProvider
 

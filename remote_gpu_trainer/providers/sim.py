@@ -20,11 +20,11 @@ from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.profiles import Profile, load_profile
-from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.providers.base import Creatable, InstanceStatus, Provider
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 
 
-class SimProvider:
+class SimProvider(Provider, Creatable):
     name = "sim"
 
     def __init__(self, sim_dir: Path, clock: Clock = utc_now) -> None:

@@ -18,7 +18,7 @@ from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
 from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.profiles import Profile, load_profile
-from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.providers.base import InstanceStatus, Provider
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
 from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSettings
@@ -27,7 +27,7 @@ REACH_TIMEOUT_S = 10.0
 TEARDOWN_COMMAND_TIMEOUT_S = 120.0
 
 
-class SSHProvider:
+class SSHProvider(Provider):
     name = "ssh"
 
     def __init__(self, state_dir: Path, clock: Clock = utc_now, settings: SSHSettings | None = None,

@@ -15,8 +15,7 @@ from pathlib import Path
 from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
 from remote_gpu_trainer.config import ProjectConfig, RunConfig, run_config_record
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
-from remote_gpu_trainer.providers.base import Transport
-from remote_gpu_trainer.providers.slurm import commands as slurm
+from remote_gpu_trainer.providers.base import BatchJobs, Transport
 from remote_gpu_trainer.state.db import StateDB
 
 
@@ -109,9 +108,13 @@ async def push(project: ProjectConfig, run: RunConfig, transport: Transport) -> 
 
 async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,
                  clock: Clock = utc_now, *, actor: str = "user", method: str = "setsid",
-                 box: str | None = None) -> dict[str, object]:
-    """Push, then start the wrapper detached (`setsid`) or as a batch job (`sbatch`); refuses while a
-    recorded launch is still alive, so the inputs of a live run are never rewritten."""
+                 batch: BatchJobs | None = None, box: str | None = None) -> dict[str, object]:
+    """Push, then start the wrapper detached (`setsid`) or as a batch job (`sbatch`, submitted through
+    `batch`, the provider's batch-job verbs); refuses while a recorded launch is still alive, so the inputs
+    of a live run are never rewritten."""
+    if method == "sbatch" and batch is None:
+        raise ConfigError(f"instances.{run.instance}: its profile launches runs with sbatch, but its provider "
+                          "has no batch jobs")
     ctl = ctl_dir(run)
     result = await transport.run(f"rm -rf {shlex.quote(transport.resolve(ctl))}", timeout=30)
     if result.rc != 0:
@@ -127,10 +130,10 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
     detail: dict[str, object] = {"ctl_dir": ctl, "log": log_path(run), "started_at": iso_offset(started),
                                  "method": method, "pushed": pushed,
                                  "log_offset": log_before.size if log_before is not None else 0}
-    if method == "sbatch":
+    if method == "sbatch" and batch is not None:
         wrapper = f"{ctl}/wrapper.sh"
         await transport.put_bytes(wrapper_script(run, transport).encode(), wrapper, mode=0o700)
-        detail["slurm_job"] = await slurm.submit(
+        detail["slurm_job"] = await batch.submit_job(
             transport, transport.resolve(wrapper), job_name=f"rgt-{run.id}", workdir=transport.resolve(run.workdir),
             output=transport.resolve(f"{ctl}/slurm.out"))
         detail["pid"] = None

@@ -35,7 +35,7 @@ from remote_gpu_trainer.config import (
 from remote_gpu_trainer.errors import RgtError, VerbFailed
 from remote_gpu_trainer.fsutil import run_lock
 from remote_gpu_trainer.profiles import Profile, profile_age_text
-from remote_gpu_trainer.providers.base import InstanceStatus, Transport
+from remote_gpu_trainer.providers.base import BatchJobs, Creatable, InstanceStatus, Transport
 from remote_gpu_trainer.providers.registry import provider_for
 from remote_gpu_trainer.providers.slurm import commands as slurm
 from remote_gpu_trainer.services import checklist, evidence
@@ -58,7 +58,7 @@ from remote_gpu_trainer.views import (
 )
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.providers.registry import AnyProvider
+    from remote_gpu_trainer.providers.base import Provider
     from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
 
 T = TypeVar("T")
@@ -90,7 +90,7 @@ class Session:
         self.folder_read_only = not project_writable(project)
         self.read_only = read_only or self.folder_read_only
         self.db = StateDB(project.state_db, clock, read_only=self.folder_read_only)
-        self._providers: dict[str, AnyProvider] = {}
+        self._providers: dict[str, Provider] = {}
         self.host_key_prompts: dict[str, HostKeyUnknown] = {}  # instance -> the unknown key it presented
         self._gpu_text: dict[str, tuple[float, str]] = {}  # instance -> (monotonic time, panel text)
         self._transports: dict[str, Transport] = {}
@@ -139,7 +139,7 @@ class Session:
                 return dataclasses.replace(config, id=launched)
         return config
 
-    def provider(self, name: str) -> AnyProvider:
+    def provider(self, name: str) -> Provider:
         if name not in self._providers:
             self._providers[name] = provider_for(self.instance(name), self.project.state_dir, self.clock)
         return self._providers[name]
@@ -302,7 +302,7 @@ class Session:
         """Start billing for a sim box (the embedded default's `up`); logged before it happens."""
         self.require_writable("creating an instance")
         provider = self.provider(name)
-        if not hasattr(provider, "create"):
+        if not isinstance(provider, Creatable):
             raise RgtError(f"instances.{name}: provider {provider.name!r} cannot create instances here")
         current = await self.instance_status(name)
         if current.state in ("running", "pending"):
@@ -352,8 +352,10 @@ class Session:
         stale = self._monitors.pop(run_id, None)
         if stale is not None:
             stale.close()
+        provider = self.provider(run.instance)
         detail = await runner.launch(self.project, run, await self.remote(run.instance), self.db, self.clock,
                                      actor=actor, method="sbatch" if primitive == "sbatch" else "setsid",
+                                     batch=provider if isinstance(provider, BatchJobs) else None,
                                      box=await session_box_key(self, run.instance))
         # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
         # would otherwise replay the previous launch's crashes as this one's)
@@ -398,8 +400,9 @@ class Session:
         try:
             transport = await self.remote(instance_name)
             probe = await watcher.probe(run, transport, launch)
-            job = await slurm.job_state(transport, str(launch["slurm_job"])) if launch and \
-                launch.get("slurm_job") else None
+            provider = self.provider(instance_name)
+            job = await provider.job_state(transport, str(launch["slurm_job"])) if launch and \
+                launch.get("slurm_job") and isinstance(provider, BatchJobs) else None
         except RgtError as exc:
             return RunState(Liveness("unknown", str(exc)), None)
         finished = datetime.fromtimestamp(probe.finished_at, UTC) if probe.finished_at else None

@@ -17,7 +17,7 @@ from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.errors import GateRefused, RgtError
 from remote_gpu_trainer.fsutil import run_locks
 from remote_gpu_trainer.profiles import profile_age_text
-from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.providers.base import InstanceStatus, WaitsGone
 from remote_gpu_trainer.services import evidence
 from remote_gpu_trainer.services import gate as box_gate
 from remote_gpu_trainer.services.session import Session
@@ -164,7 +164,8 @@ async def _execute(session: Session, instance_name: str, typed_id: str | None, s
 async def _follow_up(session: Session, instance_name: str, result: TeardownResult) -> TeardownResult:
     """After the provider confirmed the terminate: what still bills (volumes, IPs, snapshots, an instance
     left in an alert state), from the provider's own audit where it has one, else from the profile."""
-    wait_gone = getattr(session.provider(instance_name), "wait_gone", None)  # API providers audit what bills
+    provider = session.provider(instance_name)
+    wait_gone = provider.wait_gone if isinstance(provider, WaitsGone) else None  # API providers audit what bills
     residuals: list[str] = []
     checked = wait_gone is not None
     if wait_gone is not None:

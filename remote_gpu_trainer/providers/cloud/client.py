@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 
 import httpx
 
@@ -34,7 +34,7 @@ from remote_gpu_trainer.providers.cloud.http import (
     Sleep,
     resolve_base_url,
 )
-from remote_gpu_trainer.providers.cloud.types import CloudInstance, Residual, TeardownOutcome
+from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, Residual, TeardownOutcome
 
 log = logging.getLogger("remote_gpu_trainer.providers.cloud")
 T = TypeVar("T")
@@ -48,6 +48,14 @@ class UnsupportedAction(VerbFailed):
 
 class TeardownUnconfirmed(CloudAPIError):
     """A terminate call got no usable answer and a re-query did not show the instance going away."""
+
+
+@runtime_checkable
+class Launches(Protocol):
+    """A client whose API can rent an instance (RunPod, vast.ai, Lambda): the create call `rgt up` uses
+    through services.rent, never retried once the provider may have processed it."""
+
+    async def launch(self, request: GpuRequest) -> CloudInstance: ...
 
 
 class CloudClient:

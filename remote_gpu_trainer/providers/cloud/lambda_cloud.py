@@ -16,6 +16,7 @@ from typing import Any
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.cloud.client import (
     CloudClient,
+    Launches,
     UnsupportedAction,
     as_dict,
     as_float,
@@ -45,7 +46,7 @@ ALERT_WORDS = frozenset({"unhealthy", "alert"})
 LAUNCH_INTERVAL_S = 10.0
 
 
-class LambdaClient(CloudClient):
+class LambdaClient(CloudClient, Launches):
     """list/get/terminate/wait_gone/launch for Lambda Cloud; `stop` explains why there is none."""
 
     provider = "lambda"

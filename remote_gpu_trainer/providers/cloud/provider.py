@@ -23,7 +23,7 @@ import asyncio
 import dataclasses
 import importlib
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,8 +31,8 @@ from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
 from remote_gpu_trainer.profiles import HOURS_PER_MONTH, SIZE_UNITS, ApiControl, Profile, load_profile
-from remote_gpu_trainer.providers.base import InstanceStatus
-from remote_gpu_trainer.providers.cloud.client import CloudClient, UnsupportedAction
+from remote_gpu_trainer.providers.base import InstanceStatus, Provider, WaitsGone
+from remote_gpu_trainer.providers.cloud.client import CloudClient, Launches, UnsupportedAction
 from remote_gpu_trainer.providers.cloud.credentials import ApiKey, CredentialsMissing, find_key
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, StorageBilling, TeardownOutcome
@@ -57,7 +57,7 @@ TEMPLATE_FIELDS = {"public_ip": "public_ip", "ip": "public_ip", "public_ipaddr":
 SSH_PROBE_TIMEOUT_S = 8.0  # leaves room for the API read inside the session's 20 s budget per get
 
 
-class CloudProvider:
+class CloudProvider(Provider, WaitsGone):
     """The Provider protocol over one cloud API client; one adapter per configured instance.
 
     `api_base` is the instance's override of the API base URL; `client_options` reach the client's
@@ -305,11 +305,11 @@ class CloudProvider:
 
     async def launch(self, request: GpuRequest) -> CloudInstance:
         """Rent an instance where the client can (RunPod, vast.ai, Lambda); elsewhere name the console step."""
-        launcher = getattr(self.client(), "launch", None) if self._ssh is None else None
-        if launcher is None:
+        client = self.client() if self._ssh is None else None
+        if not isinstance(client, Launches):
             raise UnsupportedAction(
                 f"{self.name}: rgt cannot create instances through this API: {create_step(self.profile)}")
-        return await cast(Callable[[GpuRequest], Awaitable[CloudInstance]], launcher)(request)
+        return await client.launch(request)
 
     async def _drop_ssh(self, instance: InstanceConfig) -> None:
         """A terminated box will not answer again: close its connection instead of letting keepalive find out."""

@@ -14,6 +14,7 @@ from typing import Any
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.cloud.client import (
     CloudClient,
+    Launches,
     as_dict,
     as_float,
     as_int,
@@ -51,7 +52,7 @@ class LaunchOverBudget(VerbFailed):
         self.instance = instance
 
 
-class RunPodClient(CloudClient):
+class RunPodClient(CloudClient, Launches):
     """list/get/stop/terminate/wait_gone/launch for RunPod Pods."""
 
     provider = "runpod"

@@ -14,7 +14,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.providers.cloud.client import CloudClient, as_dict, as_float, as_int, as_str, still_billing
+from remote_gpu_trainer.providers.cloud.client import (
+    CloudClient,
+    Launches,
+    as_dict,
+    as_float,
+    as_int,
+    as_str,
+    still_billing,
+)
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound, path_segment
 from remote_gpu_trainer.providers.cloud.types import (
     CloudInstance,
@@ -39,7 +47,7 @@ GONE_WORDS = frozenset({"destroyed"})
 OFFER_LIMIT = 64
 
 
-class VastAIClient(CloudClient):
+class VastAIClient(CloudClient, Launches):
     """list/get/stop/terminate/wait_gone/launch for vast.ai instances."""
 
     provider = "vastai"

@@ -2,7 +2,8 @@
 
 The login node is `host` over SSH, or this machine when no host is given (a workstation that is itself a
 login node, or the loopback cluster of the tests). There is no box to tear down: the cluster's storage
-outlives every job, and ending a job is `scancel` (providers/slurm.py), not an instance action.
+outlives every job, and ending a job is `scancel` (providers/slurm.py), not an instance action. The batch-job
+verbs (BatchJobs) are sbatch, squeue/sacct and scancel over the login node's transport (commands.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.profiles import Profile, load_profile
-from remote_gpu_trainer.providers.base import InstanceStatus, Transport
+from remote_gpu_trainer.providers.base import BatchJobs, InstanceStatus, Provider, Transport
+from remote_gpu_trainer.providers.slurm import commands
+from remote_gpu_trainer.providers.slurm.commands import SlurmJob
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
@@ -22,7 +25,7 @@ from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSetting
 REACH_TIMEOUT_S = 15.0
 
 
-class SlurmProvider:
+class SlurmProvider(Provider, BatchJobs):
     name = "slurm"
 
     def __init__(self, state_dir: Path, clock: Clock = utc_now) -> None:
@@ -69,3 +72,15 @@ class SlurmProvider:
 
     async def close(self) -> None:
         await self.pool.close_all()
+
+    # -- batch jobs ---------------------------------------------------------------------------------------
+
+    async def submit_job(self, transport: Transport, script_path: str, *, job_name: str, workdir: str,
+                         output: str) -> str:
+        return await commands.submit(transport, script_path, job_name=job_name, workdir=workdir, output=output)
+
+    async def job_state(self, transport: Transport, job_id: str) -> SlurmJob:
+        return await commands.job_state(transport, job_id)
+
+    async def cancel_job(self, transport: Transport, job_id: str) -> None:
+        await commands.cancel(transport, job_id)

@@ -16,13 +16,13 @@ from pathlib import Path
 
 from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.fsutil import atomic_write
-from remote_gpu_trainer.providers.base import CommandResult, RemoteStat
+from remote_gpu_trainer.providers.base import CommandResult, RemoteStat, Transport
 from remote_gpu_trainer.providers.transports.detach import launch_with_setsid
 
 HASH_CHUNK = 4 << 20
 
 
-class LocalTransport:
+class LocalTransport(Transport):
     batches_small_files = False  # a local disk: per-file reads cost no round trip
 
     def __init__(self, root: Path | None = None) -> None:

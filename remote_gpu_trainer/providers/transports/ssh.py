@@ -29,7 +29,7 @@ from typing import TypeVar
 import asyncssh
 
 from remote_gpu_trainer.errors import TransportError
-from remote_gpu_trainer.providers.base import CommandResult, RemoteStat
+from remote_gpu_trainer.providers.base import CommandResult, RemoteStat, Transport
 from remote_gpu_trainer.providers.transports.detach import launch_with_setsid
 from remote_gpu_trainer.providers.transports.ssh_pool import (
     CLOSE_TIMEOUT_S,
@@ -62,7 +62,7 @@ class NoSFTP(TransportError):
 
 # -- the transport -----------------------------------------------------------------------------------------
 
-class SSHTransport:
+class SSHTransport(Transport):
     """The Transport protocol on a box reached over SSH (DESIGN.md §3.3). Remote paths are the box's own
     paths: `resolve` is the identity."""
 
