@@ -86,6 +86,17 @@ def duration(seconds: float | None) -> str:
     return f"{whole // 3600}h{(whole % 3600) // 60:02d}m"
 
 
+def span(seconds: float | None) -> str:
+    """A coarse span for evidence and liveness (`45s`, `40m`, `3.1h`); `never` when there is none."""
+    if seconds is None:
+        return "never"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
 def money(value: float | None, currency: str = "USD") -> str:
     """An amount (spent, burning, to finish), to the cent. Money is rounded only here, when rendered; the
     model keeps full precision."""
@@ -107,7 +118,16 @@ def price(amount: float, currency: str = "USD") -> str:
     return f"${price_text(amount)}" if currency == "USD" else f"{price_text(amount)} {currency}"
 
 
+# Sizes. Three conventions are still in use, each pinned by tests: file sizes (pull progress, the checkpoint
+# panel, reports) in binary multiples labelled KB/MB/GB (`size`); the environment audit's disks, caches and memory
+# in decimal gigabytes as providers sell them (`gigabytes`); GPU memory, the host rules and CUDA's OOM message in
+# IEC units as nvidia-smi and torch print them (`size_iec`). Unifying them changes asserted text in
+# tests/test_text.py, tests/services/evidence/test_fault_injection.py and tests/audits/test_env_audit.py.
+_IEC_UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+
+
 def size(value: int | None) -> str:
+    """A file's size: `512 B`, `97.7 KB`, `5.0 MB` (binary multiples, one decimal)."""
     if value is None:
         return "—"
     amount = float(value)
@@ -116,6 +136,20 @@ def size(value: int | None) -> str:
             return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
         amount /= 1024
     return f"{value} B"
+
+
+def gigabytes(value: float) -> str:
+    """Decimal gigabytes, one decimal (`10.7 GB`): disks, caches and memory in the environment audit."""
+    return f"{value / 1e9:.1f} GB"
+
+
+def size_iec(value: float, decimals: int = 2, unit: str | None = None) -> str:
+    """IEC units as nvidia-smi and torch print them: the largest unit that keeps the number >= 1
+    (2147483648 -> `2.00 GiB`), or the `unit` given (`GiB`)."""
+    for name, factor in _IEC_UNITS:
+        if name == unit or (unit is None and value >= factor):
+            return f"{value / factor:.{decimals}f} {name}"
+    return f"{value:.0f} B"
 
 
 def short_hash(sha: str | None) -> str:

@@ -5,7 +5,18 @@ from __future__ import annotations
 import pytest
 
 from remote_gpu_trainer.audits.log.lines import LineSplitter
-from remote_gpu_trainer.text import duration, escape_control, money, price, price_text, size, strip_ansi
+from remote_gpu_trainer.text import (
+    duration,
+    escape_control,
+    gigabytes,
+    money,
+    price,
+    price_text,
+    size,
+    size_iec,
+    span,
+    strip_ansi,
+)
 
 OSC8 = "\x1b]8;;https://wandb.ai/run/7\x1b\\"
 
@@ -46,3 +57,15 @@ def test_amounts_are_rounded_to_the_cent_and_quoted_prices_are_kept_as_quoted() 
 def test_sizes_use_binary_units_and_durations_read_at_a_glance() -> None:
     assert [size(v) for v in (512, 100_000, 5 << 20, 3 << 30, None)] == ["512 B", "97.7 KB", "5.0 MB", "3.0 GB", "—"]
     assert [duration(v) for v in (45, 725, 11220, None)] == ["45s", "12m05s", "3h07m", "—"]
+
+
+def test_the_other_size_conventions_have_one_home_each() -> None:
+    assert [gigabytes(v) for v in (10 * 2**30, 2 * 2**40, 0)] == ["10.7 GB", "2199.0 GB", "0.0 GB"]
+    assert [size_iec(v) for v in (2 * 2**30, 20 * 2**20, 512 * 2**10, 2**40, 100)] == [
+        "2.00 GiB", "20.00 MiB", "512.00 KiB", "1.00 TiB", "100 B"]
+    assert size_iec(80 * 2**30, 0, "GiB") == "80 GiB" and size_iec(2**29, 1, "GiB") == "0.5 GiB"
+
+
+def test_coarse_spans_for_evidence_and_liveness() -> None:
+    assert [span(v) for v in (10, 119, 125, 2400, 7200, 11160, None)] == [
+        "10s", "119s", "2m", "40m", "2.0h", "3.1h", "never"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from remote_gpu_trainer.text import span
+
 T_LOG_S = 15 * 60
 T_CKPT_S = 30 * 60
 
@@ -55,10 +57,10 @@ def classify(probe: ProbeResult, launched: bool, t_log: float = T_LOG_S, t_ckpt:
     ckpt_stale = ckpt_age is None or ckpt_age > t_ckpt
     started_long_ago = probe.started_at is None or probe.now - probe.started_at > t_log
     if log_silent and ckpt_stale and started_long_ago:
-        return Liveness("stalled", f"log silent {_age(log_age)}, newest checkpoint {_age(ckpt_age)}")
+        return Liveness("stalled", f"log silent {span(log_age)}, newest checkpoint {span(ckpt_age)}")
     if log_silent:
         return Liveness("running", "quiet: log silent but checkpoints fresh")
-    return Liveness("running", f"log updated {_age(log_age)} ago")
+    return Liveness("running", f"log updated {span(log_age)} ago")
 
 
 def _exit_detail(code: int) -> str:
@@ -69,11 +71,3 @@ def _exit_detail(code: int) -> str:
     return f"exit {code}"
 
 
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "never"
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"

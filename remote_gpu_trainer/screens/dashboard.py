@@ -26,7 +26,7 @@ from remote_gpu_trainer.screens.teardown import TeardownScreen
 from remote_gpu_trainer.services import checklist, teardown
 from remote_gpu_trainer.services.evidence import PullProgress
 from remote_gpu_trainer.services.log_monitor import Alert
-from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.text import escape_control, money
 from remote_gpu_trainer.views import Overview, RunView
 from remote_gpu_trainer.widgets.checklist_panel import ChecklistPanel
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
@@ -205,8 +205,8 @@ class DashboardScreen(Screen[None]):
         if run is not None:
             gate = "GATE OPEN" if run.gate.open else f"GATE CLOSED {len(run.gate.reasons)}"
         age = max(0, int((self.rgt.session.clock() - overview.generated_at).total_seconds()))
-        parts = [f"rgt · {overview.project}", f"burn ${overview.burn_per_hour:.2f}/h",
-                 f"spent ${overview.total:.2f}", gate]
+        parts = [f"rgt · {overview.project}", f"burn {money(overview.burn_per_hour)}/h",
+                 f"spent {money(overview.total)}", gate]
         if run is not None:
             parts.append(f"{run.id} {run.liveness}")
         if overview.read_only:

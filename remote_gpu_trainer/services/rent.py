@@ -260,8 +260,9 @@ async def _quote(provider: CloudProvider, request: GpuRequest) -> _Quote:
         assert isinstance(client, VastAIClient)
         offers = await client.search_offers(request)
         if not offers:
+            ceiling = text.price(request.max_price_per_hour or 0.0)  # set from the constraint, which requires it
             raise VerbFailed(f"vastai: no rentable offer of {request.gpu_count}x {request.gpu_type} under "
-                             f"${request.max_price_per_hour}/h now: raise max_price_per_hour or try later")
+                             f"{ceiling}/h now: raise max_price_per_hour or try later")
         best = offers[0]
         return _Quote(as_float(best.get("dph_total")),
                       f"vast.ai offer {best.get('id')}, the cheapest of {len(offers)} matching")

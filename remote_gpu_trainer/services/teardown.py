@@ -21,7 +21,7 @@ from remote_gpu_trainer.providers.base import InstanceStatus, WaitsGone
 from remote_gpu_trainer.services import evidence
 from remote_gpu_trainer.services import gate as box_gate
 from remote_gpu_trainer.services.session import Session
-from remote_gpu_trainer.text import short_hash, size
+from remote_gpu_trainer.text import money, short_hash, size
 from remote_gpu_trainer.views import TeardownPlan
 
 MAX_LISTED = 4
@@ -82,13 +82,13 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
     reversible = "reversible" if action and action.reversible else "IRREVERSIBLE"
     keeps = profile.keeps_billing_text(action) if action else [str(r.get("what")) for r in profile.residuals]
     age = profile_age_text(profile, now.date())
-    price = f"${status.price_per_hour:.2f}/h ({status.price_source})" if status.price_per_hour else "no meter"
+    price = f"{money(status.price_per_hour)}/h ({status.price_source})" if status.price_per_hour else "no meter"
     lines = [
         f"Action:    {profile.id}  {action.label if action else action_id} {status.provider_id} ({reversible})",
         f"Destroys:  {', '.join(tiers)} and everything on it that was not pulled" if tiers
         else "Destroys:  nothing: every disk stays",
         f"Keeps billing: {'; '.join(keeps) if keeps else 'nothing (per the profile)'}",
-        f"Burning:   {price} · spent ${reading.total:.2f}",
+        f"Burning:   {price} · spent {money(reading.total)}",
         f"Billing facts: {profile.display_name} profile, {age}",
     ]
     command = session.instance(instance_name).teardown_command

@@ -36,7 +36,7 @@ class InstancesPanel(Vertical):
         summary = self.query_one("#meter-summary", Static)
         if run is not None:
             instance = overview.instance(run.instance)
-            since = f" · ${instance.since_finished:.2f} since the job finished" if instance and \
+            since = f" · {money(instance.since_finished)} since the job finished" if instance and \
                 instance.since_finished > 0 else ""
             note = f" · {instance.note}" if instance and instance.note else ""
             if instance is not None and instance.cost_to_finish is not None:

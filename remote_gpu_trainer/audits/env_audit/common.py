@@ -54,9 +54,5 @@ class RunRequirements:
     interpreter_why: str = ""               # row 8: why the probe ran this interpreter (see run_interpreter)
 
 
-def fmt_gb(n: float) -> str:
-    return f"{n / 1e9:.1f} GB"
-
-
 def worst_status(statuses: Iterable[str]) -> str:
     return max(statuses, key=lambda s: _RANK[s], default=PASS)

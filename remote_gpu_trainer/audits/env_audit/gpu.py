@@ -19,6 +19,7 @@ from remote_gpu_trainer.audits.env_audit.common import (
     RunRequirements,
 )
 from remote_gpu_trainer.audits.env_audit.facts import args_block, first_line, probe_result
+from remote_gpu_trainer.text import size_iec
 from remote_gpu_trainer.views import AuditRow
 
 
@@ -55,7 +56,7 @@ def gpus(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
             return AuditRow(7, "gpus", PASS if no_gpu else WARN, "no GPU (CPU run)" if no_gpu else why)
         return AuditRow(7, "gpus", FAIL, f"{why}; the run wants {req.gpus} GPU(s)")
     names = ", ".join(sorted({g.name for g in found}))
-    memory = ", ".join(sorted({f"{(g.memory_total_mib or 0) / 1024:.0f} GiB" for g in found}))
+    memory = ", ".join(sorted({size_iec((g.memory_total_mib or 0) * (1 << 20), 0, 'GiB') for g in found}))
     detail = f"{len(found)}× {names} ({memory}), driver {found[0].driver_version or '?'}"
     if req.gpus <= 0:
         return AuditRow(7, "gpus", PASS, detail + " (CPU run)")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from remote_gpu_trainer.audits.log.prefilter import Matcher, build_matcher
 from remote_gpu_trainer.audits.log.samples import Hit
 from remote_gpu_trainer.audits.log.signatures import LOG_SOURCES, Catalogue
-from remote_gpu_trainer.text import strip_ansi
+from remote_gpu_trainer.text import size_iec, strip_ansi
 
 MAX_SCAN = 4096  # a 10 MB line (a dumped tensor, a minified JSON blob) costs no more than 4 KB of matching
 MAX_EVIDENCE = 300
@@ -61,7 +61,7 @@ class OomFields:
 
     def describe(self) -> str:
         parts = [
-            f"{label} {format_bytes(value)}"
+            f"{label} {size_iec(value)}"
             for label, value in (
                 ("requested", self.requested),
                 ("total", self.total),
@@ -91,14 +91,6 @@ def parse_oom(text: str) -> OomFields:
 def _size(pattern: re.Pattern[str], text: str) -> float | None:
     found = pattern.search(text)
     return float(found["v"]) * _UNIT_BYTES[found["u"]] if found else None
-
-
-def format_bytes(value: float) -> str:
-    """Largest binary unit that keeps the number ≥ 1, two decimals: 2147483648 → '2.00 GiB'."""
-    for unit in ("TiB", "GiB", "MiB", "KiB"):
-        if value >= _UNIT_BYTES[unit]:
-            return f"{value / _UNIT_BYTES[unit]:.2f} {unit}"
-    return f"{value:.0f} B"
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -242,8 +234,8 @@ class LogDetector:
         if fragmentation is not None and fields.fragmented():
             assert fields.requested is not None and fields.reserved_unallocated is not None
             why = (
-                f"requested {format_bytes(fields.requested)}, "
-                f"reserved-but-unallocated {format_bytes(fields.reserved_unallocated)}"
+                f"requested {size_iec(fields.requested)}, "
+                f"reserved-but-unallocated {size_iec(fields.reserved_unallocated)}"
             )
             hits.append(Hit("S03", fragmentation.severity, evidence, t, line_no, why))
         return hits

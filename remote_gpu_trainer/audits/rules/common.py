@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from remote_gpu_trainer.audits.log.samples import Hit, Sample
 from remote_gpu_trainer.audits.rules.signals import RunSignals
+from remote_gpu_trainer.text import span
 
 
 class Stamped(Protocol):
@@ -58,12 +59,7 @@ def fmt_num(x: float) -> str:
     return f"{x:.2f}"
 
 
-def fmt_dur(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f}m"
-    return f"{seconds / 3600:.1f}h"
+fmt_dur = span  # the rules' name for text.span, the one coarse duration (45s, 40m, 3.1h)
 
 
 def fmt_at(sample: Stamped) -> str:

@@ -33,6 +33,7 @@ from remote_gpu_trainer.audits.rules.gpu_window import (
     trainer_apps,
 )
 from remote_gpu_trainer.audits.rules.signals import ComputeSnapshot, GpuReading, RunSignals
+from remote_gpu_trainer.text import size_iec
 
 # ---- rows: gpu -------------------------------------------------------------------------------------
 
@@ -158,7 +159,8 @@ def rule_s91(s: RunSignals) -> list[Hit]:
         held = min(used[1], empty[1]) - max(used[0], empty[0])
         if held >= 120:
             mib = tails[index][-1].gpu.memory_used_mib or 0
-            found.append(f"GPU {index}: {mib / 1024:.1f} GiB used with no compute process listed for {fmt_dur(held)}")
+            found.append(f"GPU {index}: {size_iec(mib * (1 << 20), 1, 'GiB')} used with no compute process listed for "
+                         f"{fmt_dur(held)}")
     return hit(s, "S91", "; ".join(found)) if found else []
 
 

@@ -6,6 +6,7 @@ from remote_gpu_trainer.audits.log.samples import Hit
 from remote_gpu_trainer.audits.rules.common import fmt_dur, hit, newest_first
 from remote_gpu_trainer.audits.rules.gpu_window import IDLE_UTIL, util_median
 from remote_gpu_trainer.audits.rules.signals import DiskUsage, MemorySample, RunSignals
+from remote_gpu_trainer.text import size_iec
 
 # ---- rows: host ------------------------------------------------------------------------------------
 
@@ -37,9 +38,8 @@ def _disk_findings(d: DiskUsage) -> tuple[list[str], bool]:
             found.append(f"{what} {pct:.0f}% used on {d.mount}")
             critical = critical or pct >= 99
     if d.projected_ckpt_bytes is not None and d.free_bytes is not None and d.projected_ckpt_bytes > d.free_bytes:
-        gib = 1024 ** 3
-        found.append(f"checkpoints still to write ({d.projected_ckpt_bytes / gib:.1f} GiB) exceed the "
-                     f"{d.free_bytes / gib:.1f} GiB free on {d.mount}")
+        found.append(f"checkpoints still to write ({size_iec(d.projected_ckpt_bytes, 1, 'GiB')}) exceed the "
+                     f"{size_iec(d.free_bytes, 1, 'GiB')} free on {d.mount}")
     return found, critical
 
 
