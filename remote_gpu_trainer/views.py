@@ -143,6 +143,7 @@ class RunView:
     teardown: ActionView = NO_ACTION  # the instance's terminate control
     stop: ActionView = dataclasses.replace(NO_ACTION, action_id="stop", label="Stop", irreversible=False)
     other_notes: tuple[str, ...] = ()  # why other boxes read unknown, shown under the instances table
+    checklist_rows: tuple[ChecklistRow, ...] = ()  # the checklist panel's rows (services/checklist.py)
 
     def sorted_findings(self) -> list[FindingView]:
         """Worst first, then by id (ux.md §8): the same order in every report format and in the TUI."""
@@ -150,9 +151,6 @@ class RunView:
 
     def finding(self, finding_id: str | None) -> FindingView | None:
         return next((f for f in self.findings if f.id == finding_id), None)
-
-    def checklist_item(self, item_id: str | None) -> ChecklistItem | None:
-        return next((c for c in self.checklist if c.id == item_id), None)
 
 
 @dataclass(frozen=True)

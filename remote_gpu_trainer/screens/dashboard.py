@@ -1,7 +1,9 @@
 """The dashboard: instances + meter, checkpoints, live log, checklist; 2×2 when wide, tabs when narrow.
 
-The screen composes panels and forwards intents to the Session; every number it shows comes from an
-Overview built by the services, refreshed by workers so the UI thread never waits on the far side.
+The screen composes panels and forwards intents to the services; every number it shows comes from an
+Overview built by services/overview.py, refreshed by workers so the UI thread never waits on the far side.
+The screen holds that Overview as a reactive attribute bound to the panels (data_bind): setting it is what
+redraws them, and the screen's watch_overview updates the top bar, the alerts and the bindings.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Container
 from textual.notifications import SeverityLevel
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, DataTable, Footer, Input, Static, Tab, Tabs
@@ -23,9 +26,11 @@ from remote_gpu_trainer.errors import GateRefused, RgtError
 from remote_gpu_trainer.screens.confirm import ConfirmScreen
 from remote_gpu_trainer.screens.note import NoteScreen
 from remote_gpu_trainer.screens.teardown import TeardownScreen
-from remote_gpu_trainer.services import checklist, teardown
-from remote_gpu_trainer.services.evidence import PullProgress
+from remote_gpu_trainer.services import checklist, findings, instances, run_logs, teardown
+from remote_gpu_trainer.services.evidence.pull import PullProgress
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.log_monitor import Alert
+from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.text import escape_control, money
 from remote_gpu_trainer.views import Overview, RunView
 from remote_gpu_trainer.widgets.checklist_panel import ChecklistPanel
@@ -66,10 +71,11 @@ class DashboardScreen(Screen[None]):
         Binding("4", "panel(3)", "Checklist", show=False),
     ]
 
+    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False)
+    run_id: reactive[str | None] = reactive(None, init=False)
+
     def __init__(self) -> None:
         super().__init__()
-        self.overview: Overview | None = None
-        self.run_id: str | None = None
         self.busy: set[str] = set()
         self.log_backfilled = False
         self.log_polling = False
@@ -90,10 +96,11 @@ class DashboardScreen(Screen[None]):
         yield Static("", id="alert")
         yield Tabs(*(Tab(title, id=f"tab-{index}") for index, title in enumerate(TITLES)), id="tabs")
         with Container(id="panels"):
-            yield InstancesPanel(id="panel-instances", classes="panel -active")
-            yield CheckpointsPanel(id="panel-checkpoints", classes="panel")
+            bound = (DashboardScreen.overview, DashboardScreen.run_id)
+            yield InstancesPanel(id="panel-instances", classes="panel -active").data_bind(*bound)
+            yield CheckpointsPanel(id="panel-checkpoints", classes="panel").data_bind(*bound)
             yield LogPanel(id="panel-log", classes="panel")
-            yield ChecklistPanel(id="panel-checklist", classes="panel")
+            yield ChecklistPanel(id="panel-checklist", classes="panel").data_bind(*bound)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -117,7 +124,7 @@ class DashboardScreen(Screen[None]):
     async def refresh_overview(self) -> None:
         """One refresh at a time and never cancelled: a request while one runs is served right after it,
         and the next tick is armed only when a refresh has finished. Each box is asked within its own
-        timeout and a row whose box has not answered yet shows what was last known (Session.overview)."""
+        timeout and a row whose box has not answered yet shows what was last known (services/overview.py)."""
         if self.refreshing:
             self.refresh_again = True
             return
@@ -129,14 +136,14 @@ class DashboardScreen(Screen[None]):
             while True:
                 self.refresh_again = False
                 try:
-                    overview = await self.rgt.session.overview(wait_s=OVERVIEW_WAIT_S)
+                    overview = await observe_and_build(self.rgt.session, wait_s=OVERVIEW_WAIT_S)
                 except RgtError as exc:
                     self.notify(str(exc), severity="error", timeout=10)
                 else:
                     if not self.query(InstancesPanel):  # the app is exiting: its panels are already gone
                         return
-                    self.apply(overview)
-                    self.show_alerts(self.rgt.session.take_alerts())
+                    self.overview = overview  # watch_overview and the panels bound to it redraw
+                    self.show_alerts(run_logs.take_alerts(self.rgt.session))
                 if not self.refresh_again:
                     break
         finally:
@@ -144,14 +151,13 @@ class DashboardScreen(Screen[None]):
             if self.is_mounted:
                 self.refresh_timer = self.set_timer(REFRESH_S, self.refresh_overview)
 
-    def apply(self, overview: Overview) -> None:
-        first = self.overview is None
-        self.overview = overview
+    def watch_overview(self, previous: Overview | None, overview: Overview | None) -> None:
+        """What the screen itself shows of a new overview (the panels bound to it draw their own part):
+        the top bar, the alerts, the log's title; the first one also puts the focus on the instances table."""
+        if overview is None:
+            return
+        first = previous is None
         run = self.current_run()
-        read_only = self.rgt.session.read_only
-        self.query_one(InstancesPanel).show(overview, self.run_id, read_only)
-        self.query_one(CheckpointsPanel).show(run)
-        self.query_one(ChecklistPanel).show(run)
         self.query_one("#topbar", Static).update(plain(self.topbar_text(overview, run)))
         alert = self.query_one("#alert", Static)
         alert.update(plain("\n".join(overview.alerts), keep_newlines=True))
@@ -188,7 +194,7 @@ class DashboardScreen(Screen[None]):
             self.notify(f"{name}: host key not trusted; the box stays unknown", severity="warning")
             return
         try:
-            await self.rgt.session.trust_host_key(name, fingerprint)
+            await instances.trust_host_key(self.rgt.session, name, fingerprint)
         except RgtError as exc:
             self.notify(str(exc), severity="error", timeout=15)
             return
@@ -230,9 +236,9 @@ class DashboardScreen(Screen[None]):
         panel = self.query_one(LogPanel)
         try:
             if not self.log_backfilled:
-                panel.append(await self.rgt.session.log_backfill(self.run_id))
+                panel.append(await run_logs.log_backfill(self.rgt.session, self.run_id))
                 self.log_backfilled = True
-            update = await self.rgt.session.follow_log(self.run_id, max_reads=1)
+            update = await run_logs.follow_log(self.rgt.session, self.run_id, max_reads=1)
         except RgtError:
             return  # the box is unreachable or gone; the overview says so
         if update is None:
@@ -242,7 +248,7 @@ class DashboardScreen(Screen[None]):
         panel.append(update.lines)
         panel.set_progress(update.partial)
         self.show_alerts(update.alerts)
-        chart = self.rgt.session.loss_chart(self.run_id)
+        chart = run_logs.loss_chart(self.rgt.session, self.run_id)
         if chart is not None:
             panel.query_one(LossChart).set_series(chart.steps, chart.values, chart.title)
         if update.more:
@@ -336,7 +342,7 @@ class DashboardScreen(Screen[None]):
         """Audits disclose, never block: a finding is acknowledged with a note, logged as an event."""
         run = self.current_run()
         item = self.query_one(ChecklistPanel).highlighted_item()
-        finding = next((f for f in run.findings if f.id == item), None) if run is not None and item else None
+        finding = run.finding(item) if run is not None and item else None
         if run is None or finding is None:
             self.notify("highlight a log finding in the checklist panel (4) to acknowledge it", severity="warning")
             return
@@ -344,7 +350,7 @@ class DashboardScreen(Screen[None]):
         if note is None:
             return
         try:
-            self.rgt.session.acknowledge_finding(run.id, finding.id, note)
+            findings.acknowledge(self.rgt.session, run.id, finding.id, note)
         except RgtError as exc:
             self.notify(str(exc), severity="error")
             return
@@ -369,7 +375,7 @@ class DashboardScreen(Screen[None]):
 
         try:
             self.notify(f"pulling {self.run_id}…")
-            result = await self.rgt.session.pull(self.run_id, progress=progress)
+            result = await pull_run(self.rgt.session, self.run_id, progress=progress)
             if result.ok:
                 self.notify(f"pulled {len(result.files)} file(s) into runs/{self.run_id}/: verify with v")
             else:
@@ -392,7 +398,7 @@ class DashboardScreen(Screen[None]):
         summary = self.query_one("#checkpoint-summary", Static)
         try:
             self.notify(f"verifying {self.run_id}…")
-            result = await self.rgt.session.verify(self.run_id, progress=summary.update)
+            result = await verify_run(self.rgt.session, self.run_id, progress=summary.update)
             if result.ok:
                 self.notify("✔ verified: every file matches and every checkpoint loads", timeout=8)
             else:
@@ -492,15 +498,14 @@ class DashboardScreen(Screen[None]):
         run = self.current_run()
         if item is None or run is None or not self.query_one("#checklist", DataTable).has_focus:
             return
-        entry = next((c for c in run.checklist if c.id == item), None)
-        if entry is None or entry.kind != "tick":
-            self.notify(f"{item} is answered automatically by rgt's audits", severity="warning")
+        toggle = checklist.tick_toggle(run.checklist, item)
+        if toggle.refusal:
+            self.notify(toggle.refusal, severity="warning")
             return
-        if entry.status == "ticked":
-            checklist.set_tick(self.rgt.session.db, run.id, item, "open", "")
-        else:
-            note = await self.app.push_screen_wait(NoteScreen(f"{item}: {entry.title}"))
-            if note is None:
-                return
-            checklist.set_tick(self.rgt.session.db, run.id, item, "ticked", note)
+        note: str | None = ""
+        if toggle.needs_note:
+            note = await self.app.push_screen_wait(NoteScreen(toggle.prompt))
+        if note is None:
+            return
+        checklist.set_tick(self.rgt.session.db, run.id, item, toggle.status, note)
         self.refresh_overview()

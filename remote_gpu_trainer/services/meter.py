@@ -1,14 +1,38 @@
 """The cost meter's gathering: what a provider says an instance holds, turned into the inputs of the billing
 arithmetic in audits/meter.py (which holds the rules and is pure).
 
-The session records instance snapshots and meter samples in the state database and asks audits/meter.py
-for the figures; this module reads the provider's answer so the audit never sees a provider type.
+record_snapshot and sample_meter keep the meter's record of what the providers said in the state database,
+and meter_reading asks audits/meter.py for the figures; this module reads the provider's answer so the audit
+never sees a provider type.
 """
 
 from __future__ import annotations
 
-from remote_gpu_trainer.audits.meter import Held, valid_price
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.audits.meter import (
+    Held,
+    Interval,
+    MeterReading,
+    accrue,
+    billing_model,
+    fill_gap,
+    reported_since,
+    valid_price,
+)
+from remote_gpu_trainer.clock import parse_iso
 from remote_gpu_trainer.profiles import HOURS_PER_MONTH, Profile
+from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.state import events
+from remote_gpu_trainer.state.billing import Snapshot
+from remote_gpu_trainer.state.events import EventKind
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
+
+METER_SAMPLE_S = 30.0
+UNWATCHED_GAP_S = 300.0  # longer than this without a sample or snapshot: rgt was not watching
 
 
 def held_storage(profile: Profile, status: object | None) -> list[Held]:
@@ -30,3 +54,69 @@ def held_storage(profile: Profile, status: object | None) -> list[Held]:
 
 def _float(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def meter_reading(session: Session, name: str, finished_at: datetime | None = None) -> MeterReading:
+    """The meter for one instance with its profile's billing rules, what the provider says it holds
+    (volumes, disks), the user's quote for drift, and the stretches nobody watched."""
+    snapshots = session.db.snapshots(name)
+    last_status = session.last_status.get(name)
+    quoted = session.instance(name).price_per_hour
+    model = billing_model(session.profile(name), held_storage(session.profile(name), last_status), quoted)
+    gaps = [Interval(parse_iso(str(e.detail["start"])), parse_iso(str(e.detail["end"])))
+            for e in session.db.events(kind=EventKind.METER_GAP) if e.instance == name]
+    return accrue(snapshots, session.clock(), finished_at, model=model, gaps=gaps)
+
+
+def record_snapshot(session: Session, status: InstanceStatus) -> None:
+    """A snapshot when something changed, or after a stretch nobody watched: that stretch is then
+    explained from the provider's own clock (uptime, start stamp) or recorded as an estimate."""
+    db = session.db
+    last = db.last_snapshot(status.name)
+    if last is None and status.state == "unknown":
+        return  # nothing known yet, so nothing to bill or to estimate
+    now = session.clock()
+    seen = Snapshot(at=now, instance=status.name, provider=status.provider, provider_id=status.provider_id,
+                    state=status.state, price_per_hour=status.price_per_hour, price_source=status.price_source,
+                    storage_per_hour=status.storage_per_hour)
+    if last is None:
+        db.add_snapshot(seen)
+        return
+    watched = max(filter(None, (last.at, db.last_meter_sample_at(status.name))))
+    changed = (last.state, last.price_per_hour, last.storage_per_hour) != (
+        status.state, status.price_per_hour, status.storage_per_hour)
+    if (now - watched).total_seconds() > UNWATCHED_GAP_S:
+        _explain_gap(session, last, seen, status)
+    elif changed:
+        db.add_snapshot(seen)
+
+
+def _explain_gap(session: Session, last: Snapshot, seen: Snapshot, status: InstanceStatus) -> None:
+    since = reported_since(status.state, seen.at, uptime_s=_float(status.detail.get("uptime_s")),
+                           started_at=_stamp(status.detail.get("started_at")))
+    fill = fill_gap(last, seen, since)
+    for snapshot in fill.snapshots:
+        session.db.add_snapshot(snapshot)
+    session.db.add_snapshot(seen)
+    if fill.estimate is not None:
+        events.meter_gap(session.db, instance=status.name, start=fill.estimate.start, end=fill.estimate.end)
+
+
+def sample_meter(session: Session, name: str, state: str, burn: float, total: float, estimate: bool) -> None:
+    """One stored sample per instance per METER_SAMPLE_S: the UI ticks every 2 s, the record needs less."""
+    last = session.db.last_meter_sample_at(name)
+    if last is None or (session.clock() - last).total_seconds() >= METER_SAMPLE_S:
+        session.db.add_meter_sample(name, state, burn, total, estimate)
+
+
+def _stamp(value: object) -> datetime | None:
+    """An API time stamp (ISO 8601, or epoch seconds) as an aware datetime; None when absent or unreadable."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    if isinstance(value, str) and value:
+        try:
+            stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+    return None

@@ -1,7 +1,225 @@
-"""The one data model: what the dashboard panels and every `--report` format render (remote_gpu_trainer.views).
+"""The one data model every face renders (remote_gpu_trainer.views), in two steps that say what they do.
 
-If the TUI shows it, the report can print it: both take an Overview built here, and neither computes
-anything of its own beyond layout.
+`observe()` looks at every box and keeps the record of what it saw: a snapshot when a box's state or price
+changed (services/instances.py), a meter sample per METER_SAMPLE_S, the stateful run rules' findings.
+`build()` only reads: the state the observation left, the local evidence, the checklist, and returns the
+Overview (the one thing it may add is a hash-cache entry, a memo of a local file's hash by size and mtime). If the TUI shows it, the report can print it: both take an Overview built here, and neither
+computes anything of its own beyond layout.
+
+What observe() writes is the record of watching (rgt was looking, the box said this), never a cost-affecting
+action, so a `--read-only` session and `--report` record it too; in a project folder rgt may not write, the
+state is a copy in memory (StateDB read_only) and what they record goes nowhere.
 """
 
 from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.profiles import profile_age_text
+from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.services import actions, checklist, findings, gate, instances, meter, run_logs
+from remote_gpu_trainer.services import env_audit as env
+from remote_gpu_trainer.services import launch as runner
+from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
+from remote_gpu_trainer.services.liveness import WAITING_RUN, RunState, bounded_run_state
+from remote_gpu_trainer.services.meter import MeterReading
+from remote_gpu_trainer.text import money
+from remote_gpu_trainer.views import CheckpointView, GateView, InstanceView, Overview, RunView
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.audits.liveness import Liveness
+    from remote_gpu_trainer.services.session import Session
+
+MAX_NOTES = 3  # other boxes' notes under the instances table
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one look at every box found: the answers build() renders, and the meter as observe() read it."""
+
+    at: datetime
+    statuses: dict[str, InstanceStatus]
+    run_states: dict[str, RunState]
+    gpus: dict[str, str]
+    readings: dict[str, MeterReading]
+
+
+async def observe_and_build(session: Session, wait_s: float | None = None) -> Overview:
+    """Look at every box (recording what was seen), then build the Overview from the state that left."""
+    return await build(session, await observe(session, wait_s))
+
+
+async def observe(session: Session, wait_s: float | None = None) -> Observation:
+    """Every box is asked at once, each within its own timeout; with `wait_s` (the dashboard) a box that has
+    not answered by then shows what was last known, marked as waiting, while its question goes on for the
+    next refresh; without it (a report) all answers are awaited, so a hung box costs its timeout once, not
+    once per question. Records a meter sample per instance and runs the rules on fresh answers."""
+    now = session.clock()
+    names = sorted(session.project.instances)
+    run_ids = sorted(session.project.runs)
+    status_answers, run_answers = await asyncio.gather(
+        session.answers({f"status:{name}": partial(instances.instance_status, session, name) for name in names},
+                        wait_s),
+        session.answers({f"run:{run_id}": partial(bounded_run_state, session, run_id) for run_id in run_ids},
+                        wait_s))
+    statuses = {name: status_answers.get(f"status:{name}") or instances.waiting_status(session, name)
+                for name in names}
+    run_states = {run_id: run_answers.get(f"run:{run_id}") or WAITING_RUN for run_id in run_ids}
+    gpu_answers = await session.answers({f"gpu:{name}": partial(env.gpu_text, session, name, statuses[name])
+                                         for name in names}, wait_s)
+    gpus = {name: gpu_answers[f"gpu:{name}"] for name in names if f"gpu:{name}" in gpu_answers}
+    readings = {}
+    for name, status in statuses.items():
+        finished = [s.finished_at for rid, s in run_states.items()
+                    if session.project.runs[rid].instance == name and s.finished_at is not None]
+        reading = meter.meter_reading(session, name, max(finished) if finished else None)
+        meter.sample_meter(session, name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
+        readings[name] = reading
+    for run_id, state in run_states.items():
+        if state is not WAITING_RUN:  # rules judge fresh answers only
+            await run_logs.evaluate_rules(session, run_id, state)
+    return Observation(now, statuses, run_states, gpus, readings)
+
+
+async def build(session: Session, seen: Observation) -> Overview:
+    """The Overview from an observation and the state it left: reads only (the gate's inputs may seed the
+    hash cache), records nothing."""
+    views = [_instance_view(session, name, status, seen) for name, status in seen.statuses.items()]
+    # gathering the gate's inputs may hash files the cache does not know: never on the event loop
+    runs = await asyncio.to_thread(
+        lambda: [run_view(session, run_id, seen.run_states[run_id], seen.statuses)
+                 for run_id in sorted(session.project.runs)])
+    views = [with_cost_to_finish(i, runs) for i in views]
+    runs = [dataclasses.replace(r, other_notes=other_notes(views, r.instance), checklist_rows=checklist.panel_rows(r))
+            for r in runs]
+    alerts = tuple(idle_burn_alerts(views, runs)) + tuple(f"▲ PRICE DRIFT {i.name}: {i.drift}" for i in views
+                                                          if i.drift)
+    return Overview(
+        project=session.project.name, generated_at=seen.at, currency=views[0].currency if views else "USD",
+        total=sum(i.cost_so_far for i in views), burn_per_hour=sum(i.burn_per_hour for i in views),
+        instances=tuple(views), runs=tuple(runs), read_only=session.read_only, alerts=alerts,
+    )
+
+
+def _instance_view(session: Session, name: str, status: InstanceStatus, seen: Observation) -> InstanceView:
+    reading = seen.readings[name]
+    profile = session.profile(name)
+    return InstanceView(
+        name=name, provider=status.provider, id=status.provider_id, state=status.state,
+        gpu=seen.gpus.get(name, status.gpu), price_per_hour=status.price_per_hour, price_source=status.price_source,
+        billing=billing_text(status, walltime(session, name, seen.run_states)), cost_so_far=reading.total,
+        burn_per_hour=reading.burn_per_hour, estimate=reading.estimate, verified_month=profile.oldest_verified(),
+        stale=profile.is_stale(seen.at), currency=profile.pricing.currency,
+        facts_age=profile_age_text(profile, seen.at.date()),
+        drift=reading.drift.text if reading.drift is not None else "", since_finished=reading.since_finished,
+        note="; ".join([str(status.detail.get("error", ""))[:300], *reading.notes()]).strip("; "),
+    )
+
+
+def walltime(session: Session, name: str, run_states: dict[str, RunState]) -> str | None:
+    times = [s.walltime for rid, s in sorted(run_states.items())
+             if session.project.runs[rid].instance == name and s.walltime]
+    return times[-1] if times else None
+
+
+def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str, InstanceStatus]) -> RunView:
+    run = session.run_config(run_id)
+    status = statuses[run.instance]
+    files = checkpoint_statuses(session.project, run, session.db)
+    view = gate.gate_view(session, run_id, status.provider_id, state.liveness.state)
+    if view.open and status.state in ("terminated", "unknown"):  # nothing to act on: the plan agrees
+        view = dataclasses.replace(view, open=False, reasons=(actions.state_reason(status.state),))
+    items = checklist.evaluate(run_id, checklist.checklist_facts(session.project, run, session.db, view), session.db)
+    monitor = session.monitors.get(run_id)
+    progress = monitor.snapshot if monitor is not None else None
+    running = state.liveness.state in ("running", "stalled")
+    return RunView(
+        id=run_id, instance=run.instance,
+        evidence_state=evidence_state(session.db.launch(run_id) is not None, state.liveness, view,
+                                      session.db.recorded_manifest(run_id), status.state),
+        liveness=state.liveness.state, liveness_detail=state.liveness.detail,
+        checkpoints=tuple(CheckpointView(f.path, f.bytes if f.sha256 else None, f.sha256 or None, f.status,
+                                         f.detail) for f in files),
+        gate=view, findings=findings.checklist_findings(run_id, items) + findings.log_findings(session, run_id),
+        checklist=tuple(items), log=runner.log_path(run),
+        metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
+        environment=env.last_audit(session.db, run_id),
+        step=progress.step if progress else None,
+        total_steps=progress.total_steps if progress else None,
+        eta_s=progress.eta(session.clock().timestamp()) if progress and running else None,
+        teardown=actions.action_view(session, run.instance, status.state, "terminate", view.reasons),
+        stop=actions.action_view(session, run.instance, status.state, "stop", view.reasons),
+    )
+
+
+def billing_text(status: InstanceStatus, walltime: str | None = None) -> str:
+    """What is being paid for right now, in words; a batch job's walltime where there is one."""
+    if walltime is not None:
+        return f"allocation · walltime {walltime}"
+    if status.state in ("running", "pending", "stopping", "terminating"):
+        return "compute" if status.price_per_hour else "no meter"
+    if status.state == "stopped":
+        return "storage only" if status.storage_per_hour else "nothing"
+    if status.state == "terminated":
+        return "nothing"
+    return "unknown (last known rate)"
+
+
+def evidence_state(launched: bool, liveness: Liveness, view: GateView, manifest: str | None,
+                   instance_state: str) -> str:
+    """The run's rung on the evidence ladder (gate-and-manifests.md §8), each entered on its own evidence."""
+    if instance_state == "terminated" and view.evidence_ok:
+        return "torn_down"
+    if view.evidence_ok:
+        return "pull_verified"
+    if manifest is not None:
+        return "hash_verified"
+    if not launched:
+        return "planned_not_started"
+    if liveness.state == "finished":
+        return "trained"
+    if liveness.state == "dead":
+        return "failed"
+    if liveness.state == "unknown":
+        return "unknown"
+    return "launched"
+
+
+def with_cost_to_finish(instance: InstanceView, runs: list[RunView]) -> InstanceView:
+    """What finishing the training still costs on this box: the longest ETA of its runs × its burn rate."""
+    etas = [r.eta_s for r in runs if r.instance == instance.name and r.eta_s is not None]
+    if not etas:
+        return instance
+    eta = max(etas)
+    return dataclasses.replace(instance, eta_s=eta, cost_to_finish=instance.burn_per_hour * eta / 3600)
+
+
+def other_notes(instances: list[InstanceView], own: str) -> tuple[str, ...]:
+    """Why other boxes read unknown (e.g. "no answer within 20 s"): their rows have no room to say."""
+    return tuple(f"{i.name}: {i.note}" for i in instances
+                 if i.state == "unknown" and i.note and i.name != own)[:MAX_NOTES]
+
+
+def idle_burn_alerts(instances: list[InstanceView], runs: list[RunView]) -> list[str]:
+    """A finished or dead job on a box that still bills: one line with the money and the next step."""
+    alerts = []
+    for instance in instances:
+        if instance.burn_per_hour <= 0:
+            continue
+        idle = [r for r in runs if r.instance == instance.name and r.liveness in ("finished", "dead")]
+        busy = [r for r in runs if r.instance == instance.name and r.liveness in ("running", "stalled")]
+        if idle and not busy:
+            run = idle[0]
+            here = run.checkpoints and all(c.status not in ("pending", "missing") for c in run.checkpoints)
+            step = "teardown (t)" if run.gate.open else ("verify (v)" if here else "pull (p) → verify (v)")
+            alerts.append(
+                f"$ BURN {instance.name}: job {run.liveness}, box still billing "
+                f"{money(instance.burn_per_hour)}/h ({money(instance.since_finished)} since it finished) "
+                f"→ next: {step}"
+            )
+    return alerts

@@ -20,6 +20,7 @@ from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus, WaitsGone
 from remote_gpu_trainer.services import evidence
 from remote_gpu_trainer.services import gate as box_gate
+from remote_gpu_trainer.services.meter import meter_reading
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.text import money, short_hash, size
 from remote_gpu_trainer.views import TeardownPlan
@@ -77,7 +78,7 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
     profile = session.profile(instance_name)
     action = profile.action(action_id)
     now = session.clock()
-    reading = session.meter_reading(instance_name)
+    reading = meter_reading(session, instance_name)
     tiers = profile.destroys_text(action) if action else ["?"]
     reversible = "reversible" if action and action.reversible else "IRREVERSIBLE"
     keeps = profile.keeps_billing_text(action) if action else [str(r.get("what")) for r in profile.residuals]

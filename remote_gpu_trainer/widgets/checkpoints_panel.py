@@ -5,14 +5,18 @@ from __future__ import annotations
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.reactive import reactive
 from textual.widgets import DataTable, ProgressBar, Static
 
-from remote_gpu_trainer.views import RunView
+from remote_gpu_trainer.views import Overview, RunView
 from remote_gpu_trainer.widgets.glyphs import badge, plain, short_hash, size
 from remote_gpu_trainer.widgets.stable_table import StableTable
 
 
 class CheckpointsPanel(Vertical):
+    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False)
+    run_id: reactive[str | None] = reactive(None, init=False)
+
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.run: RunView | None = None
@@ -24,6 +28,10 @@ class CheckpointsPanel(Vertical):
         yield table
         yield ProgressBar(id="pull-progress", show_eta=True)
         yield Static("", id="checkpoint-summary")
+
+    def watch_overview(self, overview: Overview | None) -> None:
+        if overview is not None:
+            self.show(overview.run(self.run_id) if self.run_id else None)
 
     def show(self, run: RunView | None) -> None:
         self.run = run

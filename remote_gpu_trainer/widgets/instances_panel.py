@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
 from textual.widgets import Button, Static
 
 from remote_gpu_trainer.text import duration
@@ -11,10 +12,11 @@ from remote_gpu_trainer.views import Overview
 from remote_gpu_trainer.widgets.glyphs import badge, money, plain
 from remote_gpu_trainer.widgets.stable_table import StableTable
 
-MAX_NOTES = 3  # other boxes' notes under the table
-
 
 class InstancesPanel(Vertical):
+    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False)
+    run_id: reactive[str | None] = reactive(None, init=False)
+
     def compose(self) -> ComposeResult:
         table = StableTable(id="instances", cursor_type="row")
         table.add_columns("instance", "state", "price/h", "source", "spent", "burn/h", "facts", "gpu")
@@ -23,6 +25,10 @@ class InstancesPanel(Vertical):
         yield Static("gate: waiting for the first refresh", id="gate-status")
         with Horizontal(id="teardown-row"):
             yield Button("Terminate… (t)", id="teardown", variant="error", disabled=True)
+
+    def watch_overview(self, overview: Overview | None) -> None:
+        if overview is not None:
+            self.show(overview, self.run_id, overview.read_only)
 
     def show(self, overview: Overview, run_id: str | None, read_only: bool) -> None:
         rows = []
@@ -44,9 +50,7 @@ class InstancesPanel(Vertical):
                         f"{money(instance.cost_to_finish, instance.currency)} to finish{note}")
             lines = [f"id {instance.id if instance else '?'} · billing {instance.billing if instance else '?'}"
                      f"{since}{note}"]
-            # why another box reads unknown (e.g. "no answer within 20 s"): its row has no room to say
-            lines += [f"{i.name}: {i.note}" for i in overview.instances
-                      if i.state == "unknown" and i.note and i.name != run.instance][:MAX_NOTES]
+            lines += run.other_notes  # why other boxes read unknown: their rows have no room to say
             summary.update(plain("\n".join(lines), keep_newlines=True))
         gate_status = self.query_one("#gate-status", Static)
         button = self.query_one("#teardown", Button)

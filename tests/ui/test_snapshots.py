@@ -21,6 +21,7 @@ from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.confirm import ConfirmScreen
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.screens.help import HelpScreen
+from remote_gpu_trainer.screens.note import NoteScreen
 from remote_gpu_trainer.screens.teardown import TeardownScreen
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.log_panel import LogPanel
@@ -197,6 +198,32 @@ def test_help_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
     session = finished_session(tmp_path / "p", verified=False)
     assert snap_compare(still_app(session), terminal_size=(80, 24), run_before=before("question_mark",
                         ready=screen_is(HelpScreen)))
+    session.close()
+
+
+def test_note_modal_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """[note] ticking a manual checklist item asks for the note a reader of the paper will see."""
+    session = finished_session(tmp_path / "p", verified=False)
+
+    async def tick_first_manual_item(pilot: Pilot[None]) -> None:
+        screen = pilot.app.screen
+        assert isinstance(screen, DashboardScreen)
+        run = screen.current_run()
+        assert run is not None
+        manual = next(item.id for item in run.checklist if item.kind == "tick")
+        table = screen.query_one("#checklist", DataTable)
+        table.focus()
+        table.move_cursor(row=[row.key.value for row in table.ordered_rows].index(manual))
+        await pilot.press("space")
+        await wait_for(pilot, screen_is(NoteScreen), "the note dialog after space")
+        field = pilot.app.screen.query_one("#note", Input)
+        field.cursor_blink = False
+        await pilot.press(*"same budget for every method")
+        await wait_for(pilot, lambda _: field.value == "same budget for every method", "the typed note")
+
+    assert snap_compare(still_app(session), terminal_size=(80, 24),
+                        run_before=before("4", ready=panel_shown("panel-checklist"), then=tick_first_manual_item))
+    assert session.db.ticks(RUN) == {}  # nothing is ticked until the note is saved
     session.close()
 
 

@@ -1,0 +1,60 @@
+"""`rgt pull` and `rgt verify` as every face calls them: a configured run, under its lock, with the events
+that say how each ended. The steps themselves are pull.py and verify.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.errors import RgtError, VerbFailed
+from remote_gpu_trainer.fsutil import run_lock
+from remote_gpu_trainer.services.evidence import pull as evidence_pull
+from remote_gpu_trainer.services.evidence import verify as evidence_verify
+from remote_gpu_trainer.services.liveness import run_state
+from remote_gpu_trainer.state import events
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
+
+
+async def pull_run(session: Session, run_id: str,
+                   progress: Callable[[evidence_pull.PullProgress], None] | None = None,
+                   actor: str = "user") -> evidence_pull.PullResult:
+    """Pull under the run's lock; the event log says finished only when every file arrived verified
+    against its manifest hash, else incomplete (with each failed file) or failed (with the error)."""
+    run = session.run_config(run_id)
+    state = await run_state(session, run_id)
+    if state.liveness.state in ("running", "stalled"):
+        raise VerbFailed(f"run {run_id} is still {state.liveness.state}: pull once it has finished, "
+                         "because the manifest is built once, from the finished files")
+    with run_lock(session.project.state_dir, run_id, "pulling"):
+        events.pull_started(session.db, run_id=run_id, instance=run.instance, actor=actor)
+        try:
+            result = await evidence_pull.pull(session.project, run, await session.remote(run.instance), session.db,
+                                              progress)
+        except (RgtError, OSError) as exc:
+            events.pull_failed(session.db, run_id=run_id, instance=run.instance, error=str(exc), actor=actor)
+            raise
+        except asyncio.CancelledError:
+            events.pull_failed(session.db, run_id=run_id, instance=run.instance, error=None, actor=actor)
+            raise
+    detail = {"files": len(result.files), "fetched": len(result.fetched), "present": len(result.present),
+              "failed": [problem.to_dict() for problem in result.failed[:50]]}
+    if result.ok:
+        events.pull_finished(session.db, run_id=run_id, instance=run.instance, detail=detail, actor=actor)
+    else:
+        events.pull_incomplete(session.db, run_id=run_id, instance=run.instance, detail=detail,
+                               failed=len(result.failed), actor=actor)
+    return result
+
+
+async def verify_run(session: Session, run_id: str, progress: Callable[[str], None] | None = None,
+                     actor: str = "user") -> evidence_verify.VerifyResult:
+    """Verify the local copy under the run's lock, and log whether it passed."""
+    run = session.run_config(run_id)
+    with run_lock(session.project.state_dir, run_id, "verifying"):
+        result = await evidence_verify.verify(session.project, run, session.db, progress)
+    events.verified(session.db, run_id=run_id, instance=run.instance, ok=result.ok, problems=len(result.errors),
+                    errors=[e.__dict__ for e in result.errors[:50]], actor=actor)
+    return result

@@ -1,0 +1,104 @@
+"""Asking a provider about a box: its status (recorded for the meter), the row shown while it has not
+answered, trusting its host key on first contact, and creating a sim box.
+
+A provider's failure reads as `unknown`, never as a state it did not report; every answer passes through
+services/meter.py's record_snapshot, so the meter sees what the faces see.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.providers.base import Creatable, InstanceStatus
+from remote_gpu_trainer.services.meter import record_snapshot
+from remote_gpu_trainer.state import events
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
+
+
+async def instance_status(session: Session, name: str) -> InstanceStatus:
+    """Ask the provider, record a snapshot when something changed; failures read as `unknown`."""
+    instance = session.instance(name)
+    provider = session.provider(name)
+    try:
+        status = await asyncio.wait_for(provider.get(instance), session.provider_timeout_s)
+    except (RgtError, OSError, TimeoutError) as exc:
+        last = session.db.last_snapshot(name)
+        status = InstanceStatus(
+            name=name, provider=instance.provider, provider_id=last.provider_id or "" if last else "",
+            state="unknown", gpu="?", price_per_hour=last.price_per_hour if last else None,
+            price_source=last.price_source if last else "none",
+            storage_per_hour=last.storage_per_hour if last else None,
+            detail={"error": f"no answer within {session.provider_timeout_s:g} s" if isinstance(exc, TimeoutError)
+                    and not str(exc) else str(exc)},
+        )
+    unknown_key = status.detail.get("host_key_unknown")  # set only by SSH-based providers
+    if unknown_key is not None:
+        session.host_key_prompts[name] = unknown_key
+    else:
+        session.host_key_prompts.pop(name, None)
+    if instance.price_per_hour is not None and status.price_source != "api":
+        # the user's price fills in where the provider has none; an API price stays, and the user's
+        # becomes the quote it is compared with (drift)
+        status = InstanceStatus(**{**status.__dict__, "price_per_hour": instance.price_per_hour,
+                                   "price_source": "user"})
+    record_snapshot(session, status)
+    session.last_status[name] = status
+    return status
+
+
+def waiting_status(session: Session, name: str) -> InstanceStatus:
+    """What a row shows while its box has not answered this refresh: the last known facts, marked."""
+    last = session.last_status.get(name)
+    note = "waiting for the provider's answer"
+    if last is not None:  # the last answer stands, and so does what went wrong with it
+        previous = last.detail.get("error")
+        text = f"{previous} (asking again)" if previous else f"{note} (showing the last one)"
+        return dataclasses.replace(last, detail={**last.detail, "error": text})
+    instance = session.instance(name)
+    snapshot = session.db.last_snapshot(name)
+    return InstanceStatus(
+        name=name, provider=instance.provider, provider_id=snapshot.provider_id or "" if snapshot else "",
+        state="unknown", gpu="?", price_per_hour=snapshot.price_per_hour if snapshot else instance.price_per_hour,
+        price_source=snapshot.price_source if snapshot else "none",
+        storage_per_hour=snapshot.storage_per_hour if snapshot else None, detail={"error": note})
+
+
+async def trust_host_key(session: Session, name: str, fingerprint: str, actor: str = "user") -> dict[str, Any]:
+    """Trust on first use, once, by the user: the fingerprint they compared must be the one presented."""
+    await instance_status(session, name)
+    presented = session.host_key_prompts.get(name)
+    if presented is None:
+        raise RgtError(f"instances.{name}: no unknown host key to trust (already trusted, or unreachable)")
+    if fingerprint.strip() != presented.fingerprint_sha256:
+        raise RgtError(f"instances.{name}: the host presents {presented.fingerprint_sha256}, not "
+                       f"{fingerprint.strip()}: nothing was trusted")
+    from remote_gpu_trainer.providers.transports.ssh_hostkeys import (
+        accept_host_key,  # asyncssh only when a host key is trusted
+    )
+
+    receipt = accept_host_key(presented.known_hosts_file, presented.host, presented.port, presented.key,
+                              instance_id=session.provider(name).provider_id(session.instance(name)),
+                              now=session.clock())
+    events.host_key_trusted(session.db, instance=name, receipt=receipt, actor=actor)
+    session.host_key_prompts.pop(name, None)
+    return receipt
+
+
+async def create_instance(session: Session, name: str, actor: str = "user") -> InstanceStatus:
+    """Start billing for a sim box (the embedded default's `up`); logged before it happens."""
+    session.require_writable("creating an instance")
+    provider = session.provider(name)
+    if not isinstance(provider, Creatable):
+        raise RgtError(f"instances.{name}: provider {provider.name!r} cannot create instances here")
+    current = await instance_status(session, name)
+    if current.state in ("running", "pending"):
+        return current
+    price = provider.profile.pricing.compute_per_hour
+    events.create_approved(session.db, instance=name, price=price, actor=actor)
+    await provider.create(session.instance(name))
+    return await instance_status(session, name)

@@ -1,0 +1,72 @@
+"""Each run's followed log as the faces ask for it: new lines, the backfill a new view shows, the catch-up
+a headless report does, the loss chart, and the alerts the stateful rules raised.
+
+The pipeline itself (reading, splitting, classifying, rules) is services/log_monitor.py; the session
+holds one monitor per run (Session.log_monitor), and this module is what the dashboard, the CLI and the
+overview call.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.services.log_monitor import Alert, ChartData, LogUpdate
+from remote_gpu_trainer.views import LogLineView
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.liveness import RunState
+    from remote_gpu_trainer.services.session import Session
+
+
+async def follow_log(session: Session, run_id: str, max_reads: int = 8) -> LogUpdate | None:
+    """New lines since the last call (at most `max_reads` MiB), classified, with the alerts they raised;
+    None before launch. The TUI reads 1 MiB at a time so each batch renders before the next."""
+    monitor = session.log_monitor(run_id)
+    return await monitor.poll(max_reads) if monitor is not None else None
+
+
+async def log_backfill(session: Session, run_id: str) -> list[LogLineView]:
+    """What a log view opening now should show of the lines read before it (by any rgt process)."""
+    monitor = session.log_monitor(run_id)
+    launch = session.db.launch(run_id)
+    if monitor is None or launch is None:
+        return []
+    return await monitor.backfill(int(str(launch.get("log_offset", 0))))
+
+
+async def catch_up_logs(session: Session, max_polls: int = 16) -> None:
+    """Read what the logs gained since rgt last looked (bounded), so a headless report is current."""
+    for run_id in sorted(session.project.runs):
+        for _ in range(max_polls):
+            try:
+                update = await follow_log(session, run_id)
+            except RgtError:
+                break
+            if update is None or not update.more:
+                break
+
+
+def loss_chart(session: Session, run_id: str) -> ChartData | None:
+    monitor = session.log_monitor(run_id)
+    return monitor.chart() if monitor is not None else None
+
+
+def take_alerts(session: Session) -> list[Alert]:
+    """Alerts raised by the stateful rules since the last call (the log's own come with each update)."""
+    alerts: list[Alert] = []
+    for monitor in session.monitors.values():
+        alerts.extend(monitor.pending_alerts)
+        monitor.pending_alerts.clear()
+    return alerts
+
+
+async def evaluate_rules(session: Session, run_id: str, state: RunState) -> None:
+    """The stateful run rules over the run's latest answer; what they raise waits in take_alerts()."""
+    monitor = session.monitors.get(run_id)
+    if monitor is None:
+        return
+    run = session.run_config(run_id)
+    monitor.pending_alerts.extend(await monitor.evaluate(
+        state.liveness, session.gpu_samples.get(run.instance, []), t_log=run.stall_after,
+        started_at=state.started_at, exit_code=state.exit_code))
