@@ -11,12 +11,17 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
-from remote_gpu_trainer.config import ProjectConfig, RunConfig, run_config_record
+from remote_gpu_trainer.config import ProjectConfig, RunConfig, load_project, run_config_record
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
+from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
 
 
 def ctl_dir(run: RunConfig) -> str:
@@ -141,6 +146,64 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
         detail["pid"] = await transport.launch_detached(wrapper_script(run, transport), ctl)
     db.record_launch(run.id, run.instance, detail, box=box, config=run_config_record(run))
     handle = f"Slurm job {detail['slurm_job']}" if method == "sbatch" else f"pid {detail['pid']}"
-    db.append_event("launch", f"launched run {run.id} on {run.instance} ({handle})", run_id=run.id,
-                    instance=run.instance, actor=actor, detail=detail)
+    events.run_launched(db, run_id=run.id, instance=run.instance, handle=handle, detail=detail, actor=actor)
     return detail
+
+
+async def launch_run(session: Session, run_id: str, actor: str = "user") -> dict[str, Any]:
+    """`rgt run`: refuse a run that is still running or whose id already holds results, then launch it
+    detached and start its log where this launch's lines begin."""
+    # liveness.py reads this module's control-file layout, so its names are imported here, not at the top
+    from remote_gpu_trainer.services.gate import session_box_key
+    from remote_gpu_trainer.services.liveness import run_state
+
+    session.require_writable("launching a run")
+    run = session.run_config(run_id)
+    current = await run_state(session, run_id)
+    if current.liveness.state in ("running", "stalled"):
+        raise VerbFailed(f"run {run_id} is already {current.liveness.state} ({current.liveness.detail}): "
+                         "its inputs are not touched")
+    await refuse_reused_id(session, run)
+    primitive = str(session.profile(run.instance).raw.get("detach", {}).get("primitive", "setsid"))
+    stale = session.monitors.pop(run_id, None)
+    if stale is not None:
+        stale.close()
+    provider = session.provider(run.instance)
+    detail = await launch(session.project, run, await session.remote(run.instance), session.db, session.clock,
+                          actor=actor, method="sbatch" if primitive == "sbatch" else "setsid",
+                          batch=provider if isinstance(provider, BatchJobs) else None,
+                          box=await session_box_key(session, run.instance))
+    # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
+    # would otherwise replay the previous launch's crashes as this one's)
+    session.db.reset_log_state(run_id, int(str(detail.get("log_offset", 0))))
+    return detail
+
+
+def add_rerun(session: Session, run_id: str, actor: str = "user") -> str:
+    """Copy the run's table to a new id (`rgt run --rerun`) and reload rgt.toml; returns the new id."""
+    from remote_gpu_trainer.services.project_files import add_rerun as copy_run_table
+
+    session.require_writable("a re-run")
+    taken = {record.run_id for record in session.db.launch_history()}
+    new_id = copy_run_table(session.project, run_id, taken)
+    session.project = load_project(session.project.file)
+    events.rerun_added(session.db, run_id=new_id, of=run_id, remote_root=session.project.run(new_id).remote_root,
+                       actor=actor)
+    return new_id
+
+
+async def refuse_reused_id(session: Session, run: RunConfig) -> None:
+    """Run ids are append-only: an id whose results exist anywhere (files in the result root on the
+    box, a manifest recorded, a local root here) is never launched again, or new results would mix with
+    evidence already pulled or verified. `rgt run --rerun ID` launches a copy under a new id."""
+    held = []
+    if session.db.recorded_manifest(run.id) is not None:
+        held.append("a manifest recorded")
+    if session.project.run_dir(run.id).exists():
+        held.append(f"a local root runs/{run.id}/")
+    transport = await session.remote(run.instance)
+    if await transport.listdir(run.remote_root):
+        held.append(f"results in {run.remote_root} on {run.instance}")
+    if held:
+        raise VerbFailed(f"run {run.id} already has {', '.join(held)}: run ids are append-only, so it is not "
+                         f"launched again; `rgt run {run.id} --rerun` launches a copy under a new id")

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from remote_gpu_trainer.audits.log.lines import Line, LineSplitter
-from remote_gpu_trainer.state.db import LogCursor
+from remote_gpu_trainer.state.run_logs import LogCursor
 
 OVERLAP = 64  # bytes re-read before the offset to recognise the same file
 READ_LIMIT = 1 << 20  # bytes per transport call

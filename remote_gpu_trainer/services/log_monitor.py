@@ -34,7 +34,10 @@ from remote_gpu_trainer.audits.log.signatures import Catalogue
 from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys
 from remote_gpu_trainer.services.launch import CELL_STARTED
 from remote_gpu_trainer.services.log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
-from remote_gpu_trainer.state.db import LogFinding, StateDB
+from remote_gpu_trainer.state import events
+from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.state.events import EventKind
+from remote_gpu_trainer.state.run_logs import LogFinding
 from remote_gpu_trainer.text import duration
 from remote_gpu_trainer.views import LogLineView
 
@@ -158,7 +161,7 @@ class RunLogMonitor:
             self.ledger.restore(LedgerEntry(f.signature, f.severity, f.count, f.first_t, f.last_t, f.evidence,
                                             f.last_evidence, f.line_no, ""))
         self.saved = self.db.metric_sample_count(self.run_id)
-        cells = self.db.events(run_id=self.run_id, kind="cell_started")
+        cells = self.db.events(run_id=self.run_id, kind=EventKind.CELL_STARTED)
         self.cell = str(cells[-1].detail.get("cell")) if cells else None
         boundary = int(cells[-1].detail.get("samples_before", 0)) if cells else 0
         since = self.db.metric_sample_seq(self.run_id, boundary) if boundary else 0
@@ -259,8 +262,7 @@ class RunLogMonitor:
         self.loss = ThinnedSeries()
         self.nonfinite_step = None
         self.cell = cell
-        self.db.append_event("cell_started", f"run {self.run_id}: cell {cell} started", run_id=self.run_id,
-                             actor="rgt", detail={"cell": cell, "t": t, "samples_before": samples_before})
+        events.cell_started(self.db, run_id=self.run_id, cell=cell, t=t, samples_before=samples_before)
 
     async def evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample], t_log: float,
                        started_at: float | None, exit_code: int | None) -> list[Alert]:

@@ -38,7 +38,10 @@ from remote_gpu_trainer.providers.cloud.client import UnsupportedAction, as_floa
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider, create_step, stopped_storage_per_hour
 from remote_gpu_trainer.providers.cloud.runpod import LaunchOverBudget
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest
-from remote_gpu_trainer.state.db import Snapshot, StateDB
+from remote_gpu_trainer.state import events
+from remote_gpu_trainer.state.billing import Snapshot
+from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.state.events import EventKind
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
@@ -325,36 +328,30 @@ async def launch(session: Session, plan: LaunchPlan, run_id: str, approved_price
         raise ConfigError(f"run {run_id} runs on {run.instance!r}, not on {plan.instance!r}")
     _check_smoke(run, smoke)
     if not price_matches(approved_price, plan.price_text):
-        session.db.append_event(
-            "launch_refused", f"launch of {plan.instance} refused: typed {approved_price.strip()!r}, stated "
-            f"{plan.price_text}", run_id=run_id, instance=plan.instance, actor=actor,
-            detail={"typed_price": approved_price.strip(), "price": plan.price_text, "shown": list(plan.lines)})
+        events.launch_refused(session.db, run_id=run_id, instance=plan.instance, typed_price=approved_price.strip(),
+                              price_text=plan.price_text, shown=plan.lines, actor=actor)
         raise VerbFailed(f"launch of {plan.instance} refused: typed price {approved_price.strip()!r} is not the "
                          f"stated {plan.price_text} ({plan.currency}/h); nothing was rented")
     provider = _launch_provider(session, plan.instance)
     await _refuse_double_launch(session, plan.instance, provider)
     request = dataclasses.replace(plan.request, max_price_per_hour=plan.price)
-    approval = session.db.append_event(
-        "approval", f"approved launch of {plan.instance} at {text.price(plan.price, plan.currency)}/h", run_id=run_id,
-        instance=plan.instance, actor=actor,
-        detail={"action": "launch", "typed_price": approved_price.strip(), "price_per_hour": plan.price,
-                "ceiling": plan.ceiling, "shown": list(plan.lines), "request": dataclasses.asdict(request),
-                "smoke": smoke.record()})
-    session.db.append_event("action", f"launch of {plan.instance} requested", run_id=run_id, instance=plan.instance,
-                            actor=actor, detail={"action": "launch", "approval_seq": approval.seq})
+    approval = events.launch_approved(
+        session.db, run_id=run_id, instance=plan.instance, price_shown=text.price(plan.price, plan.currency),
+        typed_price=approved_price.strip(), price_per_hour=plan.price, ceiling=plan.ceiling, shown=plan.lines,
+        request=dataclasses.asdict(request), smoke=smoke.record(), actor=actor)
+    events.launch_requested(session.db, run_id=run_id, instance=plan.instance, approval_seq=approval.seq, actor=actor)
     try:
         created = await provider.launch(request)
     except LaunchOverBudget as exc:
-        _record(session, plan, run_id, exc.instance, "launch_over_budget")
+        _record(session, plan, run_id, exc.instance, EventKind.LAUNCH_OVER_BUDGET)
         raise VerbFailed(over_budget_message(session, plan, run_id, exc.instance)) from exc
     except (RgtError, OSError) as exc:
-        session.db.append_event("action_failed", f"launch of {plan.instance} failed: {exc}", run_id=run_id,
-                                instance=plan.instance, actor="rgt")
+        events.launch_failed(session.db, run_id=run_id, instance=plan.instance, error=str(exc))
         if isinstance(exc, ConfigError):
             raise
         raise VerbFailed(f"launch of {plan.instance} failed: {exc}; if {provider.profile.display_name} created "
                          f"it anyway it bills: check {provider.profile.control.console_url or 'the console'}") from exc
-    _record(session, plan, run_id, created, "launched")
+    _record(session, plan, run_id, created, EventKind.LAUNCHED)
     return created
 
 
@@ -366,16 +363,15 @@ def _check_smoke(run: RunConfig, smoke: SmokeResult) -> None:
         raise VerbFailed(f"smoke gate failed: {smoke.summary()}; nothing was rented")
 
 
-def _record(session: Session, plan: LaunchPlan, run_id: str, created: CloudInstance, kind: str) -> None:
+def _record(session: Session, plan: LaunchPlan, run_id: str, created: CloudInstance, kind: EventKind) -> None:
     """The new id in the event log and a snapshot, so the meter bills it and `launched_id` finds it."""
     known = created.price_per_hour is not None
     price = created.price_per_hour if created.price_per_hour is not None else plan.price
-    session.db.append_event(
-        kind, f"{plan.instance} launched as {plan.provider} {created.provider_id} ({created.state}) at "
-        f"{text.price(price, plan.currency)}/h", run_id=run_id, instance=plan.instance, actor="rgt",
-        detail={"provider_id": created.provider_id, "state": created.state, "raw_state": created.raw_state,
-                "price_per_hour": price, "price_source": created.price_source if known else "user",
-                "config_line": config_line(created.provider_id)})
+    events.instance_rented(
+        session.db, over_budget=kind is EventKind.LAUNCH_OVER_BUDGET, run_id=run_id, instance=plan.instance,
+        provider=plan.provider, provider_id=created.provider_id, state=created.state, raw_state=created.raw_state,
+        price_per_hour=price, price_shown=text.price(price, plan.currency),
+        price_source=created.price_source if known else "user", config_line=config_line(created.provider_id))
     storage = stopped_storage_per_hour(session.profile(plan.instance), created.storage)
     session.db.add_snapshot(Snapshot(
         at=session.clock(), instance=plan.instance, provider=plan.provider, provider_id=created.provider_id,

@@ -18,10 +18,11 @@ from remote_gpu_trainer.errors import GateRefused, RgtError
 from remote_gpu_trainer.fsutil import run_locks
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus, WaitsGone
-from remote_gpu_trainer.services import evidence
 from remote_gpu_trainer.services import gate as box_gate
+from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.meter import meter_reading
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.state import events
 from remote_gpu_trainer.text import money, short_hash, size
 from remote_gpu_trainer.views import TeardownPlan
 
@@ -98,7 +99,7 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
     elif action:
         lines.extend(f"Caveat:    {caveat}" for caveat in action.caveats)
     for run in runs:
-        files = evidence.checkpoint_statuses(session.project, run, session.db)
+        files = checkpoint_statuses(session.project, run, session.db)
         verified = [f for f in files if f.status == "verified"]
         lines.append(f"Verified here: run {run.id}: {len(verified)}/{len(files)} files verified in runs/{run.id}/")
         globs = run.checkpoint_globs
@@ -131,18 +132,15 @@ async def _execute(session: Session, instance_name: str, typed_id: str | None, s
     if current.gated and typed != current.provider_id:
         _refuse(session, current, [f"typed id {typed!r} does not match instance id {current.provider_id!r}"],
                 typed, actor)
-    approval_event = session.db.append_event(
-        "approval", f"approved {action_id} of {instance_name} ({current.provider_id})",
-        instance=instance_name, actor=actor,
-        detail={"action": action_id, "typed_id": typed, "shown": list(shown), "runs": list(current.runs),
-                "gated": current.gated},
-    )
+    approval_event = events.teardown_approved(
+        session.db, instance=instance_name, provider_id=current.provider_id, action=action_id, typed_id=typed,
+        shown=shown, runs=current.runs, gated=current.gated, actor=actor)
     if current.gated:
         reasons = await _gate_with_approval(session, current, Approval(instance_id=typed, at=approval_event.at))
         if reasons:
             _refuse(session, current, reasons, typed, actor)
-    session.db.append_event("action", f"{action_id} {instance_name} ({current.provider_id}) requested",
-                            instance=instance_name, actor=actor, detail={"action": action_id})
+    events.teardown_requested(session.db, instance=instance_name, provider_id=current.provider_id, action=action_id,
+                              actor=actor)
     provider = session.provider(instance_name)
     instance = session.instance(instance_name)
     try:
@@ -153,8 +151,7 @@ async def _execute(session: Session, instance_name: str, typed_id: str | None, s
         else:
             raise RgtError(f"unknown teardown action {action_id!r}")
     except RgtError as exc:
-        session.db.append_event("action_failed", f"{action_id} of {instance_name} failed: {exc}",
-                                instance=instance_name, actor="rgt")
+        events.teardown_failed(session.db, instance=instance_name, action=action_id, error=str(exc))
         raise
     result = await _confirm(session, instance_name, action_id)
     if action_id == "terminate":  # gone or not: say what still bills (an instance stuck in 'alert' does)
@@ -186,9 +183,8 @@ async def _follow_up(session: Session, instance_name: str, result: TeardownResul
     if not residuals:
         return result
     message = f"{result.message}; still billing: " + "; ".join(residuals)
-    session.db.append_event("residuals", f"after terminating {instance_name}, still billing: {len(residuals)} item(s)",
-                            instance=instance_name, actor="rgt", detail={"residuals": residuals,
-                                                                        "from": "provider" if checked else "profile"})
+    events.residuals_billing(session.db, instance=instance_name, residuals=residuals,
+                             source="provider" if checked else "profile")
     return TeardownResult(result.instance, result.final_state, result.confirmed, message)
 
 
@@ -209,15 +205,14 @@ async def _confirm(session: Session, instance_name: str, action_id: str) -> Tear
             evidence = str(status.detail.get("evidence", "provider-confirmed"))
             how = "recorded as user-attested" if evidence == "user-attested" else "confirmed by the provider"
             message = f"{instance_name} {wanted}, {how}"
-            session.db.append_event("torn_down" if wanted == "terminated" else "stopped", message,
-                                    instance=instance_name, actor="rgt",
-                                    detail={"evidence": evidence, "state": status.state})
+            events.teardown_confirmed(session.db, instance=instance_name, terminated=wanted == "terminated",
+                                      message=message, evidence=evidence, state=status.state)
             return TeardownResult(instance_name, status.state, True, message)
         if waited >= POLL_GIVE_UP_S:
             raw = status.detail.get("raw_state")
             said = f"{status.state} (the provider says {raw!r})" if raw and raw != status.state else status.state
             message = f"provider still lists {instance_name} as {said}: it may still bill; check the console"
-            session.db.append_event("teardown_unconfirmed", message, instance=instance_name, actor="rgt")
+            events.teardown_unconfirmed(session.db, instance=instance_name, message=message)
             return TeardownResult(instance_name, "unknown", False, message)
         await asyncio.sleep(delay)
         waited += delay
@@ -225,9 +220,7 @@ async def _confirm(session: Session, instance_name: str, action_id: str) -> Tear
 
 
 def _refuse(session: Session, current: TeardownPlan, reasons: list[str], typed_id: str, actor: str) -> None:
-    session.db.append_event(
-        "refused", f"{current.action_id} of {current.instance} refused by the gate", instance=current.instance,
-        actor=actor, detail={"reasons": reasons, "typed_id": typed_id.strip()},
-    )
+    events.gate_refused(session.db, instance=current.instance, action=current.action_id, reasons=reasons,
+                        typed_id=typed_id, actor=actor)
     raise GateRefused(f"teardown of {current.instance} refused: {reasons[0]}"
                       + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""), reasons)

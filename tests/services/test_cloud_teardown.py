@@ -24,7 +24,7 @@ from remote_gpu_trainer.errors import EXIT_REFUSED, GateRefused, RgtError
 from remote_gpu_trainer.providers.cloud.runpod import RunPodClient
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.session import Session
-from remote_gpu_trainer.state.db import Event
+from remote_gpu_trainer.state.events import Event
 from support import cloud_teardown_fixtures
 from support.cloud_teardown_fixtures import Arrival, Stamped, StampedLambda, StampedPaperspace, StampedRunPod
 from support.helpers import FIXTURES, wait_for_liveness, write_project

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.state.db import Snapshot, StateDB
+from remote_gpu_trainer.state.billing import Snapshot
+from remote_gpu_trainer.state.db import StateDB
 from support.helpers import FIXED_NOW, FixedClock
 
 

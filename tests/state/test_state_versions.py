@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.errors import StateError
-from remote_gpu_trainer.state import db as state
-from remote_gpu_trainer.state.db import SCHEMA_VERSION, StateDB
+from remote_gpu_trainer.state import migrations as state
+from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.state.migrations import SCHEMA_VERSION
 from support.helpers import INSTANCE, RUN, write_project
 from support.helpers import run_rgt as rgt
 

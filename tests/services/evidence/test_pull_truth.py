@@ -13,9 +13,13 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME
-from remote_gpu_trainer.services import evidence
-from remote_gpu_trainer.services.evidence import pull, verify
-from remote_gpu_trainer.state.db import FileKey, StateDB
+from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.services.evidence.manifest import build_manifest
+from remote_gpu_trainer.services.evidence.pull import pull
+from remote_gpu_trainer.services.evidence.verify import verify
+from remote_gpu_trainer.services.gate import gather_gate_inputs
+from remote_gpu_trainer.state.caches import FileKey
+from remote_gpu_trainer.state.db import StateDB
 from support.evidence_helpers import Env, flip_byte, keep_probe_verdicts, make_env, truncate, write_run
 from support.helpers import RUN
 from support.helpers import run_rgt as rgt
@@ -61,13 +65,13 @@ async def test_the_streamed_hash_seeds_the_cache_so_the_gate_hashes_nothing(env:
         cached = env.db.cached_hash(str(local), FileKey.of(local.stat()))
         assert cached == hashlib.sha256(local.read_bytes()).hexdigest(), path
     # the gate's listing answers every file from the cache: poisoning the bytes' key would show if it hashed
-    inputs = evidence.gather_gate_inputs(env.project, env.run, env.db, "box-7f3a", None)
+    inputs = gather_gate_inputs(env.project, env.run, env.db, "box-7f3a", None)
     assert {f.path: f.sha256 for f in inputs.local_files} == {
         p: hashlib.sha256(env.local.joinpath(*p.split("/")).read_bytes()).hexdigest() for p in result.files}
 
 
 async def test_a_file_gone_from_the_box_fails_that_file_with_its_reason(env: Env) -> None:
-    await evidence.build_manifest(env.transport, env.run, env.db)
+    await build_manifest(env.transport, env.run, env.db)
     (env.box / "seed0" / "best_metrics.json").unlink()
     result = await pull(env.project, env.run, env.transport, env.db)
     assert not result.ok
@@ -83,7 +87,7 @@ async def test_a_pull_that_cannot_fit_is_refused_with_the_figures_before_any_fil
     runs.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(runs)], check=True)
     try:
-        with pytest.raises(evidence.VerbFailed) as refused:
+        with pytest.raises(VerbFailed) as refused:
             await pull(env.project, env.run, env.transport, env.db)
         message = str(refused.value)
         assert "the pull needs" in message and "free there" in message
@@ -108,7 +112,7 @@ def test_rgt_pull_exits_1_names_each_failed_file_and_never_logs_finished(project
     project = load_project(project_dir / "rgt.toml")
     import asyncio
 
-    asyncio.run(evidence.build_manifest(LocalTransport(root=transport_root), project.run(RUN), db))
+    asyncio.run(build_manifest(LocalTransport(root=transport_root), project.run(RUN), db))
     db.close()
     (box_root / "seed1" / "best.pth").unlink()
     with open(box_root / "seed0" / "best_metrics.json", "a", encoding="utf-8") as handle:

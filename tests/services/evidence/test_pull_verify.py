@@ -22,15 +22,11 @@ from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, canon
 from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
-from remote_gpu_trainer.services import evidence
-from remote_gpu_trainer.services.evidence import (
-    PullProgress,
-    checkpoint_statuses,
-    gather_gate_inputs,
-    pull,
-    verify,
-)
-from remote_gpu_trainer.state.db import FileKey
+from remote_gpu_trainer.services.evidence.manifest import build_manifest
+from remote_gpu_trainer.services.evidence.pull import PullProgress, pull
+from remote_gpu_trainer.services.evidence.verify import VerifyResult, checkpoint_statuses, verify
+from remote_gpu_trainer.services.gate import gather_gate_inputs
+from remote_gpu_trainer.state.caches import FileKey
 from support.evidence_helpers import (
     INSTANCE_ID,
     Env,
@@ -60,7 +56,7 @@ def gate_open(env: Env) -> tuple[bool, list[str]]:
     return decision.open, decision.reasons
 
 
-async def pulled_and_verified(env: Env) -> evidence.VerifyResult:
+async def pulled_and_verified(env: Env) -> VerifyResult:
     result = await pull(env.project, env.run, env.transport, env.db)
     assert result.ok, result.failed
     verified = await verify(env.project, env.run, env.db)
@@ -294,7 +290,7 @@ async def test_a_remote_manifest_that_is_not_the_recorded_one_is_refused(env: En
 
 
 async def test_a_remote_file_changed_after_the_manifest_fails_that_file(env: Env) -> None:
-    await evidence.build_manifest(env.transport, env.run, env.db)
+    await build_manifest(env.transport, env.run, env.db)
     (env.box / "seed0" / "seed0.log").write_text("rewritten after the manifest, longer than before\n")
     result = await pull(env.project, env.run, env.transport, env.db)
     assert not result.ok
