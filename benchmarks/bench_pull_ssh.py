@@ -1,16 +1,16 @@
-"""Pull speed over SSH on loopback: the real `evidence.pull` with a manifest vs scp and rsync (DESIGN.md §5).
+"""Pull speed over SSH on loopback: the real `pull` with a manifest vs scp and rsync (DESIGN.md §5).
 
 Two scenarios, each a run's result root on the far side of a real OpenSSH sshd on 127.0.0.1 (started
-exactly like the test fixture, tests/sshd_fixtures.py, with its own host and client keys; nothing reads or
+exactly like the test fixture, tests/support/sshd_fixtures.py, with its own host and client keys; nothing reads or
 writes the real ~/.ssh):
   - one large file of random bytes (1 GiB by default, `--big-mib`);
   - many small files (2,000 × 100 KB by default, `--small`, `--small-kib`), 100 per cell folder.
-The manifest is built once on the box by the real builder (`evidence.build_manifest`). Every round then
+The manifest is built once on the box by the real builder (services/evidence/manifest.py). Every round then
 starts from nothing: a fresh local root, a fresh state database (the manifest's hash recorded in it, as
 `rgt pull` finds it after launch) and a fresh SSH connection, for every contender alike.
 
-rgt: `evidence.pull` itself: manifest fetch and check, free-space check, per-file lstat, SFTP stream with
-SHA-256 while streaming, fsync, rename, hash-cache seeding. Baselines, run in the same process:
+rgt: `pull` (services/evidence/pull.py) itself: manifest fetch and check, free-space check, per-file lstat,
+SFTP stream with SHA-256 while streaming, fsync, rename, hash-cache seeding. Baselines, run in the same process:
 `scp -r` then `sha256sum` of every file (a verified copy), `rsync -a` then `sha256sum`, and plain
 `rsync -a` (no hashing at all: the floor), and `rsync -a --fsync` where rsync has it (no hashing, but every
 file fsynced as rgt does). rsync is installed with apt if it is missing.
@@ -40,13 +40,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from sshd_fixtures import Sshd, settings_for, start_sshd  # noqa: E402
-
 from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig  # noqa: E402
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport  # noqa: E402
 from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSettings  # noqa: E402
-from remote_gpu_trainer.services import evidence  # noqa: E402
+from remote_gpu_trainer.services.evidence.manifest import build_manifest  # noqa: E402
+from remote_gpu_trainer.services.evidence.pull import pull  # noqa: E402
 from remote_gpu_trainer.state.db import StateDB  # noqa: E402
+from support.sshd_fixtures import Sshd, settings_for, start_sshd  # noqa: E402
 
 PER_CELL = 100
 
@@ -86,7 +86,7 @@ def small_files(box: Path, count: int, kib: int) -> tuple[str, ...]:
 async def build(name: str, box: Path, roster: tuple[str, ...], transport: SSHTransport, db: StateDB) -> Scenario:
     run = RunConfig(id=name, instance="box", workdir=str(box), command="true", log="train.log",
                     remote_root=str(box), roster=roster, required=(), python=sys.executable)
-    sha = await evidence.build_manifest(transport, run, db)
+    sha = await build_manifest(transport, run, db)
     files = [path for path in box.rglob("*") if path.is_file() and path.name != "PULL_MANIFEST.json"]
     return Scenario(name, box, run, sha, len(files), sum(path.stat().st_size for path in files))
 
@@ -99,7 +99,7 @@ async def rgt_pull(scenario: Scenario, local_project: Path, server: Sshd, settin
     db.record_manifest(scenario.run.id, scenario.manifest_sha256)
     transport = SSHTransport(server.target, settings, pool=SSHPool())
     try:
-        result = await evidence.pull(project, scenario.run, transport, db)
+        result = await pull(project, scenario.run, transport, db)
     finally:
         await transport.close()
         db.close()
@@ -186,7 +186,7 @@ def contenders(scenario: Scenario, server: Sshd, settings: SSHSettings, known_ho
         return go
 
     out: list[tuple[str, Callable[[Path], Path]]] = [
-        ("rgt pull (evidence.pull: sha256 while streaming, fsync)", rgt),
+        ("rgt pull (pull: sha256 while streaming, fsync)", rgt),
         ("scp -r + sha256sum (baseline)", scp),
     ]
     if with_rsync:

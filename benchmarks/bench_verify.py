@@ -1,12 +1,12 @@
 """Load-verification speed: rgt's real verifier vs one plain Python process that does the same work.
 
-Two scenarios, each in a temporary sim project whose box is a local folder (as tests/evidence_helpers.py
-builds it) and pulled once with the real `evidence.pull`:
+Two scenarios, each in a temporary sim project whose box is a local folder (as tests/support/evidence_helpers.py
+builds it) and pulled once with the real `pull` (services/evidence/pull.py):
   - 200 small real torch checkpoints (one per cell, distinct bytes, plus each cell's metrics and log);
   - one large checkpoint (1 GiB by default; `--big-mib` makes it smaller on a slow machine, `--big-mib 0`
     leaves it out), one float32 tensor of random values.
-rgt: `evidence.verify` itself, with a fresh state database every round so nothing is cached (hashes and
-probe verdicts are both computed again). The small scenario runs with the probe pool
+rgt: `verify` (services/evidence/verify.py) itself, with a fresh state database every round so nothing is
+cached (hashes and probe verdicts are both computed again). The small scenario runs with the probe pool
 as shipped (one process per GiB to load, at most one per core) and forced to one process per core, to
 show which pays off on this machine.
 Baseline, run in the same process run: one `python` subprocess that imports torch, SHA-256s every file the
@@ -34,10 +34,12 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from evidence_helpers import Env, make_env, write_cell  # noqa: E402
 
-from remote_gpu_trainer.services import evidence  # noqa: E402
+from remote_gpu_trainer.services.evidence import probe  # noqa: E402
+from remote_gpu_trainer.services.evidence.pull import pull  # noqa: E402
+from remote_gpu_trainer.services.evidence.verify import verify  # noqa: E402
 from remote_gpu_trainer.state.db import StateDB  # noqa: E402
+from support.evidence_helpers import Env, make_env, write_cell  # noqa: E402
 
 BASELINE = r"""
 import hashlib, json, sys, torch
@@ -82,28 +84,28 @@ def big_project(tmp: Path, mib: int) -> Env:
 
 
 def pulled(env: Env) -> Env:
-    result = asyncio.run(evidence.pull(env.project, env.run, env.transport, env.db))
+    result = asyncio.run(pull(env.project, env.run, env.transport, env.db))
     assert result.ok, result
     env.db.close()
     return env
 
 
 def time_rgt(env: Env, processes: int | None = None) -> float:
-    """evidence.verify as shipped, or with the pool forced to `processes` probe processes."""
-    saved = evidence.PROBE_POOL_MAX, evidence.PROBE_BYTES_PER_PROCESS
+    """verify as shipped, or with the pool forced to `processes` probe processes."""
+    saved = probe.PROBE_POOL_MAX, probe.PROBE_BYTES_PER_PROCESS
     if processes is not None:
-        evidence.PROBE_POOL_MAX, evidence.PROBE_BYTES_PER_PROCESS = processes, 1
+        probe.PROBE_POOL_MAX, probe.PROBE_BYTES_PER_PROCESS = processes, 1
     state = env.project.state_db
     for suffix in ("", "-wal", "-shm"):
         Path(f"{state}{suffix}").unlink(missing_ok=True)
     db = StateDB(state)  # fresh: no cached hash, no cached probe verdict
     try:
         start = time.perf_counter()
-        result = asyncio.run(evidence.verify(env.project, env.run, db))
+        result = asyncio.run(verify(env.project, env.run, db))
         elapsed = time.perf_counter() - start
     finally:
         db.close()
-        evidence.PROBE_POOL_MAX, evidence.PROBE_BYTES_PER_PROCESS = saved
+        probe.PROBE_POOL_MAX, probe.PROBE_BYTES_PER_PROCESS = saved
     assert result.ok, result.errors[:3]
     return elapsed
 
@@ -135,7 +137,7 @@ def main() -> None:
         rows.append((f"{args.small} small checkpoints: baseline (1 python, hash + torch.load mmap)",
                      median(base), median(base)))
         rows.append((f"{args.small} small checkpoints: rgt verify (pool as shipped: "
-                     f"{evidence.probe_pool_size(args.small, 0)} process)", median(shipped), median(base)))
+                     f"{probe.probe_pool_size(args.small, 0)} process)", median(shipped), median(base)))
         if cores > 1:
             forced = [time_rgt(small, min(4, cores)) for _ in range(args.rounds)]
             rows.append((f"{args.small} small checkpoints: rgt verify, pool forced to {min(4, cores)} processes",

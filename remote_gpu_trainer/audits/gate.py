@@ -5,7 +5,7 @@ the verification record in the state database (a forged or edited marker is not 
 configuration it was verified under, the launches of the run (a launch after the verification, or a job
 still running, is not covered), and the manifest still on the box when the box answers.
 
-`evaluate_gate` reads nothing: the service gathers the bytes, listings and hashes (`services.evidence.
+`evaluate_gate` reads nothing: the service gathers the bytes, listings and hashes (`services.gate.
 gather_gate_inputs`) and this decides. It is evaluated when the dialog opens and again right before the
 provider call, so it must be cheap and must never trust anything but the inputs: a marker for another run
 or manifest, an upstream-format marker, counts without hashes, or an approval made before the gate opened

@@ -12,15 +12,38 @@ entry naming the same box, still keeps the gate closed until its results are hom
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import stat
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.audits.gate import Approval, GateDecision, evaluate_evidence_only, evaluate_gate
-from remote_gpu_trainer.config import InstanceConfig, RunConfig, run_config_from_record
+from remote_gpu_trainer.audits.gate import (
+    Approval,
+    GateDecision,
+    GateInputs,
+    LocalFile,
+    VerificationSeen,
+    config_sha256,
+    evaluate_evidence_only,
+    evaluate_gate,
+)
+from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, parse_manifest
+from remote_gpu_trainer.clock import utc_now
+from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig, run_config_from_record
 from remote_gpu_trainer.errors import RgtError
-from remote_gpu_trainer.services import evidence
+from remote_gpu_trainer.services.evidence.local_root import (
+    hash_with_cache_sync,
+    lstat_or_none,
+    read_regular,
+    walk_local_root,
+)
+from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, remote_manifest
+from remote_gpu_trainer.services.liveness import run_state_of
+from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.views import GateView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
@@ -100,14 +123,69 @@ async def decide(session: Session, name: str, box_run: BoxRun, provider_id: str,
     if check_box:
         try:
             transport = await session.remote(name)
-            remote = await evidence.remote_manifest(transport, run)
-            liveness = (await session.run_state_of(run, name)).liveness.state
+            remote = await remote_manifest(transport, run)
+            liveness = (await run_state_of(session, run, name)).liveness.state
         except RgtError:
-            remote = evidence.RemoteManifest(False)
+            remote = RemoteManifest(False)
     inputs = await asyncio.to_thread(  # may hash files: never on the event loop
-        partial(evidence.gather_gate_inputs, session.project, run, session.db, provider_id, approval,
+        partial(gather_gate_inputs, session.project, run, session.db, provider_id, approval,
                 remote=remote, liveness=liveness))
     return evaluate_gate(inputs) if approval is not None else evaluate_evidence_only(inputs)
+
+
+def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, instance_id: str,
+                       approval: Approval | None, *, now: datetime | None = None,
+                       action_described: bool = True, remote: RemoteManifest | None = None,
+                       liveness: str | None = None) -> GateInputs:
+    """Read what the gate decides on: marker and manifest bytes, every local entry with its hash, the last
+    verification recorded, the run's latest launch, and (when given) the box's manifest and the job's state.
+
+    Hashes come from the cache when the file is unchanged (size, mtime, ctime, inode), so evaluating the gate
+    twice in a row (dialog open, then right before the call) is cheap. `action_described` is G6, decided by
+    the teardown screen.
+    """
+    root = project.run_dir(run.id)
+    marker = read_regular(root / MARKER_NAME)
+    manifest_bytes = read_regular(root / MANIFEST_NAME)
+    manifest_info = lstat_or_none(root / MANIFEST_NAME)
+    listed: dict[str, int] = {}
+    if manifest_bytes is not None:
+        manifest, _ = parse_manifest(manifest_bytes, roster=run.roster, run_id=run.id)
+        if manifest is not None:
+            listed = {entry.path: entry.bytes for entry in manifest.files}
+    files = tuple(_gate_listing(root, listed, db))
+    record = db.last_verification_record(run.id)
+    seen = None if record is None else VerificationSeen(
+        ok=record.ok, at=record.at, manifest_sha256=record.manifest_sha256, marker_sha256=record.marker_sha256,
+        config_sha256=record.config_sha256)
+    launches = db.launch_history(run.id)
+    return GateInputs(
+        run_id=run.id, roster=tuple(run.roster), required=tuple(run.required),
+        checkpoint_globs=tuple(run.checkpoint_globs), marker=marker, manifest=manifest_bytes,
+        manifest_mtime_ns=manifest_info.st_mtime_ns if manifest_info is not None else None,
+        recorded_manifest_sha256=db.recorded_manifest(run.id), local_files=files,
+        instance_id=instance_id, approval=approval, now=now or utc_now(), action_described=action_described,
+        remote_manifest_sha256=remote.sha256 if remote is not None else None,
+        remote_checked=remote is not None and remote.reachable,
+        verification=seen, config_sha256=config_sha256(run),
+        launched_at=launches[-1].at if launches else None, manifest_built_at=db.manifest_built_at(run.id),
+        liveness=liveness,
+    )
+
+
+def _gate_listing(root: Path, listed: dict[str, int], db: StateDB) -> list[LocalFile]:
+    """Every entry under the local root but the manifest and marker; listed files of the right size hashed."""
+    if not root.is_dir():
+        return []
+    result: list[LocalFile] = []
+    for path, info in walk_local_root(root):
+        regular = stat.S_ISREG(info.st_mode)
+        digest = None
+        if regular and listed.get(path) == info.st_size:
+            with contextlib.suppress(OSError):
+                digest = hash_with_cache_sync(db, root.joinpath(*path.split("/")))
+        result.append(LocalFile(path, info.st_size, info.st_mtime_ns, digest, regular))
+    return sorted(result)
 
 
 async def may_hold_results(session: Session, name: str, box_run: BoxRun) -> tuple[bool, str | None]:
@@ -152,3 +230,20 @@ async def box_reasons(session: Session, name: str, provider_id: str, approval: A
         reasons.extend(prefix + reason for reason in decision.reasons)
         warnings.extend(prefix + warning for warning in decision.warnings)
     return covered, reasons, warnings
+
+
+def gate_view(session: Session, run_id: str, provider_id: str, liveness: str | None = None) -> GateView:
+    """The gate as the dashboard shows it: the evidence conditions always; `open` also needs a teardown
+    action the profile names. The box's manifest is not re-read here (the teardown plan does that), so the
+    view carries that warning."""
+    run = session.run_config(run_id)
+    profile = session.profile(run.instance)
+    action = profile.action("terminate")
+    inputs = gather_gate_inputs(session.project, run, session.db, provider_id, None, liveness=liveness)
+    decision = evaluate_evidence_only(inputs)
+    if action is None:
+        reasons = (f"{profile.display_name} has no teardown action: nothing to destroy", *decision.reasons)
+        return GateView(False, "none", (), reasons, evidence_ok=decision.open)
+    label = f"{run.instance}: {action.label} ({profile.id} {action.id} {provider_id})"
+    return GateView(decision.open, label, tuple(profile.destroys_text(action)), tuple(decision.reasons),
+                    evidence_ok=decision.open)

@@ -37,7 +37,10 @@ from remote_gpu_trainer.audits.manifest import (
     marker_bytes,
     parse_marker,
 )
-from remote_gpu_trainer.services.evidence import build_manifest, gather_gate_inputs, pull, verify
+from remote_gpu_trainer.services.evidence.manifest import build_manifest
+from remote_gpu_trainer.services.evidence.pull import pull
+from remote_gpu_trainer.services.evidence.verify import verify
+from remote_gpu_trainer.services.gate import gather_gate_inputs
 from support.evidence_helpers import INSTANCE_ID, Env, flip_byte, keep_probe_verdicts, make_env, truncate, write_run
 
 # -- pure cases ---------------------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ from remote_gpu_trainer.audits.env_audit import torch_facts
 from remote_gpu_trainer.audits.manifest import parse_manifest
 from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.cloud.http import provider_message
-from remote_gpu_trainer.services import evidence
 from remote_gpu_trainer.services.env_audit import parse_probe_output
+from remote_gpu_trainer.services.evidence.pull import pull
+from remote_gpu_trainer.services.evidence.verify import verify
 from remote_gpu_trainer.strict_json import loads_strict
 from support.evidence_helpers import Env, keep_probe_verdicts, make_env, write_run
 
@@ -53,8 +54,8 @@ def env(tmp_path: Path) -> Iterator[Env]:
 
 async def test_deeply_nested_best_metrics_is_metrics_invalid(env: Env) -> None:
     (env.box / "seed0" / "best_metrics.json").write_text(DEEP_LIST, encoding="utf-8")
-    await evidence.pull(env.project, env.run, env.transport, env.db)
-    result = await evidence.verify(env.project, env.run, env.db)
+    await pull(env.project, env.run, env.transport, env.db)
+    result = await verify(env.project, env.run, env.db)
     assert not result.ok
     invalid = [e for e in result.errors if e.code == "metrics_invalid"]
     assert [e.path for e in invalid] == ["seed0/best_metrics.json"]

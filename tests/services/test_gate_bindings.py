@@ -116,7 +116,7 @@ async def test_a_relaunch_that_writes_new_results_keeps_the_gate_closed_until_th
 async def test_a_job_still_running_keeps_the_gate_closed_whatever_the_marker_says(tmp_path: Path) -> None:
     """The results are written, pulled and verified while the job still runs: a marker bound to all of it,
     and still the job may write more, so the gate stays closed until it has ended."""
-    from remote_gpu_trainer.services import evidence
+    from remote_gpu_trainer.services.evidence.pull import pull
 
     root = tmp_path / "proj"
     write_text_project(root, project_text(command=small_command("; if [ {cell} = seed1 ]; then sleep 300; fi")))
@@ -131,7 +131,7 @@ async def test_a_job_still_running_keeps_the_gate_closed_whatever_the_marker_say
         with pytest.raises(VerbFailed, match="still running"):
             await session.pull(RUN)  # rgt pull waits for the end; the service below it does not
         run = session.run_config(RUN)
-        assert (await evidence.pull(session.project, run, await session.remote(INSTANCE), session.db)).ok
+        assert (await pull(session.project, run, await session.remote(INSTANCE), session.db)).ok
         assert (await session.verify(RUN)).ok
         reasons = assert_refused(root, f"run {RUN} is running on the box")
         assert reasons == [f"run {RUN} is running on the box: its results are not final"], reasons

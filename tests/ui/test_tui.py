@@ -206,12 +206,12 @@ async def test_stop_is_a_plain_confirmation_and_the_disk_keeps_billing(project_d
 
 async def test_an_incomplete_pull_says_so_and_names_the_file(project_dir: Path) -> None:
     """The TUI face of a pull that did not fetch every file: an error toast naming it, never 'pulled'."""
-    from remote_gpu_trainer.services import evidence
+    from remote_gpu_trainer.services.evidence.manifest import build_manifest
 
     session = Session.open(str(project_dir))
     await launched_and_finished(session)
     run = session.run_config(RUN)
-    await evidence.build_manifest(await session.remote(INSTANCE), run, session.db)
+    await build_manifest(await session.remote(INSTANCE), run, session.db)
     box_root = project_dir / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt" / RUN
     (box_root / "seed1" / "best.pth").unlink()
     app = RgtApp(session)

@@ -17,6 +17,8 @@ One module per step; import each name from the module that holds it (this packag
   `checkpoint_statuses`, the cheap view of the last verification for dashboards.
 - `probe`: load-verifying checkpoints in a pool of long-lived probe processes (`ProbePool`,
   `probe_environment`); torch is never imported in this process.
+- `verbs`: `rgt pull` and `rgt verify` as every face calls them (`pull_run`, `verify_run`): the run's lock
+  and the events that say how each ended.
 - `local_root`: what pull, verification and the gate share: the one walk of the local root, the hash cache,
   small file-system helpers.
 

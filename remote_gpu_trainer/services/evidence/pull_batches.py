@@ -5,7 +5,7 @@ docstring for the format). This module builds its stdin, groups files into batch
 back, strictly and without trusting it: a record is used only when it is the next file asked for, its size
 is the manifest's and its trailer is OK; the first record that is not stops the parse. The caller then
 accepts a file only when its bytes hash to the manifest's sha256, and sends every other file of the batch
-down the per-file path (services/evidence.py), which decides and reports what went wrong. A hostile or
+down the per-file path (services/evidence/pull.py), which decides and reports what went wrong. A hostile or
 broken box can therefore slow a pull down, never make it accept other bytes.
 """
 

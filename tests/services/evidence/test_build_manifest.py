@@ -16,7 +16,7 @@ import pytest
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
 from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.services.evidence import build_manifest, builder_stdin
+from remote_gpu_trainer.services.evidence.manifest import build_manifest, builder_stdin
 from support.evidence_helpers import Env, keep_probe_verdicts, make_env, write_run
 
 BUILDER = Path(__file__).parents[3] / "remote_gpu_trainer" / "remote" / "build_manifest.py"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
-from remote_gpu_trainer.services.evidence import PullProgress
+from remote_gpu_trainer.services.evidence.pull import PullProgress
 from remote_gpu_trainer.services.session import Session
 from support.gate_helpers import (
     RGT,

@@ -22,8 +22,10 @@ import pytest
 import torch
 
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
-from remote_gpu_trainer.services import evidence
-from remote_gpu_trainer.services.evidence import ProbePool, probe_environment, pull, verify
+from remote_gpu_trainer.services.evidence import probe
+from remote_gpu_trainer.services.evidence.probe import ProbePool, probe_environment
+from remote_gpu_trainer.services.evidence.pull import pull
+from remote_gpu_trainer.services.evidence.verify import verify
 from remote_gpu_trainer.services.session import Session
 from support.evidence_helpers import make_env, status_of, write_cell
 from support.gate_helpers import launch_finished, local_root, project_text, write_text_project
@@ -129,21 +131,21 @@ async def test_identical_bytes_under_50_paths_are_probed_once(tmp_path: Path) ->
 
 def test_the_pool_grows_with_the_bytes_to_load_never_past_the_cores() -> None:
     cores = os.cpu_count() or 1
-    assert evidence.probe_pool_size(200, 200 * 2000) == 1  # small files: one torch import is cheapest
-    assert evidence.probe_pool_size(1, 8 << 30) == 1  # never more processes than files
-    assert evidence.probe_pool_size(8, 8 << 30) == min(evidence.PROBE_POOL_MAX, cores)
-    assert evidence.probe_pool_size(8, (1 << 30) + 1) == min(2, cores)
+    assert probe.probe_pool_size(200, 200 * 2000) == 1  # small files: one torch import is cheapest
+    assert probe.probe_pool_size(1, 8 << 30) == 1  # never more processes than files
+    assert probe.probe_pool_size(8, 8 << 30) == min(probe.PROBE_POOL_MAX, cores)
+    assert probe.probe_pool_size(8, (1 << 30) + 1) == min(2, cores)
 
 
 async def test_a_verification_uses_at_most_pool_size_processes(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(evidence, "PROBE_BYTES_PER_PROCESS", 1)  # as if every file were large: a full pool
+    monkeypatch.setattr(probe, "PROBE_BYTES_PER_PROCESS", 1)  # as if every file were large: a full pool
     roster = tuple(f"cell{index:02d}" for index in range(12))
     env = make_env(tmp_path, roster=roster, state_keys=KEYS)
     for index, cell in enumerate(roster):
         write_cell(env.box, cell, seed=600 + index)  # twelve distinct checkpoints
     await pull(env.project, env.run, env.transport, env.db)
-    size = min(evidence.PROBE_POOL_MAX, os.cpu_count() or 1)
+    size = min(probe.PROBE_POOL_MAX, os.cpu_count() or 1)
     texts: list[str] = []
     with ProbeWatcher() as watcher:
         result = await verify(env.project, env.run, env.db, progress=texts.append)
@@ -231,7 +233,7 @@ async def test_a_probe_timeout_hits_only_its_file(tmp_path: Path) -> None:
 
 async def test_a_probe_crash_hits_only_its_file_in_a_verification(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(evidence, "PROBE_POOL_MAX", 1)  # one probe process, so "the probe" is unambiguous
+    monkeypatch.setattr(probe, "PROBE_POOL_MAX", 1)  # one probe process, so "the probe" is unambiguous
     roster = ("seed0", "seed1", "seed2")
     env = make_env(tmp_path, roster=roster, state_keys=KEYS)
     for index, cell in enumerate(roster):
@@ -286,7 +288,7 @@ async def test_a_probe_crash_at_the_pool_kills_its_group_and_the_next_file_verif
 HOLDER = """
 import asyncio, sys
 from pathlib import Path
-from remote_gpu_trainer.services.evidence import ProbePool
+from remote_gpu_trainer.services.evidence.probe import ProbePool
 
 async def main():
     pool = ProbePool(1)

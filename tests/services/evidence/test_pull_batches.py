@@ -23,8 +23,11 @@ import torch
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool
 from remote_gpu_trainer.remote import program_stdin
-from remote_gpu_trainer.services.evidence import build_manifest, pull, pull_batches, verify
+from remote_gpu_trainer.services.evidence import pull_batches
+from remote_gpu_trainer.services.evidence.manifest import build_manifest
+from remote_gpu_trainer.services.evidence.pull import pull
 from remote_gpu_trainer.services.evidence.pull_batches import Wanted, parse
+from remote_gpu_trainer.services.evidence.verify import verify
 from support.evidence_helpers import Env, keep_probe_verdicts, make_env, status_of, write_cell
 from support.sshd_fixtures import Sshd, settings_for
 

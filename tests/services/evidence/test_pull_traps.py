@@ -18,7 +18,8 @@ from remote_gpu_trainer.audits.manifest import MANIFEST_SCHEMA, canonical_json, 
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool
-from remote_gpu_trainer.services.evidence import build_manifest, pull
+from remote_gpu_trainer.services.evidence.manifest import build_manifest
+from remote_gpu_trainer.services.evidence.pull import pull
 from support.evidence_helpers import Env, make_env, write_cell
 from support.sshd_fixtures import Sshd, settings_for
 
@@ -90,7 +91,7 @@ async def test_the_box_manifest_is_read_only_when_it_is_a_regular_file_of_sane_s
         tmp_path: Path, sshd: Sshd, ssh_home: Path, kind: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """A manifest that is a link to /dev/zero, a FIFO, a folder, or larger than any manifest can be, is
     refused before it is read (reading one would hang the pull or fill memory)."""
-    from remote_gpu_trainer.services import evidence
+    from remote_gpu_trainer.services.evidence import manifest as box_manifest
 
     env = make_env(tmp_path, roster=("seed0",))
     env = env.with_run(remote_root=str(env.box))
@@ -105,7 +106,7 @@ async def test_the_box_manifest_is_read_only_when_it_is_a_regular_file_of_sane_s
         manifest.mkdir()
     else:
         manifest.write_bytes(json.dumps({"pad": "x" * 5000}).encode())
-        monkeypatch.setattr(evidence, "MANIFEST_MAX_BYTES", 4096)  # a size limit, not the logic
+        monkeypatch.setattr(box_manifest, "MANIFEST_MAX_BYTES", 4096)  # a size limit, not the logic
     transport = ssh_to(sshd, tmp_path)
     try:
         with pytest.raises(VerbFailed, match="manifest on the box"):

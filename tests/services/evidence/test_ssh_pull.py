@@ -20,7 +20,9 @@ from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool
-from remote_gpu_trainer.services.evidence import PullProgress, build_manifest, pull, verify
+from remote_gpu_trainer.services.evidence.manifest import build_manifest
+from remote_gpu_trainer.services.evidence.pull import PullProgress, pull
+from remote_gpu_trainer.services.evidence.verify import verify
 from support.evidence_helpers import Env, keep_probe_verdicts, make_env, status_of, write_run
 from support.sshd_fixtures import NO_DAC_OVERRIDE, Sshd, session_pid, settings_for
 

@@ -1,0 +1,139 @@
+"""The manifest on the box: building it there, reading it back, and re-reading it for the gate.
+
+gate-and-manifests.md §3-§4. The builder (remote/build_manifest.py) runs on the box with the run's
+interpreter and prints the manifest's sha256, which is recorded at once (trust boundary 1): every later
+read of the manifest, by the pull or by the gate's G2, is held against that record. A manifest read from
+the box is read only when it is a regular file of sane size, and accepted only when it passes every §2 rule.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, Manifest, Problem, parse_manifest
+from remote_gpu_trainer.config import RunConfig
+from remote_gpu_trainer.errors import TransportError, VerbFailed
+from remote_gpu_trainer.providers.base import Transport
+from remote_gpu_trainer.remote import program_stdin
+from remote_gpu_trainer.services.evidence.local_root import lstat_or_none
+from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.text import size
+
+BUILDER_TIMEOUT_S = 3600.0
+MANIFEST_MAX_BYTES = 256 << 20  # a manifest of a million files is about 200 MiB
+_SHA_LINE = re.compile(r"^MANIFEST_SHA256=([0-9a-f]{64})$", re.MULTILINE)
+
+
+def builder_stdin(params: dict[str, Any]) -> bytes:
+    """The builder's source with its PARAMS line in front (remote.program_stdin)."""
+    return program_stdin("build_manifest.py", params)
+
+
+async def build_manifest(transport: Transport, run: RunConfig, db: StateDB, *,
+                         timeout: float = BUILDER_TIMEOUT_S) -> str:
+    """Run the builder on the box and record the manifest's hash (trust boundary 1). Returns the hash."""
+    params = {"root": transport.resolve(run.remote_root), "run_id": run.id, "roster": list(run.roster),
+              "required": list(run.required)}
+    where = f"{run.remote_root}/{MANIFEST_NAME}"
+    result = await transport.run(f"{shlex.quote(run.python)} -", stdin=builder_stdin(params), timeout=timeout)
+    match = _SHA_LINE.search(result.text)
+    printed = match.group(1) if match else None
+    if result.rc == 0 and printed:
+        db.record_manifest(run.id, printed)
+        return printed
+    if result.rc == 4:
+        recorded = db.recorded_manifest(run.id)
+        if printed is not None and printed == recorded:
+            return printed
+        known = "this project never recorded one" if recorded is None else f"recorded {recorded[:12]}"
+        raise VerbFailed(f"{where}: a different manifest already exists ({(printed or '?')[:12]}; {known}): "
+                         "use a new run id or move the old manifest aside")
+    if result.rc == 1:
+        raise VerbFailed(f"{run.remote_root}: manifest refused: {_builder_problems(result.error_text)}")
+    if result.rc == 127:
+        raise VerbFailed(f"{run.python}: interpreter not found on the instance: "
+                         f"set python in [runs.{run.id}]")
+    tail = " ".join(result.error_text.split())[-300:] or "no output"
+    raise VerbFailed(f"{where}: manifest builder failed (exit {result.rc}): {tail}")
+
+
+def _builder_problems(stderr: str) -> str:
+    """The first problems of the builder's JSON list, in one line."""
+    try:
+        problems = json.loads(stderr.strip().splitlines()[-1])
+        items = [Problem(str(p["code"]), str(p["path"]), str(p["detail"])) for p in problems]
+    except (ValueError, IndexError, KeyError, TypeError, RecursionError):  # the box wrote it: anything goes
+        return " ".join(stderr.split())[-300:] or "no details"
+    return problems_line(items)
+
+
+async def read_box_manifest(transport: Transport, remote: str) -> bytes:
+    """The box's manifest bytes, read only when it is a regular file no larger than any manifest can be:
+    a link to /dev/zero would fill memory, and opening a FIFO would hang the pull (and the SFTP session)."""
+    info = await transport.stat(remote)
+    if info is None:
+        raise VerbFailed(f"{remote}: the manifest on the box is gone: build it again (rgt pull builds it)")
+    if info.kind != "file" or info.size > MANIFEST_MAX_BYTES:
+        what = f"a {info.kind}" if info.kind != "file" else f"{size(info.size)}, more than any manifest"
+        raise VerbFailed(f"{remote}: the manifest on the box is {what}: refused unread; investigate the box")
+    data = bytearray()
+    async for chunk in transport.read_chunks(remote, 0, expect=info.size):
+        data += chunk
+        if len(data) > info.size:
+            raise VerbFailed(f"{remote}: the manifest on the box grew while it was read: refused; pull again")
+    return bytes(data)
+
+
+def acceptable_manifest(data: bytes, run: RunConfig, where: object) -> Manifest:
+    """The parsed manifest, or VerbFailed naming `where` and its first problems: one broken rule refuses it."""
+    manifest, problems = parse_manifest(data, roster=run.roster, run_id=run.id)
+    if manifest is None or problems:
+        raise VerbFailed(f"{where}: manifest refused: {problems_line(problems) if problems else 'unreadable'}")
+    return manifest
+
+
+def local_manifest(root: Path, run: RunConfig) -> Manifest | None:
+    """The manifest in the local root when it is a regular file that parses; None otherwise (no verdict)."""
+    path = root / MANIFEST_NAME
+    info = lstat_or_none(path)
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return None
+    manifest, _ = parse_manifest(path.read_bytes(), roster=run.roster, run_id=run.id)
+    return manifest
+
+
+@dataclass(frozen=True)
+class RemoteManifest:
+    """The box's manifest as re-read now: `reachable` False when the box did not answer (then nothing
+    is known); reachable with `sha256` None means the manifest is gone from the result root."""
+
+    reachable: bool
+    sha256: str | None = None
+    detail: str = ""
+
+
+async def remote_manifest(transport: Transport, run: RunConfig) -> RemoteManifest:
+    """G2's re-read of the manifest on the box. A missing file is an answer (gone); only a box that cannot
+    be reached is 'not re-checked'."""
+    where = f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}"
+    try:
+        info = await transport.stat(where)
+        if info is None or info.kind != "file":
+            return RemoteManifest(True, None, "missing" if info is None else f"not a regular file ({info.kind})")
+        return RemoteManifest(True, await transport.sha256(where))
+    except (TransportError, OSError, TimeoutError) as exc:
+        return RemoteManifest(False, None, str(exc) or type(exc).__name__)
+
+
+def problems_line(problems: Sequence[Problem], limit: int = 3) -> str:
+    """The first problems in one line, for CLI errors."""
+    shown = "; ".join(problem.line() for problem in problems[:limit])
+    more = f" (and {len(problems) - limit} more)" if len(problems) > limit else ""
+    return shown + more

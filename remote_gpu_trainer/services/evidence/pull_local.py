@@ -1,0 +1,188 @@
+"""The local side of a pull: where each manifest entry lands, and how its bytes get there durably.
+
+A file is written as `<name>.part` (never through a symlink, never a hard-linked one), resumed from the
+prefix already there (re-hashed, since hash state cannot be persisted), fsynced, renamed into place and
+checked to be the very file written (same inode). Nothing may land outside the local root: an entry
+whose path could is refused (`Refused`), never retried. The small files a batch brought back are written
+here several at once (`write_batch`). The folders' fsyncs come once per pull, from pull.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from remote_gpu_trainer.audits.manifest import ManifestFile, Problem, path_problems
+from remote_gpu_trainer.services.evidence.local_root import (
+    CHUNK,
+    hash_with_cache_sync,
+    lstat_or_none,
+    remove_if_present,
+)
+from remote_gpu_trainer.state.db import StateDB
+
+BATCH_WRITERS = 8  # threads writing one batch's files (concurrent fsyncs share journal commits)
+
+
+class Refused(Exception):
+    """A manifest entry that may not land here at all (its Problem says why); never retried."""
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem.detail)
+        self.problem = problem
+
+
+def _local_target(root: Path, path: str) -> tuple[Path | None, Problem | None]:
+    """The local path for a manifest entry, refusing anything that could land outside the local root."""
+    reasons = path_problems(path)
+    if reasons:
+        return None, Problem("path_unsafe", path, reasons[0])
+    current = root
+    for part in path.split("/")[:-1]:
+        current = current / part
+        info = lstat_or_none(current)
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            return None, Problem("path_unsafe", path, f"{current} is a symlink or not a folder")
+    target = root.joinpath(*path.split("/"))
+    info = lstat_or_none(target)
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        return None, Problem("path_unsafe", path, f"{target} exists and is not a regular file")
+    if not target.resolve().is_relative_to(root.resolve()):
+        return None, Problem("path_unsafe", path, "resolves outside the local root")
+    return target, None
+
+
+def local_side(root: Path, path: str, db: StateDB, size: int, sha256: str) -> tuple[Path, bool]:
+    """Where the entry lands, and whether the local copy already holds the manifest's bytes. A copy
+    with other bytes (damaged or edited here) loses its `.part` too: it is fetched whole again."""
+    target, problem = _local_target(root, path)
+    if problem is not None:
+        raise Refused(problem)
+    assert target is not None
+    info = lstat_or_none(target)
+    if info is None or not stat.S_ISREG(info.st_mode) or info.st_size != size:
+        return target, False
+    if hash_with_cache_sync(db, target) == sha256:
+        return target, True
+    remove_if_present(target.with_name(target.name + ".part"))
+    return target, False
+
+
+def open_part(part: Path, size: int) -> tuple[int, int, Any]:
+    """The `.part` opened for appending (never through a symlink), its resume offset, and a hasher fed
+    with the prefix already there."""
+    part.parent.mkdir(parents=True, exist_ok=True)
+    offset, digest = _resume_prefix(part, size)
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    opened = os.fstat(fd)
+    if opened.st_nlink != 1 or opened.st_size != offset:  # changed between the check and the open
+        os.close(fd)
+        raise OSError(errno.EIO, "the .part changed while it was opened", str(part))
+    return fd, offset, digest
+
+
+def _resume_prefix(part: Path, size: int) -> tuple[int, Any]:
+    """Resume offset and a hasher fed with the existing prefix (hash state cannot be persisted)."""
+    digest = hashlib.sha256()
+    info = lstat_or_none(part)
+    if info is None:
+        return 0, digest
+    if not stat.S_ISREG(info.st_mode):
+        raise OSError(f"{part}: not a regular file")
+    if info.st_nlink != 1:  # hard-linked elsewhere: appending or truncating would change the other name too
+        os.unlink(part)
+        return 0, digest
+    if info.st_size > size:
+        os.truncate(part, 0)
+        return 0, digest
+    with open(part, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return info.st_size, digest
+
+
+def append_hashed(fd: int, chunk: bytes, digest: Any) -> None:
+    """Append the whole chunk to `fd` (short writes continued) and feed it to the running hash."""
+    view = memoryview(chunk)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    digest.update(chunk)
+
+
+def seal(fd: int, part: Path, target: Path) -> os.stat_result:
+    """fsync and close the complete `.part`, rename it into place; the folder's fsync comes once per pull
+    (`pull._Puller.seal_all`). Returns the renamed file's stat for the hash cache."""
+    try:
+        os.fsync(fd)
+        written = os.fstat(fd)
+    finally:
+        os.close(fd)
+    os.replace(part, target)
+    return _same_file(target, written)
+
+
+def _same_file(target: Path, written: os.stat_result) -> os.stat_result:
+    """The renamed file's stat, provided it is the file that was written (not one swapped in under its
+    `.part` name meanwhile); OSError otherwise, which the per-file path retries."""
+    info = os.lstat(target)
+    if (info.st_ino, info.st_dev) != (written.st_ino, written.st_dev):
+        raise OSError(errno.EIO, "the .part was replaced while it was written", str(target))
+    return info
+
+
+def local_checks(root: Path, entries: Sequence[ManifestFile], db: StateDB) -> list[tuple[Path | None, str]]:
+    """For each entry: where it lands and whether it is 'present', to 'fetch' whole, or 'single' (a
+    `.part` to resume, or a path refused here: the per-file path handles and reports those)."""
+    out: list[tuple[Path | None, str]] = []
+    for entry in entries:
+        try:
+            target, present = local_side(root, entry.path, db, entry.bytes, entry.sha256)
+        except (Refused, OSError):
+            out.append((None, "single"))
+            continue
+        part = target.with_name(target.name + ".part")
+        out.append((target, "present" if present else "single" if os.path.lexists(part) else "fetch"))
+    return out
+
+
+def write_batch(items: Sequence[tuple[ManifestFile, Path, memoryview | None]]
+                ) -> list[tuple[ManifestFile, Path, os.stat_result]]:
+    """Write each file whose bytes hash to the manifest's; the others are left for the per-file path.
+    Several files are written at once: their fsyncs then share the file system's journal commits, where
+    one after the other each waits for its own (2,000 small files: about 1.2 s of a 5 s pull)."""
+    with ThreadPoolExecutor(BATCH_WRITERS) as pool:
+        done = list(pool.map(lambda item: _write_whole(*item), items))
+    return [(entry, target, info) for (entry, target, _), info in zip(items, done, strict=True) if info is not None]
+
+
+def _write_whole(entry: ManifestFile, target: Path, data: memoryview | None) -> os.stat_result | None:
+    """A new `.part` with exactly these bytes, fsynced and renamed into place, if they are the
+    manifest's; None otherwise (or when the local disk refuses: the per-file path reports why). The
+    folder's fsync comes once per pull (`pull._Puller.seal_all`)."""
+    if data is None or hashlib.sha256(data).hexdigest() != entry.sha256:
+        return None
+    part = target.with_name(target.name + ".part")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    except OSError:
+        return None  # something is there (not ours to remove) or the folder is refused: the per-file path says
+    try:
+        try:
+            view = data
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError:
+            os.close(fd)
+            raise
+        return seal(fd, part, target)
+    except OSError:
+        remove_if_present(part)
+        return None
