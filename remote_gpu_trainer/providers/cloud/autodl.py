@@ -6,6 +6,7 @@ user-attested". The developer API (a secondary source) covers only Pro container
 snapshot read and the wallet balance (0.001 CNY units). It answers HTTP 200 with `code != "Success"` on
 failure. Power-off and release calls were never seen, so stop, terminate, listing and gone-polling raise
 UnsupportedAction naming the console step instead of guessing an endpoint that might do something else.
+The three calls it makes are the profile's endpoints `get`, `ssh` and `balance`.
 """
 
 from __future__ import annotations
@@ -46,10 +47,9 @@ class AutoDLClient(CloudClient):
 
     async def _fetch(self, provider_id: str) -> CloudInstance:
         self._require_pro("reading instance status")
-        params = {"instance_uuid": provider_id}
-        status = await self._call("GET", "/dev/instance/pro/status", params)
+        status = await self._call("get", provider_id)
         raw = as_str(as_dict(status).get("status")) if isinstance(status, dict) else as_str(status)
-        snapshot = as_dict(await self._call("GET", "/dev/instance/pro/snapshot", params))
+        snapshot = as_dict(await self._call("ssh", provider_id))
         return CloudInstance(
             provider="autodl", provider_id=provider_id, state=map_state(AUTODL_STATES, raw), raw_state=raw or "",
             ssh_host=as_str(snapshot.get("proxy_host")), ssh_port=as_int(snapshot.get("ssh_port")),
@@ -59,9 +59,9 @@ class AutoDLClient(CloudClient):
     async def balance(self) -> Money:
         """The wallet balance (`data.assets`, in 0.001 CNY)."""
         self._require_pro("reading the balance")
-        assets = as_float(as_dict(await self._call("POST", "/dev/wallet/balance", None)).get("assets"))
+        assets = as_float(as_dict(await self._call("balance", None)).get("assets"))
         if assets is None:
-            raise self._bad_shape("POST", "/dev/wallet/balance", "no `data.assets`")
+            raise self._bad_answer("balance", None, "no `data.assets`")
         return Money(assets / 1000.0, "CNY")
 
     async def stop(self, provider_id: str) -> None:
@@ -85,13 +85,16 @@ class AutoDLClient(CloudClient):
                 f"autodl: {what} needs the read-only Pro API, which is off (console-only control); "
                 f"use the console: {CONSOLE_URL}")
 
-    async def _call(self, method: str, path: str, params: dict[str, str] | None) -> Any:
-        """`data` of a `{"code": "Success", "data": ...}` envelope; any other code is an error."""
-        body = as_dict(await self.http.request(method, path, params=params, idempotent=True))
+    async def _call(self, name: str, provider_id: str | None) -> Any:
+        """`data` of the profile's endpoint `name` in a `{"code": "Success", "data": ...}` envelope; any other
+        code is an error, shown without the query's values."""
+        body = as_dict(await self.call(name, provider_id, idempotent=True))
         code = as_str(body.get("code"))
         if code != "Success":
-            shown = path + ("?" + "&".join(f"{k}=…" for k in params) if params else "")
+            route = self.route(name, provider_id)
+            params = route.params
+            shown = route.path + ("?" + "&".join(f"{k}=…" for k in params) if params else "")
             message = ": ".join(filter(None, (code, as_str(body.get("msg"))))) or "no code in the answer"
-            raise CloudAPIError(self.provider, method, shown, 200, self.http.redact(message))
+            raise CloudAPIError(self.provider, route.method, shown, 200, self.http.redact(message))
         return body.get("data")
 

@@ -6,23 +6,32 @@ proof (§0), so `wait_gone` polls the read endpoint until the provider itself sa
 terminate call that times out is followed by a read, never by an assumption (§5 LAM14); a poll that fails
 leaves the state `unknown`. Subclasses supply the endpoints, the state tables and the follow-ups that find
 what still bills (volumes, NFS, public IPs, snapshots).
+
+The request paths and methods are the profile's (`[control.api.endpoints]`, read through `route`), and
+whether an instance is gone is decided by gone.py from the profile's `gone_when`: the profile is the one
+place those facts are written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
+from urllib.parse import parse_qsl
 
 import httpx
 
 from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.profiles import Endpoint, load_profile
 from remote_gpu_trainer.providers.cloud.credentials import ApiKey, find_key
+from remote_gpu_trainer.providers.cloud.gone import decide_gone
 from remote_gpu_trainer.providers.cloud.http import (
     DEFAULT_TIMEOUT_S,
     Clock,
@@ -32,6 +41,7 @@ from remote_gpu_trainer.providers.cloud.http import (
     CloudTimeout,
     RetryPolicy,
     Sleep,
+    path_segment,
     resolve_base_url,
 )
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, Residual, TeardownOutcome
@@ -48,6 +58,17 @@ class UnsupportedAction(VerbFailed):
 
 class TeardownUnconfirmed(CloudAPIError):
     """A terminate call got no usable answer and a re-query did not show the instance going away."""
+
+
+@dataclass(frozen=True)
+class Route:
+    """One request as the profile's endpoint declares it, with `{id}` filled in: the id is escaped as one
+    path segment in the path, kept as-is in the query `params` and in the JSON `body` (None: none declared)."""
+
+    method: str
+    path: str
+    params: dict[str, str]
+    body: Any = None
 
 
 @runtime_checkable
@@ -69,6 +90,8 @@ class CloudClient:
     AUTH_SCHEME: ClassVar[str] = "bearer"
     RATE_LIMIT_PER_S: ClassVar[float | None] = None
     TERMINATE_TIMEOUT_S: ClassVar[float | None] = None
+    # State words this provider also uses for a live instance: gone only when the list lacks it (gone.py).
+    RECHECK_WORDS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -90,7 +113,11 @@ class CloudClient:
         environ: Mapping[str, str] | None = None,
         home: Path | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        endpoints: Mapping[str, Endpoint] | None = None,
+        gone_when: Sequence[str] | None = None,
     ) -> None:
+        """`endpoints` and `gone_when` default to the provider's shipped profile (CloudProvider passes the
+        profile it loaded)."""
         if isinstance(api_key, str):
             api_key = ApiKey(api_key, "caller")
         key = api_key or find_key(
@@ -109,6 +136,12 @@ class CloudClient:
         self.wall_clock = wall_clock
         self.terminate_timeout_s = terminate_timeout_s or self.TERMINATE_TIMEOUT_S
         self._seen: dict[str, CloudInstance] = {}
+        if endpoints is None or gone_when is None:
+            api = load_profile(self.provider).control.api
+            endpoints = api.endpoints if endpoints is None and api else endpoints
+            gone_when = api.gone_when if gone_when is None and api else gone_when
+        self.endpoints: Mapping[str, Endpoint] = endpoints or {}
+        self.gone_when: tuple[str, ...] = tuple(gone_when or ())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.http.base_url!r})"
@@ -122,6 +155,27 @@ class CloudClient:
 
     async def close(self) -> None:
         await self.http.aclose()
+
+    # -- requests, as the profile declares them -----------------------------------------------------------
+
+    def route(self, name: str, provider_id: str | None = None) -> Route:
+        """The profile's endpoint `name` with `{id}` filled; UnsupportedAction when the profile has none."""
+        endpoint = self.endpoints.get(name)
+        if endpoint is None:
+            raise UnsupportedAction(f"{self.provider}: its profile declares no `{name}` endpoint")
+        ident = "" if provider_id is None else str(provider_id)
+        path, _, query = endpoint.path.partition("?")
+        params = {key: value.replace("{id}", ident) for key, value in parse_qsl(query, keep_blank_values=True)}
+        body = _fill(json.loads(endpoint.body), ident) if endpoint.body else None
+        return Route(endpoint.method, path.replace("{id}", path_segment(ident)), params, body)
+
+    async def call(self, name: str, provider_id: str | None = None, *, params: Mapping[str, Any] | None = None,
+                   **options: Any) -> Any:
+        """Send the profile's endpoint `name` (its declared body unless `json_body` is given); the decoded JSON."""
+        route = self.route(name, provider_id)
+        query = {**route.params, **(params or {})}
+        options.setdefault("json_body", route.body)
+        return await self.http.request(route.method, route.path, params=query or None, **options)
 
     # -- reads --------------------------------------------------------------------------------------------
 
@@ -230,11 +284,14 @@ class CloudClient:
                                tuple(residuals), errors)
 
     async def _probe_gone(self, provider_id: str) -> tuple[bool, CloudInstance | None]:
-        """(gone, instance): gone on 404; subclasses add their provider's own final words."""
+        """(gone, instance) after one read, as the profile's gone_when rules decide (gone.py)."""
+        answer: CloudInstance | CloudNotFound
         try:
-            return False, await self._fetch(provider_id)
-        except CloudNotFound:
-            return True, None
+            answer = await self._fetch(provider_id)
+        except CloudNotFound as exc:
+            answer = exc
+        decision = await decide_gone(self, self.gone_when, provider_id, answer, self.RECHECK_WORDS)
+        return decision.gone, decision.instance
 
     async def _residuals(self, provider_id: str, gone: bool,
                          last: CloudInstance | None) -> tuple[list[Residual], list[str]]:
@@ -245,6 +302,11 @@ class CloudClient:
 
     def _bad_shape(self, method: str, path: str, what: str) -> CloudAPIError:
         return CloudAPIError(self.provider, method, path, None, f"unexpected answer: {what}")
+
+    def _bad_answer(self, name: str, provider_id: str | None, what: str) -> CloudAPIError:
+        """An answer of the profile's endpoint `name` that does not have the documented shape."""
+        route = self.route(name, provider_id)
+        return self._bad_shape(route.method, route.path, what)
 
 
 def still_billing(instance: CloudInstance) -> Residual:
@@ -263,6 +325,17 @@ def surviving_storage(instance: CloudInstance | None, kinds: Mapping[str, tuple[
         return []
     return [Residual(item.name, item.ident, *kinds[item.name])
             for item in instance.storage if item.ident and item.name in kinds]
+
+
+def _fill(value: Any, ident: str) -> Any:
+    """A profile's JSON body with every `{id}` in its strings replaced by the instance id."""
+    if isinstance(value, str):
+        return value.replace("{id}", ident)
+    if isinstance(value, list):
+        return [_fill(item, ident) for item in value]
+    if isinstance(value, dict):
+        return {key: _fill(item, ident) for key, item in value.items()}
+    return value
 
 
 # -- loose parsing of provider JSON --------------------------------------------------------------------------

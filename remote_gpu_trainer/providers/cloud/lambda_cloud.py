@@ -6,7 +6,8 @@ shutdown leaves the instance in an "Alert" state that still bills; the API word 
 anything but absent or `terminated` counts as billing, and `unhealthy`/`alert` are called out by name.
 LAM14: the terminate call can hang, so it runs under its own client timeout and a timeout is followed by a
 re-query, never by a blind retry. NFS filesystems survive terminate and bill until deleted in the console.
-The API allows about 1 request/s and one launch per 10 s.
+The API allows about 1 request/s and one launch per 10 s. Paths, methods and the terminate body are the
+profile's endpoints; gone (404 or its own word `terminated`) is the profile's `gone_when`, decided in gone.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from remote_gpu_trainer.providers.cloud.client import (
     still_billing,
     surviving_storage,
 )
-from remote_gpu_trainer.providers.cloud.http import CloudNotFound, path_segment
 from remote_gpu_trainer.providers.cloud.types import (
     CloudInstance,
     GpuRequest,
@@ -60,16 +60,15 @@ class LambdaClient(CloudClient, Launches):
     _last_launch: float | None = None
 
     async def _list(self) -> list[CloudInstance]:
-        rows = as_dict(await self.http.request("GET", "/instances")).get("data")
+        rows = as_dict(await self.call("list")).get("data")
         if not isinstance(rows, list):
-            raise self._bad_shape("GET", "/instances", "expected `data` to be a list")
+            raise self._bad_answer("list", None, "expected `data` to be a list")
         return [parse_instance(row) for row in rows if isinstance(row, dict) and row.get("id")]
 
     async def _fetch(self, provider_id: str) -> CloudInstance:
-        path = f"/instances/{path_segment(provider_id)}"
-        row = as_dict(await self.http.request("GET", path)).get("data")
+        row = as_dict(await self.call("get", provider_id)).get("data")
         if not isinstance(row, dict) or not row.get("id"):
-            raise self._bad_shape("GET", path, "expected `data` to be an instance")
+            raise self._bad_answer("get", provider_id, "expected `data` to be an instance")
         return parse_instance(row)
 
     async def stop(self, provider_id: str) -> None:
@@ -78,34 +77,23 @@ class LambdaClient(CloudClient, Launches):
             "terminate is the only way to stop the meter")
 
     async def terminate(self, provider_id: str) -> None:
-        """POST the terminate operation; its answer must list the id, else the instance is re-queried."""
+        """POST the terminate operation (the profile's body names the id); its answer must list the id, else
+        the instance is re-queried."""
         if await self._preflight(provider_id) is None:
             return
-        path = "/instance-operations/terminate"
 
         async def send() -> None:
-            data = await self.http.request("POST", path, json_body={"instance_ids": [provider_id]},
-                                           idempotent=True, retry_timeouts=False,
-                                           timeout_s=self.terminate_timeout_s)
+            data = await self.call("terminate", provider_id, idempotent=True, retry_timeouts=False,
+                                   timeout_s=self.terminate_timeout_s)
             done = as_dict(as_dict(data).get("data")).get("terminated_instances")
             ids = {str(as_dict(i).get("id")) for i in done} if isinstance(done, list) else set()
             if provider_id not in ids:
                 instance = await self.get(provider_id)
                 if instance.state not in ("terminating", "terminated"):
-                    raise self._bad_shape("POST", path, f"{provider_id} not in terminated_instances and it is "
-                                          f"still {instance.raw_state}")
+                    raise self._bad_answer("terminate", provider_id, f"{provider_id} not in terminated_instances "
+                                           f"and it is still {instance.raw_state}")
 
         await self._terminate_and_requery(provider_id, send)
-
-    async def _probe_gone(self, provider_id: str) -> tuple[bool, CloudInstance | None]:
-        """Gone on 404 or on its own word `terminated`; every other word, Alert included, still bills."""
-        try:
-            instance = await self._fetch(provider_id)
-        except CloudNotFound:
-            return True, None
-        if instance.raw_state.lower() == "terminated":
-            return True, instance
-        return False, instance
 
     async def _residuals(self, provider_id: str, gone: bool,
                          last: CloudInstance | None) -> tuple[list[Residual], list[str]]:
@@ -124,9 +112,9 @@ class LambdaClient(CloudClient, Launches):
     # -- launch -------------------------------------------------------------------------------------------
 
     async def instance_types(self) -> dict[str, dict[str, Any]]:
-        data = as_dict(await self.http.request("GET", "/instance-types")).get("data")
+        data = as_dict(await self.call("offers")).get("data")
         if not isinstance(data, dict):
-            raise self._bad_shape("GET", "/instance-types", "expected `data` to be an object")
+            raise self._bad_answer("offers", None, "expected `data` to be an object")
         return {name: entry for name, entry in data.items() if isinstance(entry, dict)}
 
     async def launch(self, request: GpuRequest, *, file_system_names: tuple[str, ...] = ()) -> CloudInstance:
@@ -139,10 +127,10 @@ class LambdaClient(CloudClient, Launches):
                                 "ssh_key_names": list(request.ssh_key_names), "quantity": 1, "name": request.name}
         if file_system_names:
             body["file_system_names"] = list(file_system_names)
-        data = await self.http.request("POST", "/instance-operations/launch", json_body=body)
+        data = await self.call("create", json_body=body)
         ids = as_dict(as_dict(data).get("data")).get("instance_ids")
         if not isinstance(ids, list) or not ids:
-            raise self._bad_shape("POST", "/instance-operations/launch", "no instance_ids in the answer")
+            raise self._bad_answer("create", None, "no instance_ids in the answer")
         return await self.get(str(ids[0]))
 
     async def _launch_pacing(self) -> None:

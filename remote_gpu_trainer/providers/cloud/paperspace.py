@@ -7,7 +7,8 @@ released, and snapshots bill until deleted. So teardown is separate steps: `wait
 machine is gone (its read answers 404 and the list no longer has it), then audits public IPs
 (`GET /public-ips`) and snapshots (`GET /snapshots?machineId=`); the meter is "stopped" only when those
 audits answered and found nothing. A machine must be off before it can be deleted: `terminate` stops it
-first and waits for `off`.
+first and waits for `off`. Every path is the profile's endpoints (`public_ips`, `snapshots` included), and
+"gone" is its `gone_when` (`absent:list`), decided in gone.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.cloud.client import CloudClient, as_dict, as_float, as_str, still_billing
-from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound, path_segment
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, Residual, StorageBilling, lower_keys, map_state
 
 # state → INSTANCE_STATES; `failed` and new words stay `unknown`.
@@ -46,40 +47,40 @@ class PaperspaceClient(CloudClient):
     OFF_TIMEOUT_S = 600.0
     OFF_POLL_S = 5.0
 
-    async def paginate(self, path: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """Every item of a cursor-paged list: `items`, `hasMore`, `nextPage` → `?after=`."""
+    async def paginate(self, name: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every item of the profile's cursor-paged list endpoint `name`: `items`, `hasMore`, `nextPage` →
+        `?after=`."""
         items: list[dict[str, Any]] = []
         query: dict[str, Any] = {**(params or {}), "limit": PAGE_LIMIT}
         seen: set[str] = set()
         for _ in range(MAX_PAGES):
-            page = as_dict(await self.http.request("GET", path, params=query))
+            page = as_dict(await self.call(name, params=query))
             rows = page.get("items")
             if not isinstance(rows, list):
-                raise self._bad_shape("GET", path, "expected `items` to be a list")
+                raise self._bad_answer(name, None, "expected `items` to be a list")
             items += [row for row in rows if isinstance(row, dict)]
             cursor = as_str(page.get("nextPage"))
             if not page.get("hasMore") or not cursor:
                 return items
             if cursor in seen:
-                raise self._bad_shape("GET", path, "the same page cursor came back twice")
+                raise self._bad_answer(name, None, "the same page cursor came back twice")
             seen.add(cursor)
             query = {**query, "after": cursor}
-        raise self._bad_shape("GET", path, f"more than {MAX_PAGES} pages")
+        raise self._bad_answer(name, None, f"more than {MAX_PAGES} pages")
 
     async def _list(self) -> list[CloudInstance]:
-        return [parse_machine(row) for row in await self.paginate("/machines") if row.get("id")]
+        return [parse_machine(row) for row in await self.paginate("list") if row.get("id")]
 
     async def _fetch(self, provider_id: str) -> CloudInstance:
-        path = f"/machines/{path_segment(provider_id)}"
-        data = as_dict(await self.http.request("GET", path))
+        data = as_dict(await self.call("get", provider_id))
         row = data["data"] if isinstance(data.get("data"), dict) else data
         if not row.get("id"):
-            raise self._bad_shape("GET", path, "expected a machine object")
+            raise self._bad_answer("get", provider_id, "expected a machine object")
         return parse_machine(row)
 
     async def stop(self, provider_id: str) -> None:
         """Shut down: compute stops, block storage, IP and snapshots keep billing."""
-        await self.http.request("PATCH", f"/machines/{path_segment(provider_id)}/stop", idempotent=True)
+        await self.call("stop", provider_id, idempotent=True)
 
     async def terminate(self, provider_id: str) -> None:
         """Delete the machine and its block storage; stops it first, because only an `off` machine deletes."""
@@ -90,18 +91,8 @@ class PaperspaceClient(CloudClient):
             await self.stop(provider_id)
             if not await self._wait_off(provider_id):
                 return  # it vanished while stopping
-        path = f"/machines/{path_segment(provider_id)}"
-        await self._terminate_and_requery(provider_id, lambda: self.http.request(
-            "DELETE", path, retry_timeouts=False, timeout_s=self.terminate_timeout_s))
-
-    async def _probe_gone(self, provider_id: str) -> tuple[bool, CloudInstance | None]:
-        """Gone only when the machine read is 404 *and* the list no longer has it (profile: `absent:list`)."""
-        try:
-            return False, await self._fetch(provider_id)
-        except CloudNotFound:
-            pass
-        listed = next((m for m in await self._list() if m.provider_id == provider_id), None)
-        return listed is None, listed
+        await self._terminate_and_requery(provider_id, lambda: self.call(
+            "terminate", provider_id, retry_timeouts=False, timeout_s=self.terminate_timeout_s))
 
     async def _wait_off(self, provider_id: str) -> bool:
         """True once the machine is off, False if it is already gone; VerbFailed if it never gets there."""
@@ -143,7 +134,7 @@ class PaperspaceClient(CloudClient):
         """Claimed public IPs bound to this machine, or carrying its last address: each bills until released."""
         address = last.public_ip if last else None
         found = []
-        for row in await self.paginate("/public-ips"):
+        for row in await self.paginate("public_ips"):
             ip = as_str(row.get("ip"))
             if ip and (as_str(row.get("assignedMachineId")) == provider_id or ip == address):
                 found.append(Residual("public-ip", ip, "claimed public IP bills until released",
@@ -153,7 +144,7 @@ class PaperspaceClient(CloudClient):
     async def _snapshot_residuals(self, provider_id: str, last: CloudInstance | None) -> list[Residual]:
         """Snapshots of this machine survive its deletion and bill until deleted."""
         found = []
-        for row in await self.paginate("/snapshots", {"machineId": provider_id}):
+        for row in await self.paginate("snapshots", {"machineId": provider_id}):
             if as_str(row.get("machineId")) not in (None, provider_id):
                 continue
             ident = as_str(row.get("id")) or "?"

@@ -9,7 +9,8 @@ talks to which profile id (CLIENTS); everything else is read from the profile or
   names), never from rgt.toml. The client is built on first use, so a missing key is a one-line ConfigError
   where the key is needed, and the dashboard still draws every other instance meanwhile.
 - `get` never says `terminated` unless the provider said the instance is gone by one of the profile's
-  `gone_when` rules; any other failure is `unknown`, with the (redacted) error in `detail["error"]`.
+  `gone_when` rules (gone.py, which the clients' wait_gone asks too); any other failure is `unknown`,
+  with the (redacted) error in `detail["error"]`.
 - SSH goes to the address the API reports, read through the profile's `[ssh]` table, unless the user set
   `host` in rgt.toml. While the API says `running`, `get` also checks SSH once, so an unknown host key
   reaches the session as `detail["host_key_unknown"]` (the same contract as the `ssh` provider) and the user
@@ -34,6 +35,7 @@ from remote_gpu_trainer.profiles import HOURS_PER_MONTH, SIZE_UNITS, ApiControl,
 from remote_gpu_trainer.providers.base import InstanceStatus, Provider, WaitsGone
 from remote_gpu_trainer.providers.cloud.client import CloudClient, Launches, UnsupportedAction
 from remote_gpu_trainer.providers.cloud.credentials import ApiKey, CredentialsMissing, find_key
+from remote_gpu_trainer.providers.cloud.gone import decide_gone
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, StorageBilling, TeardownOutcome
 from remote_gpu_trainer.providers.ssh import SSHProvider
@@ -114,7 +116,8 @@ class CloudProvider(Provider, WaitsGone):
                                 getattr(importlib.import_module(f"{__package__}.{module}"), class_name))
             options: dict[str, Any] = {
                 "api_base": self.api.resolved_base_url(self.api_base, os.environ), "api_key": self._find_key(),
-                "auth_scheme": self.api.auth_scheme, "rate_limit_per_s": self.api.rate_limit_per_s, **extra,
+                "auth_scheme": self.api.auth_scheme, "rate_limit_per_s": self.api.rate_limit_per_s,
+                "endpoints": self.api.endpoints, "gone_when": self.api.gone_when, **extra,
                 **self.client_options,
             }
             self._client = client_class(**options)
@@ -159,20 +162,16 @@ class CloudProvider(Provider, WaitsGone):
         )
 
     async def _not_found(self, instance: InstanceConfig, provider_id: str, exc: CloudNotFound) -> InstanceStatus:
-        """`terminated` only by a `gone_when` rule of the profile; a 404 the profile does not trust is unknown."""
-        rules = self.api.gone_when
-        if exc.status == 404 and "http:404" in rules:
-            return self._gone(instance, provider_id, "http:404")
-        if exc.status != 404 and any(rule.startswith("null:") for rule in rules):
-            return self._gone(instance, provider_id, next(r for r in rules if r.startswith("null:")))
-        if "absent:list" in rules:
-            try:
-                listed = {i.provider_id: i for i in await self.client().list_instances()}
-            except CloudAPIError as list_exc:
-                return self._unknown(instance, provider_id, self.client().http.redact(str(list_exc)))
-            if provider_id not in listed:
-                return self._gone(instance, provider_id, "absent:list")
-            return await self._seen(instance, listed[provider_id])
+        """`terminated` only by a `gone_when` rule of the profile (gone.py decides); a not-found the profile
+        does not trust is unknown, and so is a list call that fails."""
+        try:
+            decision = await decide_gone(self.client(), self.api.gone_when, provider_id, exc)
+        except CloudAPIError as list_exc:
+            return self._unknown(instance, provider_id, self.client().http.redact(str(list_exc)))
+        if decision.rule is not None:
+            return self._gone(instance, provider_id, decision.rule)
+        if decision.instance is not None:
+            return await self._seen(instance, decision.instance)
         return self._unknown(instance, provider_id, f"{self.client().http.redact(str(exc))} (the "
                              f"{self.name} profile does not count this as gone)")
 

@@ -1,6 +1,7 @@
 """RunPod Pods over the REST API (providers.md §3; base `https://rest.runpod.io/v1`, Bearer key).
 
-RP14: a DELETE that answers OK does not mean the pod is gone, so teardown polls `GET /pods/{id}` until 404.
+Paths and methods are the profile's `[control.api.endpoints]`. RP14: a DELETE that answers OK does not
+mean the pod is gone, so teardown polls `GET /pods/{id}` until 404.
 A stopped pod still bills its volume disk at 2x, and a Network Volume survives terminate and bills hourly:
 both come back from `wait_gone` as residuals. The REST create call takes no price ceiling (bids exist only
 in GraphQL), so `launch` checks the created pod's `costPerHr` and, when it is over the ceiling, says so with
@@ -23,7 +24,6 @@ from remote_gpu_trainer.providers.cloud.client import (
     still_billing,
     surviving_storage,
 )
-from remote_gpu_trainer.providers.cloud.http import path_segment
 from remote_gpu_trainer.providers.cloud.types import (
     CloudInstance,
     GpuRequest,
@@ -62,30 +62,28 @@ class RunPodClient(CloudClient, Launches):
     AUTH_FILES = ("~/.runpod/config.toml#apiKey",)
 
     async def _list(self) -> list[CloudInstance]:
-        data = await self.http.request("GET", "/pods")
+        data = await self.call("list")
         pods = data.get("pods") if isinstance(data, dict) else data
         if not isinstance(pods, list):
-            raise self._bad_shape("GET", "/pods", "expected a list of pods")
+            raise self._bad_answer("list", None, "expected a list of pods")
         return [parse_pod(pod) for pod in pods if isinstance(pod, dict) and pod.get("id")]
 
     async def _fetch(self, provider_id: str) -> CloudInstance:
-        path = f"/pods/{path_segment(provider_id)}"
-        data = await self.http.request("GET", path)
+        data = await self.call("get", provider_id)
         if not isinstance(data, dict) or not data.get("id"):
-            raise self._bad_shape("GET", path, "expected a pod object")
+            raise self._bad_answer("get", provider_id, "expected a pod object")
         return parse_pod(data)
 
     async def stop(self, provider_id: str) -> None:
         """Stops compute; the volume disk keeps billing at 2x and the pod may come back with no GPU (RP1)."""
-        await self.http.request("POST", f"/pods/{path_segment(provider_id)}/stop", idempotent=True)
+        await self.call("stop", provider_id, idempotent=True)
 
     async def terminate(self, provider_id: str) -> None:
         """DELETE the pod (container and volume disk); a Network Volume is untouched and keeps billing."""
         if await self._preflight(provider_id) is None:
             return
-        path = f"/pods/{path_segment(provider_id)}"
-        await self._terminate_and_requery(provider_id, lambda: self.http.request(
-            "DELETE", path, retry_timeouts=False, timeout_s=self.terminate_timeout_s))
+        await self._terminate_and_requery(provider_id, lambda: self.call(
+            "terminate", provider_id, retry_timeouts=False, timeout_s=self.terminate_timeout_s))
 
     async def launch(self, request: GpuRequest, *, cloud_type: str = "SECURE", container_disk_gb: int = 20,
                      ports: tuple[str, ...] = ("22/tcp",), env: dict[str, str] | None = None) -> CloudInstance:
@@ -101,9 +99,9 @@ class RunPodClient(CloudClient, Launches):
             body["env"] = env
         if request.region:
             body["dataCenterIds"] = [request.region]
-        data = await self.http.request("POST", "/pods", json_body=body)
+        data = await self.call("create", json_body=body)
         if not isinstance(data, dict) or not data.get("id"):
-            raise self._bad_shape("POST", "/pods", "expected the created pod")
+            raise self._bad_answer("create", None, "expected the created pod")
         pod = parse_pod(data)
         self._seen[pod.provider_id] = pod
         ceiling = request.max_price_per_hour

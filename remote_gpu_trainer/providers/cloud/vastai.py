@@ -3,7 +3,8 @@
 The instance disk bills indefinitely while an instance exists, stopped or not, even at a negative balance,
 so a destroy is only done when the API says so. VAST15: destroy is eventually consistent, and the final
 answer is a 404, `instances: null`, `destroyed`, or `exited`; `exited` is also what a merely stopped
-instance says, so it counts as gone only when the instance is also absent from the list. `launch` searches
+instance says, so it counts as gone only when the instance is also absent from the list (the profile's
+`gone_when`, decided in gone.py; RECHECK_WORDS names `exited`). Paths are the profile's endpoints. `launch` searches
 offers (`POST /bundles/`), re-checks every constraint on the answer instead of trusting the server filter,
 and rents the cheapest (`PUT /asks/{offer}/`).
 """
@@ -23,7 +24,7 @@ from remote_gpu_trainer.providers.cloud.client import (
     as_str,
     still_billing,
 )
-from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound, path_segment
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound
 from remote_gpu_trainer.providers.cloud.types import (
     CloudInstance,
     GpuRequest,
@@ -43,7 +44,6 @@ VAST_STATES = lower_keys({
     "exited": "stopped",
     "destroyed": "terminated",
 })
-GONE_WORDS = frozenset({"destroyed"})
 OFFER_LIMIT = 64
 
 
@@ -55,56 +55,44 @@ class VastAIClient(CloudClient, Launches):
     BASE_URL_ENV = "VAST_URL"
     AUTH_ENV = ("VAST_API_KEY",)
     AUTH_FILES = ("~/.config/vastai/vast_api_key", "~/.vast_api_key")
+    RECHECK_WORDS = frozenset({"exited"})
 
     async def _list(self) -> list[CloudInstance]:
-        data = await self.http.request("GET", "/instances/", params={"owner": "me"})
+        data = await self.call("list", params={"owner": "me"})
         rows = as_dict(data).get("instances")
         if rows is None:
             return []
         if not isinstance(rows, list):
-            raise self._bad_shape("GET", "/instances/", "expected `instances` to be a list")
+            raise self._bad_answer("list", None, "expected `instances` to be a list")
         return [parse_instance(row) for row in rows if isinstance(row, dict) and row.get("id") is not None]
 
     async def _fetch(self, provider_id: str) -> CloudInstance:
-        path = f"/instances/{path_segment(provider_id)}/"
-        data = await self.http.request("GET", path, params={"owner": "me"})
+        data = await self.call("get", provider_id, params={"owner": "me"})
         if not isinstance(data, dict) or "instances" not in data:
-            raise self._bad_shape("GET", path, "expected an `instances` object")
+            raise self._bad_answer("get", provider_id, "expected an `instances` object")
         row = data["instances"]
         if row is None:
-            raise CloudNotFound(self.provider, "GET", path, 200, "instances: null")
+            route = self.route("get", provider_id)
+            raise CloudNotFound(self.provider, route.method, route.path, 200, "instances: null")
         if not isinstance(row, dict) or row.get("id") is None:
-            raise self._bad_shape("GET", path, "expected `instances` to be an object")
+            raise self._bad_answer("get", provider_id, "expected `instances` to be an object")
         return parse_instance(row)
 
     async def stop(self, provider_id: str) -> None:
-        """Stop compute; the disk keeps billing, and a restart needs the same GPU to be free."""
-        path = f"/instances/{path_segment(provider_id)}/"
-        self._check_success("PUT", path, await self.http.request("PUT", path, json_body={"state": "stopped"}))
+        """Stop compute (the profile's body sets `state: stopped`); the disk keeps billing, and a restart
+        needs the same GPU to be free."""
+        self._check_success("stop", provider_id, await self.call("stop", provider_id))
 
     async def terminate(self, provider_id: str) -> None:
         """Destroy the instance and its disk; Local Volumes are separate and keep billing."""
         if await self._preflight(provider_id) is None:
             return
-        path = f"/instances/{path_segment(provider_id)}/"
 
         async def send() -> None:
-            self._check_success("DELETE", path, await self.http.request(
-                "DELETE", path, retry_timeouts=False, timeout_s=self.terminate_timeout_s))
+            self._check_success("terminate", provider_id, await self.call(
+                "terminate", provider_id, retry_timeouts=False, timeout_s=self.terminate_timeout_s))
 
         await self._terminate_and_requery(provider_id, send)
-
-    async def _probe_gone(self, provider_id: str) -> tuple[bool, CloudInstance | None]:
-        try:
-            instance = await self._fetch(provider_id)
-        except CloudNotFound:
-            return True, None
-        if instance.raw_state.lower() in GONE_WORDS:
-            return True, instance
-        if instance.raw_state.lower() == "exited":
-            listed = {i.provider_id for i in await self._list()}
-            return provider_id not in listed, instance
-        return False, instance
 
     async def _residuals(self, provider_id: str, gone: bool,
                          last: CloudInstance | None) -> tuple[list[Residual], list[str]]:
@@ -130,10 +118,10 @@ class VastAIClient(CloudClient, Launches):
         }
         if request.max_price_per_hour is not None:
             query["dph_total"] = {"lte": request.max_price_per_hour}
-        data = await self.http.request("POST", "/bundles/", json_body=query, idempotent=True)
+        data = await self.call("offers", json_body=query, idempotent=True)
         offers = as_dict(data).get("offers")
         if not isinstance(offers, list):
-            raise self._bad_shape("POST", "/bundles/", "expected an `offers` list")
+            raise self._bad_answer("offers", None, "expected an `offers` list")
         fitting = [o for o in offers if isinstance(o, dict) and offer_fits(o, request)]
         return sorted(fitting, key=lambda o: as_float(o.get("dph_total")) or 0.0)
 
@@ -153,12 +141,12 @@ class VastAIClient(CloudClient, Launches):
             body["onstart"] = onstart
         if request.interruptible and request.max_price_per_hour is not None:
             body["price"] = request.max_price_per_hour  # the bid, per machine $/h, fixed at create
-        path = f"/asks/{path_segment(str(offer['id']))}/"
-        data = await self.http.request("PUT", path, json_body=body, idempotent=False)
-        self._check_success("PUT", path, data)
+        offer_id = str(offer["id"])
+        data = await self.call("create", offer_id, json_body=body, idempotent=False)
+        self._check_success("create", offer_id, data)
         contract = as_dict(data).get("new_contract")
         if contract is None:
-            raise self._bad_shape("PUT", path, "no `new_contract` in the answer")
+            raise self._bad_answer("create", offer_id, "no `new_contract` in the answer")
         try:
             return await self.get(str(contract))
         except CloudNotFound:
@@ -167,12 +155,13 @@ class VastAIClient(CloudClient, Launches):
             self._seen[pending.provider_id] = pending
             return pending
 
-    def _check_success(self, method: str, path: str, data: Any) -> None:
+    def _check_success(self, name: str, ident: str | None, data: Any) -> None:
         """vast can answer 200 with `success: false`; that is a failure, with the provider's message."""
         body = as_dict(data)
         if body.get("success") is False:
             message = as_str(body.get("msg")) or as_str(body.get("error")) or "success: false"
-            raise CloudAPIError(self.provider, method, path, 200, self.http.redact(message))
+            route = self.route(name, ident)
+            raise CloudAPIError(self.provider, route.method, route.path, 200, self.http.redact(message))
 
 
 def offer_fits(offer: dict[str, Any], request: GpuRequest) -> bool:
