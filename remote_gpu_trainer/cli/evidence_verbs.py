@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 async def pull(session: Session, args: argparse.Namespace) -> int:
     where = session.project.run_dir(args.run)
-    with printers.pull_progress(lambda: manifest_sizes(session, args.run)) as progress:
+    with printers.pull_progress(args.run, lambda: manifest_sizes(session, args.run)) as progress:
         result = await session.pull(args.run, progress=progress, actor="cli")
     if args.format == "json":
         printers.print_json(schemas.pull_document(args.run, where, result))

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.text import escape_control, size
 
 if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
+    from rich.progress import Progress, ProgressColumn, Task, TaskID
 
     from remote_gpu_trainer.audits.env_audit import AuditRow
     from remote_gpu_trainer.services.evidence.pull import PullProgress
@@ -29,6 +29,7 @@ AUDIT_GLYPHS = {"pass": "✔", "warn": "▲", "fail": "✖", "skipped": "·"}
 PLAIN_EVERY_S = 0.5  # plain pull lines: every file's outcome, downloading figures at most twice a second
 ALWAYS_SHOWN = ("done", "failed", "resuming", "retrying")
 LOUD_PHASES = ("failed", "resuming", "retrying")  # printed above the bar as well
+DESCRIPTION_WIDTH = 40  # the verify bar's step text, padded so the bar does not jump
 
 
 def on_terminal() -> bool:
@@ -149,21 +150,21 @@ class VerifyBar:
             self._current = None
         if text.startswith("hashing "):
             self._current = text.removeprefix("hashing ").rsplit(" (", 1)[0]
-        shown = escape_control(text)
-        self._bar.update(self._task, completed=self._completed, description=shown[:60])
+        shown = escape_control(text)[:DESCRIPTION_WIDTH].ljust(DESCRIPTION_WIDTH)
+        self._bar.update(self._task, completed=self._completed, description=shown)
 
     def finish(self) -> None:
         self._bar.update(self._task, completed=sum(self._sizes.values()))
 
 
 @contextmanager
-def pull_progress(sizes: Callable[[], Mapping[str, int]]) -> Iterator[Callable[[PullProgress], None]]:
+def pull_progress(run_id: str, sizes: Callable[[], Mapping[str, int]]) -> Iterator[Callable[[PullProgress], None]]:
     """The pull's progress callback: a bar on a terminal, plain lines elsewhere."""
     if not on_terminal():
         yield PlainPullProgress()
         return
     with _bar() as bar:
-        yield PullBar(bar, bar.add_task("pull", total=None), sizes)
+        yield PullBar(bar, bar.add_task(f"pull {run_id}", total=None), sizes)
 
 
 @contextmanager
@@ -180,10 +181,34 @@ def verify_progress(sizes: Mapping[str, int]) -> Iterator[Callable[[str], None]]
 
 @contextmanager
 def _bar() -> Iterator[Progress]:
+    """The bar: what it is at, then bytes done of the total, the rate and the time left, in the sizes of
+    `text.size` (the units the plain pull lines and the checkpoint panel use)."""
     from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-               TimeRemainingColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), _text_column(_bytes_text, "progress.download"),
+               _text_column(_rate_text, "progress.data.speed"), TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
         yield bar
+
+
+def _bytes_text(task: Task) -> str:
+    total = "?" if task.total is None else size(int(task.total))
+    return f"{size(int(task.completed))}/{total}"
+
+
+def _rate_text(task: Task) -> str:
+    speed = task.finished_speed or task.speed
+    return "?/s" if speed is None else f"{size(int(speed))}/s"
+
+
+def _text_column(render: Callable[[Task], str], style: str) -> ProgressColumn:
+    """A rich progress column showing `render(task)` (rich is imported only when a bar is drawn)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class TextOf(ProgressColumn):
+        def render(self, task: Task) -> Text:
+            return Text(render(task), style=style)
+
+    return TextOf()
