@@ -9,13 +9,20 @@ one-line TransportError (state unknown), never guessed at. Judging the facts is 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.resources
 import shlex
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.audits.env_audit import PROBE_VERSION
+from remote_gpu_trainer.audits.env_audit import (
+    PROBE_VERSION,
+    RunRequirements,
+    audit_environment,
+    run_interpreter,
+    worst,
+)
 from remote_gpu_trainer.audits.gpu_health import (
     SAMPLE_FIELDS,
     THROTTLE_FIELDS,
@@ -23,13 +30,21 @@ from remote_gpu_trainer.audits.gpu_health import (
     GpuSample,
     parse_gpu_samples,
 )
-from remote_gpu_trainer.errors import TransportError
-from remote_gpu_trainer.providers.base import CommandResult, Transport
+from remote_gpu_trainer.errors import RgtError, TransportError, VerbFailed
+from remote_gpu_trainer.providers.base import CommandResult, InstanceStatus, Transport
+from remote_gpu_trainer.state import events
+from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.strict_json import loads_strict
+from remote_gpu_trainer.text import describe_gpus
+from remote_gpu_trainer.views import AuditRow
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
 
 PROBE_TIMEOUT_S = 120.0
 SAMPLE_TIMEOUT_S = 15.0
 SAMPLE_VERSION = "rgt-gpu-sample/1"
+GPU_SAMPLE_S = 10.0  # the dashboard's GPU text is sampled at most this often per instance
 
 # One query of the same fields as the probe's samples; KEY=VALUE lines, then nvidia-smi's CSV verbatim.
 _SAMPLER = f"""set -u
@@ -154,3 +169,49 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:200]
 
 
+
+
+async def audit_run_environment(session: Session, run_id: str, actor: str = "user") -> list[AuditRow]:
+    """Phase 0 on the run's instance: one probe, sixteen rows, stored and logged (remote-ops.md §4)."""
+    run = session.run_config(run_id)
+    transport = await session.remote(run.instance)
+    workdir, durable = transport.resolve(run.workdir), transport.resolve(run.remote_root)
+    made = await transport.run(f"mkdir -p {shlex.quote(workdir)} {shlex.quote(durable)}", timeout=30)
+    if made.rc != 0:
+        raise VerbFailed(f"cannot create {run.workdir} or {run.remote_root} on {run.instance}: "
+                         f"{made.error_text.strip()[:200]}")
+    # Row 8 checks the interpreter the command runs, not a python3 that may lack the run's torch.
+    python = run_interpreter(run.command, run.python, explicit=run.python_explicit, run_id=run_id)
+    facts = await run_env_probe(transport, scratch=run.workdir, durable=run.remote_root, python=python.path,
+                                workdir=run.workdir)
+    rows = audit_environment(facts, RunRequirements(gpus=run.gpus, interpreter_why=python.why,
+                                                    ckpt_tier_survives=session.profile(run.instance).durable_survives()))
+    session.db.add_audit(run_id, "env", [dataclasses.asdict(row) for row in rows])
+    counts = {status: sum(1 for r in rows if r.status == status) for status in ("fail", "warn", "pass")}
+    events.env_audited(session.db, run_id=run_id, instance=run.instance, worst=worst(rows), fails=counts["fail"],
+                       warns=counts["warn"], rows=[dataclasses.asdict(r) for r in rows], actor=actor)
+    return rows
+
+
+def last_audit(db: StateDB, run_id: str) -> tuple[AuditRow, ...]:
+    """The run's last phase-0 audit as stored, for the dashboard and the report."""
+    record = db.last_audit(run_id, "env")
+    return tuple(AuditRow(**row) for row in record[1]) if record else ()
+
+
+async def gpu_text(session: Session, name: str, status: InstanceStatus) -> str:
+    """What the GPUs are doing, sampled at most every GPU_SAMPLE_S per instance; "no GPU" is a state."""
+    if not session.profile(name).gpu_sampling or status.state != "running":
+        return status.gpu
+    cached = session.gpu_text_cache.get(name)
+    if cached is not None and time.monotonic() - cached[0] < GPU_SAMPLE_S:
+        return cached[1]
+    try:
+        samples = await sample_gpus(session.transport(name))
+    except RgtError:
+        text = f"{cached[1]} (stale)" if cached else "?"
+    else:
+        text = describe_gpus(samples)
+        session.gpu_samples[name] = samples or []
+    session.gpu_text_cache[name] = (time.monotonic(), text)
+    return text

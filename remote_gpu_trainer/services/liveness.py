@@ -8,14 +8,21 @@ reaps. Any transport failure becomes `unknown`, never `dead`.
 
 from __future__ import annotations
 
+import asyncio
 import shlex
-from typing import Any
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.liveness import Liveness, ProbeResult, classify
 from remote_gpu_trainer.config import RunConfig
-from remote_gpu_trainer.errors import TransportError
-from remote_gpu_trainer.providers.base import Transport
+from remote_gpu_trainer.errors import RgtError, TransportError
+from remote_gpu_trainer.providers.base import BatchJobs, Transport
+from remote_gpu_trainer.providers.slurm import commands as slurm
 from remote_gpu_trainer.services.launch import ctl_dir, log_path
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
 
 PROBE_TIMEOUT_S = 30.0
 
@@ -89,3 +96,61 @@ def parse_probe(text: str) -> ProbeResult:
 
 async def liveness(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> Liveness:
     return classify(await probe(run, transport, launch), launched=launch is not None)
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The live facts about one run that the overview and `rgt watch` need."""
+
+    liveness: Liveness
+    finished_at: datetime | None
+    walltime: str | None = None  # a batch job's `elapsed / limit`, for the meter
+    exit_code: int | None = None
+    started_at: float | None = None  # epoch seconds of the launch the probe saw
+
+
+WAITING_RUN = RunState(Liveness("unknown", "waiting for the box's answer"), None)
+
+
+async def run_state(session: Session, run_id: str) -> RunState:
+    run = session.run_config(run_id)
+    return await run_state_of(session, run, run.instance)
+
+
+async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> RunState:
+    """The job's state on the box `instance_name` names (also for a run no longer in rgt.toml)."""
+    launch = session.db.launch(run.id)
+    try:
+        transport = await session.remote(instance_name)
+        probed = await probe(run, transport, launch)
+        provider = session.provider(instance_name)
+        job = await provider.job_state(transport, str(launch["slurm_job"])) if launch and \
+            launch.get("slurm_job") and isinstance(provider, BatchJobs) else None
+    except RgtError as exc:
+        return RunState(Liveness("unknown", str(exc)), None)
+    finished = datetime.fromtimestamp(probed.finished_at, UTC) if probed.finished_at else None
+    judged = classify(probed, launched=launch is not None, t_log=run.stall_after, t_ckpt=2 * run.stall_after)
+    if job is not None:
+        judged = batch_liveness(job, judged)
+    return RunState(judged, finished, job.walltime() if job is not None and job.state else None,
+                    exit_code=probed.exit_code, started_at=probed.started_at)
+
+
+async def bounded_run_state(session: Session, run_id: str) -> RunState:
+    """The job's state within the provider timeout: a box that accepts connections and never speaks
+    costs one timeout, then reads unknown."""
+    try:
+        return await asyncio.wait_for(run_state(session, run_id), session.provider_timeout_s)
+    except TimeoutError:
+        return RunState(Liveness("unknown", f"the box gave no answer within {session.provider_timeout_s:g} s"), None)
+
+
+def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
+    """A batch job: Slurm says whether it is queued, running or ended; once ended, the wrapper's files
+    (exit code and artifacts) decide finished versus incomplete, as for any detached job."""
+    state, detail = slurm.liveness_of(job)
+    if state == "finished":
+        return files if files.state in ("finished", "dead") else Liveness("unknown", "ended; no exit code file")
+    if state == "dead" and files.state == "dead" and files.detail.startswith("exit"):
+        return files
+    return Liveness(state, f"Slurm job {job.job_id}: {detail}")

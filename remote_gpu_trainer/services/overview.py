@@ -3,8 +3,9 @@
 `observe()` looks at every box and keeps the record of what it saw: a snapshot when a box's state or price
 changed (services/instances.py), a meter sample per METER_SAMPLE_S, the stateful run rules' findings.
 `build()` only reads: the state the observation left, the local evidence, the checklist, and returns the
-Overview (the one thing it may add is a hash-cache entry, a memo of a local file's hash by size and mtime). If the TUI shows it, the report can print it: both take an Overview built here, and neither
-computes anything of its own beyond layout.
+Overview (the one thing it may add is a hash-cache entry, a memo of a local file's hash by size and mtime).
+If the TUI shows it, the report can print it: both take an Overview built here, and neither computes
+anything of its own beyond layout.
 
 What observe() writes is the record of watching (rgt was looking, the box said this), never a cost-affecting
 action, so a `--read-only` session and `--report` record it too; in a project folder rgt may not write, the
