@@ -33,10 +33,6 @@ class AutoDLClient(CloudClient):
     """`get` and `balance` for Pro instances when `pro_api=True`; every other verb names its console step."""
 
     provider = "autodl"
-    DEFAULT_BASE_URL = "https://api.autodl.com/api/v1"
-    BASE_URL_ENV = None
-    AUTH_ENV = ("AUTODL_TOKEN",)
-    AUTH_SCHEME = "raw-header"
 
     def __init__(self, *, pro_api: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)

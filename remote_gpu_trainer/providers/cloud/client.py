@@ -28,8 +28,8 @@ from urllib.parse import parse_qsl
 
 import httpx
 
-from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.profiles import Endpoint, load_profile
+from remote_gpu_trainer.errors import ConfigError, VerbFailed
+from remote_gpu_trainer.profiles import ApiControl, Endpoint, load_profile
 from remote_gpu_trainer.providers.cloud.credentials import ApiKey, find_key
 from remote_gpu_trainer.providers.cloud.gone import decide_gone
 from remote_gpu_trainer.providers.cloud.http import (
@@ -80,15 +80,11 @@ class Launches(Protocol):
 
 
 class CloudClient:
-    """Base for one provider's REST client. Constructor arguments override the spec defaults below."""
+    """Base for one provider's REST client. Its defaults (base URL and its env var, the key's env vars and
+    files, the auth scheme, the rate limit, the endpoints and the gone rules) are the profile's
+    `[control.api]`, the one place they are written; constructor arguments override them."""
 
-    provider: ClassVar[str] = ""
-    DEFAULT_BASE_URL: ClassVar[str] = ""
-    BASE_URL_ENV: ClassVar[str | None] = None
-    AUTH_ENV: ClassVar[tuple[str, ...]] = ()
-    AUTH_FILES: ClassVar[tuple[str, ...]] = ()
-    AUTH_SCHEME: ClassVar[str] = "bearer"
-    RATE_LIMIT_PER_S: ClassVar[float | None] = None
+    provider: ClassVar[str] = ""  # the profile id (assets/profiles/<provider>.toml)
     TERMINATE_TIMEOUT_S: ClassVar[float | None] = None
     # State words this provider also uses for a live instance: gone only when the list lacks it (gone.py).
     RECHECK_WORDS: ClassVar[frozenset[str]] = frozenset()
@@ -113,22 +109,22 @@ class CloudClient:
         environ: Mapping[str, str] | None = None,
         home: Path | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        endpoints: Mapping[str, Endpoint] | None = None,
-        gone_when: Sequence[str] | None = None,
+        api: ApiControl | None = None,
     ) -> None:
-        """`endpoints` and `gone_when` default to the provider's shipped profile (CloudProvider passes the
-        profile it loaded)."""
+        """`api` is the profile's `[control.api]` (CloudProvider passes the one it loaded); None reads the
+        shipped profile of `provider`."""
+        api = api or shipped_api(self.provider)
         if isinstance(api_key, str):
             api_key = ApiKey(api_key, "caller")
         key = api_key or find_key(
-            self.provider, tuple(auth_env if auth_env is not None else self.AUTH_ENV),
-            tuple(auth_files if auth_files is not None else self.AUTH_FILES), environ=environ, home=home,
+            self.provider, tuple(auth_env if auth_env is not None else api.auth_env),
+            tuple(auth_files if auth_files is not None else auth_file_texts(api)), environ=environ, home=home,
         )
-        base_url = resolve_base_url(self.DEFAULT_BASE_URL, base_url_env or self.BASE_URL_ENV, api_base, environ)
+        base_url = resolve_base_url(api.base_url, base_url_env or api.base_url_env, api_base, environ)
         self.http = CloudHTTP(
-            self.provider, base_url, key, auth_scheme=auth_scheme or self.AUTH_SCHEME,
+            self.provider, base_url, key, auth_scheme=auth_scheme or api.auth_scheme,
             timeout_s=timeout_s, rate_limit_per_s=rate_limit_per_s if rate_limit_per_s is not None
-            else self.RATE_LIMIT_PER_S, retry=retry, sleep=sleep, clock=clock, wall_clock=wall_clock,
+            else api.rate_limit_per_s, retry=retry, sleep=sleep, clock=clock, wall_clock=wall_clock,
             jitter=jitter, transport=transport,
         )
         self.sleep = sleep
@@ -136,12 +132,8 @@ class CloudClient:
         self.wall_clock = wall_clock
         self.terminate_timeout_s = terminate_timeout_s or self.TERMINATE_TIMEOUT_S
         self._seen: dict[str, CloudInstance] = {}
-        if endpoints is None or gone_when is None:
-            api = load_profile(self.provider).control.api
-            endpoints = api.endpoints if endpoints is None and api else endpoints
-            gone_when = api.gone_when if gone_when is None and api else gone_when
-        self.endpoints: Mapping[str, Endpoint] = endpoints or {}
-        self.gone_when: tuple[str, ...] = tuple(gone_when or ())
+        self.endpoints: Mapping[str, Endpoint] = api.endpoints
+        self.gone_when: tuple[str, ...] = api.gone_when
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(base_url={self.http.base_url!r})"
@@ -325,6 +317,19 @@ def surviving_storage(instance: CloudInstance | None, kinds: Mapping[str, tuple[
         return []
     return [Residual(item.name, item.ident, *kinds[item.name])
             for item in instance.storage if item.ident and item.name in kinds]
+
+
+def shipped_api(provider: str) -> ApiControl:
+    """The `[control.api]` of the provider's shipped profile."""
+    api = load_profile(provider).control.api
+    if api is None:
+        raise ConfigError(f"assets/profiles/{provider}.toml has no [control.api]: no API client to build")
+    return api
+
+
+def auth_file_texts(api: ApiControl) -> tuple[str, ...]:
+    """The profile's credential files as find_key reads them: `path`, or `path#key` for one entry inside."""
+    return tuple(f"{f.path}#{f.key}" if f.key else f.path for f in api.auth_files)
 
 
 def _fill(value: Any, ident: str) -> Any:

@@ -50,11 +50,6 @@ class LambdaClient(CloudClient, Launches):
     """list/get/terminate/wait_gone/launch for Lambda Cloud; `stop` explains why there is none."""
 
     provider = "lambda"
-    DEFAULT_BASE_URL = "https://cloud.lambdalabs.com/api/v1"
-    BASE_URL_ENV = None
-    AUTH_ENV = ("LAMBDA_API_KEY",)
-    AUTH_FILES = ("~/.lambda_cloud/lambda_keys#api_key",)
-    RATE_LIMIT_PER_S = 1.0
     TERMINATE_TIMEOUT_S = 30.0
 
     _last_launch: float | None = None

@@ -40,10 +40,6 @@ class PaperspaceClient(CloudClient):
     """list/get/stop/terminate/wait_gone for Paperspace machines; launch is not offered."""
 
     provider = "paperspace"
-    DEFAULT_BASE_URL = "https://api.paperspace.com/v1"
-    BASE_URL_ENV = None
-    AUTH_ENV = ("PAPERSPACE_API_KEY",)
-    AUTH_FILES = ("~/.paperspace/config.json#apiKey",)
     OFF_TIMEOUT_S = 600.0
     OFF_POLL_S = 5.0
 

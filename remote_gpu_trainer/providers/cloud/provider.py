@@ -33,7 +33,7 @@ from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
 from remote_gpu_trainer.profiles import HOURS_PER_MONTH, SIZE_UNITS, ApiControl, Profile, load_profile
 from remote_gpu_trainer.providers.base import InstanceStatus, Provider, WaitsGone
-from remote_gpu_trainer.providers.cloud.client import CloudClient, Launches, UnsupportedAction
+from remote_gpu_trainer.providers.cloud.client import CloudClient, Launches, UnsupportedAction, auth_file_texts
 from remote_gpu_trainer.providers.cloud.credentials import ApiKey, CredentialsMissing, find_key
 from remote_gpu_trainer.providers.cloud.gone import decide_gone
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound
@@ -95,8 +95,7 @@ class CloudProvider(Provider, WaitsGone):
 
     def _find_key(self) -> ApiKey:
         """The key, from the env vars and credential files the profile names (never rgt.toml)."""
-        files = [f"{f.path}#{f.key}" if f.key else f.path for f in self.api.auth_files]
-        return find_key(self.name, self.api.auth_env, files)
+        return find_key(self.name, self.api.auth_env, auth_file_texts(self.api))
 
     def _console_only_without_key(self) -> bool:
         """A console-controlled profile only has an optional read-only API: without a key it is an SSH box."""
@@ -116,9 +115,7 @@ class CloudProvider(Provider, WaitsGone):
                                 getattr(importlib.import_module(f"{__package__}.{module}"), class_name))
             options: dict[str, Any] = {
                 "api_base": self.api.resolved_base_url(self.api_base, os.environ), "api_key": self._find_key(),
-                "auth_scheme": self.api.auth_scheme, "rate_limit_per_s": self.api.rate_limit_per_s,
-                "endpoints": self.api.endpoints, "gone_when": self.api.gone_when, **extra,
-                **self.client_options,
+                "api": self.api, **extra, **self.client_options,
             }
             self._client = client_class(**options)
         return self._client

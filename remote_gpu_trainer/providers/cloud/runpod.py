@@ -56,10 +56,6 @@ class RunPodClient(CloudClient, Launches):
     """list/get/stop/terminate/wait_gone/launch for RunPod Pods."""
 
     provider = "runpod"
-    DEFAULT_BASE_URL = "https://rest.runpod.io/v1"
-    BASE_URL_ENV = "RUNPOD_API_URL"
-    AUTH_ENV = ("RUNPOD_API_KEY",)
-    AUTH_FILES = ("~/.runpod/config.toml#apiKey",)
 
     async def _list(self) -> list[CloudInstance]:
         data = await self.call("list")

@@ -51,10 +51,6 @@ class VastAIClient(CloudClient, Launches):
     """list/get/stop/terminate/wait_gone/launch for vast.ai instances."""
 
     provider = "vastai"
-    DEFAULT_BASE_URL = "https://console.vast.ai/api/v0"
-    BASE_URL_ENV = "VAST_URL"
-    AUTH_ENV = ("VAST_API_KEY",)
-    AUTH_FILES = ("~/.config/vastai/vast_api_key", "~/.vast_api_key")
     RECHECK_WORDS = frozenset({"exited"})
 
     async def _list(self) -> list[CloudInstance]:
