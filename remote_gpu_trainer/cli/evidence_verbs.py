@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.cli.terminal import ask, interactive
-from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, VerbFailed
+from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, GateRefused, VerbFailed
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
@@ -73,12 +73,18 @@ async def down(session: Session, args: argparse.Namespace) -> int:
 
 def _ask_for_id(plan: TeardownPlan) -> str:
     """Show the plan; ask for the instance id only when the gate is open (else the service refuses with
-    the plan's reasons, and there is nothing to ask)."""
+    the plan's reasons, and there is nothing to ask). A gated action's answer goes to the service, which
+    refuses a wrong one on record; an ungated one (e.g. a reversible stop) takes no id there, so an answer
+    that is not the id is the person cancelling, here."""
     printers.print_lines(plan.lines)
     if not plan.enabled:
         return ""
-    return ask(f"Type the instance id ({escape_control(plan.provider_id)}) to {plan.action_id} it, "
-               "anything else cancels: ")
+    typed = ask(f"Type the instance id ({escape_control(plan.provider_id)}) to {plan.action_id} it, "
+                "anything else cancels: ")
+    if not plan.gated and typed != plan.provider_id:
+        reason = f"typed id {typed!r} is not the instance id {plan.provider_id!r}"
+        raise GateRefused(f"{plan.action_id} of {plan.instance} cancelled: {reason}; nothing was done", [reason])
+    return typed
 
 
 def manifest_sizes(session: Session, run_id: str) -> dict[str, int]:

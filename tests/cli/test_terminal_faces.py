@@ -4,6 +4,7 @@ Away from a terminal both keep their old behaviour (tests/e2e/test_cli.py)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -93,3 +94,21 @@ def test_pull_and_verify_draw_one_bar_at_a_terminal_and_plain_lines_elsewhere(pr
     plain = run_rgt("verify", RUN, cwd=project_dir)  # not a terminal: today's lines, no bar
     assert plain.returncode == 0 and BAR not in plain.stderr + plain.stdout
     assert "hashing seed0/best.pth" in plain.stderr and "\x1b[" not in plain.stderr
+
+
+def test_an_ungated_stop_at_a_terminal_is_cancelled_by_any_answer_but_the_id(project_dir: Path) -> None:
+    """The sim box's stop is reversible and destroys nothing: the service takes it without an id, so the
+    answer to the question is what stands between the person and the stop."""
+    assert run_rgt("up", RUN, cwd=project_dir).returncode == 0
+
+    def state() -> str:
+        report = json.loads(run_rgt("--report", "--format", "json", cwd=project_dir).stdout)
+        return str(report["instances"][0]["state"])
+
+    cancelled = run_at_terminal("down", RUN, "--stop", cwd=project_dir, prompt=PROMPT, answer="nope")
+    assert cancelled.prompted and cancelled.returncode == 3, cancelled.output
+    assert "stop of box cancelled: typed id 'nope' is not the instance id 'sim-box'" in cancelled.output
+    assert state() == "running"
+    stopped = run_at_terminal("down", RUN, "--stop", cwd=project_dir, prompt=PROMPT, answer=BOX_ID)
+    assert stopped.prompted and stopped.returncode == 0, stopped.output
+    assert state() == "stopped"
