@@ -118,29 +118,22 @@ def price(amount: float, currency: str = "USD") -> str:
     return f"${price_text(amount)}" if currency == "USD" else f"{price_text(amount)} {currency}"
 
 
-# Sizes. Three conventions are still in use, each pinned by tests: file sizes (pull progress, the checkpoint
-# panel, reports) in binary multiples labelled KB/MB/GB (`size`); the environment audit's disks, caches and memory
-# in decimal gigabytes as providers sell them (`gigabytes`); GPU memory, the host rules and CUDA's OOM message in
-# IEC units as nvidia-smi and torch print them (`size_iec`). Unifying them changes asserted text in
-# tests/test_text.py, tests/services/evidence/test_fault_injection.py and tests/audits/test_env_audit.py.
+# Sizes: one convention everywhere, IEC binary units (KiB, MiB, GiB, TiB), the units nvidia-smi, torch and
+# `du -h` print. Files (pull progress, the checkpoint panel, reports), disks, caches and memory (the environment
+# audit, the host rules) and GPU memory all go through `size_iec`; `size` and `gib` are its two usual shapes.
 _IEC_UNITS = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
 
 
 def size(value: int | None) -> str:
-    """A file's size: `512 B`, `97.7 KB`, `5.0 MB` (binary multiples, one decimal)."""
+    """A file's size: `512 B`, `97.7 KiB`, `5.0 MiB` (the largest IEC unit that keeps it >= 1, one decimal)."""
     if value is None:
         return "—"
-    amount = float(value)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if amount < 1024 or unit == "TB":
-            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    return f"{value} B"
+    return size_iec(value, 1)
 
 
-def gigabytes(value: float) -> str:
-    """Decimal gigabytes, one decimal (`10.7 GB`): disks, caches and memory in the environment audit."""
-    return f"{value / 1e9:.1f} GB"
+def gib(value: float) -> str:
+    """Gibibytes with one decimal (`10.0 GiB`): disks, caches and memory, where one unit keeps rows comparable."""
+    return size_iec(value, 1, "GiB")
 
 
 def size_iec(value: float, decimals: int = 2, unit: str | None = None) -> str:

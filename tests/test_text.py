@@ -8,7 +8,7 @@ from remote_gpu_trainer.audits.log.lines import LineSplitter
 from remote_gpu_trainer.text import (
     duration,
     escape_control,
-    gigabytes,
+    gib,
     money,
     price,
     price_text,
@@ -55,12 +55,12 @@ def test_amounts_are_rounded_to_the_cent_and_quoted_prices_are_kept_as_quoted() 
 
 
 def test_sizes_use_binary_units_and_durations_read_at_a_glance() -> None:
-    assert [size(v) for v in (512, 100_000, 5 << 20, 3 << 30, None)] == ["512 B", "97.7 KB", "5.0 MB", "3.0 GB", "—"]
+    assert [size(v) for v in (512, 100_000, 5 << 20, 3 << 30, None)] == ["512 B", "97.7 KiB", "5.0 MiB", "3.0 GiB", "—"]
     assert [duration(v) for v in (45, 725, 11220, None)] == ["45s", "12m05s", "3h07m", "—"]
 
 
 def test_the_other_size_conventions_have_one_home_each() -> None:
-    assert [gigabytes(v) for v in (10 * 2**30, 2 * 2**40, 0)] == ["10.7 GB", "2199.0 GB", "0.0 GB"]
+    assert [gib(v) for v in (10 * 2**30, 2 * 2**40, 0)] == ["10.0 GiB", "2048.0 GiB", "0.0 GiB"]
     assert [size_iec(v) for v in (2 * 2**30, 20 * 2**20, 512 * 2**10, 2**40, 100)] == [
         "2.00 GiB", "20.00 MiB", "512.00 KiB", "1.00 TiB", "100 B"]
     assert size_iec(80 * 2**30, 0, "GiB") == "80 GiB" and size_iec(2**29, 1, "GiB") == "0.5 GiB"

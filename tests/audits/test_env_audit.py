@@ -593,7 +593,7 @@ def test_row5_memory_boundaries() -> None:
     assert _memory(["max", str(limit)], current=int(0.9 * limit) + 1).status == ea.WARN
     assert _memory([str(limit)], workers=3, per_worker=2 * GiB).status == ea.PASS     # (3 + 1) × 2 = 8 GiB
     exact = _memory([str(limit)], workers=4, per_worker=2 * GiB)                        # (4 + 1) × 2 = 10 GiB
-    assert exact.status == ea.WARN and exact.detail.endswith("= 10.7 GB (exactly the limit: no headroom)")
+    assert exact.status == ea.WARN and exact.detail.endswith("= 10.0 GiB (exactly the limit: no headroom)")
     assert _memory([str(limit + 1)], workers=4, per_worker=2 * GiB).status == ea.PASS
     over = _memory([str(limit)], workers=4, per_worker=2 * GiB + 1)
     assert over.status == ea.FAIL and over.detail.endswith("exceeds the limit")
@@ -602,7 +602,7 @@ def test_row5_memory_boundaries() -> None:
 def test_row5_smallest_limit_in_the_chain_wins_and_no_limit_means_host_ram() -> None:
     assert _memory([str(64 * GiB), str(8 * GiB), "max"], workers=4, per_worker=2 * GiB).status == ea.FAIL
     v1_none = _memory(["9223372036854771712"], version=1)
-    assert v1_none.status == ea.PASS and v1_none.detail.startswith("no cgroup limit; host RAM 2199.0 GB")
+    assert v1_none.status == ea.PASS and v1_none.detail.startswith("no cgroup limit; host RAM 2048.0 GiB")
     assert _memory(["max"], events="oom_kill 3").detail.endswith("oom_kill 3 so far")
     facts = healthy()
     facts["cgroup"] = {"fs": "", "version": None, "path": None, "memory_limits": [], "memory_current": "",
@@ -697,7 +697,7 @@ def test_row9_hidden_caches() -> None:
                        _cache("/root/.cache/pip", 100 * 10**9, 10**13)]
     assert row(facts, 9).status == ea.PASS  # exactly 30 % of the scratch mount
     facts["caches"][1] = _cache("/root/.cache/pip", 100 * 10**9 + 1, 10**13)
-    assert row(facts, 9).status == ea.WARN and f"over 30% of /scratch ({scratch / 1e9:.1f} GB)" in row(facts, 9).detail
+    assert row(facts, 9).status == ea.WARN and f"over 30% of /scratch ({scratch / 2**30:.1f} GiB)" in row(facts, 9).detail
     facts["caches"] = [_cache("/root/.cache/pip", GiB, 5 * GiB)]
     result = row(facts, 9)
     assert result.status == ea.WARN and "capped tier" in result.detail and "never auto-deleted" in result.detail

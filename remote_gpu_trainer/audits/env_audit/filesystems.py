@@ -26,7 +26,7 @@ from remote_gpu_trainer.audits.env_audit.facts import (
     parse_df,
     probe_result,
 )
-from remote_gpu_trainer.text import gigabytes
+from remote_gpu_trainer.text import gib
 from remote_gpu_trainer.views import AuditRow
 
 
@@ -55,22 +55,22 @@ def hidden_caches(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
         path = str(cache.get("path"))
         resolved = str(cache.get("resolved", path))
         where = path if resolved == path else f"{path} → {resolved}"
-        parts.append(f"{where} {gigabytes(size) if size is not None else '?'}")
+        parts.append(f"{where} {gib(size) if size is not None else '?'}")
         if not complete:
             partial.append(path)
         df = probe_result(cache.get("df"))
         fs = parse_df(df[1]) if df and df[0] == 0 else None
         if fs is not None and fs.total is not None and fs.total <= req.capped_tier_bytes:
-            capped.append(f"{path} on {fs.target} ({gigabytes(fs.total)} filesystem)")
+            capped.append(f"{path} on {fs.target} ({gib(fs.total)} filesystem)")
     scratch, _ = df_of(facts, "scratch", "bytes")
-    detail = f"{gigabytes(total)} in caches: " + ", ".join(parts)
+    detail = f"{gib(total)} in caches: " + ", ".join(parts)
     if partial:
         detail += f" (du incomplete for {', '.join(partial)})"
     warnings = []
     if capped:
         warnings.append("on a capped tier: " + "; ".join(capped))
     if scratch is not None and scratch.total and total > CACHE_SHARE_OF_SCRATCH * scratch.total:
-        warnings.append(f"over 30% of {scratch.target} ({gigabytes(scratch.total)})")
+        warnings.append(f"over 30% of {scratch.target} ({gib(scratch.total)})")
     if warnings:
         return AuditRow(9, "hidden_caches", WARN, detail + "; " + "; ".join(warnings) + " (never auto-deleted)")
     return AuditRow(9, "hidden_caches", PASS, detail)

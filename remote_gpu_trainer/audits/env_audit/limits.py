@@ -15,7 +15,7 @@ from remote_gpu_trainer.audits.env_audit.common import (
     WARN,
     RunRequirements,
 )
-from remote_gpu_trainer.text import gigabytes
+from remote_gpu_trainer.text import gib
 from remote_gpu_trainer.views import AuditRow
 
 
@@ -48,14 +48,14 @@ def memory_limit(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
     current = int(current_raw) if current_raw.isdigit() else None
     if limit is None:
         return AuditRow(5, "memory_limit", WARN, "memory limit unknown (no cgroup files, no /proc/meminfo)")
-    detail = f"{source} {gigabytes(limit)}" + (f", {gigabytes(current)} in use" if current is not None else "")
+    detail = f"{source} {gib(limit)}" + (f", {gib(current)} in use" if current is not None else "")
     kills = _oom_kills(str(_cgroup(facts).get("memory_events", "")))
     if kills:
         detail += f", oom_kill {kills} so far"
     planned = None
     if req.workers is not None and req.worker_ram_bytes is not None:
         planned = (req.workers + 1) * req.worker_ram_bytes
-        detail += f"; planned ({req.workers} workers + 1) × {gigabytes(req.worker_ram_bytes)} = {gigabytes(planned)}"
+        detail += f"; planned ({req.workers} workers + 1) × {gib(req.worker_ram_bytes)} = {gib(planned)}"
     if planned is not None and planned > limit:
         return AuditRow(5, "memory_limit", FAIL, detail + " exceeds the limit")
     if current is not None and current / limit > IDLE_MEMORY_RATIO:

@@ -21,7 +21,7 @@ from remote_gpu_trainer.audits.env_audit.common import (
     worst_status,
 )
 from remote_gpu_trainer.audits.env_audit.facts import df_of, disk_block
-from remote_gpu_trainer.text import gigabytes
+from remote_gpu_trainer.text import gib
 from remote_gpu_trainer.views import AuditRow
 
 
@@ -59,7 +59,7 @@ def disk_bytes(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
         pct = row.used_pct()
         assert pct is not None
         statuses.append(use_status(pct))
-        parts.append(f"{role} {path} on {row.target}: {pct:.1f}% used, {gigabytes(row.avail or 0)} free")
+        parts.append(f"{role} {path} on {row.target}: {pct:.1f}% used, {gib(row.avail or 0)} free")
     return AuditRow(1, "disk_bytes", worst_status(statuses), "; ".join(parts))
 
 
@@ -89,8 +89,8 @@ def checkpoint_budget(facts: Mapping[str, Any], req: RunRequirements) -> AuditRo
     if row is None or row.avail is None:
         return AuditRow(3, "checkpoint_budget", FAIL, f"durable free space unknown: {why or 'not reported'}")
     need = req.ckpt_bytes * req.kept + req.data_cache_bytes + req.log_bytes + SCRATCH_RESERVE_BYTES
-    detail = (f"B = {gigabytes(req.ckpt_bytes)} × {req.kept} + scratch {gigabytes(need - req.ckpt_bytes * req.kept)} "
-              f"= {gigabytes(need)} vs {gigabytes(row.avail)} free on {row.target}")
+    detail = (f"B = {gib(req.ckpt_bytes)} × {req.kept} + scratch {gib(need - req.ckpt_bytes * req.kept)} "
+              f"= {gib(need)} vs {gib(row.avail)} free on {row.target}")
     if need <= BUDGET_PASS_RATIO * row.avail:
         return AuditRow(3, "checkpoint_budget", PASS, detail)
     if need <= row.avail:

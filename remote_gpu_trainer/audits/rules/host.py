@@ -6,7 +6,7 @@ from remote_gpu_trainer.audits.log.samples import Hit
 from remote_gpu_trainer.audits.rules.common import fmt_dur, hit, newest_first
 from remote_gpu_trainer.audits.rules.gpu_window import IDLE_UTIL, util_median
 from remote_gpu_trainer.audits.rules.signals import DiskUsage, MemorySample, RunSignals
-from remote_gpu_trainer.text import size_iec
+from remote_gpu_trainer.text import gib
 
 # ---- rows: host ------------------------------------------------------------------------------------
 
@@ -19,9 +19,9 @@ def rule_s66(s: RunSignals) -> list[Hit]:
         run.append(m)
     if len(run) < 2 or run[0].t - run[-1].t < 60:
         return []
-    current, limit, gib = run[0].current, run[0].max or 1, 1024 ** 3
-    return hit(s, "S66", f"cgroup memory at {current / limit:.0%} of memory.max ({current / gib:.1f} of "
-                         f"{limit / gib:.1f} GiB) for {fmt_dur(run[0].t - run[-1].t)}")
+    current, limit = run[0].current, run[0].max or 1
+    return hit(s, "S66", f"cgroup memory at {current / limit:.0%} of memory.max ({current / 2**30:.1f} of "
+                         f"{gib(limit)}) for {fmt_dur(run[0].t - run[-1].t)}")
 
 
 def rule_s67(s: RunSignals) -> list[Hit]:
@@ -38,8 +38,8 @@ def _disk_findings(d: DiskUsage) -> tuple[list[str], bool]:
             found.append(f"{what} {pct:.0f}% used on {d.mount}")
             critical = critical or pct >= 99
     if d.projected_ckpt_bytes is not None and d.free_bytes is not None and d.projected_ckpt_bytes > d.free_bytes:
-        found.append(f"checkpoints still to write ({size_iec(d.projected_ckpt_bytes, 1, 'GiB')}) exceed the "
-                     f"{size_iec(d.free_bytes, 1, 'GiB')} free on {d.mount}")
+        found.append(f"checkpoints still to write ({gib(d.projected_ckpt_bytes)}) exceed the "
+                     f"{gib(d.free_bytes)} free on {d.mount}")
     return found, critical
 
 

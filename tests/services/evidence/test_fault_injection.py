@@ -466,7 +466,7 @@ async def test_a_pull_that_cannot_fit_is_refused_with_the_figures(small_runs: Pa
     await launch_finished(root)
     result = rgt("pull", RUN, str(root), cwd=root)
     assert result.returncode == 1, result.stderr
-    figures = re.search(r"the pull needs 6\.0 MB more \(([\d,]+) bytes of 6\.0 MB listed\), only ([\d.]+) MB "
+    figures = re.search(r"the pull needs 6\.0 MiB more \(([\d,]+) bytes of 6\.0 MiB listed\), only ([\d.]+) MiB "
                         r"\(([\d,]+) bytes\) are free there", result.stderr)
     assert figures is not None, result.stderr
     assert int(figures[1].replace(",", "")) > 6 << 20 > int(figures[3].replace(",", ""))
