@@ -697,7 +697,7 @@ def test_row9_hidden_caches() -> None:
                        _cache("/root/.cache/pip", 100 * 10**9, 10**13)]
     assert row(facts, 9).status == ea.PASS  # exactly 30 % of the scratch mount
     facts["caches"][1] = _cache("/root/.cache/pip", 100 * 10**9 + 1, 10**13)
-    assert row(facts, 9).status == ea.WARN and f"over 30% of /scratch ({scratch / 2**30:.1f} GiB)" in row(facts, 9).detail
+    assert row(facts, 9).status == ea.WARN and f"over 30% of /scratch ({scratch / GiB:.1f} GiB)" in row(facts, 9).detail
     facts["caches"] = [_cache("/root/.cache/pip", GiB, 5 * GiB)]
     result = row(facts, 9)
     assert result.status == ea.WARN and "capped tier" in result.detail and "never auto-deleted" in result.detail
