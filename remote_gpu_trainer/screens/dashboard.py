@@ -9,7 +9,7 @@ redraws them, and the screen's watch_overview updates the top bar, the alerts an
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 from textual import on, work
@@ -419,16 +419,22 @@ class DashboardScreen(Screen[None]):
 
     @work(group="teardown")  # never exclusive: a second press must not cancel a teardown under way
     async def action_teardown(self) -> None:
+        await self._box_action("teardown", self._teardown)
+
+    async def _box_action(self, name: str, act: Callable[[str], Awaitable[None]]) -> None:
+        """Terminate or stop, from the key, the button or the palette: offered and enabled as the service decided
+        (RunView.teardown / RunView.stop), greyed while it runs, the overview refreshed after."""
         run = self.current_run()
-        if run is None or self.rgt.session.read_only or self.busy_with("teardown"):
+        if run is None or self.rgt.session.read_only or self.busy_with(name):
             return
-        if not run.teardown.enabled:
-            self.notify(escape_control(f"{run.teardown.label} not available: {run.teardown.why_not}"),
-                        severity="warning", timeout=10, markup=False)
+        view = run.teardown if name == "teardown" else run.stop
+        if not view.enabled:
+            self.notify(escape_control(f"{view.label} not available: {view.why_not}"), severity="warning",
+                        timeout=10, markup=False)
             return
         self.set_busy("teardown", True)
         try:
-            await self._teardown(run.instance)
+            await act(run.instance)
         finally:
             self.set_busy("teardown", False)
         self.refresh_overview()
@@ -452,19 +458,7 @@ class DashboardScreen(Screen[None]):
     @work(group="teardown")
     async def action_stop(self) -> None:
         """Stop keeps the disk: a reversible action gets a plain confirmation that lists what still bills."""
-        run = self.current_run()
-        if run is None or self.rgt.session.read_only or self.busy_with("stop"):
-            return
-        if not run.stop.enabled:
-            self.notify(escape_control(f"{run.stop.label} not available: {run.stop.why_not}"), severity="warning",
-                        timeout=10, markup=False)
-            return
-        self.set_busy("teardown", True)
-        try:
-            await self._stop(run.instance)
-        finally:
-            self.set_busy("teardown", False)
-        self.refresh_overview()
+        await self._box_action("stop", self._stop)
 
     async def _stop(self, instance: str) -> None:
         plan = await teardown.plan(self.rgt.session, instance, "stop")
