@@ -16,7 +16,7 @@ from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
-from remote_gpu_trainer.state import events
+from remote_gpu_trainer.services import env_audit
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
@@ -67,8 +67,7 @@ async def run(session: Session, args: argparse.Namespace) -> int:
         raise VerbFailed(f"phase-0 audit: {len(failed)} row(s) failed, first: {failed[0].check}: "
                          f"{failed[0].detail}; fix it, or launch anyway with --ack \"why\"")
     if failed:
-        events.env_acknowledged(session.db, run_id=args.run, instance=run.instance, note=args.ack,
-                                checks=[r.check for r in failed], actor="cli")
+        env_audit.acknowledge_failed_rows(session, args.run, failed, args.ack, actor="cli")
     detail = await session.launch(args.run, actor="cli")
     print(f"launched {args.run} on {run.instance}: pid {detail['pid']}, log {detail['log']}")
     return EXIT_OK

@@ -193,6 +193,15 @@ async def audit_run_environment(session: Session, run_id: str, actor: str = "use
     return rows
 
 
+def acknowledge_failed_rows(session: Session, run_id: str, failed: list[AuditRow], note: str,
+                            actor: str = "user") -> None:
+    """Launching past failed phase-0 rows is the user's call, recorded with their reason before the launch."""
+    if not note.strip():
+        raise VerbFailed(f"run {run_id}: launching past a failed phase-0 row needs a reason (--ack \"why\")")
+    events.env_acknowledged(session.db, run_id=run_id, instance=session.run_config(run_id).instance, note=note,
+                            checks=[r.check for r in failed], actor=actor)
+
+
 def last_audit(db: StateDB, run_id: str) -> tuple[AuditRow, ...]:
     """The run's last phase-0 audit as stored, for the dashboard and the report."""
     record = db.last_audit(run_id, "env")
