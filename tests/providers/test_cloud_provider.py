@@ -162,6 +162,15 @@ async def test_a_404_is_gone_where_the_profile_says_so(make: Make, runpod_fake: 
     assert (status.state, status.detail["gone_by"]) == ("terminated", "http:404")
 
 
+async def test_a_terminated_state_word_no_gone_rule_trusts_is_terminating_not_terminated(
+        make: Make, runpod_fake: FakeRunPod) -> None:
+    """RunPod's profile trusts only its 404 (gone.py decides): a pod that still answers TERMINATED is not gone."""
+    runpod_fake.add_pod("p1", status="TERMINATED")
+    status = await make("runpod", runpod_fake.url).get(box("runpod", "p1"))
+    assert status.state == "terminating"
+    assert "do not count 'TERMINATED' as gone" in status.detail["gone_by"]
+
+
 async def test_paperspace_needs_the_list_to_agree_before_gone(make: Make, paperspace_fake: FakePaperspace) -> None:
     paperspace_fake.add_machine("m1")
     adapter = make("paperspace", paperspace_fake.url)

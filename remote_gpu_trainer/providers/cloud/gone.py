@@ -2,7 +2,8 @@
 
 A destroy reply is never proof (providers.md §0): only the provider's own later word counts, and which
 words count is a fact of the profile (`[control.api] gone_when`), not of the code. CloudProvider.get asks
-this module after a read that found nothing; the clients' wait_gone asks it after every poll. The rules:
+this module after a read that found nothing, and its status_rule before it reports a `terminated` that a
+client's state table mapped (no rule: `terminating`); the clients' wait_gone asks it after every poll. The rules:
 
 - `http:<code>`: the read answered that status (a 404 the provider documents as "no such instance").
 - `null:<field>`: the read answered 200 with the instance field null (vast.ai's `instances: null`; the
