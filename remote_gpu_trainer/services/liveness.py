@@ -122,10 +122,12 @@ async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> 
     launch = session.db.launch(run.id)
     try:
         transport = await session.remote(instance_name)
-        probed = await probe(run, transport, launch)
         provider = session.provider(instance_name)
+        # Slurm first, then the files: the wrapper writes the exit code before the job ends, so a job Slurm
+        # calls ended has its exit code file by the time the files are read (the other order races).
         job = await provider.job_state(transport, str(launch["slurm_job"])) if launch and \
             launch.get("slurm_job") and isinstance(provider, BatchJobs) else None
+        probed = await probe(run, transport, launch)
     except RgtError as exc:
         return RunState(Liveness("unknown", str(exc)), None)
     finished = datetime.fromtimestamp(probed.finished_at, UTC) if probed.finished_at else None
