@@ -1,4 +1,4 @@
-"""Measure the log pipeline against DESIGN.md §5: ingest ≥ 50,000 lines/s while the UI stays responsive.
+"""Measure the log pipeline against docs/architecture.md §5: ingest ≥ 50,000 lines/s while the UI stays responsive.
 
 Three figures on one generated log of 1,000,000 realistic lines (tqdm redraws, key=value metrics,
 Hugging Face dict lines, JSON lines, info chatter, a few warnings and tracebacks):

@@ -1,4 +1,4 @@
-"""Pull speed over SSH on loopback: the real `pull` with a manifest vs scp and rsync (DESIGN.md §5).
+"""Pull speed over SSH on loopback: the real `pull` with a manifest vs scp and rsync (docs/architecture.md §5).
 
 Two scenarios, each a run's result root on the far side of a real OpenSSH sshd on 127.0.0.1 (started
 exactly like the test fixture, tests/support/sshd_fixtures.py, with its own host and client keys; nothing reads or

@@ -1,4 +1,4 @@
-"""`rgt --report` with many SSH boxes vs the same number of parallel `ssh host true` (DESIGN.md §5).
+"""`rgt --report` with many SSH boxes vs the same number of parallel `ssh host true` (docs/architecture.md §5).
 
 N real OpenSSH sshd servers on 127.0.0.1 (20 by default), each with its own host key, started exactly
 like the test fixture (tests/sshd_fixtures.py). The user's ~/.ssh (a temporary HOME: nothing of the real

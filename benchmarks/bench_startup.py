@@ -1,4 +1,4 @@
-"""Measure the UI's time to first frame and `rgt --report` on the demo project (DESIGN.md §5).
+"""Measure the UI's time to first frame and `rgt --report` on the demo project (docs/architecture.md §5).
 
 Every figure is a median over fresh processes, printed next to a baseline measured the same way in the
 same run, so the ratio means something on any machine:

@@ -27,7 +27,7 @@ def iso_z(moment: datetime) -> str:
 
 
 def iso_offset(moment: datetime) -> str:
-    """ISO-8601 UTC with `+00:00`: the manifest and marker timestamp form (gate-and-manifests.md)."""
+    """ISO-8601 UTC with `+00:00`: the manifest and marker timestamp form (docs/gate.md)."""
     return moment.astimezone(UTC).replace(microsecond=0).isoformat()
 
 

@@ -1,4 +1,4 @@
-"""Errors that carry the CLI exit code of DESIGN.md §3.1, so every face reports them the same way."""
+"""Errors that carry the CLI exit code of docs/architecture.md §3.1, so every face reports them the same way."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The facts of a provider profile as typed values: what each action destroys, which storage survives and keeps
 billing, what still bills after the meter stops, the provider's danger clocks, prices and API, each with the
-month it was verified (providers.md §11), and how old those facts are.
+month it was verified (docs/providers.md §11), and how old those facts are.
 
 Code asks a profile these questions; it never branches on the provider's name for any of that. profiles.py
 reads and checks the TOML files (assets/profiles/<id>.toml) into these values.
@@ -62,7 +62,7 @@ class Action:
 
     @property
     def needs_gate(self) -> bool:
-        """Irreversible, or destroys a storage tier: the full gate applies (gate-and-manifests.md §7).
+        """Irreversible, or destroys a storage tier: the full gate applies (docs/gate.md §7).
 
         Any destroyed tier counts as holding run data, because the profile cannot know where a job wrote.
         """
@@ -203,7 +203,7 @@ class ApiControl:
         return self.endpoints.get(name)
 
     def resolved_base_url(self, instance_api_base: str | None, environ: Mapping[str, str]) -> str:
-        """Profile default < env var named in base_url_env < `api_base` on the instance (providers.md §0)."""
+        """Profile default < env var named in base_url_env < `api_base` on the instance (docs/providers.md §0)."""
         from_env = environ.get(self.base_url_env, "").strip() if self.base_url_env else ""
         return (instance_api_base or from_env or self.base_url).rstrip("/")
 

@@ -1,4 +1,4 @@
-"""Provider profiles: billing and teardown semantics as data (assets/profiles/<id>.toml, providers.md §11),
+"""Provider profiles: billing and teardown semantics as data (assets/profiles/<id>.toml, docs/providers.md §11),
 read and checked here into the typed facts of profile_facts.py (re-exported below, so callers import one module).
 
 Code asks a profile what an action destroys, what keeps billing, and how old those facts are; it never

@@ -1,4 +1,4 @@
-"""`rgt --report`: one Overview rendered as text, Markdown or JSON (DESIGN.md §3.5, ux.md §8).
+"""`rgt --report`: one Overview rendered as text, Markdown or JSON (docs/architecture.md §3.5, docs/ux.md §8).
 
 Stable ordering and fixed widths so two reports over the same state diff cleanly; JSON keys in contract
 order; money rounded only when rendered as text.
@@ -105,7 +105,7 @@ def render(overview: Overview, fmt: str) -> str:
 
 
 def needs_attention(overview: Overview) -> list[str]:
-    """What `--strict` exits 1 for (ux.md §8)."""
+    """What `--strict` exits 1 for (docs/ux.md §8)."""
     reasons = []
     for run in overview.runs:
         if not run.gate.evidence_ok:

@@ -37,7 +37,7 @@ def strip_ansi(text: str) -> str:
 
 
 def utf8_terminal() -> bool:
-    """Braille and glyphs need UTF-8 (ux.md §5). Only a locale that names another encoding turns them off:
+    """Braille and glyphs need UTF-8 (docs/ux.md §5). Only a locale that names another encoding turns them off:
     an unset locale is what most terminals that render Textual at all look like."""
     for name in ("LC_ALL", "LC_CTYPE", "LANG"):
         value = os.environ.get(name, "")

@@ -103,7 +103,7 @@ class ChecklistItem:
 
 @dataclass(frozen=True)
 class AuditRow:
-    """One row of the §4 table: `id` is the table's row number, `check` a stable slug."""
+    """One row of the docs/remote-ops.md §4 table: `id` is the table's row number, `check` a stable slug."""
 
     id: int
     check: str
@@ -146,7 +146,7 @@ class RunView:
     checklist_rows: tuple[ChecklistRow, ...] = ()  # the checklist panel's rows (services/checklist.py)
 
     def sorted_findings(self) -> list[FindingView]:
-        """Worst first, then by id (ux.md §8): the same order in every report format and in the TUI."""
+        """Worst first, then by id (docs/ux.md §8): the same order in every report format and in the TUI."""
         return sorted(self.findings, key=lambda f: (SEVERITY_ORDER.get(f.severity, 9), f.id))
 
     def finding(self, finding_id: str | None) -> FindingView | None:

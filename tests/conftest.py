@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-os.environ.pop("NO_COLOR", None)  # NO_COLOR would turn every snapshot monochrome (environment.md §7)
+os.environ.pop("NO_COLOR", None)  # NO_COLOR would turn every snapshot monochrome (docs/environment.md §7)
 
 import socket  # noqa: E402
 import threading  # noqa: E402

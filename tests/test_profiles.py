@@ -1,7 +1,7 @@
-"""Provider profiles (spec/providers.md §11): every shipped file loads strictly, carries the spec's money and
+"""Provider profiles (docs/providers.md §11): every shipped file loads strictly, carries the spec's money and
 teardown facts with their verified months, gates what the gate spec says, and ages visibly.
 
-The per-platform assertions are written from the spec text (providers.md §2-§8, §10), not from the TOML, so a
+The per-platform assertions are written from the spec text (docs/providers.md §2-§8, §10), not from the TOML, so a
 profile edit that drifts from the spec fails here.
 """
 
@@ -27,7 +27,7 @@ SPEC_IDS = {"runpod", "vastai", "lambda", "paperspace", "autodl", "ssh", "slurm"
             "matpool", "gpushare", "featurize", "lanrui"}
 CN_IDS = ("autodl", "matpool", "gpushare", "featurize", "lanrui")
 MONTH = re.compile(r"^(\d{4}-(0[1-9]|1[0-2])|unstamped)$")
-TODAY = date(2026, 11, 29)  # 2026-06 stamps are 5 months old; they go stale in 2027-01 (providers.md §0)
+TODAY = date(2026, 11, 29)  # 2026-06 stamps are 5 months old; they go stale in 2027-01 (docs/providers.md §0)
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +223,7 @@ def test_kubernetes_teardown_needs_the_node_pool_scaled_down(profiles: dict[str,
     assert k8s.raw["detach"]["primitive"] == "k8s-job"
 
 
-# -- the gate per action (gate-and-manifests.md §7) ----------------------------------------------------------
+# -- the gate per action (docs/gate.md §7) ----------------------------------------------------------
 
 
 @pytest.mark.parametrize(("profile_id", "action_id", "gated"), [

@@ -1,4 +1,4 @@
-"""Automatic checklist answers: pure functions over facts the services gathered (verify.md §4).
+"""Automatic checklist answers: pure functions over facts the services gathered (docs/verify.md §4).
 
 Each returns (status, note): `pass`, `findings` (the number needs a disclosure) or `skipped` (its inputs
 are absent, with what is missing).

@@ -1,4 +1,4 @@
-"""The teardown gate's evidence conditions G1-G5 and G7 (gate-and-manifests.md §7), as a pure function.
+"""The teardown gate's evidence conditions G1-G5 and G7 (docs/gate.md §7), as a pure function.
 
 Beyond the marker's own conditions, the evidence is bound to everything it depends on (docs/gate.md):
 the verification record in the state database (a forged or edited marker is not evidence), the run's

@@ -1,4 +1,4 @@
-"""GPU health from nvidia-smi samples and the kernel log (remote-ops.md §5): pure parsing and verdicts.
+"""GPU health from nvidia-smi samples and the kernel log (docs/remote-ops.md §5): pure parsing and verdicts.
 
 Why medians over several samples: one snapshot lies (utilization counts any kernel in the window, clocks
 dip between kernels). Why filter Xid lines by PCI bus id: the ring buffer holds other GPUs' and earlier

@@ -1,4 +1,4 @@
-"""Liveness from facts, not from memory (remote-ops.md §7): a pure classification over one probe.
+"""Liveness from facts, not from memory (docs/remote-ops.md §7): a pure classification over one probe.
 
 First match wins: unknown (the probe failed) → finished (exit 0 and DONE) → dead (no live process and not
 finished) → stalled (alive, log and checkpoints silent too long) → running. A log line never decides.

@@ -1,4 +1,4 @@
-"""PULL_MANIFEST.json and PULL_VERIFIED.json: strict, pure parsing (gate-and-manifests.md §2 and §6).
+"""PULL_MANIFEST.json and PULL_VERIFIED.json: strict, pure parsing (docs/gate.md §2 and §6).
 
 Pure: these functions take bytes and return values and problems; they open no file and write no state.
 Every rule is applied and every problem collected, because a user repairing a manifest wants the whole list.
@@ -42,7 +42,7 @@ TEMP_SUFFIXES = (".tmp", ".part", ".partial", ".swp")  # as remote/build_manifes
 
 @dataclass(frozen=True)
 class Problem:
-    """One structured finding `{code, path, detail}`; codes are listed in gate-and-manifests.md §5."""
+    """One structured finding `{code, path, detail}`; codes are listed in docs/gate.md §5."""
 
     code: str
     path: str

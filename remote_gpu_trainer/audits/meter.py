@@ -2,11 +2,11 @@
 
 A snapshot is taken whenever rgt observes (or causes) a state; between two snapshots the earlier state's
 rate applies, and from the last snapshot until now its rate keeps accruing. What a state bills comes from a
-`BillingModel` built from the provider's profile (providers.md §11): compute while up, the storage tiers that
+`BillingModel` built from the provider's profile (docs/providers.md §11): compute while up, the storage tiers that
 bill while stopped, and things that outlive the instance (network volumes, NFS, static IPs, snapshots) on
 their own clock until they are seen deleted.
 
-Three rules keep the figure honest (DESIGN.md §6):
+Three rules keep the figure honest (docs/architecture.md §6):
 - silence is not a free box: while the state is `unknown` the last known rate keeps running, and a stretch
   rgt did not watch is billed at the higher of the rates on either side; both are flagged as estimates;
 - a billed state without a price adds nothing but sets `unknown_price`: the total is then a lower bound;

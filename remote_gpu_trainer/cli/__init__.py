@@ -1,4 +1,4 @@
-"""The command line (`rgt`, DESIGN.md §3.1): `main` is the console script's entry point.
+"""The command line (`rgt`, docs/architecture.md §3.1): `main` is the console script's entry point.
 
 main.py dispatches and maps errors to exit codes; parser.py holds the grammar (every verb's description,
 example and arguments; completion.py generates shell completion from it); project_verbs.py,

@@ -1,5 +1,5 @@
 """The two faces that are not verbs: `rgt [PROJECT]` opens the TUI, `rgt --report` prints the report
-(DESIGN.md §3.5). Textual is imported only when the TUI is actually opened."""
+(docs/architecture.md §3.5). Textual is imported only when the TUI is actually opened."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Command line: dispatches to the TUI, `--report`, or a headless verb (DESIGN.md §3.1).
+"""Command line: dispatches to the TUI, `--report`, or a headless verb (docs/architecture.md §3.1).
 
 Errors are one line on stderr with the exit code of errors.py; a traceback only with --debug.
 Textual is imported only when the TUI is actually opened, torch never.

@@ -1,5 +1,5 @@
 """The command line's grammar: the main parser (TUI and `--report`), one parser per verb, and the checks
-that need the parsed arguments but nothing else (DESIGN.md §3.1).
+that need the parsed arguments but nothing else (docs/architecture.md §3.1).
 
 Every verb has a one-line description (VERB_HELP) and an example (VERB_EXAMPLES): the same parser parses
 the arguments, prints `rgt VERB --help` and `rgt help VERB`, lists the verbs in `rgt --help`, and is what

@@ -1,4 +1,4 @@
-"""Checkpoint load-verification probe, run in its own process (gate-and-manifests.md §5.1).
+"""Checkpoint load-verification probe, run in its own process (docs/gate.md §5.1).
 
     <python> -I -m remote_gpu_trainer.probes.ckpt_probe PATH [--allow-global mod.Name]...
         [--state-key K]... [--accept-flat]

@@ -1,4 +1,4 @@
-"""The Provider and Transport protocols (DESIGN.md §3.3), the capabilities only some providers have, and
+"""The Provider and Transport protocols (docs/architecture.md §3.3), the capabilities only some providers have, and
 the small value types they exchange.
 
 Providers are thin: they map verbs to one platform and know nothing of gates, meters or screens.

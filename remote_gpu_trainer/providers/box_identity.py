@@ -1,4 +1,4 @@
-"""Which instance entries of rgt.toml name the same physical SSH box (DESIGN.md §3.2: one gate per box).
+"""Which instance entries of rgt.toml name the same physical SSH box (docs/architecture.md §3.2: one gate per box).
 
 Two entries for one box would each get their own teardown gate, so `rgt down` through one could destroy
 results that the other's runs never pulled. config.py refuses a repeated provider id without I/O; an SSH

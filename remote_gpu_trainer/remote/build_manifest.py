@@ -1,4 +1,4 @@
-"""Build PULL_MANIFEST.json in a run's result root, on the far side (gate-and-manifests.md §3).
+"""Build PULL_MANIFEST.json in a run's result root, on the far side (docs/gate.md §3).
 
 This file is shipped as-is on stdin to the box's own interpreter (`<python> -`), so it is stdlib-only and
 keeps to Python 3.8 syntax (no `from __future__`, no `match`, no `X | Y`; annotations are strings so 3.8

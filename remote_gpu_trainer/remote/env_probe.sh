@@ -1,4 +1,4 @@
-# rgt environment probe (remote-ops.md §4 rows 1,2,5-11,14,16 and the §5 GPU health inputs).
+# rgt environment probe (docs/remote-ops.md §4 rows 1,2,5-11,14,16 and the §5 GPU health inputs).
 #
 # Sent on stdin, never spliced:   bash -s -- SCRATCH DURABLE PYTHON WORKDIR [STAGING FINAL]...
 # Prints ONE JSON object whose first key is "version", then exits 0. It gathers raw facts only;

@@ -1,4 +1,4 @@
-"""The lighter approval of the confirm family (ux.md §6): a statement, the lines to read, Yes/No.
+"""The lighter approval of the confirm family (docs/ux.md §6): a statement, the lines to read, Yes/No.
 
 Used for reversible cost-affecting actions (stop) and for trusting a host key. Focus starts on No; there
 is no key that says yes without moving to it first.

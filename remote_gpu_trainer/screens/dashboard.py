@@ -255,7 +255,7 @@ class DashboardScreen(Screen[None]):
             self.call_later(self.poll_log)  # a backlog: keep reading, one bounded chunk per frame
 
     def show_alerts(self, alerts: Sequence[Alert]) -> None:
-        """One toast per new or worse finding; the findings list keeps them all (ux.md §7)."""
+        """One toast per new or worse finding; the findings list keeps them all (docs/ux.md §7)."""
         for alert in alerts:
             serious = alert.severity in ("error", "critical")
             fix = f"\nfix: {alert.fix}" if alert.fix else ""

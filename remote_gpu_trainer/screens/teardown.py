@@ -1,4 +1,4 @@
-"""The teardown confirmation (ux.md §6): the exact action, what it destroys, what still burns.
+"""The teardown confirmation (docs/ux.md §6): the exact action, what it destroys, what still burns.
 
 Focus starts on Cancel; the Terminate button stays disabled until the typed id matches; there is no
 shortcut key. The screen only collects the approval: the teardown service decides and acts.

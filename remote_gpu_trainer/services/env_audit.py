@@ -1,4 +1,4 @@
-"""Gather the phase-0 environment facts and live GPU samples from a box (remote-ops.md §1, §4, §5).
+"""Gather the phase-0 environment facts and live GPU samples from a box (docs/remote-ops.md §1, §4, §5).
 
 Both calls send a bash program on stdin with every argument shell-quoted, so nothing from the run is
 spliced into a script body, and both are bounded by a deadline. The answers are parsed strictly: a
@@ -172,7 +172,7 @@ def _one_line(text: str) -> str:
 
 
 async def audit_run_environment(session: Session, run_id: str, actor: str = "user") -> list[AuditRow]:
-    """Phase 0 on the run's instance: one probe, sixteen rows, stored and logged (remote-ops.md §4)."""
+    """Phase 0 on the run's instance: one probe, sixteen rows, stored and logged (docs/remote-ops.md §4)."""
     run = session.run_config(run_id)
     transport = await session.remote(run.instance)
     workdir, durable = transport.resolve(run.workdir), transport.resolve(run.remote_root)

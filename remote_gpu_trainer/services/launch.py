@@ -1,4 +1,4 @@
-"""Push a run's inputs and launch it detached on its instance (remote-ops.md §6).
+"""Push a run's inputs and launch it detached on its instance (docs/remote-ops.md §6).
 
 One wrapper per run runs the roster's cells in order, appends their output to the run's log, and writes
 the exit code of each cell and of the whole run to files: detached jobs are orphaned, so without those

@@ -173,7 +173,7 @@ def billing_text(status: InstanceStatus, walltime: str | None = None) -> str:
 
 def evidence_state(launched: bool, liveness: Liveness, view: GateView, manifest: str | None,
                    instance_state: str) -> str:
-    """The run's rung on the evidence ladder (gate-and-manifests.md §8), each entered on its own evidence."""
+    """The run's rung on the evidence ladder (docs/gate.md §8), each entered on its own evidence."""
     if instance_state == "terminated" and view.evidence_ok:
         return "torn_down"
     if view.evidence_ok:

@@ -5,7 +5,7 @@ Why this order: a rented GPU bills from its first second, so nothing is rented u
    `launch` takes the `SmokeResult` itself, so no flag or stale record can stand in for it;
 2. the user typed the price the plan stated (e.g. `0.44`), which is checked against that plan.
 The approval, with the exact lines shown, is in the append-only event log before the provider call
-(DESIGN.md §3.4). The approved price then becomes the request's ceiling, so the launch can never rent above
+(docs/architecture.md §3.4). The approved price then becomes the request's ceiling, so the launch can never rent above
 what was approved: a vast.ai offer that got dearer since the plan is refused by the client, not rented.
 
 Where the launched id lives: rgt never rewrites rgt.toml. The new provider id is recorded in the state database

@@ -1,4 +1,4 @@
-"""The teardown service: the only code that may stop or terminate an instance (DESIGN.md §3.4).
+"""The teardown service: the only code that may stop or terminate an instance (docs/architecture.md §3.4).
 
 At call time it re-evaluates the gate for every run on the instance, checks the typed instance id,
 writes the approval (with the exact lines the user was shown) to the event log, evaluates the gate once

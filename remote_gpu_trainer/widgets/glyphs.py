@@ -1,4 +1,4 @@
-"""Words and glyphs for states: colour is never the only signal (ux.md §5)."""
+"""Words and glyphs for states: colour is never the only signal (docs/ux.md §5)."""
 
 from __future__ import annotations
 

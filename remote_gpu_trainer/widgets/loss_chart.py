@@ -1,4 +1,4 @@
-"""The live loss chart: one plotext path (textual-plotext, environment.md §8) behind `set_series`.
+"""The live loss chart: one plotext path (textual-plotext, docs/environment.md §8) behind `set_series`.
 
 plotext costs about 90 ms to import, which the first frame cannot afford (budget < 1 s), so the plot
 widget is imported and mounted only when the first loss value arrives; until then one line says why the

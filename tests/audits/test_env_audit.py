@@ -1,4 +1,4 @@
-"""Phase-0 environment audit (remote-ops.md §4).
+"""Phase-0 environment audit (docs/remote-ops.md §4).
 
 Part 1 runs the REAL probe (remote/env_probe.sh) through LocalTransport on this machine and checks its
 facts against what Python reads directly (statvfs, /proc, the cgroup files, a real write on a temp durable

@@ -1,4 +1,4 @@
-"""The teardown gate G1-G5, G7 (gate-and-manifests.md §7): pure cases, then random histories on a real run.
+"""The teardown gate G1-G5, G7 (docs/gate.md §7): pure cases, then random histories on a real run.
 
 The property: the gate is open exactly when the local copy was verified after its last damage and the
 latest approval names this instance and was typed after that verification.

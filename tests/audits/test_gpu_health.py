@@ -1,4 +1,4 @@
-"""GPU health verdicts (remote-ops.md §5) from recorded nvidia-smi and dmesg outputs in tests/fixtures/gpu/.
+"""GPU health verdicts (docs/remote-ops.md §5) from recorded nvidia-smi and dmesg outputs in tests/fixtures/gpu/.
 
 The CSV fixtures are in the exact shape of `nvidia-smi --query-gpu=... --format=csv,noheader,nounits`
 (one line per GPU per sample, ", " separated, [N/A] and [Not Supported] verbatim).

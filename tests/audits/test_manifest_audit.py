@@ -1,4 +1,4 @@
-"""PULL_MANIFEST.json parsing: every §2 rule refuses what it must, and a good manifest passes untouched."""
+"""PULL_MANIFEST.json parsing: every docs/gate.md §2 rule refuses what it must, and a good manifest passes untouched."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The meter replays state timelines; totals are computed by hand in each test.
 
-Rates come from the spec text (spec/providers.md), written out here rather than read from the code under test,
+Rates come from the spec text (docs/providers.md), written out here rather than read from the code under test,
 so a wrong TOML figure or a wrong rule in the meter fails the test. Storage prices per month turn into hourly ones
 over 730 h (8760 / 12), as the providers bill them.
 """
@@ -181,7 +181,7 @@ def test_autodl_without_a_data_disk_rate_is_a_flagged_lower_bound() -> None:
 
 
 def test_sim_uses_the_profile_demo_prices_when_snapshots_carry_none() -> None:
-    # DESIGN §4: the sim box bills a stated demo price: $0.89/h compute, $0.02/h storage while stopped.
+    # docs/architecture.md §4: the sim box bills a stated demo price: $0.89/h compute, $0.02/h storage while stopped.
     reading = accrue(cycle(None, "profile", provider="sim"), at(10), model=billing_model(load_profile("sim")))
     assert close(reading.total, 3.0 * 0.89 + 3.0 * 0.02)
     assert_exact(reading)

@@ -1,4 +1,4 @@
-"""Watcher rules S58–S93 (log-signatures.md §2, §3): a realistic match and a near miss for every row, the
+"""Watcher rules S58–S93 (docs/log-signatures.md §2, §3): a realistic match and a near miss for every row, the
 §3.1 liveness examples, the §3.2 numbers, the §3.4 table, severity escalations, and bad input."""
 
 from __future__ import annotations

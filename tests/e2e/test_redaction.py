@@ -1,4 +1,5 @@
-"""Redaction: every verb, run with a recognisable fake API key, leaves the key in no output (DESIGN.md §3.2, §6).
+"""Redaction: every verb, run with a recognisable fake API key, leaves the key in no output
+(docs/architecture.md §3.2, §6).
 
 The project has a sim box and two cloud instances, RunPod and Lambda, served by the local fake APIs of
 fake_clouds.py and reached over SSH at a real loopback sshd (RunPod at the address its API reports, Lambda at

@@ -1,4 +1,4 @@
-"""AutoDLClient against the local AutoDL Pro-API fake (providers.md §2): console-only unless the flag is on."""
+"""AutoDLClient against the local AutoDL Pro-API fake (docs/providers.md §2): console-only unless the flag is on."""
 
 from __future__ import annotations
 

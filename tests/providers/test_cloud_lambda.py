@@ -1,4 +1,4 @@
-"""LambdaClient against the local Lambda Cloud fake (providers.md §5): auth conflict, Alert, LAM14, NFS, launch."""
+"""LambdaClient against the local Lambda Cloud fake (docs/providers.md §5): auth conflict, Alert, LAM14, NFS, launch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PaperspaceClient against the local Paperspace fake (providers.md §6): pages, off-before-delete, audits."""
+"""PaperspaceClient against the local Paperspace fake (docs/providers.md §6): pages, off-before-delete, audits."""
 
 from __future__ import annotations
 

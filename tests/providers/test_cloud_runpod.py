@@ -1,4 +1,4 @@
-"""RunPodClient against the local RunPod REST fake (providers.md §3): shapes, states, teardown, launch."""
+"""RunPodClient against the local RunPod REST fake (docs/providers.md §3): shapes, states, teardown, launch."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""VastAIClient against the local vast.ai REST fake (providers.md §4): shapes, states, VAST15, offers, launch."""
+"""VastAIClient against the local vast.ai REST fake (docs/providers.md §4): shapes, states, VAST15, offers, launch."""
 
 from __future__ import annotations
 

@@ -57,7 +57,7 @@ async def case(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
 
 
 def process_ended(pid: int) -> bool:
-    """Gone, or a zombie: PID 1 here never reaps orphans (environment.md §6)."""
+    """Gone, or a zombie: PID 1 here never reaps orphans (docs/environment.md §6)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
     except FileNotFoundError:

@@ -1,4 +1,4 @@
-"""Teardown of API-controlled cloud instances, always through services.teardown (DESIGN.md §3.4).
+"""Teardown of API-controlled cloud instances, always through services.teardown (docs/architecture.md §3.4).
 
 Every test drives a real Session: the instance is a fake provider API (real HTTP on loopback, fake_clouds.py)
 whose instance points at a real OpenSSH sshd on loopback, so the run is launched, pulled and verified over

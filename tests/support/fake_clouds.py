@@ -1,4 +1,4 @@
-"""Local fake provider APIs for the cloud client tests (DESIGN.md §3.3: no mocking of our own code).
+"""Local fake provider APIs for the cloud client tests (docs/architecture.md §3.3: no mocking of our own code).
 
 Each fake is a real HTTP server (stdlib ThreadingHTTPServer on 127.0.0.1, port 0, daemon thread) that serves
 its provider's documented paths under the documented base path, checks the documented auth header form
@@ -196,7 +196,7 @@ class FakeVast(FakeCloud):
 class FakeLambda(FakeCloud):
     """`/api/v1/instances`, `/instance-types`, `/instance-operations/*`; errors `{"error": {code, message}}`.
 
-    `auth` is "bearer" or "basic" (the §10 conflict): the other form is refused like a wrong key.
+    `auth` is "bearer" or "basic" (the conflict of docs/providers.md §10): the other form is refused like a wrong key.
     """
 
     provider = "lambda"

@@ -1,4 +1,4 @@
-"""A real OpenSSH sshd on 127.0.0.1 for the SSH tests (spec/environment.md §5), loaded by conftest.py.
+"""A real OpenSSH sshd on 127.0.0.1 for the SSH tests (docs/environment.md §5), loaded by conftest.py.
 
 Each server gets its own ed25519 host key, an absolute authorized_keys file and a private sshd_config, and
 runs as a non-daemon child (`sshd -D -e`) whose log the tests read: "Accepted publickey" lines prove that
@@ -146,7 +146,7 @@ def _write_config(server: Sshd) -> None:
 
 def require_sshd() -> None:
     if not os.access(SSHD, os.X_OK):
-        pytest.fail(f"{SSHD} is missing: run .ci/run, which installs openssh-server (spec/environment.md §5)")
+        pytest.fail(f"{SSHD} is missing: run .ci/run, which installs openssh-server (docs/environment.md §5)")
     if not PRIVSEP_DIR.is_dir():
         try:
             PRIVSEP_DIR.mkdir(parents=True)

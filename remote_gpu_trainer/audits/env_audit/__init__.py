@@ -1,4 +1,4 @@
-"""Phase-0 environment audit (remote-ops.md §4): pure rows from the probe's facts and the run's needs.
+"""Phase-0 environment audit (docs/remote-ops.md §4): pure rows from the probe's facts and the run's needs.
 
 The facts are the parsed JSON object that remote/env_probe.sh printed (raw command outputs); this package
 parses them (facts.py) and applies the table's thresholds (common.py), one function per row: space.py (rows

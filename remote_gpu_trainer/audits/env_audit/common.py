@@ -1,4 +1,4 @@
-"""What every environment-audit row shares (remote-ops.md §4): the statuses, the table's thresholds and
+"""What every environment-audit row shares (docs/remote-ops.md §4): the statuses, the table's thresholds and
 what the run needs (`RunRequirements`)."""
 
 from __future__ import annotations

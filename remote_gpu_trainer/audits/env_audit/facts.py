@@ -1,4 +1,4 @@
-"""Reading the probe's facts (remote-ops.md §4): the raw command results remote/env_probe.sh printed, and the
+"""Reading the probe's facts (docs/remote-ops.md §4): the raw command results remote/env_probe.sh printed, and the
 `df` and `findmnt` output inside them. Parsing only; the rows judge what comes out."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rows 9-12 of the environment audit (remote-ops.md §4): hidden caches, staging and final directories on one
+"""Rows 9-12 of the environment audit (docs/remote-ops.md §4): hidden caches, staging and final directories on one
 filesystem, the durable mount, and whether the checkpoint tier survives the down action."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The GPU rows of the environment audit (remote-ops.md §4): 7 (GPUs present and suitable), 8 (torch sees
+"""The GPU rows of the environment audit (docs/remote-ops.md §4): 7 (GPUs present and suitable), 8 (torch sees
 them), 13 (GPU health) and 14 (VRAM held by processes nvidia-smi does not list)."""
 
 from __future__ import annotations

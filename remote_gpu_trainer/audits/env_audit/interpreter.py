@@ -1,5 +1,5 @@
 """Which interpreter row 8 (torch sees the GPUs) runs: the configured one, the command's own python, or the
-default, with the reason said in the row (remote-ops.md §4)."""
+default, with the reason said in the row (docs/remote-ops.md §4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rows 5-6 of the environment audit (remote-ops.md §4): the cgroup memory limit and the CPU quota."""
+"""Rows 5-6 of the environment audit (docs/remote-ops.md §4): the cgroup memory limit and the CPU quota."""
 
 from __future__ import annotations
 

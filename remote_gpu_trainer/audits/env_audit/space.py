@@ -1,4 +1,4 @@
-"""Rows 1-4 of the environment audit (remote-ops.md §4): disk bytes, inodes, the checkpoint budget and the
+"""Rows 1-4 of the environment audit (docs/remote-ops.md §4): disk bytes, inodes, the checkpoint budget and the
 export's inodes, plus the counts rows 3 and 4 need from the caller."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Failure signatures over live log lines (log-signatures.md §1, §4.6): `LogDetector` turns clean log lines into
+"""Failure signatures over live log lines (docs/log-signatures.md §1, §4.6): `LogDetector` turns clean log lines into
 `Hit`s of the catalogue's log rows, folds a Python traceback (chained or not) into one event, reads the sizes of
 a CUDA OOM message (S01, S03) and maps torchrun's worker exit codes to the rows they stand for. Pure: it keeps
 only the open traceback between calls. prefilter.py decides which rows a line can match at all.

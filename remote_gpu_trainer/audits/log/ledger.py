@@ -1,4 +1,4 @@
-"""One alert per signature row and run (log-signatures.md §1 Alerts): repeats bump a counter, only a worse
+"""One alert per signature row and run (docs/log-signatures.md §1 Alerts): repeats bump a counter, only a worse
 severity alerts again, so a crash loop printing the same error a million times notifies once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Numbers out of training logs (log-signatures.md §4): one line in, canonical `Sample`s out.
+"""Numbers out of training logs (docs/log-signatures.md §4): one line in, canonical `Sample`s out.
 
 Pure: it reads the text it is given and keeps a little state between lines (the last step, the live
 progress bar), nothing else. Per line the first parser that yields a number wins, in the spec's order:

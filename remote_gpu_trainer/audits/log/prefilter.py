@@ -1,4 +1,4 @@
-"""Which catalogue rows can match a log line, found fast (log-signatures.md §1): each regex row is compiled
+"""Which catalogue rows can match a log line, found fast (docs/log-signatures.md §1): each regex row is compiled
 with the literal strings one of which every match must contain, and a trie of those literals screens lines
 (or whole chunks of lines) before any row's own pattern runs. detector.py feeds lines through a Matcher.
 """

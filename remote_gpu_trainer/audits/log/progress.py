@@ -1,4 +1,4 @@
-"""Where a run is, how fast it moves, when it will finish (log-signatures.md §3.3): fed with parsed samples.
+"""Where a run is, how fast it moves, when it will finish (docs/log-signatures.md §3.3): fed with parsed samples.
 
 Pure and bounded: it keeps scalars plus two fixed-size windows (recent step intervals and recent
 regressions), however long the run. Why a median of per-step intervals: eval pauses, checkpoint saves and

@@ -18,7 +18,7 @@ def severity_rank(severity: str) -> int:
 
 
 class Sample(NamedTuple):
-    """One number read from a run's log or structured file (log-signatures.md §4.1). A NamedTuple, not a
+    """One number read from a run's log or structured file (docs/log-signatures.md §4.1). A NamedTuple, not a
     dataclass: the parser builds one per value at 100k+ lines/s, and a frozen dataclass costs 4× more."""
 
     t: float  # when the line was ingested (epoch seconds)

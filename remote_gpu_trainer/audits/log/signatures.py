@@ -1,8 +1,8 @@
-"""The catalogue of failure signatures (log-signatures.md §1, §2): the shipped rows (assets/signatures.toml) and
+"""The catalogue of failure signatures (docs/log-signatures.md §1, §2): the shipped rows (assets/signatures.toml) and
 the user's (`~/.config/rgt/signatures.d/*.toml`, rgt.toml's `[[signatures]]`), read with the typed TOML reader
 (toml_table.py) and checked once, every problem collected with its file, row and line.
 
-The rest of the pipeline, all pure (DESIGN.md §2): detector.py turns clean log lines into `Hit`s of the log
+The rest of the pipeline, all pure (docs/architecture.md §2): detector.py turns clean log lines into `Hit`s of the log
 rows (prefilter.py screens lines first), and ledger.py keeps one alert per row for a run. Rows whose source is
 the process table, host files, metrics or GPU samples only ship their text here; audits/rules/ evaluates them.
 """

@@ -1,8 +1,8 @@
-"""Watcher rules over a run's process, host, metric and GPU signals (log-signatures.md §2 rows S58–S93, §3).
+"""Watcher rules over a run's process, host, metric and GPU signals (docs/log-signatures.md §2 rows S58–S93, §3).
 
 Why pure: the services gather facts every few seconds and hand them over in one `RunSignals` (signals.py);
 each catalogue row is a small function of that snapshot, so a row can be tested with a hand-built scenario
-and a caller can run any subset (registry.py). Nothing here does I/O or imports UI (DESIGN.md §2).
+and a caller can run any subset (registry.py). Nothing here does I/O or imports UI (docs/architecture.md §2).
 
 One module per row family: proc.py (S58–S65, and §3.1 liveness refined), host.py (S66–S69), loss.py
 (S70–S74 and the §3.2 spike math), metric.py (S75–S85), gpu.py (S86–S93); common.py and gpu_window.py

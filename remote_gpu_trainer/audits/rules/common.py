@@ -1,5 +1,5 @@
 """Helpers every watcher rule family shares: how far a rule looks, the row severities, the evidence
-formatting, and the tail scans over one key's series (log-signatures.md §2, §3).
+formatting, and the tail scans over one key's series (docs/log-signatures.md §2, §3).
 
 Why tail scans: a series can hold 100k samples and the rules run every few seconds, so every helper walks a
 key's series from its newest end (or from its start for "first window" questions) and stops as soon as it

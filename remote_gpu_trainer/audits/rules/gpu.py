@@ -1,4 +1,4 @@
-"""The GPU rows S86–S93 (log-signatures.md §2, §3.4): idle, hung, spinning, underfed, throttled, orphaned,
+"""The GPU rows S86–S93 (docs/log-signatures.md §2, §3.4): idle, hung, spinning, underfed, throttled, orphaned,
 CPU-bound and mis-ranked GPUs, read from nvidia-smi readings and compute-process snapshots.
 """
 

@@ -1,4 +1,4 @@
-"""The GPU windows of §3.4 (log-signatures.md): per-GPU tails of nvidia-smi readings, idleness, and the
+"""The GPU windows of §3.4 (docs/log-signatures.md): per-GPU tails of nvidia-smi readings, idleness, and the
 compute-process snapshots; shared by the GPU rows and by the process and host rows that ask "is the GPU busy?".
 """
 

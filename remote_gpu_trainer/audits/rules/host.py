@@ -1,4 +1,4 @@
-"""The host rows S66–S69 (log-signatures.md §2): cgroup memory, the OOM killer, full disks, CPU quota."""
+"""The host rows S66–S69 (docs/log-signatures.md §2): cgroup memory, the OOM killer, full disks, CPU quota."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The loss rows S70–S74 and the §3.2 rolling spike and divergence math they stand on (log-signatures.md).
+"""The loss rows S70–S74 and the §3.2 rolling spike and divergence math they stand on (docs/log-signatures.md).
 
 Why stateless: the caller replays the newest samples every call instead of keeping the window W between
 calls, so a restart or a lost tick changes nothing.

@@ -1,4 +1,4 @@
-"""The metric rows S75–S85 (log-signatures.md §2): gradients, fp16 scaling, LR schedules, eval sanity,
+"""The metric rows S75–S85 (docs/log-signatures.md §2): gradients, fp16 scaling, LR schedules, eval sanity,
 collapse, preference/RL training and throughput, read from the parsed metric series.
 """
 

@@ -1,4 +1,4 @@
-"""The process rows S58–S65 (log-signatures.md §2) and §3.1 liveness refined by step and GPU progress.
+"""The process rows S58–S65 (docs/log-signatures.md §2) and §3.1 liveness refined by step and GPU progress.
 
 A row reads the probe's liveness, exit status and log tail from `RunSignals` and fires only on positive
 evidence of how the process died, stalled or lost its state.

@@ -2,7 +2,7 @@
 
 Why one snapshot: the services gather facts every few seconds (probe answers, cgroup files, `df`,
 nvidia-smi samples, the parsed metric series) and hand them over in one `RunSignals`; each catalogue row
-(log-signatures.md §2 rows S58–S93, §3) is a small function of it, so a row can be tested with a
+(docs/log-signatures.md §2 rows S58–S93, §3) is a small function of it, so a row can be tested with a
 hand-built scenario. Every field is optional: a missing input means "unknown", never "bad".
 """
 

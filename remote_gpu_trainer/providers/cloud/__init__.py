@@ -1,4 +1,4 @@
-"""Cloud provider API clients (spec/providers.md §2–§6) over one shared HTTP layer.
+"""Cloud provider API clients (docs/providers.md §2–§6) over one shared HTTP layer.
 
 Each client maps its provider's JSON onto `CloudInstance` and its state words onto INSTANCE_STATES, and
 polls after a terminate until the provider itself says the instance is gone. Modules are imported lazily by

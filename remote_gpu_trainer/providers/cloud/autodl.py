@@ -1,4 +1,4 @@
-"""AutoDL: console-only control, with an optional read-only adapter for "Pro" instances (providers.md §2).
+"""AutoDL: console-only control, with an optional read-only adapter for "Pro" instances (docs/providers.md §2).
 
 The spec's client action is "console-only; optional read-only Pro adapter behind a flag; teardown is
 user-attested". The developer API (a secondary source) covers only Pro container instances: base

@@ -1,7 +1,7 @@
 """What every cloud API client shares: construction from spec defaults, a cache of what was last seen, the
 terminate-then-re-query rule, and the poll-until-gone loop.
 
-The teardown rules of providers.md are the same everywhere, only the words differ: a destroy reply is never
+The teardown rules of docs/providers.md are the same everywhere, only the words differ: a destroy reply is never
 proof (§0), so `wait_gone` polls the read endpoint until the provider itself says the instance is gone; a
 terminate call that times out is followed by a read, never by an assumption (§5 LAM14); a poll that fails
 leaves the state `unknown`. Subclasses supply the endpoints, the state tables and the follow-ups that find
@@ -202,7 +202,7 @@ class CloudClient:
         raise UnsupportedAction(f"{self.provider}: terminate is not available through the API")
 
     async def _preflight(self, provider_id: str) -> CloudInstance | None:
-        """A read with the same base and auth before any destructive call (providers.md §0); None if gone."""
+        """A read with the same base and auth before any destructive call (docs/providers.md §0); None if gone."""
         try:
             return await self.get(provider_id)
         except CloudNotFound:

@@ -1,7 +1,7 @@
 """Where a provider API key comes from: the environment, else the provider CLI's own credential file.
 
-DESIGN.md §3.1 and remote-ops.md §3: keys never live in rgt.toml, the state database, logs or reports, so this
-module reads only the env vars and files the provider spec names (providers.md §3–§6, `auth_env` and
+docs/architecture.md §3.1 and docs/remote-ops.md §3: keys never live in rgt.toml, the state database, logs or reports,
+so this module reads only the env vars and files the provider spec names (docs/providers.md §3–§6, `auth_env` and
 `auth_files` in the profile). The key is wrapped in `ApiKey`, whose repr and str never show it, so an
 accidental `print(client)` or a log line cannot leak it; only `reveal()` hands out the value, and only the
 HTTP layer calls it.
@@ -45,7 +45,7 @@ class ApiKey:
 
     @property
     def hint(self) -> str:
-        """At most the last 4 characters, which is all the UI may show (remote-ops.md §3)."""
+        """At most the last 4 characters, which is all the UI may show (docs/remote-ops.md §3)."""
         return "…" + self._value[-4:] if len(self._value) >= 12 else "…"
 
     def __repr__(self) -> str:

@@ -1,6 +1,6 @@
 """Is a cloud instance gone? Decided here and only here, by the profile's `gone_when` rules.
 
-A destroy reply is never proof (providers.md §0): only the provider's own later word counts, and which
+A destroy reply is never proof (docs/providers.md §0): only the provider's own later word counts, and which
 words count is a fact of the profile (`[control.api] gone_when`), not of the code. CloudProvider.get asks
 this module after a read that found nothing, and its status_rule before it reports a `terminated` that a
 client's state table mapped (no rule: `terminating`); the clients' wait_gone asks it after every poll. The rules:

@@ -1,13 +1,13 @@
 """One async HTTP layer for every cloud API client: auth, timeouts, retries, a rate limit, and redaction.
 
-Why one layer: the reliability rules of DESIGN.md §6 (429/5xx retried with backoff, secrets redacted from
+Why one layer: the reliability rules of docs/architecture.md §6 (429/5xx retried with backoff, secrets redacted from
 every output) must hold for five providers alike, and they are easy to get subtly wrong per client.
 
 Retries. A 429 was not processed, so it is always retried, after the provider's `Retry-After` (seconds or an
 HTTP date, capped) or an exponential backoff with jitter. A connection that never opened is always retried.
 A 5xx or a read timeout may have been processed: such a request is retried only when it is idempotent. A
 create call is not (a retry could rent a second GPU), and a terminate call does not retry timeouts here:
-its client re-queries the instance instead (providers.md §5 LAM14: re-query before retry, never assume).
+its client re-queries the instance instead (docs/providers.md §5 LAM14: re-query before retry, never assume).
 
 Redaction. The key only ever goes into a header. Error texts carry the provider, the method, the path with
 query values removed, the status and the provider's own message, all passed through `redact`; errors are
@@ -90,7 +90,7 @@ def _redact_fragments(text: str, secret: str) -> str:
 
 
 def redact_url(url: str) -> str:
-    """A URL or path with every query value dropped (providers.md §0: redact query strings in logs)."""
+    """A URL or path with every query value dropped (docs/providers.md §0: redact query strings in logs)."""
     path, sep, query = url.partition("?")
     if not sep:
         return url
@@ -180,14 +180,14 @@ class RetryPolicy:
 
 def resolve_base_url(default: str, env_name: str | None, api_base: str | None,
                      environ: Mapping[str, str] | None = None) -> str:
-    """providers.md §0: profile default < the env var named in `base_url_env` < `api_base` in rgt.toml."""
+    """docs/providers.md §0: profile default < the env var named in `base_url_env` < `api_base` in rgt.toml."""
     env = os.environ if environ is None else environ
     chosen = api_base or (env.get(env_name, "").strip() if env_name else "") or default
     return chosen.rstrip("/")
 
 
 def auth_headers(scheme: str, key: str, header_name: str = "Authorization") -> dict[str, str]:
-    """The header for one auth scheme; keys never go into query strings (providers.md §0)."""
+    """The header for one auth scheme; keys never go into query strings (docs/providers.md §0)."""
     if scheme == "bearer":
         return {"Authorization": f"Bearer {key}"}
     if scheme == "basic-user":  # the key as user name, empty password (Lambda, upstream form)

@@ -1,4 +1,4 @@
-"""Lambda Cloud over its REST API (providers.md §5; base `https://cloud.lambdalabs.com/api/v1`).
+"""Lambda Cloud over its REST API (docs/providers.md §5; base `https://cloud.lambdalabs.com/api/v1`).
 
 Auth is a CONFLICT in the sources (§10): Bearer by default, `auth_scheme="basic-user"` sends the key as the
 Basic user name with an empty password. Lambda has no stop: terminate is the only meter stop, and an in-OS

@@ -1,4 +1,4 @@
-"""Paperspace Core machines over the current REST API (providers.md §6; base `https://api.paperspace.com/v1`).
+"""Paperspace Core machines over the current REST API (docs/providers.md §6; base `https://api.paperspace.com/v1`).
 
 The legacy `api.paperspace.io` + `X-Api-Key` API was deprecated on 15 July 2024 and is not used. There is
 no price field, so price is `none` (the profile or the user supplies a rate). "Stop billing" is a CONFLICT

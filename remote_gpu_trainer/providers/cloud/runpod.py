@@ -1,4 +1,4 @@
-"""RunPod Pods over the REST API (providers.md §3; base `https://rest.runpod.io/v1`, Bearer key).
+"""RunPod Pods over the REST API (docs/providers.md §3; base `https://rest.runpod.io/v1`, Bearer key).
 
 Paths and methods are the profile's `[control.api.endpoints]`. RP14: a DELETE that answers OK does not
 mean the pod is gone, so teardown polls `GET /pods/{id}` until 404.

@@ -1,8 +1,8 @@
-"""Value types shared by the cloud API clients (spec/providers.md §3–§6).
+"""Value types shared by the cloud API clients (docs/providers.md §3–§6).
 
 Every client turns its provider's JSON into the same `CloudInstance`, so the meter, the dashboard and the
 teardown service never branch on the provider's name. Provider state words are mapped through plain tables
-kept at the top of each client module; a word no table knows becomes `unknown` (DESIGN.md §6), with the raw
+kept at the top of each client module; a word no table knows becomes `unknown` (docs/architecture.md §6), with the raw
 word kept beside it so the user sees what the provider actually said.
 """
 
@@ -38,7 +38,7 @@ def lower_keys(table: Mapping[str, str]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Money:
-    """An amount in a currency; `per_hour` tells a rate from a balance (providers.md §0)."""
+    """An amount in a currency; `per_hour` tells a rate from a balance (docs/providers.md §0)."""
 
     amount: float
     currency: str

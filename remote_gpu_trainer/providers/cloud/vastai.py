@@ -1,4 +1,4 @@
-"""vast.ai over its REST API (providers.md §4; base `https://console.vast.ai/api/v0`, Bearer key).
+"""vast.ai over its REST API (docs/providers.md §4; base `https://console.vast.ai/api/v0`, Bearer key).
 
 The instance disk bills indefinitely while an instance exists, stopped or not, even at a negative balance,
 so a destroy is only done when the API says so. VAST15: destroy is eventually consistent, and the final

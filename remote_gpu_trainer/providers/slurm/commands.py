@@ -1,9 +1,9 @@
-"""The Slurm command layer: sbatch, squeue, sacct and scancel over any Transport (providers.md §8).
+"""The Slurm command layer: sbatch, squeue, sacct and scancel over any Transport (docs/providers.md §8).
 
 On a cluster the job's state belongs to the scheduler, not to a process `rgt` can probe: a queued job has no
 pid yet, and the scheduler may end a job for reasons no exit code tells (time limit, preemption, a failed
 node). So the state is read from Slurm with fixed, machine-readable formats and mapped onto the liveness
-words of remote-ops.md §7. The job wrapper still writes its own `exit_code` (remote-ops.md §6); this module
+words of docs/remote-ops.md §7. The job wrapper still writes its own `exit_code` (docs/remote-ops.md §6); this module
 only answers what Slurm says.
 
 Every call goes through `Transport.run` with a timeout, so it works the same on a login node over SSH and on
@@ -153,7 +153,7 @@ async def sacct_state(transport: Transport, job_id: str, *, timeout: float = COM
 
 async def cancel(transport: Transport, job_id: str, *, timeout: float = COMMAND_TIMEOUT_S) -> None:
     """`scancel` the job. Cancelling a job that already ended is not an error (Slurm answers 0 too); the
-    caller confirms the outcome with job_state, because a reply is never proof (providers.md §0)."""
+    caller confirms the outcome with job_state, because a reply is never proof (docs/providers.md §0)."""
     _check_job_id(job_id)
     result = await _run(transport, ["scancel", job_id], timeout=timeout, what="scancel")
     if result.rc != 0:
@@ -164,7 +164,7 @@ async def cancel(transport: Transport, job_id: str, *, timeout: float = COMMAND_
 
 
 def liveness_of(job: SlurmJob) -> tuple[str, str]:
-    """Map Slurm's state onto running/finished/dead/stalled/unknown with a detail (remote-ops.md §7).
+    """Map Slurm's state onto running/finished/dead/stalled/unknown with a detail (docs/remote-ops.md §7).
 
     Only a state Slurm ended the job with can make it dead; a state this table does not know is unknown.
     """

@@ -1,6 +1,6 @@
 """Detached launch on any transport: upload the wrapper, start it with `setsid -f`, read back its pid.
 
-Built only on `put_bytes` and `run`, so the local and SSH transports launch the same way (remote-ops.md §6):
+Built only on `put_bytes` and `run`, so the local and SSH transports launch the same way (docs/remote-ops.md §6):
 all three descriptors redirected (or the channel stays open until the job ends), the wrapper in a new
 session so it survives the TUI, the connection and rgt itself.
 """

@@ -2,7 +2,7 @@
 
 It implements exactly what LocalTransport implements, so every service (runner, watcher, evidence) works
 unchanged over SSH and both pass the same contract tests. The connection pool and its reconnects live in
-ssh_pool.py, host-key checking in ssh_hostkeys.py. Why it is built the way it is (remote-ops.md):
+ssh_pool.py, host-key checking in ssh_hostkeys.py. Why it is built the way it is (docs/remote-ops.md):
 
 - §1 A command is never re-sent once it may have started; only a channel that never opened, or an
   idempotent read, is tried again.
@@ -63,7 +63,7 @@ class NoSFTP(TransportError):
 # -- the transport -----------------------------------------------------------------------------------------
 
 class SSHTransport(Transport):
-    """The Transport protocol on a box reached over SSH (DESIGN.md §3.3). Remote paths are the box's own
+    """The Transport protocol on a box reached over SSH (docs/architecture.md §3.3). Remote paths are the box's own
     paths: `resolve` is the identity."""
 
     batches_small_files = True  # four SFTP requests per file: small files go in batches through one command

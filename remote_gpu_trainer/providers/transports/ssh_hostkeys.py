@@ -1,6 +1,6 @@
 """Strict host-key checking for the SSH transport: known_hosts files, fingerprints, trust on first use.
 
-Why it is built the way it is (remote-ops.md):
+Why it is built the way it is (docs/remote-ops.md):
 
 - §2 Host keys are checked strictly and never written to the user's files: a host the user's
   ~/.ssh/known_hosts knows must match it; otherwise rgt's own known_hosts file decides. An unknown key

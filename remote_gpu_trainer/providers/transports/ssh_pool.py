@@ -1,7 +1,7 @@
 """The SSH connection pool: what to connect to (Target, SSHSettings), one shared connection per host, and
 how a lost one is re-made (Backoff).
 
-Why it is built the way it is (remote-ops.md):
+Why it is built the way it is (docs/remote-ops.md):
 
 - §1 One connection per host, shared through a pool, with keepalive 10 s x 3 and a 15 s connect timeout;
   commands and SFTP are channels on it. A lost connection is re-made by the next call, a few quick tries

@@ -1,6 +1,6 @@
 """The evidence chain: build the manifest on the box, pull it resumably, verify locally, feed the gate.
 
-gate-and-manifests.md §3-§7 and remote-ops.md §8. Trust the artifact, not the claim: the builder's hash
+docs/gate.md §3-§7 and docs/remote-ops.md §8. Trust the artifact, not the claim: the builder's hash
 is recorded at build time (trust boundary 1), the pull checks every byte against it while streaming, and
 verification re-derives everything from the local bytes before it writes PULL_VERIFIED.json, which it
 deletes first so a failed or interrupted run never leaves an old success behind.

@@ -1,6 +1,6 @@
 """The manifest on the box: building it there, reading it back, and re-reading it for the gate.
 
-gate-and-manifests.md §3-§4. The builder (remote/build_manifest.py) runs on the box with the run's
+docs/gate.md §3-§4. The builder (remote/build_manifest.py) runs on the box with the run's
 interpreter and prints the manifest's sha256, which is recorded at once (trust boundary 1): every later
 read of the manifest, by the pull or by the gate's G2, is held against that record. A manifest read from
 the box is read only when it is a regular file of sane size, and accepted only when it passes every §2 rule.

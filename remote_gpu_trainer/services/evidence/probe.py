@@ -1,4 +1,4 @@
-"""Load-verifying checkpoints (gate-and-manifests.md §5 step 6) in a pool of long-lived probe processes.
+"""Load-verifying checkpoints (docs/gate.md §5 step 6) in a pool of long-lived probe processes.
 
 Torch is never imported here: checkpoints are load-verified by `remote_gpu_trainer.probes.ckpt_probe` in a
 small pool of long-lived probe processes (each imports torch once), each in its own process group with a

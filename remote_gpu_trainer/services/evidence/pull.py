@@ -1,6 +1,6 @@
 """The resumable pull: the recorded manifest first, then every file it lists, each byte checked on the way.
 
-gate-and-manifests.md §3-§4 and remote-ops.md §8. The manifest is fetched only when its sha256 is the one
+docs/gate.md §3-§4 and docs/remote-ops.md §8. The manifest is fetched only when its sha256 is the one
 recorded at build time, and every file is streamed through sha256 against the manifest's entry before it
 is renamed into place; a file that changed on the box is refused, never accepted. This module drives the
 transfers (how many at once, the retries, the batches of small files from pull_batches.py, naming why a

@@ -1,4 +1,4 @@
-"""Local verification (gate-and-manifests.md §5-§6) and the PULL_VERIFIED marker it writes.
+"""Local verification (docs/gate.md §5-§6) and the PULL_VERIFIED marker it writes.
 
 Trust the artifact, not the claim: verification re-derives everything from the local bytes (never from
 the hash cache), checks the required files and the metrics, load-verifies the checkpoints (probe.py), and

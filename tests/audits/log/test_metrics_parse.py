@@ -1,4 +1,4 @@
-"""Metric parsing from logs (log-signatures.md §4) and the step counter built on it (§3.3).
+"""Metric parsing from logs (docs/log-signatures.md §4) and the step counter built on it (§3.3).
 
 Fixtures in tests/fixtures/logs/ reproduce what common trainers print, carriage-return redraws and ANSI
 codes included. Expected series are written out by hand from reading each fixture: a parser change that

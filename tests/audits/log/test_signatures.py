@@ -1,4 +1,4 @@
-"""Log failure signatures (log-signatures.md §1, §2, §4.6): the shipped catalogue, the detector over real-shaped
+"""Log failure signatures (docs/log-signatures.md §1, §2, §4.6): the shipped catalogue, the detector over real-shaped
 trainer logs, user rows and their load-time checks, the one-alert-per-row ledger, and hostile input."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ FIXTURES = Path(__file__).parents[2] / "fixtures" / "logs" / "signatures"
 CATALOGUE = load_catalogue()
 REGEX_ROWS = [row for row in CATALOGUE.rows.values() if row.pattern is not None]
 
-# Copied from the spec table (§2): id → (source, severity). CI has no /work/shared, so it lives here.
+# Copied from the original catalogue table (families in docs/log-signatures.md §2): id → (source, severity),
+# an independent copy, so the test never reads the TOML it checks.
 EXPECTED_ROWS = {
     "S01": ("log", "error"), "S02": ("log", "warn"), "S03": ("log", "error"), "S04": ("log", "critical"),
     "S05": ("log(dmesg)", "critical"), "S06": ("log", "error"), "S07": ("log", "critical"), "S08": ("log", "error"),

@@ -1,4 +1,4 @@
-"""The far-side manifest builder, run for real through a LocalTransport box (gate-and-manifests.md §3)."""
+"""The far-side manifest builder, run for real through a LocalTransport box (docs/gate.md §3)."""
 
 from __future__ import annotations
 
