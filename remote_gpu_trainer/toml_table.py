@@ -110,6 +110,7 @@ class SourceLines:
 
     def __init__(self, text: str) -> None:
         self.lines = text.splitlines()
+        self._rows: dict[str, list[int]] | None = None
 
     @classmethod
     def of_file(cls, path: Path) -> SourceLines | None:
@@ -130,14 +131,19 @@ class SourceLines:
 
     def row_line(self, array: str, index: int) -> int | None:
         """Line of the `index`-th `[[array]]` header (rows written inline have none)."""
-        seen = 0
-        for number, raw in enumerate(self.lines, start=1):
-            match = _HEADER.match(raw.strip())
-            if match and raw.strip().startswith("[[") and match.group(1).replace('"', "").strip() == array:
-                if seen == index:
-                    return number
-                seen += 1
-        return None
+        rows = self._row_headers().get(array, [])
+        return rows[index] if index < len(rows) else None
+
+    def _row_headers(self) -> dict[str, list[int]]:
+        """Every `[[array]]` header's line, by array, found in one pass (a catalogue asks once per row)."""
+        if self._rows is None:
+            self._rows = {}
+            for number, raw in enumerate(self.lines, start=1):
+                line = raw.strip()
+                match = _HEADER.match(line)
+                if match and line.startswith("[["):
+                    self._rows.setdefault(match.group(1).replace('"', "").strip(), []).append(number)
+        return self._rows
 
     def _scan(self, table: tuple[str, ...], key: str | None) -> int | None:
         header = ".".join(table)

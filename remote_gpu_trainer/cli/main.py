@@ -7,12 +7,12 @@ Textual is imported only when the TUI is actually opened, torch never.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from remote_gpu_trainer.cli import evidence_verbs, launch_verbs, project_verbs
-from remote_gpu_trainer.cli.faces import report, tui
 from remote_gpu_trainer.cli.parser import VERBS, main_parser, parse_verb
 from remote_gpu_trainer.cli.sessions import RunVerb, on_run
 from remote_gpu_trainer.cli.terminal import interactive
@@ -21,16 +21,25 @@ from remote_gpu_trainer.text import escape_control
 
 INTERRUPTED = 130
 
-# the verbs that take the parsed arguments only, and those that act on one run through a Session
-PROJECT_VERBS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "help": project_verbs.help_verb, "completion": project_verbs.completion, "demo": project_verbs.demo,
-    "init": project_verbs.init, "info": project_verbs.info, "trust": project_verbs.trust,
-    "events": project_verbs.events, "tick": project_verbs.tick,
+# Where each verb's function lives: (module under cli/, function). A verb's module is imported only when that verb
+# runs, so `rgt --version` or `rgt --report` never pays for the imports of `rgt up` (docs/architecture.md §5).
+PROJECT_VERBS: dict[str, tuple[str, str]] = {
+    "help": ("project_verbs", "help_verb"), "completion": ("project_verbs", "completion"),
+    "demo": ("project_verbs", "demo"), "init": ("project_verbs", "init"), "info": ("project_verbs", "info"),
+    "trust": ("project_verbs", "trust"), "events": ("project_verbs", "events"), "tick": ("project_verbs", "tick"),
 }
-RUN_VERBS: dict[str, RunVerb] = {
-    "up": launch_verbs.up, "push": launch_verbs.push, "run": launch_verbs.run, "watch": launch_verbs.watch,
-    "pull": evidence_verbs.pull, "verify": evidence_verbs.verify, "down": evidence_verbs.down,
+RUN_VERBS: dict[str, tuple[str, str]] = {
+    "up": ("launch_verbs", "up"), "push": ("launch_verbs", "push"), "run": ("launch_verbs", "run"),
+    "watch": ("launch_verbs", "watch"), "pull": ("evidence_verbs", "pull"), "verify": ("evidence_verbs", "verify"),
+    "down": ("evidence_verbs", "down"),
 }
+
+
+def verb_function(home: tuple[str, str]) -> Callable[..., Any]:
+    """The function a verb table names, from its module (imported now, on first use)."""
+    module, name = home
+    function: Callable[..., Any] = getattr(importlib.import_module(f"remote_gpu_trainer.cli.{module}"), name)
+    return function
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,16 +74,20 @@ def dispatch(argv: list[str]) -> int:
     if argv and argv[0] in VERBS:
         return run_verb(argv[0], argv[1:])
     args = main_parser().parse_args(argv)
+    from remote_gpu_trainer.cli import faces
+
     if args.report:
-        return report(args.project, args.format, args.output, args.strict, args.force)
-    return tui(args.project, read_only=args.read_only)
+        return faces.report(args.project, args.format, args.output, args.strict, args.force)
+    return faces.tui(args.project, read_only=args.read_only)
 
 
 def run_verb(verb: str, argv: list[str]) -> int:
     args = parse_verb(verb, argv, interactive=interactive())
     if verb in PROJECT_VERBS:
-        return PROJECT_VERBS[verb](args)
-    return on_run(verb, args, RUN_VERBS[verb])
+        project_verb: Callable[[argparse.Namespace], int] = verb_function(PROJECT_VERBS[verb])
+        return project_verb(args)
+    run_verb_function: RunVerb = verb_function(RUN_VERBS[verb])
+    return on_run(verb, args, run_verb_function)
 
 
 def _refused(exc: RgtError) -> int:

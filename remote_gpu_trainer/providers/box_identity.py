@@ -9,10 +9,13 @@ here, when the project is opened, with the same resolution the SSH transport con
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, table_line
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings, Target, resolve_target
+
+if TYPE_CHECKING:  # asyncssh loads only when a project has two SSH-hosted entries to compare
+    from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings
 
 SSH_HOST_PROVIDERS = ("ssh", "slurm")  # a Slurm instance's host is its login node, reached over SSH
 DEFAULT_PORT = 22
@@ -23,6 +26,8 @@ async def ssh_endpoint(host: str, settings: SSHSettings) -> tuple[str, int]:
     """(host, port) that `host` connects to; the user does not matter (one box, whoever logs in). An alias
     ssh config cannot resolve (an unreadable config) counts by what was written, so opening a project
     never fails for a reason the connection itself would report better."""
+    from remote_gpu_trainer.providers.transports.ssh_pool import Target, resolve_target
+
     target = Target.parse(host)
     try:
         resolved = await resolve_target(target, settings)
@@ -66,6 +71,8 @@ def check_distinct_boxes(project: ProjectConfig, settings: SSHSettings | None = 
     """Raise one ConfigError (exit 2) when two entries reach one SSH box; the first problem plus a count."""
     if sum(1 for instance in project.instances.values() if _ssh_hosted(instance)) < 2:
         return  # nothing to compare: no ssh config is read
+    from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings
+
     settings = settings or SSHSettings(known_hosts_file=project.state_dir / "known_hosts")
     problems = asyncio.run(same_box_problems(project, settings))
     if problems:

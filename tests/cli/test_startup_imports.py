@@ -1,0 +1,43 @@
+"""What a sim project's `rgt --report` and `rgt --version` load (docs/architecture.md §2, heavy imports are lazy).
+
+asyncssh (with its crypto) and httpx each cost more to import than the report takes to build; a project without
+SSH or cloud instances must not pay for them, and `--version` loads no verb module. Read from `-X importtime`
+of a real process, so an eager import anywhere on the path fails the test with the chain that brought it in.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HEAVY = ("asyncssh", "httpx", "torch", "textual")
+
+
+def imported(argv: list[str], cwd: Path) -> dict[str, str]:
+    """Top-level package name -> the importtime line that first loaded it, for one real rgt process."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "remote_gpu_trainer", *argv], cwd=cwd,
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found: dict[str, str] = {}
+    for line in result.stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            name = line.rsplit("|", 1)[1].strip()
+            found.setdefault(name.split(".")[0], line)
+            found.setdefault(name, line)
+    return found
+
+
+def test_the_report_of_a_sim_project_loads_no_ssh_http_torch_or_textual(project_dir: Path) -> None:
+    loaded = imported(["--report", str(project_dir)], project_dir)
+    assert "remote_gpu_trainer.services.overview" in loaded  # the report really ran through the services
+    assert [name for name in HEAVY if name in loaded] == []
+
+
+def test_version_loads_no_verb_module_and_no_session(project_dir: Path) -> None:
+    loaded = imported(["--version"], project_dir)
+    assert "remote_gpu_trainer.cli.main" in loaded
+    verbs = [name for name in loaded if name.startswith("remote_gpu_trainer.cli.") and name.endswith("_verbs")]
+    assert verbs == [] and "remote_gpu_trainer.services.session" not in loaded
