@@ -5,8 +5,8 @@ Code asks a profile what an action destroys, what keeps billing, and how old tho
 branches on the provider's name for any of that. Loading is strict: a misspelt key in a profile would
 silently drop a money or teardown fact, so unknown keys, missing required keys, bad enum values and bad
 month stamps are errors that name the file and the dotted key, read with the typed table reader
-(toml_table.py) so every problem of a file is collected. They carry no line: most keys sit in rows addressed
-by index (`storage[0].name`), which a scan of the source cannot place.
+(toml_table.py) so every problem of a file is collected, each with its line (a row of an inline array,
+`storage[0].name`, by the row's own line).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from remote_gpu_trainer.profile_facts import (
     profile_age_text,
     stale_facts,
 )
-from remote_gpu_trainer.toml_table import Field, Problems, Table, parse_toml, read_text
+from remote_gpu_trainer.toml_table import Field, Problems, SourceLines, Table, parse_toml, read_text
 
 __all__ = [  # the facts are re-exported: callers import profiles, whichever half they need
     "HOURS_PER_MONTH", "MANUAL", "SIZE_UNITS", "STALE_HINT", "UNSTAMPED", "Action", "ApiControl", "AuthFile",
@@ -105,16 +105,17 @@ def load_profile(profile: str | Path) -> Profile:
             text = _profiles_dir().joinpath(f"{profile}.toml").read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError(f"no billing profile for provider {profile!r} (assets/profiles/)") from None
-    return parse_profile(parse_toml(where, text), where, expected_id=stem)
+    return parse_profile(parse_toml(where, text), where, expected_id=stem, lines=SourceLines(text))
 
 
-def parse_profile(data: dict[str, Any], where: str, expected_id: str | None = None) -> Profile:
+def parse_profile(data: dict[str, Any], where: str, expected_id: str | None = None,
+                  lines: SourceLines | None = None) -> Profile:
     """Build a Profile from parsed TOML, checking every table against §11; errors name `where` and the key.
 
     Every problem is collected; the references between tables are checked only when each table read cleanly
     (a reference to a row that failed to read would only add noise)."""
     problems = Problems()
-    top = Table(problems, where, (), data)
+    top = Table(problems, where, (), data, lines)
     profile = _profile(top, data)
     if expected_id is not None and profile.id and profile.id != expected_id:
         top.problem("id", f"{profile.id!r} does not match the file name {expected_id!r}")
@@ -156,7 +157,7 @@ def _profile(top: Table, data: dict[str, Any]) -> Profile:
 
 def _sub(table: Table, key: str, required: bool = False) -> Table:
     """A sub-table, or an empty stand-in when it is missing or wrong (the problem is recorded)."""
-    return table.table(key, required) or Table(table.problems, table.where, (*table.keys, key), {})
+    return table.table(key, required) or Table(table.problems, table.where, (*table.keys, key), {}, table.lines)
 
 
 def _month(table: Table, key: str = "verified") -> str:

@@ -103,6 +103,7 @@ def parse_toml(where: str, text: str) -> dict[str, Any]:
 
 _HEADER = re.compile(r"^\[+\s*([^\]]+?)\s*\]+")
 _KEY = re.compile(r"^([A-Za-z0-9_.\-\"]+)\s*=")
+_ROW = re.compile(r"([A-Za-z0-9_\-]+)\[(\d+)\]")
 
 
 class SourceLines:
@@ -133,6 +134,22 @@ class SourceLines:
         """Line of the `index`-th `[[array]]` header (rows written inline have none)."""
         rows = self._row_headers().get(array, [])
         return rows[index] if index < len(rows) else None
+
+    def inline_row_line(self, array: str, index: int) -> int | None:
+        """Line of the `index`-th `{ ... }` row of a top-level `array = [` written one row per line."""
+        start = next((n for n, raw in enumerate(self.lines) if re.match(rf"{re.escape(array)}\s*=\s*\[", raw)), None)
+        if start is None:
+            return None
+        seen = 0
+        for number, raw in enumerate(self.lines[start + 1:], start=start + 2):
+            line = raw.strip()
+            if line.startswith("]"):
+                return None
+            if line.startswith("{"):
+                if seen == index:
+                    return number
+                seen += 1
+        return None
 
     def _row_headers(self) -> dict[str, list[int]]:
         """Every `[[array]]` header's line, by array, found in one pass (a catalogue asks once per row)."""
@@ -208,11 +225,20 @@ class Table:
 
     def problem(self, key: str | None, message: str) -> None:
         """A problem at `key` of this table (the table itself when None), with its line when it can be found."""
-        line = self.lines.line_of(self._located(), key) if self.lines is not None else None
-        self.problems.add(Problem(self.where, self.dotted(key), message, line))
+        self.problems.add(Problem(self.where, self.dotted(key), message, self._line(key)))
 
-    def _located(self) -> tuple[str, ...]:
-        return tuple(part.split("[")[0] for part in self.keys)  # `storage[0]`: the scan knows no row index
+    def _line(self, key: str | None) -> int | None:
+        """The key's line; a cross-check may name a dotted path (`verbs.down.gate`) from an outer table."""
+        if self.lines is None:
+            return None
+        path = (*self.keys, *(key.split(".") if key else ()))
+        row = _ROW.fullmatch(path[0]) if path else None
+        if row is not None:  # a row of a top-level inline array (`storage = [ {...}, {...} ]`): its own line
+            found = self.lines.inline_row_line(row.group(1), int(row.group(2)))
+            if found is not None:
+                return found
+        located = tuple(part.split("[")[0] for part in path)  # `storage[0]`: the scan knows no row index
+        return self.lines.line_of(located[:-1], located[-1]) if located else None
 
     def has(self, key: str) -> bool:
         return key in self.data

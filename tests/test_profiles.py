@@ -417,7 +417,14 @@ def test_bad_profiles_give_one_line_errors_naming_file_and_key(tmp_path: Path, o
         load_profile(path)
     message = str(raised.value)
     assert "\n" not in message
-    assert message.startswith(f"{path}: {key}:"), message
+    located = re.match(rf"{re.escape(str(path))}(?::(\d+))?: {re.escape(key)}:", message)
+    assert located is not None, message
+    if located[1] is None:  # only an absent top-level key has no line to point at
+        assert "missing required key" in message and "." not in key, message
+        return
+    line = GOOD.replace(old, new, 1).splitlines()[int(located[1]) - 1]
+    parts = [part.split("[")[0] for part in key.split(".")]
+    assert any(part in line for part in parts) or line.lstrip().startswith("{"), (line, message)
 
 
 def test_malformed_toml_and_unknown_ids(tmp_path: Path) -> None:

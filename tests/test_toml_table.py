@@ -92,6 +92,18 @@ def test_rows_are_addressed_by_index_and_found_by_their_header() -> None:
     assert (lines.row_line("rows", 0), lines.row_line("rows", 1), lines.row_line("rows", 2)) == (9, 12, None)
 
 
+def test_rows_of_an_inline_array_are_found_by_their_own_line() -> None:
+    """Profiles write `storage = [ {...}, {...} ]`, one row per line: a problem in row 1 names row 1's line."""
+    text = 'id = "x"\nstorage = [\n  { name = "a" },\n  { name = 2 },\n]\nafter = [\n  { name = "c" },\n]\n'
+    problems = Problems()
+    top = Table(problems, "p.toml", (), parse_toml("p.toml", text), SourceLines(text))
+    assert [row.text("name") for row in top.rows("storage")] == ["a", None]
+    assert rendered(problems) == ["p.toml:4: storage[1].name: must be a string, not integer"]
+    lines = SourceLines(text)
+    assert (lines.inline_row_line("storage", 0), lines.inline_row_line("storage", 2),
+            lines.inline_row_line("after", 0)) == (3, None, 7)
+
+
 def test_all_problems_raise_one_config_error_with_the_first_as_its_line() -> None:
     problems = Problems()
     problems.raise_if_any()  # nothing found: nothing raised
