@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from sshd_fixtures import Sshd, start_sshd, write_key  # noqa: E402
+from support.sshd_fixtures import Sshd, start_sshd, write_key  # noqa: E402
 
 RGT = [sys.executable, "-m", "remote_gpu_trainer"]
 
