@@ -12,15 +12,17 @@ import math
 import os
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
 from remote_gpu_trainer.toml_table import table_line as table_line  # providers/box_identity.py reads it here
 
 CONFIG_NAME = "rgt.toml"
+T = TypeVar("T")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 PROVIDERS = (
     "local", "sim", "ssh", "slurm", "kubernetes", "runpod", "vastai", "lambda", "paperspace", "autodl",
@@ -242,18 +244,24 @@ class _ProjectReader:
         )
 
     def _instances(self, raw: Any) -> dict[str, InstanceConfig]:
-        result: dict[str, InstanceConfig] = {}
+        return self._named_tables(raw, "instances", "instance names use letters, digits, '.', '_' and '-'",
+                                  self._instance)
+
+    def _named_tables(self, raw: Any, section: str, bad_name: str, build: Callable[[str, Table], T | None]
+                      ) -> dict[str, T]:
+        """`[section.<name>]` tables: a safe name, a table, then `build`; every problem collected, the good kept."""
+        result: dict[str, T] = {}
         if not isinstance(raw, dict):
-            self.problem((), "instances", "must be a table of instance tables")
+            self.problem((), section, f"must be a table of {section.removesuffix('s')} tables")
             return result
         for name, body in raw.items():
-            table = ("instances", name)
+            table = (section, name)
             if not SAFE_NAME.match(name):
-                self.problem(table, None, "instance names use letters, digits, '.', '_' and '-'")
+                self.problem(table, None, bad_name)
             elif not isinstance(body, dict):
                 self.problem(table, None, "must be a table")
-            elif (instance := self._instance(name, self.table(table, body))) is not None:
-                result[name] = instance
+            elif (built := build(name, self.table(table, body))) is not None:
+                result[name] = built
         return result
 
     def _instance(self, name: str, body: Table) -> InstanceConfig | None:
@@ -326,19 +334,8 @@ class _ProjectReader:
         return LaunchConstraint(**values)
 
     def _runs(self, raw: Any, instances: dict[str, InstanceConfig]) -> dict[str, RunConfig]:
-        result: dict[str, RunConfig] = {}
-        if not isinstance(raw, dict):
-            self.problem((), "runs", "must be a table of run tables")
-            return result
-        for run_id, body in raw.items():
-            table = ("runs", run_id)
-            if not SAFE_NAME.match(run_id):
-                self.problem(table, None, "run ids use letters, digits, '.', '_' and '-' (a safe name)")
-            elif not isinstance(body, dict):
-                self.problem(table, None, "must be a table")
-            elif (run := _run(run_id, self.table(table, body), instances)) is not None:
-                result[run_id] = run
-        return result
+        return self._named_tables(raw, "runs", "run ids use letters, digits, '.', '_' and '-' (a safe name)",
+                                  lambda run_id, body: _run(run_id, body, instances))
 
 
 def _launch_values(launch: Table) -> dict[str, Any]:
