@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from remote_gpu_trainer.audits.env_audit import AuditRow
     from remote_gpu_trainer.services.evidence.pull import PullProgress
+    from remote_gpu_trainer.services.evidence.verify import VerifyStep
     from remote_gpu_trainer.services.log_monitor import Alert
     from remote_gpu_trainer.state.events import Event
 
@@ -104,8 +105,8 @@ class PlainPullProgress:
             print(text, file=sys.stderr, flush=True)
 
 
-def plain_verify_progress(text: str) -> None:
-    print(escape_control(text), file=sys.stderr)
+def plain_verify_progress(step: VerifyStep) -> None:
+    print(escape_control(step.text), file=sys.stderr)
 
 
 class PullBar:
@@ -136,22 +137,15 @@ class PullBar:
 class VerifyBar:
     """One bar for a verification: the bytes hashed of the manifest's total, with rate and ETA.
 
-    The service reports one-line texts; `hashing PATH (i/n)` starts PATH, so the file before it is done.
-    Every text is shown as the bar's description (the checkpoint probes have no byte count)."""
+    Each step carries the bytes hashed so far (VerifyStep.hashed); its text is the bar's description (the
+    checkpoint probes that follow the hashing have no byte count of their own)."""
 
     def __init__(self, bar: Progress, task: TaskID, sizes: Mapping[str, int]) -> None:
         self._bar, self._task, self._sizes = bar, task, sizes
-        self._current: str | None = None
-        self._completed = 0
 
-    def __call__(self, text: str) -> None:
-        if self._current is not None:
-            self._completed += self._sizes.get(self._current, 0)
-            self._current = None
-        if text.startswith("hashing "):
-            self._current = text.removeprefix("hashing ").rsplit(" (", 1)[0]
-        shown = escape_control(text)[:DESCRIPTION_WIDTH].ljust(DESCRIPTION_WIDTH)
-        self._bar.update(self._task, completed=self._completed, description=shown)
+    def __call__(self, step: VerifyStep) -> None:
+        shown = escape_control(step.text)[:DESCRIPTION_WIDTH].ljust(DESCRIPTION_WIDTH)
+        self._bar.update(self._task, completed=step.hashed, description=shown)
 
     def finish(self) -> None:
         self._bar.update(self._task, completed=sum(self._sizes.values()))
@@ -168,7 +162,7 @@ def pull_progress(run_id: str, sizes: Callable[[], Mapping[str, int]]) -> Iterat
 
 
 @contextmanager
-def verify_progress(sizes: Mapping[str, int]) -> Iterator[Callable[[str], None]]:
+def verify_progress(sizes: Mapping[str, int]) -> Iterator[Callable[[VerifyStep], None]]:
     """The verification's progress callback: a bar on a terminal, plain lines elsewhere."""
     if not on_terminal():
         yield plain_verify_progress

@@ -29,6 +29,7 @@ from remote_gpu_trainer.screens.teardown import TeardownScreen
 from remote_gpu_trainer.services import checklist, findings, instances, run_logs, teardown
 from remote_gpu_trainer.services.evidence.pull import PullProgress
 from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.evidence.verify import VerifyStep
 from remote_gpu_trainer.services.log_monitor import Alert
 from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.text import escape_control, money
@@ -381,10 +382,11 @@ class DashboardScreen(Screen[None]):
             else:
                 shown = "; ".join(f"{p.path}: {p.detail}" for p in result.failed[:3])
                 more = f" (+{len(result.failed) - 3} more)" if len(result.failed) > 3 else ""
-                self.notify(f"✖ pull incomplete: {len(result.failed)} of {len(result.files)} file(s) not fetched: "
-                            f"{shown}{more}; fix that, then p again", severity="error", timeout=20)
+                self.notify(escape_control(f"✖ pull incomplete: {len(result.failed)} of {len(result.files)} file(s) "
+                                           f"not fetched: {shown}{more}; fix that, then p again"),
+                            severity="error", timeout=20, markup=False)
         except RgtError as exc:
-            self.notify(f"pull failed: {exc}", severity="error", timeout=15)
+            self.notify(escape_control(f"pull failed: {exc}"), severity="error", timeout=15, markup=False)
         finally:
             self.set_busy("pull", False)
             panel.hide_progress()
@@ -395,20 +397,26 @@ class DashboardScreen(Screen[None]):
         if self.run_id is None or "verify" in self.busy:
             return
         self.set_busy("verify", True)
-        summary = self.query_one("#checkpoint-summary", Static)
+        panel = self.query_one(CheckpointsPanel)
+
+        def progress(step: VerifyStep) -> None:
+            panel.show_progress(step.hashed, step.total, step.text)
+
         try:
             self.notify(f"verifying {self.run_id}…")
-            result = await verify_run(self.rgt.session, self.run_id, progress=summary.update)
+            result = await verify_run(self.rgt.session, self.run_id, progress=progress)
             if result.ok:
                 self.notify("✔ verified: every file matches and every checkpoint loads", timeout=8)
             else:
                 first = result.errors[0]
-                self.notify(f"✖ verification failed: {first.code} {first.path} ({len(result.errors)} problem(s))",
-                            severity="error", timeout=15)
+                self.notify(escape_control(f"✖ verification failed: {first.code} {first.path} "
+                                           f"({len(result.errors)} problem(s))"), severity="error", timeout=15,
+                            markup=False)
         except RgtError as exc:
-            self.notify(f"verify failed: {exc}", severity="error", timeout=15)
+            self.notify(escape_control(f"verify failed: {exc}"), severity="error", timeout=15, markup=False)
         finally:
             self.set_busy("verify", False)
+            panel.hide_progress()
         self.refresh_overview()
 
     @on(Button.Pressed, "#teardown")

@@ -35,7 +35,7 @@ from remote_gpu_trainer.services import launch as runner
 from remote_gpu_trainer.services import liveness as watcher
 from remote_gpu_trainer.services.evidence import verbs as evidence_verbs
 from remote_gpu_trainer.services.evidence.pull import PullProgress, PullResult
-from remote_gpu_trainer.services.evidence.verify import VerifyResult
+from remote_gpu_trainer.services.evidence.verify import VerifyResult, VerifyStep
 from remote_gpu_trainer.services.log_monitor import Alert, ChartData, LogUpdate, RunLogMonitor
 from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.state.db import StateDB
@@ -230,7 +230,7 @@ class Session:
                    actor: str = "user") -> PullResult:
         return await evidence_verbs.pull_run(self, run_id, progress, actor)
 
-    async def verify(self, run_id: str, progress: Callable[[str], None] | None = None,
+    async def verify(self, run_id: str, progress: Callable[[VerifyStep], None] | None = None,
                      actor: str = "user") -> VerifyResult:
         return await evidence_verbs.verify_run(self, run_id, progress, actor)
 

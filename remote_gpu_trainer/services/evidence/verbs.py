@@ -49,7 +49,8 @@ async def pull_run(session: Session, run_id: str,
     return result
 
 
-async def verify_run(session: Session, run_id: str, progress: Callable[[str], None] | None = None,
+async def verify_run(session: Session, run_id: str,
+                     progress: Callable[[evidence_verify.VerifyStep], None] | None = None,
                      actor: str = "user") -> evidence_verify.VerifyResult:
     """Verify the local copy under the run's lock, and log whether it passed."""
     run = session.run_config(run_id)

@@ -60,6 +60,18 @@ _STATUS_RANK = {status: rank for rank, status in enumerate(
 
 
 @dataclass(frozen=True)
+class VerifyStep:
+    """One step of a verification, for a status line or a progress bar. `text` says what is happening; while
+    hashing, `path` is the file just started and `hashed` the bytes of the files hashed before it, out of
+    `total` (the bytes of every file whose size matched); after hashing, `hashed == total`."""
+
+    text: str
+    path: str | None = None
+    hashed: int = 0
+    total: int = 0
+
+
+@dataclass(frozen=True)
 class FileStatus:
     """One file's verification status (STATUSES) and what decided it, as dashboards and the report show it."""
 
@@ -85,18 +97,18 @@ class VerifyResult:
 
 
 async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
-                 progress: Callable[[str], None] | None = None, *,
+                 progress: Callable[[VerifyStep], None] | None = None, *,
                  probe_timeout: float | None = None) -> VerifyResult:
     """§5 in order; the marker is written only when every error list is empty.
 
-    `progress` receives one-line status texts (for a status bar or a headless log).
+    `progress` receives each step (its text for a status line, its byte counts for a progress bar).
     """
     root = project.run_dir(run.id)
     report = progress or (lambda _: None)
     _remove_marker(root)
     errors: list[Problem] = []
     manifest = _verify_manifest(root, run, db, errors)
-    report(f"manifest {MANIFEST_NAME} checked")
+    report(VerifyStep(f"manifest {MANIFEST_NAME} checked"))
     if manifest is None:
         return _finish(root, run, db, None, errors, {}, {}, [])
     local = _local_entries(root, errors)
@@ -118,10 +130,15 @@ async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
     hashed = await _hash_listed(root, manifest, per_file, db, report)
     _check_required(run, manifest, errors)
     await asyncio.to_thread(_check_metrics, root, hashed, per_file)
-    checkpoints = await probe_checkpoints(root, run, manifest, hashed, per_file, db, report, probe_timeout)
+    hashed_bytes = sum(entry.bytes for entry in manifest.files if entry.path in hashed)
+
+    def after_hashing(text: str) -> None:  # the probes and the marker: every byte that could be hashed, was
+        report(VerifyStep(text, hashed=hashed_bytes, total=hashed_bytes))
+
+    checkpoints = await probe_checkpoints(root, run, manifest, hashed, per_file, db, after_hashing, probe_timeout)
     for problems in per_file.values():
         errors.extend(problems)
-    return _finish(root, run, db, manifest, errors, per_file, stats, checkpoints, report)
+    return _finish(root, run, db, manifest, errors, per_file, stats, checkpoints, after_hashing)
 
 
 def _remove_marker(root: Path) -> None:
@@ -179,12 +196,14 @@ def _local_entries(root: Path, errors: list[Problem]) -> dict[str, os.stat_resul
 
 
 async def _hash_listed(root: Path, manifest: Manifest, per_file: dict[str, list[Problem]], db: StateDB,
-                       report: Callable[[str], None]) -> dict[str, str]:
+                       report: Callable[[VerifyStep], None]) -> dict[str, str]:
     """Steps 3-4: hash every file whose size matched, from its bytes (the hashes then seed the cache)."""
     todo = [entry for entry in manifest.files if not per_file[entry.path]]
     hashed: dict[str, str] = {}
+    total, done = sum(entry.bytes for entry in todo), 0
     for index, entry in enumerate(todo, start=1):
-        report(f"hashing {entry.path} ({index}/{len(todo)})")
+        report(VerifyStep(f"hashing {entry.path} ({index}/{len(todo)})", entry.path, done, total))
+        done += entry.bytes
         local = root.joinpath(*entry.path.split("/"))
         try:
             digest = await hash_fresh(db, local)  # a verdict: from the bytes, never from the cache

@@ -25,7 +25,7 @@ from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.services.evidence import probe
 from remote_gpu_trainer.services.evidence.probe import ProbePool, probe_environment
 from remote_gpu_trainer.services.evidence.pull import pull
-from remote_gpu_trainer.services.evidence.verify import verify
+from remote_gpu_trainer.services.evidence.verify import VerifyStep, verify
 from remote_gpu_trainer.services.session import Session
 from support.evidence_helpers import make_env, status_of, write_cell
 from support.gate_helpers import launch_finished, local_root, project_text, write_text_project
@@ -121,7 +121,7 @@ async def test_identical_bytes_under_50_paths_are_probed_once(tmp_path: Path) ->
         write_cell(env.box, cell, seed=501)  # the same tensors in every cell: identical bytes
     await pull(env.project, env.run, env.transport, env.db)
     texts: list[str] = []
-    result = await verify(env.project, env.run, env.db, progress=texts.append)
+    result = await verify(env.project, env.run, env.db, progress=lambda step: texts.append(step.text))
     assert result.ok, result.errors
     assert "load-verification: 1 probe(s) answered by 1 probe process(es)" in texts
     assert len([text for text in texts if "load-verifying" in text]) == 1
@@ -148,7 +148,7 @@ async def test_a_verification_uses_at_most_pool_size_processes(tmp_path: Path,
     size = min(probe.PROBE_POOL_MAX, os.cpu_count() or 1)
     texts: list[str] = []
     with ProbeWatcher() as watcher:
-        result = await verify(env.project, env.run, env.db, progress=texts.append)
+        result = await verify(env.project, env.run, env.db, progress=lambda step: texts.append(step.text))
     assert result.ok, result.errors
     summary = [text for text in texts if text.startswith("load-verification:")]
     assert summary == [f"load-verification: 12 probe(s) answered by {size} probe process(es)"]
@@ -241,8 +241,8 @@ async def test_a_probe_crash_hits_only_its_file_in_a_verification(tmp_path: Path
     await pull(env.project, env.run, env.transport, env.db)
     killed: list[int] = []
 
-    def progress(text: str) -> None:
-        if text.startswith("load-verifying seed1/best.pth"):  # the probe that answered seed0 dies now
+    def progress(step: VerifyStep) -> None:
+        if step.text.startswith("load-verifying seed1/best.pth"):  # the probe that answered seed0 dies now
             for pid in probes_of(os.getpid()):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)

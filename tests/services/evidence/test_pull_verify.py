@@ -24,7 +24,7 @@ from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
 from remote_gpu_trainer.services.evidence.manifest import build_manifest
 from remote_gpu_trainer.services.evidence.pull import PullProgress, pull
-from remote_gpu_trainer.services.evidence.verify import VerifyResult, checkpoint_statuses, verify
+from remote_gpu_trainer.services.evidence.verify import VerifyResult, VerifyStep, checkpoint_statuses, verify
 from remote_gpu_trainer.services.gate import gather_gate_inputs
 from remote_gpu_trainer.state.caches import FileKey
 from support.evidence_helpers import (
@@ -64,6 +64,20 @@ async def pulled_and_verified(env: Env) -> VerifyResult:
     return verified
 
 
+async def test_verify_steps_count_the_bytes_hashed_for_a_progress_bar(env: Env) -> None:
+    """Each hashing step names its file and the bytes hashed before it; the total is every listed byte."""
+    pulled = await pull(env.project, env.run, env.transport, env.db)
+    steps: list[VerifyStep] = []
+    assert (await verify(env.project, env.run, env.db, steps.append)).ok
+    listed = [(f["path"], f["bytes"]) for f in json.loads((env.local / MANIFEST_NAME).read_bytes())["files"]]
+    sizes = dict(listed)
+    hashing = [step for step in steps if step.text.startswith("hashing ")]
+    assert [step.path for step in hashing] == [path for path, _ in listed] and pulled.ok
+    assert {step.total for step in hashing} == {sum(sizes.values())}
+    assert [step.hashed for step in hashing] == [sum(size for _, size in listed[:i]) for i in range(len(listed))]
+    assert steps[-1].hashed == steps[-1].total == sum(sizes.values())
+
+
 async def test_pull_then_verify_writes_a_bound_marker(env: Env) -> None:
     seen: list[PullProgress] = []
     result = await pull(env.project, env.run, env.transport, env.db, seen.append)
@@ -76,7 +90,7 @@ async def test_pull_then_verify_writes_a_bound_marker(env: Env) -> None:
     assert not ok and any("no PULL_VERIFIED.json" in reason for reason in reasons)
 
     texts: list[str] = []
-    verified = await verify(env.project, env.run, env.db, texts.append)
+    verified = await verify(env.project, env.run, env.db, lambda step: texts.append(step.text))
     assert verified.ok and verified.errors == []
     assert {item.status for item in verified.files} == {"verified"} and len(verified.files) == 6
     assert any("load-verifying seed0/best.pth" in text for text in texts)
