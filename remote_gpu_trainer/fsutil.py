@@ -1,4 +1,5 @@
-"""File-system helpers that more than one service needs: the per-run lock.
+"""File-system helpers that more than one service needs, one copy of each: the per-run lock, the atomic write
+(temp file, fsync, rename, fsync of the folder), and the safe lstat and read that never follow a link.
 
 One writer per run: pull, verify and teardown of a run each hold the run's lock, so a second rgt process
 (or a second worker in the same one) never races on the same `.part` files, markers or provider calls. The
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -89,8 +91,37 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temp)
         raise
-    folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    fsync_dir(path.parent)
+
+
+def lstat_or_none(path: Path) -> os.stat_result | None:
+    """The entry's lstat, or None when nothing is there (or a parent is not a folder)."""
     try:
-        os.fsync(folder)
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+
+
+def read_regular(path: Path) -> bytes | None:
+    """The bytes of a regular file; None for anything else (absent, a symlink, a folder)."""
+    info = lstat_or_none(path)
+    if info is None or not stat.S_ISREG(info.st_mode):
+        return None
+    return path.read_bytes()
+
+
+def fsync_dir(path: Path) -> None:
+    """Make the folder's entries (new names, renames, removals) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
     finally:
-        os.close(folder)
+        os.close(fd)
+
+
+def remove_if_present(path: Path) -> None:
+    """Unlink the path; one already gone is fine."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

@@ -91,7 +91,7 @@ def manifest_sizes(session: Session, run_id: str) -> dict[str, int]:
     """Each file's size per the manifest pulled into runs/RUN/ (what a progress bar counts towards); empty
     when there is none yet or it does not parse (the pull and verification say why, not the bar)."""
     from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
-    from remote_gpu_trainer.services.evidence.local_root import read_regular
+    from remote_gpu_trainer.fsutil import read_regular
 
     run = session.run_config(run_id)
     data = read_regular(session.project.run_dir(run_id) / MANIFEST_NAME)

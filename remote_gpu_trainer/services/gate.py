@@ -34,12 +34,8 @@ from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, parse
 from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig, run_config_from_record
 from remote_gpu_trainer.errors import RgtError
-from remote_gpu_trainer.services.evidence.local_root import (
-    hash_with_cache_sync,
-    lstat_or_none,
-    read_regular,
-    walk_local_root,
-)
+from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
+from remote_gpu_trainer.services.evidence.local_root import hash_with_cache_sync, walk_local_root
 from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, remote_manifest
 from remote_gpu_trainer.services.liveness import run_state_of
 from remote_gpu_trainer.state.db import StateDB

@@ -19,8 +19,8 @@ One module per step; import each name from the module that holds it (this packag
   `probe_environment`); torch is never imported in this process.
 - `verbs`: `rgt pull` and `rgt verify` as every face calls them (`pull_run`, `verify_run`): the run's lock
   and the events that say how each ended.
-- `local_root`: what pull, verification and the gate share: the one walk of the local root, the hash cache,
-  small file-system helpers.
+- `local_root`: what pull, verification and the gate share: the one walk of the local root and the hash cache
+  (the safe lstat/read and folder fsync they use are fsutil.py's).
 
 What the gate decides on is gathered by `services/gate.py` (`gather_gate_inputs`) from these pieces.
 Nothing here imports Textual.

@@ -1,5 +1,5 @@
-"""The local root as the pull, verification and the gate all read it: one walk, one hash cache, and the
-small file-system helpers the three share.
+"""The local root as the pull, verification and the gate all read it: one walk and one hash cache (the small
+file-system helpers they share, lstat and read without following links, live in fsutil.py).
 
 The hash cache answers "has this file changed since it was hashed?" from its size, mtime, ctime and inode;
 it serves dashboards, the pull's "already here?" check and the gate's freshness check, never a verdict:
@@ -9,7 +9,6 @@ verification always re-derives the hash from the bytes (`hash_fresh`), which the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import os
 import stat
@@ -85,36 +84,3 @@ def _hash_stable(path: Path) -> tuple[str, FileKey | None]:
         os.close(fd)
     stable = FileKey.of(before) == FileKey.of(after)
     return digest.hexdigest(), FileKey.of(after) if stable else None
-
-
-def lstat_or_none(path: Path) -> os.stat_result | None:
-    """The entry's lstat, or None when nothing is there (or a parent is not a folder)."""
-    try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
-    except NotADirectoryError:
-        return None
-
-
-def read_regular(path: Path) -> bytes | None:
-    """The bytes of a regular file; None for anything else (absent, a symlink, a folder)."""
-    info = lstat_or_none(path)
-    if info is None or not stat.S_ISREG(info.st_mode):
-        return None
-    return path.read_bytes()
-
-
-def fsync_dir(path: Path) -> None:
-    """Make the folder's entries (new names, renames, removals) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def remove_if_present(path: Path) -> None:
-    """Unlink the path; one already gone is fine."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)

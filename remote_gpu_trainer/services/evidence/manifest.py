@@ -20,9 +20,9 @@ from typing import Any
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, Manifest, Problem, parse_manifest
 from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.errors import TransportError, VerbFailed
+from remote_gpu_trainer.fsutil import lstat_or_none
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.remote import program_stdin
-from remote_gpu_trainer.services.evidence.local_root import lstat_or_none
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import size
 

@@ -23,10 +23,10 @@ from typing import Any
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, Manifest, ManifestFile, Problem, sha256_bytes
 from remote_gpu_trainer.config import ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import HostKeyChanged, RgtError, TransportError, VerbFailed
-from remote_gpu_trainer.fsutil import atomic_write
+from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none, remove_if_present
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.services.evidence import pull_batches
-from remote_gpu_trainer.services.evidence.local_root import CHUNK, fsync_dir, lstat_or_none, remove_if_present
+from remote_gpu_trainer.services.evidence.local_root import CHUNK
 from remote_gpu_trainer.services.evidence.manifest import acceptable_manifest, build_manifest, read_box_manifest
 from remote_gpu_trainer.services.evidence.pull_local import (
     Refused,

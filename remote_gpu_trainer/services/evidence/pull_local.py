@@ -19,12 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.audits.manifest import ManifestFile, Problem, path_problems
-from remote_gpu_trainer.services.evidence.local_root import (
-    CHUNK,
-    hash_with_cache_sync,
-    lstat_or_none,
-    remove_if_present,
-)
+from remote_gpu_trainer.fsutil import lstat_or_none, remove_if_present
+from remote_gpu_trainer.services.evidence.local_root import CHUNK, hash_with_cache_sync
 from remote_gpu_trainer.state.db import StateDB
 
 BATCH_WRITERS = 8  # threads writing one batch's files (concurrent fsyncs share journal commits)

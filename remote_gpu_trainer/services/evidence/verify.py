@@ -37,9 +37,9 @@ from remote_gpu_trainer.audits.manifest import (
 from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.config import ProjectConfig, RunConfig, run_config_record
 from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.fsutil import atomic_write
+from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none
 from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
-from remote_gpu_trainer.services.evidence.local_root import fsync_dir, hash_fresh, lstat_or_none, walk_local_root
+from remote_gpu_trainer.services.evidence.local_root import hash_fresh, walk_local_root
 from remote_gpu_trainer.services.evidence.manifest import local_manifest
 from remote_gpu_trainer.services.evidence.probe import probe_checkpoints
 from remote_gpu_trainer.state.caches import FileKey
