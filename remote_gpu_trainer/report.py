@@ -11,39 +11,19 @@ recolour the terminal, move the cursor or forge a line.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from typing import Any, TypeVar
+from typing import Any
 
 from remote_gpu_trainer.clock import iso_z
-from remote_gpu_trainer.text import duration, escape_control, money, short_hash, size
+from remote_gpu_trainer.text import duration, escape_all, money, short_hash, size
 from remote_gpu_trainer.views import Overview, RunView
 
 SCHEMA = "rgt-report/v1"
 FORMATS = ("text", "markdown", "json")
 
 
-T = TypeVar("T")
-
-
-def escape_overview(value: T) -> T:
-    """`value` (an Overview, or any part of one) with control characters escaped in every string it holds:
-    a walk over all fields rather than a list of them, so a field added later cannot be forgotten."""
-    if isinstance(value, str):
-        return escape_control(value)  # type: ignore[return-value]
-    if isinstance(value, tuple | list):
-        items = [escape_overview(item) for item in value]
-        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
-    if isinstance(value, dict):
-        return {escape_overview(k): escape_overview(v) for k, v in value.items()}  # type: ignore[return-value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: escape_overview(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
-        return dataclasses.replace(value, **changes)
-    return value
-
-
 def to_dict(overview: Overview) -> dict[str, Any]:
-    overview = escape_overview(overview)
+    overview = escape_all(overview)
     return {
         "schema": SCHEMA,
         "generated_at": iso_z(overview.generated_at),
@@ -96,7 +76,7 @@ def _round(value: float | None) -> float | None:
 
 
 def render(overview: Overview, fmt: str) -> str:
-    overview = escape_overview(overview)
+    overview = escape_all(overview)
     if fmt == "json":
         return json.dumps(to_dict(overview), indent=2, ensure_ascii=False) + "\n"
     if fmt == "markdown":

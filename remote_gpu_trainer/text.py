@@ -3,13 +3,16 @@ stripping and control-character escaping, shared by the audits, the TUI, the CLI
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import statistics
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # annotations only; audits import this module, so it imports nothing above audits
     from remote_gpu_trainer.audits.gpu_health import GpuSample
+
+T = TypeVar("T")
 
 # What a box may write that a terminal, the TUI or a report reader would act on instead of show: C0 controls
 # (ESC starts a terminal command, BS and CR overwrite what was shown), DEL, C1 controls (0x9b is a one-byte
@@ -56,6 +59,23 @@ def escape_control(text: str, *, keep_newlines: bool = False) -> str:
     if pattern.search(text) is None:
         return text  # the common case costs one scan
     return pattern.sub(_escaped, text)
+
+
+def escape_all(value: T) -> T:
+    """`value` with control characters escaped in every string it holds, keys included, however deep: strings,
+    tuples (named ones too), lists, dicts and dataclasses are walked, so a field added later cannot be
+    forgotten. One walk for the report's Overview and every `--format json` document."""
+    if isinstance(value, str):
+        return escape_control(value)  # type: ignore[return-value]
+    if isinstance(value, tuple | list):
+        items = [escape_all(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, dict):
+        return {escape_all(k): escape_all(v) for k, v in value.items()}  # type: ignore[return-value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {f.name: escape_all(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        return dataclasses.replace(value, **changes)
+    return value
 
 
 def has_control(text: str, *, line_breaks_ok: bool = False) -> bool:

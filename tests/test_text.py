@@ -7,6 +7,7 @@ import pytest
 from remote_gpu_trainer.audits.log.lines import LineSplitter
 from remote_gpu_trainer.text import (
     duration,
+    escape_all,
     escape_control,
     gib,
     money,
@@ -69,3 +70,25 @@ def test_the_other_size_conventions_have_one_home_each() -> None:
 def test_coarse_spans_for_evidence_and_liveness() -> None:
     assert [span(v) for v in (10, 119, 125, 2400, 7200, 11160, None)] == [
         "10s", "119s", "2m", "40m", "2.0h", "3.1h", "never"]
+
+
+def test_escape_all_walks_every_string_of_a_structure_keys_included() -> None:
+    """One walk for the report's Overview and the --format json documents: nothing a box wrote stays raw."""
+    import dataclasses
+    from typing import NamedTuple
+
+    class Pair(NamedTuple):
+        name: str
+        size: int
+
+    @dataclasses.dataclass(frozen=True)
+    class Row:
+        path: str
+        pairs: tuple[Pair, ...]
+        extra: dict[str, list[str]]
+
+    raw = Row("a\x1b[2Jb", (Pair("c\u202ed", 3),), {"k\x07": ["e\x1bf", "ok"]})
+    clean = escape_all(raw)
+    assert clean == Row("a\\x1b[2Jb", (Pair("c\\u202ed", 3),), {"k\\x07": ["e\\x1bf", "ok"]})
+    assert isinstance(clean.pairs[0], Pair) and raw.path == "a\x1b[2Jb"  # a new value; the original is kept
+

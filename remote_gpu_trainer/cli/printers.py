@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.text import escape_control, size
+from remote_gpu_trainer.text import escape_all, escape_control, size
 
 if TYPE_CHECKING:
     from rich.progress import Progress, ProgressColumn, Task, TaskID
@@ -42,18 +42,7 @@ def on_terminal() -> bool:
 
 def print_json(document: Mapping[str, Any]) -> None:
     """One JSON document on stdout: every string escaped like the report's, keys in the order built."""
-    print(json.dumps(escape_strings(document), indent=2, ensure_ascii=False, default=str))
-
-
-def escape_strings(value: Any) -> Any:
-    """`value` with `escape_control` applied to every string it holds, keys included."""
-    if isinstance(value, str):
-        return escape_control(value)
-    if isinstance(value, Mapping):
-        return {escape_strings(key): escape_strings(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [escape_strings(item) for item in value]
-    return value
+    print(json.dumps(escape_all(document), indent=2, ensure_ascii=False, default=str))
 
 
 # -- tables ----------------------------------------------------------------------------------------------------
