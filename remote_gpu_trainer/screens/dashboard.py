@@ -237,12 +237,15 @@ class DashboardScreen(Screen[None]):
         panel = self.query_one(LogPanel)
         try:
             if not self.log_backfilled:
-                panel.append(await run_logs.log_backfill(self.rgt.session, self.run_id))
+                backfill = await run_logs.log_backfill(self.rgt.session, self.run_id)
+                if not panel.query("#log"):  # the app is exiting: its panels' children are already gone
+                    return
+                panel.append(backfill)
                 self.log_backfilled = True
             update = await run_logs.follow_log(self.rgt.session, self.run_id, max_reads=1)
         except RgtError:
             return  # the box is unreachable or gone; the overview says so
-        if update is None:
+        if update is None or not panel.query("#log"):
             return
         if update.restarted:
             panel.reset("the log was truncated or replaced: following it from its first line")
