@@ -2,7 +2,7 @@
 
 A destroy reply is never proof (docs/providers.md §0): only the provider's own later word counts, and which
 words count is a fact of the profile (`[control.api] gone_when`), not of the code. CloudProvider.get asks
-this module after a read that found nothing, and its status_rule before it reports a `terminated` that a
+this module after a read that found nothing, and its shown_state before it reports a `terminated` that a
 client's state table mapped (no rule: `terminating`); the clients' wait_gone asks it after every poll. The rules:
 
 - `http:<code>`: the read answered that status (a 404 the provider documents as "no such instance").
@@ -53,6 +53,15 @@ def status_rule(rules: Sequence[str], instance: CloudInstance) -> str | None:
     """The rule the instance's own state word satisfies (compared without case)."""
     word = f"status:{instance.raw_state.lower()}"
     return next((rule for rule in rules if rule.lower() == word), None)
+
+
+def shown_state(rules: Sequence[str], instance: CloudInstance) -> tuple[str, str | None]:
+    """The state `get` may report for an instance the provider still shows, and why when it had to differ:
+    a `terminated` that a client's state table mapped counts only under a gone_when rule, else it is
+    `terminating` (the meter keeps running until the provider's own word says it is gone)."""
+    if instance.state != "terminated" or status_rule(rules, instance) is not None:
+        return instance.state, None
+    return "terminating", f"none: the profile's gone_when rules do not count {instance.raw_state!r} as gone"
 
 
 async def decide_gone(client: CloudClient, rules: Sequence[str], provider_id: str,

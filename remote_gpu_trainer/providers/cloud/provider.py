@@ -35,7 +35,7 @@ from remote_gpu_trainer.profiles import HOURS_PER_MONTH, SIZE_UNITS, ApiControl,
 from remote_gpu_trainer.providers.base import InstanceStatus, Provider, WaitsGone
 from remote_gpu_trainer.providers.cloud.client import CloudClient, Launches, UnsupportedAction, auth_file_texts
 from remote_gpu_trainer.providers.cloud.credentials import ApiKey, CredentialsMissing, find_key
-from remote_gpu_trainer.providers.cloud.gone import decide_gone, status_rule
+from remote_gpu_trainer.providers.cloud.gone import decide_gone, shown_state
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, StorageBilling, TeardownOutcome
 from remote_gpu_trainer.providers.ssh import SSHProvider
@@ -152,11 +152,9 @@ class CloudProvider(Provider, WaitsGone):
         if check_ssh and found.state == "running":
             detail.update(await self._ssh_check(detail.get("ssh_target")))
         price, source = self._price(instance, found)
-        state = found.state
-        if state == "terminated" and status_rule(self.api.gone_when, found) is None:
-            # the client's state table says terminated, but only a gone_when rule may (gone.py decides)
-            state = "terminating"
-            detail["gone_by"] = f"none: the profile's gone_when rules do not count {found.raw_state!r} as gone"
+        state, not_gone = shown_state(self.api.gone_when, found)
+        if not_gone is not None:
+            detail["gone_by"] = not_gone
         return InstanceStatus(
             name=instance.name, provider=self.name, provider_id=found.provider_id, state=state,
             gpu=gpu_text(found), price_per_hour=price, price_source=source,
