@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.cli.terminal import ask, interactive
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, GateRefused, VerbFailed
+from remote_gpu_trainer.services.evidence import verbs as evidence_verbs
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 async def pull(session: Session, args: argparse.Namespace) -> int:
     where = session.project.run_dir(args.run)
-    with printers.pull_progress(args.run, lambda: manifest_sizes(session, args.run)) as progress:
+    with printers.pull_progress(args.run, lambda: evidence_verbs.manifest_sizes(session, args.run)) as progress:
         result = await session.pull(args.run, progress=progress, actor="cli")
     if args.format == "json":
         printers.print_json(schemas.pull_document(args.run, where, result))
@@ -38,8 +39,7 @@ async def pull(session: Session, args: argparse.Namespace) -> int:
 
 
 async def verify(session: Session, args: argparse.Namespace) -> int:
-    sizes = manifest_sizes(session, args.run) if printers.on_terminal() else {}
-    with printers.verify_progress(sizes) as progress:
+    with printers.verify_progress() as progress:
         outcome = await session.verify(args.run, progress=progress, actor="cli")
     if args.format == "json":
         printers.print_json(schemas.verify_document(args.run, session.project.run_dir(args.run), outcome))
@@ -85,17 +85,3 @@ def _ask_for_id(plan: TeardownPlan) -> str:
         reason = f"typed id {typed!r} is not the instance id {plan.provider_id!r}"
         raise GateRefused(f"{plan.action_id} of {plan.instance} cancelled: {reason}; nothing was done", [reason])
     return typed
-
-
-def manifest_sizes(session: Session, run_id: str) -> dict[str, int]:
-    """Each file's size per the manifest pulled into runs/RUN/ (what a progress bar counts towards); empty
-    when there is none yet or it does not parse (the pull and verification say why, not the bar)."""
-    from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
-    from remote_gpu_trainer.fsutil import read_regular
-
-    run = session.run_config(run_id)
-    data = read_regular(session.project.run_dir(run_id) / MANIFEST_NAME)
-    if data is None:
-        return {}
-    manifest, _ = parse_manifest(data, roster=run.roster, run_id=run.id)
-    return {entry.path: entry.bytes for entry in manifest.files} if manifest is not None else {}

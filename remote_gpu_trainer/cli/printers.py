@@ -124,20 +124,16 @@ class PullBar:
 
 
 class VerifyBar:
-    """One bar for a verification: the bytes hashed of the manifest's total, with rate and ETA.
+    """One bar for a verification: the bytes hashed of the total each step carries (VerifyStep.hashed and
+    .total), with rate and ETA; the step's text is the bar's description (the checkpoint probes that follow
+    the hashing have no byte count of their own)."""
 
-    Each step carries the bytes hashed so far (VerifyStep.hashed); its text is the bar's description (the
-    checkpoint probes that follow the hashing have no byte count of their own)."""
-
-    def __init__(self, bar: Progress, task: TaskID, sizes: Mapping[str, int]) -> None:
-        self._bar, self._task, self._sizes = bar, task, sizes
+    def __init__(self, bar: Progress, task: TaskID) -> None:
+        self._bar, self._task = bar, task
 
     def __call__(self, step: VerifyStep) -> None:
         shown = escape_control(step.text)[:DESCRIPTION_WIDTH].ljust(DESCRIPTION_WIDTH)
-        self._bar.update(self._task, completed=step.hashed, description=shown)
-
-    def finish(self) -> None:
-        self._bar.update(self._task, completed=sum(self._sizes.values()))
+        self._bar.update(self._task, total=step.total or None, completed=step.hashed, description=shown)
 
 
 @contextmanager
@@ -151,15 +147,13 @@ def pull_progress(run_id: str, sizes: Callable[[], Mapping[str, int]]) -> Iterat
 
 
 @contextmanager
-def verify_progress(sizes: Mapping[str, int]) -> Iterator[Callable[[VerifyStep], None]]:
+def verify_progress() -> Iterator[Callable[[VerifyStep], None]]:
     """The verification's progress callback: a bar on a terminal, plain lines elsewhere."""
     if not on_terminal():
         yield plain_verify_progress
         return
     with _bar() as bar:
-        verify_bar = VerifyBar(bar, bar.add_task("verify", total=sum(sizes.values())), sizes)
-        yield verify_bar
-        verify_bar.finish()
+        yield VerifyBar(bar, bar.add_task("verify", total=None))
 
 
 @contextmanager

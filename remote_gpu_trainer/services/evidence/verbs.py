@@ -7,8 +7,9 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
 from remote_gpu_trainer.errors import RgtError, VerbFailed
-from remote_gpu_trainer.fsutil import run_lock
+from remote_gpu_trainer.fsutil import read_regular, run_lock
 from remote_gpu_trainer.services.evidence import pull as evidence_pull
 from remote_gpu_trainer.services.evidence import verify as evidence_verify
 from remote_gpu_trainer.services.liveness import run_state
@@ -59,3 +60,14 @@ async def verify_run(session: Session, run_id: str,
     events.verified(session.db, run_id=run_id, instance=run.instance, ok=result.ok, problems=len(result.errors),
                     errors=[e.__dict__ for e in result.errors[:50]], actor=actor)
     return result
+
+
+def manifest_sizes(session: Session, run_id: str) -> dict[str, int]:
+    """Each file's size per the manifest pulled into runs/RUN/ (what a progress bar counts towards); empty
+    when there is none yet or it does not parse (the pull and verification say why, not the bar)."""
+    run = session.run_config(run_id)
+    data = read_regular(session.project.run_dir(run_id) / MANIFEST_NAME)
+    if data is None:
+        return {}
+    manifest, _ = parse_manifest(data, roster=run.roster, run_id=run.id)
+    return {entry.path: entry.bytes for entry in manifest.files} if manifest is not None else {}
