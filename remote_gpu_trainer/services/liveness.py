@@ -9,6 +9,7 @@ reaps. Any transport failure becomes `unknown`, never `dead`.
 from __future__ import annotations
 
 import asyncio
+import math
 import shlex
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -67,31 +68,40 @@ async def probe(run: RunConfig, transport: Transport, launch: dict[str, Any] | N
 
 
 def parse_probe(text: str) -> ProbeResult:
+    """The probe's KEY=value lines. A value that does not parse counts as absent, never as a crash: a file
+    deleted between the probe's test and its stat (a teardown under way) prints nothing, and a hostile box
+    may print anything."""
     values: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
         if sep:
             values[key.strip()] = value.strip()
-    try:
-        now = float(values["NOW"])
-    except (KeyError, ValueError):
+    now = _number(values.get("NOW"))
+    if now is None:
         return ProbeResult(error="probe answered without a time")
     exit_code = values.get("EXIT_CODE")
-    log_size, log_mtime = 0, None
-    if "LOG" in values:
-        size, _, mtime = values["LOG"].partition(" ")
-        log_size, log_mtime = int(size), float(mtime)
+    size, _, mtime = values.get("LOG", "").partition(" ")
+    log_size, log_mtime = _number(size), _number(mtime)
     return ProbeResult(
         now=now,
         pid_state=values.get("PID_STATE", "unknown"),
         exit_code=int(exit_code) if exit_code and exit_code.lstrip("-").isdigit() else None,
         done=values.get("DONE") == "1",
-        log_size=log_size,
-        log_mtime=log_mtime,
-        newest_ckpt_mtime=float(values["CKPT"]) if values.get("CKPT") else None,
-        started_at=float(values["STARTED"]) if values.get("STARTED") else None,
-        finished_at=float(values["FINISHED"]) if values.get("FINISHED") else None,
+        log_size=int(log_size) if log_size is not None and log_mtime is not None else 0,
+        log_mtime=log_mtime if log_size is not None else None,
+        newest_ckpt_mtime=_number(values.get("CKPT")),
+        started_at=_number(values.get("STARTED")),
+        finished_at=_number(values.get("FINISHED")),
     )
+
+
+def _number(text: str | None) -> float | None:
+    """A finite number, or None for absent, empty or garbled text."""
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 async def liveness(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> Liveness:
