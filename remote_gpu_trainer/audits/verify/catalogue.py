@@ -1,0 +1,89 @@
+"""The VERIFY catalogue: which checks exist (assets/verify.toml), which function answers each, and the one loop
+that runs them over a project (docs/verify.md §2).
+
+Each section module (comparability, statistics, metric_sanity, leakage, collapse, smoke, integrity) exports
+`CHECKS`, a dict from check id to a pure function `(ProjectEvidence, params) -> CheckResult`. A check's params
+are its defaults from assets/verify.toml with rgt.toml `[verify.<name>]` laid over them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from remote_gpu_trainer.audits.verify.model import CheckResult, ProjectEvidence, skipped
+
+CATALOGUE_PATH = Path(__file__).resolve().parents[2] / "assets" / "verify.toml"
+SECTIONS = ("comparability", "statistics", "metric_sanity", "leakage", "collapse", "smoke", "integrity")
+
+CheckFn = Callable[[ProjectEvidence, Mapping[str, Any]], CheckResult]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    id: str
+    name: str
+    kind: str  # auto | probe
+    section: str
+    fix: str
+    params: Mapping[str, Any]
+
+
+@cache
+def specs() -> dict[str, CheckSpec]:
+    """assets/verify.toml's checks, in id order."""
+    data = tomllib.loads(CATALOGUE_PATH.read_text(encoding="utf-8"))
+    table = data.get("checks", {})
+    return {cid: CheckSpec(cid, row["name"], row["kind"], row["section"], row.get("fix", ""),
+                           dict(row.get("params", {})))
+            for cid, row in sorted(table.items())}
+
+
+def by_name(name: str) -> CheckSpec | None:
+    """A check by its id (`V04`) or its name (`seed_count`), as rgt.toml and the CLI spell it."""
+    table = specs()
+    if name.upper() in table:
+        return table[name.upper()]
+    return next((spec for spec in table.values() if spec.name == name), None)
+
+
+@cache
+def functions() -> dict[str, CheckFn]:
+    """Every section's CHECKS; a section module that is not written yet contributes nothing."""
+    found: dict[str, CheckFn] = {}
+    for section in SECTIONS:
+        try:
+            module = importlib.import_module(f"remote_gpu_trainer.audits.verify.{section}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"remote_gpu_trainer.audits.verify.{section}":
+                raise
+            continue
+        found.update(module.CHECKS)
+    return found
+
+
+def params_for(spec: CheckSpec, overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Defaults with rgt.toml `[verify.<name>]` (or `[verify.<ID>]`) laid over them."""
+    merged = dict(spec.params)
+    merged.update(overrides.get(spec.name, {}))
+    merged.update(overrides.get(spec.id, {}))
+    return merged
+
+
+def run_check(project: ProjectEvidence, spec: CheckSpec,
+              overrides: Mapping[str, Mapping[str, Any]] | None = None) -> CheckResult:
+    function = functions().get(spec.id)
+    if function is None:
+        return skipped(spec.id, spec.name, "not implemented in this rgt", kind=spec.kind)
+    return function(project, params_for(spec, overrides or {}))
+
+
+def run_all(project: ProjectEvidence, overrides: Mapping[str, Mapping[str, Any]] | None = None,
+            only: set[str] | None = None) -> list[CheckResult]:
+    """Every check of the catalogue, in id order (the panel's and the report's order)."""
+    return [run_check(project, spec, overrides) for cid, spec in specs().items() if only is None or cid in only]
