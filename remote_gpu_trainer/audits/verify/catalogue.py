@@ -19,7 +19,7 @@ from typing import Any
 from remote_gpu_trainer.audits.verify.model import CheckResult, ProjectEvidence, skipped
 
 CATALOGUE_PATH = Path(__file__).resolve().parents[2] / "assets" / "verify.toml"
-SECTIONS = ("comparability", "statistics", "metric_sanity", "leakage", "collapse", "smoke", "integrity")
+SECTIONS = ("comparability", "statistics", "metric_sanity", "leakage", "collapse", "smoke", "integrity", "documents")
 
 CheckFn = Callable[[ProjectEvidence, Mapping[str, Any]], CheckResult]
 
