@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from remote_gpu_trainer.config_verify import VerifyConfig, read_verify_config
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
 from remote_gpu_trainer.toml_table import table_line as table_line  # providers/box_identity.py reads it here
@@ -36,7 +37,7 @@ _SECRET_VALUE = re.compile(
     r"^(sk-|rpa_|ghp_|gho_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}$|^[A-Za-z0-9_\-]{32,}$"
 )
 
-_TOP_KEYS = {"project", "instances", "runs", "signatures"}
+_TOP_KEYS = {"project", "instances", "runs", "signatures", "metrics", "verify"}
 _PROJECT_KEYS = {"name"}
 _INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour", "teardown_command", "launch"}
 _RUN_KEYS = {
@@ -123,6 +124,7 @@ class ProjectConfig:
     instances: dict[str, InstanceConfig] = field(default_factory=dict)
     runs: dict[str, RunConfig] = field(default_factory=dict)
     signatures: tuple[dict[str, Any], ...] = ()  # user log signatures ([[signatures]]), checked at load
+    verify: VerifyConfig = field(default_factory=VerifyConfig)  # [metrics], [verify.*] (config_verify.py)
 
     @property
     def state_dir(self) -> Path:
@@ -223,6 +225,7 @@ class _ProjectReader:
         top = self.table((), data)
         top.expect(_TOP_KEYS)
         top.done()
+        verify = read_verify_config(top)
         name = "project"
         project = top.table("project") if top.has("project") else self.table(("project",), {})
         if project is not None:
@@ -240,7 +243,7 @@ class _ProjectReader:
         self.problems.raise_if_any()
         return ProjectConfig(
             root=self.path.parent.resolve(), file=self.path.resolve(), name=name,
-            instances=instances, runs=runs, signatures=tuple(signatures),
+            instances=instances, runs=runs, signatures=tuple(signatures), verify=verify,
         )
 
     def _instances(self, raw: Any) -> dict[str, InstanceConfig]:

@@ -1,5 +1,6 @@
-"""Findings as every face lists them: the checklist's automatic findings and the log's signature findings,
-with the ids the dashboard, `rgt ack` and the report name them by, and their acknowledgement.
+"""Findings as every face lists them: the checklist's automatic findings, the log's signature findings and
+VERIFY's finding records (their lifecycle: open, acknowledged, fixed, waived, never raised twice), with the ids
+the dashboard, `rgt ack`, `rgt finding` and the report name them by.
 
 Audits disclose, never block: a finding stays listed once acknowledged (with the note saying why), and an
 acknowledged finding is not raised again for the same run.
@@ -7,11 +8,16 @@ acknowledged finding is not raised again for the same run.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from remote_gpu_trainer.audits.verify.model import SEVERITY_RANK, CheckResult, Finding
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.state import events
+from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.state.verify import FindingRecord, FindingWrite
 from remote_gpu_trainer.views import ChecklistItem, FindingView
 
 if TYPE_CHECKING:
@@ -49,3 +55,141 @@ def acknowledge(session: Session, run_id: str, signature: str, note: str, actor:
     if not session.db.acknowledge_log_finding(run_id, signature, note.strip()):
         raise RgtError(f"run {run_id} has no finding {signature}")
     events.finding_acknowledged(session.db, run_id=run_id, signature=signature, note=note.strip(), actor=actor)
+
+
+# -- VERIFY finding records (docs/verify.md §3) -------------------------------------------------------------------
+
+USER_STATUSES = ("acknowledged", "waived", "fixed", "open")
+
+
+@dataclass(frozen=True)
+class LifecycleOutcome:
+    """What one audit did to the records: `raised` are new or reopened open records (the panel badge and the
+    report's "new"); `records` every record the audit touched."""
+
+    raised: tuple[FindingRecord, ...]
+    fixed: tuple[FindingRecord, ...]
+    records: tuple[FindingRecord, ...]
+
+
+def apply_results(db: StateDB, results: Sequence[CheckResult], *, actor: str = "rgt") -> LifecycleOutcome:
+    """The no-re-raise rule (docs/verify.md §3), per (check, subject), first matching row wins:
+    no record but a check-scoped acknowledgement -> created acknowledged with its disclosure, not raised; no
+    record -> created open (raised); open -> values refreshed; acknowledged/waived -> last_seen only unless the
+    severity rose (reopened); fixed -> reopened as regressed; open/acknowledged and the subject passed -> fixed.
+    A skipped check judged nothing and moves nothing."""
+    existing = {(r.check, r.subject): r for r in db.finding_records()}
+    raised: list[FindingRecord] = []
+    fixed: list[FindingRecord] = []
+    touched: list[FindingRecord] = []
+    for check in results:
+        if check.status == "skipped":
+            continue
+        scoped = _check_scope_ack(existing.values(), check.check)
+        for finding in check.findings:
+            record, was_raised = _on_fires(db, existing.get((finding.check, finding.subject)), finding, check,
+                                           scoped, actor)
+            existing[(finding.check, finding.subject)] = record
+            touched.append(record)
+            if was_raised:
+                raised.append(record)
+        for subject in check.passed_subjects:
+            passed = existing.get((check.check, subject))
+            if passed is not None and passed.status in ("open", "acknowledged"):
+                updated = _move(db, passed, "fixed", status_by="auto", note=passed.note, actor=actor)
+                existing[(check.check, subject)] = updated
+                fixed.append(updated)
+                touched.append(updated)
+    return LifecycleOutcome(tuple(raised), tuple(fixed), tuple(touched))
+
+
+def _check_scope_ack(records: Iterable[FindingRecord], check: str) -> FindingRecord | None:
+    """The project-wide acknowledgement of a check (scope `check`, e.g. a single-seed budget). It keeps covering
+    new subjects after the subject it was made on passed (and was marked fixed): it is a decision about the
+    check, not about that subject."""
+    return next((r for r in records if r.check == check and r.scope == "check" and r.disclosure
+                 and r.status in ("acknowledged", "fixed")), None)
+
+
+def _body(finding: Finding, check: CheckResult) -> dict[str, Any]:
+    from remote_gpu_trainer.audits.verify.catalogue import specs
+
+    spec = specs().get(finding.check)
+    return {
+        "check_name": check.name, "kind": check.kind, "values": dict(finding.values),
+        "evidence": [{"path": ref.path, "sha256": ref.sha256} for ref in finding.evidence],
+        "claims": list(finding.claims), "integrity_class": finding.integrity_class,
+        "fix": finding.fix or (spec.fix if spec is not None else ""), "finding_disclosure": finding.disclosure_text,
+    }
+
+
+def _on_fires(db: StateDB, record: FindingRecord | None, finding: Finding, check: CheckResult,
+              scoped: FindingRecord | None, actor: str) -> tuple[FindingRecord, bool]:
+    """The record after `finding` fired, and whether that raised it."""
+    fresh = FindingWrite(check=finding.check, subject=finding.subject, severity=finding.severity, status="open",
+                         message=finding.message, fingerprint=finding.fingerprint, body=_body(finding, check))
+    if record is None and scoped is not None:
+        created = db.write_finding(dataclasses.replace(fresh, status="acknowledged", disclosure=scoped.disclosure,
+                                                       note=scoped.note, status_by="auto"))
+        _event(db, created, None, "check_scope", actor)
+        return created, False
+    if record is None:
+        created = db.write_finding(fresh)
+        _event(db, created, None, None, actor)
+        return created, True
+    if record.status == "open":
+        return db.write_finding(_kept(fresh, record)), False
+    rank = SEVERITY_RANK
+    if record.status in ("acknowledged", "waived") and rank[finding.severity] <= rank.get(record.severity, 0):
+        kept = dataclasses.replace(_kept(fresh, record), severity=record.severity, message=record.message,
+                                   fingerprint=record.fingerprint, body=record.body)
+        return db.write_finding(kept), False
+    reason = "regressed" if record.status == "fixed" else "severity_increased"
+    reopened = db.write_finding(dataclasses.replace(fresh, scope=record.scope, reopened_reason=reason))
+    _event(db, reopened, record.status, reason, actor)
+    return reopened, True
+
+
+def _kept(fresh: FindingWrite, record: FindingRecord) -> FindingWrite:
+    """A refresh that keeps the record's status, scope, note, disclosure and status stamps."""
+    return dataclasses.replace(fresh, status=record.status, scope=record.scope, note=record.note,
+                               disclosure=record.disclosure, status_by=record.status_by,
+                               reopened_reason=record.reopened_reason, status_changed=False)
+
+
+def _move(db: StateDB, record: FindingRecord, status: str, *, status_by: str, note: str, actor: str,
+          disclosure: str | None = None, scope: str | None = None) -> FindingRecord:
+    write = FindingWrite(check=record.check, subject=record.subject, severity=record.severity, status=status,
+                         message=record.message, fingerprint=record.fingerprint, body=record.body,
+                         scope=scope or record.scope,
+                         disclosure=record.disclosure if disclosure is None else disclosure, note=note,
+                         status_by=status_by)
+    updated = db.write_finding(write)
+    _event(db, updated, record.status, None, actor)
+    return updated
+
+
+def _event(db: StateDB, record: FindingRecord, old: str | None, reason: str | None, actor: str) -> None:
+    events.finding_status_changed(db, finding_id=record.id, check=record.check, subject=record.subject, old=old,
+                                  new=record.status, note=record.note, reason=reason, actor=actor)
+
+
+def set_status(db: StateDB, finding_id: str, status: str, *, note: str, disclosure: str = "",
+               scope: str = "subject", actor: str = "user") -> FindingRecord:
+    """The user's moves: acknowledge (note and disclosure required; `scope="check"` covers the whole check),
+    waive (note: why it does not apply), fixed (provisional until the next audit), or open again."""
+    record = db.finding_record(finding_id)
+    if record is None:
+        raise RgtError(f"no VERIFY finding {finding_id} (rgt audit lists them)")
+    if status not in USER_STATUSES:
+        raise RgtError(f"a finding's status must be one of {', '.join(USER_STATUSES)}")
+    if scope not in ("subject", "check"):
+        raise RgtError("a finding's scope is `subject` or `check`")
+    if status != "open" and not note.strip():
+        raise RgtError(f"{record.id}: a note is required to mark it {status} (say why)")
+    if status == "acknowledged" and not disclosure.strip():
+        raise RgtError(f"{record.id}: acknowledging needs a disclosure: the text that rides with the claims it "
+                       "touches")
+    kept_disclosure = disclosure.strip() if status == "acknowledged" else ""
+    return _move(db, record, status, status_by=actor, note=note.strip(), actor=actor, disclosure=kept_disclosure,
+                 scope=scope if status == "acknowledged" else "subject")

@@ -5,7 +5,7 @@ is written here, with its time and what the screen said, *before* the provider c
 The other tables are caches or samples that later code may rebuild; none of them holds a secret.
 
 `StateDB` is one handle over every table: each table's SQL lives in its own module (events, billing, evidence,
-caches, launches, checks, run_logs) as a class over `Store`, and `StateDB` combines them, so a caller holds one
+caches, launches, checks, run_logs, verify) as a class over `Store`, and `StateDB` combines them, so a caller holds one
 handle while a reader of one table opens one module. The schema and its upgrade ladder are in migrations.py.
 """
 
@@ -25,9 +25,11 @@ from remote_gpu_trainer.state.evidence import EvidenceTables
 from remote_gpu_trainer.state.launches import LaunchTables
 from remote_gpu_trainer.state.migrations import migrate
 from remote_gpu_trainer.state.run_logs import RunLogTables
+from remote_gpu_trainer.state.verify import VerifyTables
 
 
-class StateDB(EventLog, BillingTables, EvidenceTables, CacheTables, LaunchTables, CheckTables, RunLogTables):
+class StateDB(EventLog, BillingTables, EvidenceTables, CacheTables, LaunchTables, CheckTables, RunLogTables,
+              VerifyTables):
     """Thin typed access to the state database; one connection per process, short transactions."""
 
     def __init__(self, path: Path, clock: Clock = utc_now, *, read_only: bool = False) -> None:

@@ -47,6 +47,9 @@ class EventKind(StrEnum):
     LAUNCH_REFUSED = "launch_refused"  # `rgt up` refused: the typed price is not the stated one
     LAUNCHED = "launched"  # `rgt up` rented a box (its provider id is in the payload)
     LAUNCH_OVER_BUDGET = "launch_over_budget"  # `rgt up` rented a box above the approved price
+    VERIFY_AUDIT = "verify_audit"  # the VERIFY catalogue ran over the project
+    FINDING_STATUS = "finding_status"  # a VERIFY finding record changed status (raised, acknowledged, fixed, ...)
+    PROBE = "probe"  # a model probe's answer was stored for a VERIFY check
 
 
 @dataclass(frozen=True)
@@ -246,6 +249,36 @@ def tick_set(db: EventLog, *, run_id: str, item_id: str, status: str, note: str,
     Payload: the `item`, its new `status` and the `note`."""
     return db.append_event(EventKind.CHECKLIST, f"{item_id} marked {status}", run_id=run_id, actor=actor,
                            detail={"item": item_id, "status": status, "note": note})
+
+
+# -- VERIFY: audits, finding records, probes (docs/verify.md §3) ----------------------------------------------------
+
+def verify_audited(db: EventLog, *, checks: int, passed: int, with_findings: int, skipped: int, raised: int,
+                   actor: str) -> Event:
+    """VERIFY_AUDIT, written after the catalogue ran. Payload: the counts of checks by result and of findings
+    raised (new or reopened)."""
+    return db.append_event(
+        EventKind.VERIFY_AUDIT, f"audit: {passed} pass, {with_findings} with findings, {skipped} skipped; "
+        f"{raised} raised", actor=actor,
+        detail={"checks": checks, "pass": passed, "findings": with_findings, "skipped": skipped, "raised": raised})
+
+
+def finding_status_changed(db: EventLog, *, finding_id: str, check: str, subject: str, old: str | None, new: str,
+                           note: str, reason: str | None, actor: str) -> Event:
+    """FINDING_STATUS, written whenever a VERIFY finding record is created or changes status. Payload: the
+    finding `id`, `check`, `subject`, the `old` status (None when created), the `new` one, the `note` and the
+    `reason` (`severity_increased`, `regressed`, `check_scope` or None)."""
+    was = old or "new"
+    return db.append_event(
+        EventKind.FINDING_STATUS, f"{finding_id} [{check}] {subject}: {was} -> {new}", actor=actor,
+        detail={"id": finding_id, "check": check, "subject": subject, "old": old, "new": new, "note": note,
+                "reason": reason})
+
+
+def probe_recorded(db: EventLog, *, check: str, subject: str, where: str, actor: str) -> Event:
+    """PROBE, written when a model probe's answer was stored. Payload: `check`, `subject` and `where` it ran."""
+    return db.append_event(EventKind.PROBE, f"probe {check} on {subject} ({where})", actor=actor,
+                           detail={"check": check, "subject": subject, "where": where})
 
 
 # -- evidence: pull and verify ------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.errors import StateError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -174,6 +174,43 @@ CREATE TABLE file_hashes (
     inode INTEGER NOT NULL,
     sha256 TEXT NOT NULL
 );
+""",
+    # 3 -> 4: VERIFY (docs/verify.md §3): one finding record per (check, subject) with its lifecycle, each audit
+    # run's check results, and the answers of model probes (V20, V22, V27, V28).
+    3: """
+CREATE TABLE verify_findings (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    check_id TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    status TEXT NOT NULL,
+    scope TEXT NOT NULL DEFAULT 'subject',
+    message TEXT NOT NULL,
+    disclosure TEXT NOT NULL DEFAULT '',
+    note TEXT NOT NULL DEFAULT '',
+    body TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    first_seen TEXT NOT NULL,
+    last_seen TEXT NOT NULL,
+    status_changed_at TEXT NOT NULL,
+    status_by TEXT NOT NULL,
+    reopened_reason TEXT,
+    UNIQUE (check_id, subject)
+);
+CREATE TABLE verify_audits (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    inputs_sha256 TEXT NOT NULL,
+    results TEXT NOT NULL
+);
+CREATE TABLE probe_records (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    check_id TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    output TEXT NOT NULL
+);
+CREATE INDEX probe_records_by_subject ON probe_records (check_id, subject, seq);
 """,
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION)), "one rung per schema version"

@@ -1,0 +1,116 @@
+"""rgt.toml's VERIFY tables (docs/formats.md, rgt.toml): `[metrics]`, `[verify.<check>]` and `[[verify.compare]]`.
+
+```toml
+[metrics]
+my_score = "max"                        # or { direction = "max", chance = "majority" }
+
+[verify.seed_count]                     # a check by name (or id, [verify.V04]): its params, key by key
+min_seeds = 5
+
+[[verify.compare]]                      # a method run against its control (V01, V06, V07)
+run = "ours"
+control = "baseline"
+vary = ["model.aux_loss"]
+```
+
+A check or a param that does not exist is a config error with "did you mean", never a silently ignored line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from remote_gpu_trainer.audits.verify.catalogue import by_name, specs
+from remote_gpu_trainer.audits.verify.model import Comparison, MetricRule
+from remote_gpu_trainer.toml_table import Table, did_you_mean
+
+DIRECTIONS = ("max", "min", "monitor")
+_COMPARE_KEYS = {"run", "control", "vary", "test_id", "metric"}
+
+
+@dataclass(frozen=True)
+class VerifyConfig:
+    metrics: Mapping[str, MetricRule] = field(default_factory=dict)
+    overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # check id -> params
+    comparisons: tuple[Comparison, ...] = ()
+
+
+def read_verify_config(top: Table) -> VerifyConfig:
+    """`[metrics]` and `[verify]` of the top-level table (absent: the catalogue's defaults)."""
+    metrics = _metrics(top.table("metrics")) if top.has("metrics") else {}
+    verify = top.table("verify") if top.has("verify") else None
+    if verify is None:
+        return VerifyConfig(metrics=metrics)
+    comparisons = tuple(c for c in (_comparison(row) for row in verify.rows("compare")) if c is not None)
+    overrides: dict[str, dict[str, Any]] = {}
+    names = sorted({s.name for s in specs().values()} | set(specs()))
+    for key in list(verify.data):
+        if key == "compare":
+            continue
+        spec = by_name(key)
+        body = verify.table(key)
+        if spec is None:
+            verify.problem(key, f"no VERIFY check named {key!r}{did_you_mean(key, names)}")
+            continue
+        if body is not None:
+            overrides[spec.id] = _params(body, spec.params)
+    verify.done()
+    return VerifyConfig(metrics=metrics, overrides=overrides, comparisons=comparisons)
+
+
+def _metrics(table: Table | None) -> dict[str, MetricRule]:
+    rules: dict[str, MetricRule] = {}
+    if table is None:
+        return rules
+    for key, raw in table.data.items():
+        table.value(key)
+        if isinstance(raw, str):
+            raw = {"direction": raw}
+        if not isinstance(raw, dict) or raw.get("direction") not in DIRECTIONS or set(raw) - {"direction", "chance"}:
+            table.problem(key, 'must be "max", "min" or "monitor" (or { direction = "max", chance = "..." })')
+            continue
+        chance = raw.get("chance")
+        if chance is not None and not isinstance(chance, str):
+            table.problem(key, "chance must be a string naming how the floor is computed")
+            continue
+        rules[key] = MetricRule(key.lower(), raw["direction"], chance, "user")
+    return rules
+
+
+def _params(body: Table, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """A check's params from rgt.toml: only keys the check has, each of the default's type."""
+    params: dict[str, Any] = {}
+    for key, value in body.data.items():
+        body.value(key)
+        if key not in defaults:
+            body.problem(key, f"not a param of this check{did_you_mean(key, list(defaults))}"
+                         f" (its params: {', '.join(sorted(defaults)) or 'none'})")
+            continue
+        default = defaults[key]
+        numeric = isinstance(default, int | float) and not isinstance(default, bool)
+        if numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
+            body.problem(key, f"must be a number, like the default {default!r}")
+            continue
+        if not numeric and type(value) is not type(default):
+            body.problem(key, f"must be of the same type as the default {default!r}")
+            continue
+        params[key] = value
+    return params
+
+
+def _comparison(row: Table) -> Comparison | None:
+    row.expect(_COMPARE_KEYS)
+    row.done()
+    run = row.text("run", required=True, nonempty=True)
+    control = row.text("control", required=True, nonempty=True)
+    vary = row.strings("vary") or ()
+    test_id = row.text("test_id", nonempty=True)
+    metric = row.text("metric", nonempty=True)
+    if run is None or control is None:
+        return None
+    if run == control:
+        row.problem("control", "must name another run than `run`")
+        return None
+    return Comparison(run=run, control=control, vary=vary, test_id=test_id, metric=metric)
