@@ -16,7 +16,7 @@ from typing import Any
 
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.text import duration, escape_all, money, short_hash, size
-from remote_gpu_trainer.views import Overview, RunView
+from remote_gpu_trainer.views import AuditView, Overview, RunView, VerifyFindingView
 
 SCHEMA = "rgt-report/v1"
 FORMATS = ("text", "markdown", "json")
@@ -41,6 +41,34 @@ def to_dict(overview: Overview) -> dict[str, Any]:
         ],
         "runs": [_run_dict(r) for r in sorted(overview.runs, key=lambda r: r.id)],
         "alerts": list(overview.alerts),
+        "verify": verify_dict(overview.verify),
+    }
+
+
+FINDING_SCHEMA = "remote-gpu-trainer/FINDING/v1"
+
+
+def finding_dict(f: VerifyFindingView) -> dict[str, Any]:
+    """A VERIFY finding record as docs/verify.md §3 shows it."""
+    return {
+        "schema": FINDING_SCHEMA, "id": f.id, "check": f.check, "check_name": f.check_name, "subject": f.subject,
+        "severity": f.severity, "status": f.status, "note": f.note, "disclosure": f.disclosure or None,
+        "message": f.message, "fix": f.fix, "evidence": [{"path": p, "sha256": sha} for p, sha in f.evidence],
+        "values": f.values, "claims": list(f.claims), "integrity_class": f.integrity_class, "kind": f.kind,
+        "scope": f.scope, "fingerprint": f.fingerprint, "first_seen": iso_z(f.first_seen),
+        "last_seen": iso_z(f.last_seen), "status_changed_at": iso_z(f.status_changed_at), "status_by": f.status_by,
+        "reopened_reason": f.reopened_reason,
+    }
+
+
+def verify_dict(audit: AuditView) -> dict[str, Any]:
+    """The latest audit: when it ran, whether inputs changed since, every check's answer, every record."""
+    return {
+        "audited_at": iso_z(audit.audited_at) if audit.audited_at is not None else None,
+        "stale": audit.stale,
+        "checks": [{"id": c.id, "name": c.name, "kind": c.kind, "status": c.status, "note": c.note,
+                    "findings": c.findings} for c in audit.checks],
+        "findings": [finding_dict(f) for f in audit.sorted_findings()],
     }
 
 
@@ -95,6 +123,10 @@ def needs_attention(overview: Overview) -> list[str]:
         if run.liveness == "unknown" and run.evidence_state != "planned_not_started":
             reasons.append(f"run {run.id}: liveness unknown")
     reasons.extend(f"instance {i.name}: billing facts stale" for i in overview.instances if i.stale)
+    open_verify = [f for f in overview.verify.findings
+                   if f.status == "open" and f.severity in ("warn", "error", "critical")]
+    if open_verify:
+        reasons.append(f"VERIFY: {len(open_verify)} open finding(s) at warn or above")
     return reasons
 
 
@@ -142,7 +174,30 @@ def _text(o: Overview) -> str:
         out.append("  checklist:")
         out.extend(f"    [{c.status:<14}] {c.id} {c.title}" + (f" — {c.note}" if c.note else "")
                    for c in run.checklist)
+    out.extend(_verify_text(o.verify))
     return "\n".join(out) + "\n"
+
+
+def _audit_line(audit: AuditView) -> str:
+    if audit.audited_at is None:
+        return "no audit has run yet (rgt audit)"
+    stale = " · inputs changed since: run `rgt audit`" if audit.stale else ""
+    counts = {s: sum(1 for c in audit.checks if c.status == s) for s in ("pass", "findings", "skipped")}
+    return (f"audited {iso_z(audit.audited_at)}: {counts['pass']} pass, {counts['findings']} with findings, "
+            f"{counts['skipped']} skipped{stale}")
+
+
+def _verify_text(audit: AuditView) -> list[str]:
+    out = ["", f"VERIFY · {_audit_line(audit)}"]
+    for f in audit.sorted_findings():
+        if f.status == "fixed":
+            continue
+        out.append(f"  {f.severity:<8} {f.status:<12} {f.id} [{f.check} {f.check_name}] {f.subject}: {f.message}")
+        if f.disclosure:
+            out.append(f"      disclosure: {f.disclosure}")
+        if f.note:
+            out.append(f"      note: {f.note}")
+    return out
 
 
 def _cell(text: str) -> str:
@@ -178,4 +233,11 @@ def _markdown(o: Overview) -> str:
             out.extend(f"| {r.id} | {r.check} | {r.status} | {_cell(r.detail)} |" for r in run.environment)
         out += ["", "| checklist | item | status | note |", "|---|---|---|---|"]
         out.extend(f"| {c.id} | {c.title} | {c.status} | {_cell(c.note)} |" for c in run.checklist)
+    out += ["", "## VERIFY", "", _audit_line(o.verify) + "."]
+    shown = [f for f in o.verify.sorted_findings() if f.status != "fixed"]
+    if shown:
+        out += ["", "| severity | status | id | check | subject | finding | disclosure |",
+                "|---|---|---|---|---|---|---|"]
+        out.extend(f"| {f.severity} | {f.status} | {f.id} | {f.check} {f.check_name} | {_cell(f.subject)} | "
+                   f"{_cell(f.message)} | {_cell(f.disclosure)} |" for f in shown)
     return "\n".join(out) + "\n"

@@ -154,6 +154,68 @@ class RunView:
 
 
 @dataclass(frozen=True)
+class CheckView:
+    """One VERIFY check's latest answer (docs/verify.md §2): pass, findings or skipped, with its note."""
+
+    id: str
+    name: str
+    kind: str  # auto | probe
+    status: str  # pass | findings | skipped | not_run
+    note: str
+    findings: int = 0  # open or acknowledged records of this check
+
+
+@dataclass(frozen=True)
+class VerifyFindingView:
+    """A VERIFY finding record as every face shows it (the FINDING/v1 record of docs/verify.md §3)."""
+
+    id: str
+    check: str
+    check_name: str
+    subject: str
+    severity: str
+    status: str
+    message: str
+    disclosure: str
+    note: str
+    fix: str
+    values: dict[str, object]
+    evidence: tuple[tuple[str, str | None], ...]  # (path, sha256)
+    claims: tuple[str, ...]
+    integrity_class: str
+    kind: str
+    scope: str
+    fingerprint: str
+    first_seen: datetime
+    last_seen: datetime
+    status_changed_at: datetime
+    status_by: str
+    reopened_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditView:
+    """The latest VERIFY audit: when it ran, each check's answer, every finding record, and whether an input it
+    reads changed since (then the answers are older than the files)."""
+
+    audited_at: datetime | None
+    checks: tuple[CheckView, ...]
+    findings: tuple[VerifyFindingView, ...]
+    stale: bool = False
+
+    def sorted_findings(self) -> list[VerifyFindingView]:
+        """Open first, then worst first, then by id."""
+        return sorted(self.findings, key=lambda f: (f.status not in ("open",), SEVERITY_ORDER.get(f.severity, 9),
+                                                    f.id))
+
+    def finding(self, finding_id: str | None) -> VerifyFindingView | None:
+        return next((f for f in self.findings if f.id == finding_id), None)
+
+
+NO_AUDIT = AuditView(None, (), ())
+
+
+@dataclass(frozen=True)
 class Overview:
     project: str
     generated_at: datetime
@@ -164,6 +226,7 @@ class Overview:
     runs: tuple[RunView, ...]
     read_only: bool = False
     alerts: tuple[str, ...] = field(default_factory=tuple)
+    verify: AuditView = NO_AUDIT  # the latest VERIFY audit of the project
 
     def run(self, run_id: str) -> RunView | None:
         return next((r for r in self.runs if r.id == run_id), None)

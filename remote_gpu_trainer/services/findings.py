@@ -18,19 +18,30 @@ from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.state.verify import FindingRecord, FindingWrite
-from remote_gpu_trainer.views import ChecklistItem, FindingView
+from remote_gpu_trainer.views import AuditView, ChecklistItem, FindingView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
 
 
 def checklist_findings(run_id: str, items: Iterable[ChecklistItem]) -> tuple[FindingView, ...]:
-    """An automatic checklist item that found something, as a finding named `RUN:ITEM`."""
+    """An automatic checklist item that found something, as a finding named `RUN:ITEM` (VERIFY checks are
+    listed by their own finding records instead)."""
     return tuple(
         FindingView(id=f"{run_id}:{item.id}", check=item.id, severity="warn", status="open",
                     message=f"{item.title}: {item.note}")
-        for item in items if item.kind == "auto" and item.status == "findings"
+        for item in items if item.kind == "auto" and item.status == "findings" and item.id.startswith("A")
     )
+
+
+def verify_findings(run_id: str, audit: AuditView) -> tuple[FindingView, ...]:
+    """The VERIFY finding records about this run (its capsules, numbers, pairs), in the report's run shape."""
+    from remote_gpu_trainer.services.audit import touches_run
+
+    return tuple(FindingView(id=f.id, check=f.check, severity=f.severity, status=f.status,
+                             message=f"{f.subject}: {f.message}", fix=f.fix,
+                             evidence=", ".join(path for path, _ in f.evidence[:3]))
+                 for f in audit.findings if touches_run(f.subject, run_id) and f.status != "fixed")
 
 
 def log_findings(session: Session, run_id: str) -> tuple[FindingView, ...]:
@@ -193,3 +204,21 @@ def set_status(db: StateDB, finding_id: str, status: str, *, note: str, disclosu
     kept_disclosure = disclosure.strip() if status == "acknowledged" else ""
     return _move(db, record, status, status_by=actor, note=note.strip(), actor=actor, disclosure=kept_disclosure,
                  scope=scope if status == "acknowledged" else "subject")
+
+
+def acknowledge_check(db: StateDB, check: str, *, note: str, disclosure: str, actor: str = "user") -> None:
+    """A project-wide acknowledgement of a check (a tick such as T10): every open record of the check is
+    acknowledged with scope `check`, and a record on the subject `project` carries the acknowledgement for
+    subjects the check has not found yet."""
+    for record in db.finding_records():
+        if record.check == check and record.status == "open":
+            _move(db, record, "acknowledged", status_by=actor, note=note, actor=actor, disclosure=disclosure,
+                  scope="check")
+    holder = next((r for r in db.finding_records() if r.check == check and r.subject == "project"), None)
+    write = FindingWrite(check=check, subject="project", severity="info", status="acknowledged",
+                         message=f"{check} acknowledged for the whole project", fingerprint="",
+                         body={"kind": "auto", "values": {}, "evidence": [], "claims": []}, scope="check",
+                         disclosure=disclosure, note=note, status_by=actor)
+    created = db.write_finding(write)
+    if holder is None or holder.status != "acknowledged":
+        _event(db, created, holder.status if holder is not None else None, "check_scope", actor)

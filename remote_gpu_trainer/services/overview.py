@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus
-from remote_gpu_trainer.services import actions, checklist, findings, gate, instances, meter, run_logs
+from remote_gpu_trainer.services import actions, audit, checklist, findings, gate, instances, meter, run_logs
 from remote_gpu_trainer.services import env_audit as env
 from remote_gpu_trainer.services import launch as runner
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.liveness import WAITING_RUN, RunState, bounded_run_state
 from remote_gpu_trainer.services.meter import MeterReading
 from remote_gpu_trainer.text import money
-from remote_gpu_trainer.views import CheckpointView, GateView, InstanceView, Overview, RunView
+from remote_gpu_trainer.views import NO_AUDIT, AuditView, CheckpointView, GateView, InstanceView, Overview, RunView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.audits.liveness import Liveness
@@ -92,18 +92,19 @@ async def build(session: Session, seen: Observation) -> Overview:
     hash cache), records nothing."""
     views = [_instance_view(session, name, status, seen) for name, status in seen.statuses.items()]
     # gathering the gate's inputs may hash files the cache does not know: never on the event loop
+    verified = await asyncio.to_thread(audit.audit_view, session.project.root, session.db)
     runs = await asyncio.to_thread(
-        lambda: [run_view(session, run_id, seen.run_states[run_id], seen.statuses)
+        lambda: [run_view(session, run_id, seen.run_states[run_id], seen.statuses, verified)
                  for run_id in sorted(session.project.runs)])
     views = [with_cost_to_finish(i, runs) for i in views]
-    runs = [dataclasses.replace(r, other_notes=other_notes(views, r.instance), checklist_rows=checklist.panel_rows(r))
-            for r in runs]
+    runs = [dataclasses.replace(r, other_notes=other_notes(views, r.instance),
+                                checklist_rows=checklist.panel_rows(r, verified)) for r in runs]
     alerts = tuple(idle_burn_alerts(views, runs)) + tuple(f"▲ PRICE DRIFT {i.name}: {i.drift}" for i in views
                                                           if i.drift)
     return Overview(
         project=session.project.name, generated_at=seen.at, currency=views[0].currency if views else "USD",
         total=sum(i.cost_so_far for i in views), burn_per_hour=sum(i.burn_per_hour for i in views),
-        instances=tuple(views), runs=tuple(runs), read_only=session.read_only, alerts=alerts,
+        instances=tuple(views), runs=tuple(runs), read_only=session.read_only, alerts=alerts, verify=verified,
     )
 
 
@@ -128,14 +129,15 @@ def walltime(session: Session, name: str, run_states: dict[str, RunState]) -> st
     return times[-1] if times else None
 
 
-def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str, InstanceStatus]) -> RunView:
+def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str, InstanceStatus],
+             verified: AuditView = NO_AUDIT) -> RunView:
     run = session.run_config(run_id)
     status = statuses[run.instance]
     files = checkpoint_statuses(session.project, run, session.db)
     view = gate.gate_view(session, run_id, status.provider_id, state.liveness.state)
     if view.open and status.state in ("terminated", "unknown"):  # nothing to act on: the plan agrees
         view = dataclasses.replace(view, open=False, reasons=(actions.state_reason(status.state),))
-    items = checklist.evaluate(run_id, checklist.checklist_facts(session.project, run, session.db, view), session.db)
+    items = checklist.evaluate(run_id, checklist.checklist_facts(run, view), session.db, verified)
     monitor = session.monitors.get(run_id)
     progress = monitor.snapshot if monitor is not None else None
     running = state.liveness.state in ("running", "stalled")
@@ -146,7 +148,8 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         liveness=state.liveness.state, liveness_detail=state.liveness.detail,
         checkpoints=tuple(CheckpointView(f.path, f.bytes if f.sha256 else None, f.sha256 or None, f.status,
                                          f.detail) for f in files),
-        gate=view, findings=findings.checklist_findings(run_id, items) + findings.log_findings(session, run_id),
+        gate=view, findings=findings.checklist_findings(run_id, items) + findings.log_findings(session, run_id)
+        + findings.verify_findings(run_id, verified),
         checklist=tuple(items), log=runner.log_path(run),
         metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
         environment=env.last_audit(session.db, run_id),

@@ -1,0 +1,172 @@
+"""VERIFY as a service (docs/verify.md §2–§3): gather the project's evidence, run the catalogue, apply the findings
+lifecycle, record the audit, and build the view every face shows.
+
+The audit runs after every verification, on `rgt audit`, and in the dashboard whenever an input it reads changed
+(`inputs_fingerprint`: the sizes and times of every file under runs/ and splits/, EVIDENCE.json, rgt.toml and the
+probe answers). It never blocks anything: its findings are disclosed, the only gate stays teardown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.audits.verify import catalogue
+from remote_gpu_trainer.audits.verify.load import Declarations, load_project
+from remote_gpu_trainer.audits.verify.model import CheckResult, ProjectEvidence
+from remote_gpu_trainer.services import findings
+from remote_gpu_trainer.state import events
+from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.state.verify import FindingRecord
+from remote_gpu_trainer.views import AuditView, CheckView, VerifyFindingView
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.config import ProjectConfig
+
+INPUT_TOPS = ("runs", "splits")
+INPUT_FILES = ("EVIDENCE.json", "rgt.toml")
+LOG_SUFFIXES = (".log", ".txt")
+MAX_LOG_BYTES = 16 << 20
+SKIPPED_DIRS = {".rgt", ".git", ".venv", "__pycache__"}
+
+
+@dataclass(frozen=True)
+class AuditOutcome:
+    results: tuple[CheckResult, ...]
+    raised: tuple[FindingRecord, ...]
+    fixed: tuple[FindingRecord, ...]
+    view: AuditView
+
+
+def gather(project: ProjectConfig, db: StateDB) -> ProjectEvidence:
+    """The evidence the catalogue reads: the files (audits/verify/load.py), rgt.toml's declarations, the stored
+    probe answers and the logs pulled with each run (what V32 checks "saved" lines against)."""
+    declarations = Declarations(metrics=project.verify.metrics, comparisons=project.verify.comparisons,
+                                rosters={run.id: run.roster for run in project.runs.values()})
+    evidence = load_project(project.root, declarations)
+    logs = {run_dir.name: tuple(_log_lines(run_dir)) for run_dir in _run_dirs(project.root)}
+    return replace(evidence, probes=db.probe_records(), log_lines={k: v for k, v in logs.items() if v},
+                   case_insensitive_fs=_case_insensitive(project.root))
+
+
+def run_audit(project: ProjectConfig, db: StateDB, *, only: set[str] | None = None,
+              actor: str = "rgt") -> AuditOutcome:
+    """Run the catalogue (all checks, or `only` these ids) and apply the lifecycle; one event says how it went."""
+    fingerprint = inputs_fingerprint(project.root, db)
+    evidence = gather(project, db)
+    results = tuple(catalogue.run_all(evidence, project.verify.overrides, only))
+    outcome = findings.apply_results(db, results, actor=actor)
+    db.add_verify_audit(fingerprint, [{"check": r.check, "name": r.name, "kind": r.kind, "status": r.status,
+                                       "note": r.note, "findings": len(r.findings)} for r in results])
+    counts = {status: sum(1 for r in results if r.status == status) for status in ("pass", "findings", "skipped")}
+    events.verify_audited(db, checks=len(results), passed=counts["pass"], with_findings=counts["findings"],
+                          skipped=counts["skipped"], raised=len(outcome.raised), actor=actor)
+    return AuditOutcome(results, outcome.raised, outcome.fixed, audit_view(project.root, db))
+
+
+def audit_if_changed(project: ProjectConfig, db: StateDB) -> AuditOutcome | None:
+    """Audit again when an input changed since the last audit (or there was none); None when nothing did."""
+    last = db.last_verify_audit()
+    if last is not None and last.inputs_sha256 == inputs_fingerprint(project.root, db):
+        return None
+    return run_audit(project, db)
+
+
+def audit_view(root: Path, db: StateDB) -> AuditView:
+    """The latest audit and every finding record, read only."""
+    last = db.last_verify_audit()
+    records = db.finding_records()
+    live: dict[str, int] = {}
+    for record in records:
+        if record.status in ("open", "acknowledged"):
+            live[record.check] = live.get(record.check, 0) + 1
+    answered = {row["check"]: row for row in (last.results if last is not None else [])}
+    checks = tuple(
+        CheckView(spec.id, spec.name, spec.kind, str(answered[cid]["status"]) if cid in answered else "not_run",
+                  str(answered[cid]["note"]) if cid in answered else "no audit has run this check yet",
+                  live.get(cid, 0))
+        for cid, spec in catalogue.specs().items())
+    stale = last is not None and last.inputs_sha256 != inputs_fingerprint(root, db)
+    return AuditView(last.at if last is not None else None, checks, tuple(finding_view(r) for r in records), stale)
+
+
+def touches_run(subject: str, run_id: str) -> bool:
+    """Whether a finding's subject is about this run: one of its capsules or numbers, a pair it is in, the run."""
+    kind, _, rest = subject.partition(":")
+    if kind in ("capsule", "number"):
+        return rest.split("/")[0] == run_id
+    if kind == "pair":
+        return run_id in (side.split("/")[0] for side in rest.split("~"))
+    return kind == "run" and rest == run_id
+
+
+def finding_view(record: FindingRecord) -> VerifyFindingView:
+    body = record.body
+    evidence = tuple((str(e.get("path", "")), e.get("sha256")) for e in body.get("evidence", []) if isinstance(e, dict))
+    return VerifyFindingView(
+        id=record.id, check=record.check, check_name=str(body.get("check_name", "")), subject=record.subject,
+        severity=record.severity, status=record.status, message=record.message, disclosure=record.disclosure,
+        note=record.note, fix=str(body.get("fix", "")), values=dict(body.get("values", {})), evidence=evidence,
+        claims=tuple(str(c) for c in body.get("claims", [])), integrity_class=str(body.get("integrity_class", "")),
+        kind=str(body.get("kind", "auto")), scope=record.scope, fingerprint=record.fingerprint,
+        first_seen=record.first_seen, last_seen=record.last_seen, status_changed_at=record.status_changed_at,
+        status_by=record.status_by, reopened_reason=record.reopened_reason)
+
+
+def inputs_fingerprint(root: Path, db: StateDB) -> str:
+    """A digest of what the audits read, by path, size and modification time (a changed byte changes the time or
+    size; V33 re-hashes the bytes themselves), plus the newest probe answer."""
+    digest = hashlib.sha256()
+    for path, info in sorted(_input_stats(root)):
+        digest.update(f"{path}\0{info[0]}\0{info[1]}\n".encode())
+    probes = db.probe_records()
+    digest.update(repr(sorted(probes.items())).encode())
+    return digest.hexdigest()
+
+
+def _input_stats(root: Path) -> Iterable[tuple[str, tuple[int, int]]]:
+    for name in INPUT_FILES:
+        info = _stat(root / name)
+        if info is not None:
+            yield name, info
+    for top in INPUT_TOPS:
+        for folder, dirs, files in os.walk(root / top):
+            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            for file in files:
+                path = Path(folder) / file
+                info = _stat(path)
+                if info is not None:
+                    yield path.relative_to(root).as_posix(), info
+
+
+def _stat(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.lstat()
+    except OSError:
+        return None
+    return info.st_size, info.st_mtime_ns
+
+
+def _run_dirs(root: Path) -> list[Path]:
+    runs = root / "runs"
+    return sorted(p for p in runs.iterdir() if p.is_dir() and not p.is_symlink()) if runs.is_dir() else []
+
+
+def _log_lines(run_dir: Path) -> Iterable[tuple[int, str]]:
+    """Lines of the logs pulled with a run (`*.log` in its cells), numbered per file, bounded in size."""
+    for path in sorted(run_dir.rglob("*.log")):
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_LOG_BYTES:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        yield from enumerate(text.splitlines(), start=1)
+
+
+def _case_insensitive(root: Path) -> bool:
+    """Whether the project's file system folds case (macOS, Windows): V15 then compares files too."""
+    probe = root / "rgt.toml"
+    swapped = root / "RGT.TOML"
+    return probe.exists() and swapped.exists() and os.path.samefile(probe, swapped)
