@@ -52,7 +52,19 @@ async def verify(session: Session, args: argparse.Namespace) -> int:
                          f"{first.code} {first.path} {first.detail}".rstrip())
     if args.format != "json":
         print(f"verified: {session.project.run_dir(args.run) / 'PULL_VERIFIED.json'}")
+        _audit_line(session)
     return EXIT_OK
+
+
+def _audit_line(session: Session) -> None:
+    """The audit that ran after the verification, in one line on stderr (details: `rgt audit`)."""
+    last = session.db.last_verify_audit()
+    if last is None:
+        return
+    counts = {s: sum(1 for r in last.results if r["status"] == s) for s in ("pass", "findings", "skipped")}
+    live = [r for r in session.db.finding_records() if r.status == "open"]
+    print(f"audit: {counts['pass']} pass, {counts['findings']} with findings, {counts['skipped']} skipped; "
+          f"{len(live)} open finding(s) (rgt audit lists them)", file=sys.stderr)
 
 
 async def down(session: Session, args: argparse.Namespace) -> int:

@@ -27,6 +27,8 @@ PROJECT_VERBS: dict[str, tuple[str, str]] = {
     "help": ("project_verbs", "help_verb"), "completion": ("project_verbs", "completion"),
     "demo": ("project_verbs", "demo"), "init": ("project_verbs", "init"), "info": ("project_verbs", "info"),
     "trust": ("project_verbs", "trust"), "events": ("project_verbs", "events"), "tick": ("project_verbs", "tick"),
+    "audit": ("verify_verbs", "audit"), "finding": ("verify_verbs", "finding"),
+    "capsule": ("evidence_tools", "capsule"), "splits": ("evidence_tools", "splits"),
 }
 RUN_VERBS: dict[str, tuple[str, str]] = {
     "up": ("launch_verbs", "up"), "push": ("launch_verbs", "push"), "run": ("launch_verbs", "run"),

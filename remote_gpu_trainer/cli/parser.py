@@ -17,8 +17,8 @@ from remote_gpu_trainer import __version__
 from remote_gpu_trainer.config import PROVIDERS
 from remote_gpu_trainer.errors import ConfigError
 
-VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick", "events", "trust",
-         "completion", "help")
+VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "tick",
+         "events", "trust", "capsule", "splits", "completion", "help")
 # One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
 VERB_HELP = {
     "demo": "write the demo project and launch its run on a simulated rented box, then open the TUI",
@@ -31,9 +31,13 @@ VERB_HELP = {
     "pull": "pull the run's results into runs/RUN/, resumable and hashed while copying",
     "verify": "verify the pulled copy: file set, sizes, sha256, and every checkpoint loads",
     "down": "tear down the run's instance once the gate is open and the instance id is typed",
+    "audit": "run the VERIFY audits over the project's evidence and list the checks and findings",
+    "finding": "show a VERIFY finding, or acknowledge, waive, mark fixed or reopen it with a note",
     "tick": "set a manual checklist item of a run (ticked, not_applicable or open) with a note",
     "events": "print the append-only event log: approvals and cost-affecting actions",
     "trust": "trust a first-contact SSH host key after comparing its fingerprint",
+    "capsule": "print the path of rgt_capsule.py, the helper a training script imports to write its run capsule",
+    "splits": "build a split manifest splits/ID.json (member paths and sha256) from folders, a CSV or file lists",
     "completion": "print a shell completion script for rgt, generated from this parser (bash, zsh or tcsh)",
     "help": "show the help of rgt, or of one verb (rgt help VERB)",
 }
@@ -50,9 +54,17 @@ VERB_EXAMPLES = {
     "verify": ("rgt verify r1", "rgt verify r1 --format json"),
     "down": ("rgt down r1                        (at a terminal: shows the plan, then asks for the id)",
              "rgt down r1 --confirm i-0abc123    (anywhere: the id typed on the command line)"),
+    "audit": ("rgt audit", "rgt audit r1 --format json", "rgt audit --check V04 --check V14"),
+    "finding": ("rgt finding F-000003",
+                'rgt finding F-000003 --ack --note "one seed by budget" --disclosure "single seed" --scope check',
+                'rgt finding F-000007 --waive --note "not a classification task"'),
     "tick": ('rgt tick r1 T01 --note "checked by hand"',),
     "events": ("rgt events", "rgt events --run r1 --format json"),
     "trust": ("rgt trust gpu-box --fingerprint SHA256:...",),
+    "capsule": ("rgt capsule", "rgt capsule --write .        (copy it beside train.py, then `import rgt_capsule`)"),
+    "splits": ("rgt splits build main --split train=data/train --split test=data/test",
+               "rgt splits build main --csv splits.csv",
+               "rgt splits build text-v1 --hash-unit record --csv records.csv --fields question,context"),
     "completion": ("rgt completion bash > ~/.local/share/bash-completion/completions/rgt",
                    "rgt completion zsh > ~/.zfunc/_rgt"),
     "help": ("rgt help down",),
@@ -111,7 +123,7 @@ def verb_parser(verb: str) -> Parser:
     _ARGUMENTS.get(verb, _run_arguments)(parser)
     if verb in RUN_VERBS:
         _RUN_OPTIONS.get(verb, _no_options)(parser)
-    if verb in ("info", "events", "watch", "pull", "verify"):
+    if verb in ("info", "events", "watch", "pull", "verify", "audit", "finding"):
         parser.add_argument("--format", choices=FORMATS, default="text",
                             help="text for people (default) or json: one document with a versioned schema")
     return parser
@@ -172,6 +184,64 @@ def _tick_arguments(parser: Parser) -> None:
     parser.add_argument("--note", default="", help="why (required to acknowledge)")
 
 
+def _audit_arguments(parser: Parser) -> None:
+    parser.add_argument("run", nargs="?", help="only this run's checks and findings (default: the whole project)")
+    _project_argument(parser)
+    parser.add_argument("--check", action="append", metavar="ID", help="run only this check (V04 or seed_count); "
+                        "repeatable")
+    parser.add_argument("--strict", action="store_true", help="exit 1 while a finding at warn or above is open")
+
+
+def _finding_arguments(parser: Parser) -> None:
+    parser.add_argument("id", help="the finding id, e.g. F-000003 (rgt audit lists them)")
+    _project_argument(parser)
+    moves = parser.add_mutually_exclusive_group()
+    moves.add_argument("--ack", dest="status", action="store_const", const="acknowledged",
+                       help="acknowledge it: needs --note and --disclosure")
+    moves.add_argument("--waive", dest="status", action="store_const", const="waived",
+                       help="it does not apply: needs --note saying why")
+    moves.add_argument("--fixed", dest="status", action="store_const", const="fixed",
+                       help="mark it fixed (provisional until the next audit)")
+    moves.add_argument("--reopen", dest="status", action="store_const", const="open", help="open it again")
+    parser.add_argument("--note", default="", help="why")
+    parser.add_argument("--disclosure", default="", help="the text that rides with the claims it touches")
+    parser.add_argument("--scope", choices=("subject", "check"), default="subject",
+                        help="check: the acknowledgement covers the whole check for the project")
+
+
+def _capsule_arguments(parser: Parser) -> None:
+    parser.add_argument("--write", metavar="DIR", help="copy the helper into DIR as rgt_capsule.py")
+    parser.add_argument("--force", action="store_true", help="replace a different rgt_capsule.py in DIR")
+
+
+def _splits_arguments(parser: Parser) -> None:
+    parser.add_argument("action", choices=("build",), help="build: write splits/ID.json")
+    parser.add_argument("split_set_id", metavar="ID", help="the split set id (the file is splits/ID.json)")
+    _project_argument(parser)
+    parser.add_argument("--split", action="append", default=[], metavar="NAME=FOLDER",
+                        help="every regular file under FOLDER (dotfiles skipped) is a member of split NAME; its id "
+                             "is its path relative to FOLDER without the extension (repeatable)")
+    parser.add_argument("--split-list", action="append", default=[], metavar="NAME=FILE",
+                        help="FILE lists split NAME's files, one project-relative path a line; id = the path "
+                             "without the extension (repeatable)")
+    parser.add_argument("--csv", metavar="FILE", help="a CSV with columns split,path[,id,group,time] (project-"
+                        "relative paths); with --hash-unit record: split,id[,group,time] and the --fields")
+    parser.add_argument("--jsonl", metavar="FILE", help="--hash-unit record: one JSON object a line, with split, "
+                        "id and the --fields")
+    parser.add_argument("--hash-unit", choices=("file_bytes", "record"), default="file_bytes",
+                        help="file_bytes (default): sha256 of each file; record: sha256 of the canonical JSON of "
+                             "each record's --fields")
+    parser.add_argument("--fields", metavar="A,B", help="--hash-unit record: the input fields hashed (never id "
+                        "or label)")
+    parser.add_argument("--dataset", help="the dataset's name (default: ID)")
+    parser.add_argument("--method", default="official",
+                        choices=("official", "random", "stratified", "group", "temporal"),
+                        help="how the split was made (default official: the dataset's own split)")
+    parser.add_argument("--seed", type=int, help="the seed of a random split")
+    parser.add_argument("--force", action="store_true", help="replace an existing splits/ID.json (runs that "
+                        "cite its old sha256 then no longer match it)")
+
+
 def _run_arguments(parser: Parser) -> None:
     """The verbs that act on one run: up, push, run, watch, pull, verify, down."""
     parser.add_argument("run", help="the run id in rgt.toml")
@@ -210,7 +280,8 @@ def _no_options(parser: Parser) -> None:
 _ARGUMENTS: dict[str, Callable[[Parser], None]] = {
     "help": _help_arguments, "completion": _completion_arguments, "demo": _demo_arguments,
     "init": _init_arguments, "info": _project_argument, "trust": _trust_arguments, "events": _events_arguments,
-    "tick": _tick_arguments,
+    "tick": _tick_arguments, "audit": _audit_arguments, "finding": _finding_arguments,
+    "capsule": _capsule_arguments, "splits": _splits_arguments,
 }
 _RUN_OPTIONS: dict[str, Callable[[Parser], None]] = {
     "down": _down_options, "run": _launch_options, "up": _up_options, "watch": _watch_options,

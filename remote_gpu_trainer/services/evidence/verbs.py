@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
 from remote_gpu_trainer.errors import RgtError, VerbFailed
 from remote_gpu_trainer.fsutil import read_regular, run_lock
+from remote_gpu_trainer.services import audit
 from remote_gpu_trainer.services.evidence import pull as evidence_pull
 from remote_gpu_trainer.services.evidence import verify as evidence_verify
 from remote_gpu_trainer.services.liveness import run_state
@@ -53,12 +54,14 @@ async def pull_run(session: Session, run_id: str,
 async def verify_run(session: Session, run_id: str,
                      progress: Callable[[evidence_verify.VerifyStep], None] | None = None,
                      actor: str = "user") -> evidence_verify.VerifyResult:
-    """Verify the local copy under the run's lock, and log whether it passed."""
+    """Verify the local copy under the run's lock, and log whether it passed; then the VERIFY audits run over
+    the project's evidence (docs/verify.md §2), whatever the verification found: they disclose, never block."""
     run = session.run_config(run_id)
     with run_lock(session.project.state_dir, run_id, "verifying"):
         result = await evidence_verify.verify(session.project, run, session.db, progress)
     events.verified(session.db, run_id=run_id, instance=run.instance, ok=result.ok, problems=len(result.errors),
                     errors=[e.__dict__ for e in result.errors[:50]], actor=actor)
+    await asyncio.to_thread(audit.run_audit, session.project, session.db, actor=actor)
     return result
 
 
