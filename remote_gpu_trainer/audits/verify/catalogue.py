@@ -16,10 +16,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.verify.model import CheckResult, ProjectEvidence, skipped
+from remote_gpu_trainer.audits.verify.model import CheckResult, EvidenceRef, Finding, ProjectEvidence, result, skipped
 
 CATALOGUE_PATH = Path(__file__).resolve().parents[2] / "assets" / "verify.toml"
-SECTIONS = ("comparability", "statistics", "metric_sanity", "leakage", "collapse", "smoke", "integrity", "documents")
+SECTIONS = (  # V00 (inputs_readable) is here, in the catalogue itself
+    "comparability", "statistics", "metric_sanity", "leakage", "collapse", "smoke", "integrity", "documents")
 
 CheckFn = Callable[[ProjectEvidence, Mapping[str, Any]], CheckResult]
 
@@ -55,7 +56,7 @@ def by_name(name: str) -> CheckSpec | None:
 @cache
 def functions() -> dict[str, CheckFn]:
     """Every section's CHECKS; a section module that is not written yet contributes nothing."""
-    found: dict[str, CheckFn] = {}
+    found: dict[str, CheckFn] = {"V00": inputs_readable}
     for section in SECTIONS:
         try:
             module = importlib.import_module(f"remote_gpu_trainer.audits.verify.{section}")
@@ -65,6 +66,27 @@ def functions() -> dict[str, CheckFn]:
             continue
         found.update(module.CHECKS)
     return found
+
+
+def inputs_readable(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
+    """V00: every evidence file that is there parses as its format says. A malformed metrics.json, a results
+    table without `item_id`, YAML that is not a mapping: an error naming the file, so a check that then skips
+    for want of it is never a silent pass. One finding per capsule (or per other file), its problems joined."""
+    grouped: dict[str, list[str]] = {}
+    for problem in dict.fromkeys(project.problems):
+        grouped.setdefault(_input_subject(project, problem.path), []).append(f"{problem.path}: {problem.message}")
+    findings = [Finding("V00", subject, "error", "; ".join(messages), values={"problems": len(messages)},
+                        evidence=tuple(EvidenceRef(m.split(": ")[0]) for m in messages),
+                        disclosure=f"unreadable evidence: {messages[0].split(': ')[0]}")
+                for subject, messages in sorted(grouped.items())]
+    judged = [c.subject for c in project.capsules] + [f"file:{s.path}" for s in project.splits]
+    judged += ["file:EVIDENCE.json"] + [f"file:runs/{run}/PULL_MANIFEST.json" for run in project.manifests]
+    return result("V00", "inputs_readable", findings, judged)
+
+
+def _input_subject(project: ProjectEvidence, path: str) -> str:
+    capsule = next((c for c in project.capsules if path.startswith(c.path + "/")), None)
+    return capsule.subject if capsule is not None else f"file:{path}"
 
 
 def params_for(spec: CheckSpec, overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
