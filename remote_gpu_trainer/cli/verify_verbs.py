@@ -104,7 +104,7 @@ def _print_audit(outcome: AuditOutcome, shown: list[VerifyFindingView]) -> None:
 def _finding(session: Session, args: argparse.Namespace) -> int:
     from remote_gpu_trainer.report import finding_dict
     from remote_gpu_trainer.services import findings
-    from remote_gpu_trainer.services.audit import finding_view
+    from remote_gpu_trainer.services.audit import finding_detail, finding_view
 
     if args.status is not None:
         findings.set_status(session.db, args.id, args.status, note=args.note, disclosure=args.disclosure,
@@ -116,18 +116,5 @@ def _finding(session: Session, args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(finding_dict(view))
     else:
-        print(finding_text(view))
+        print(escape_control(finding_detail(view), keep_newlines=True))
     return EXIT_OK
-
-
-def finding_text(f: VerifyFindingView) -> str:
-    """A finding's detail as a person reads it: what, why it matters, the numbers, the files, the fix."""
-    lines = [f"{f.id} [{f.check} {f.check_name}] {f.severity} · {f.status} ({f.status_by})",
-             f"  subject: {f.subject}", f"  {f.message}"]
-    lines += [f"  {key} = {value}" for key, value in f.values.items()]
-    lines += [f"  evidence: {path}" + (f"  sha256 {sha[:12]}…" if sha else "") for path, sha in f.evidence]
-    for label, text in (("fix", f.fix), ("disclosure", f.disclosure), ("note", f.note),
-                        ("reopened", f.reopened_reason or "")):
-        if text:
-            lines.append(f"  {label}: {text}")
-    return escape_control("\n".join(lines), keep_newlines=True)

@@ -24,9 +24,10 @@ from textual.widgets import Button, DataTable, Footer, Input, Static, Tab, Tabs
 
 from remote_gpu_trainer.errors import GateRefused, RgtError
 from remote_gpu_trainer.screens.confirm import ConfirmScreen
+from remote_gpu_trainer.screens.finding import FindingScreen
 from remote_gpu_trainer.screens.note import NoteScreen
 from remote_gpu_trainer.screens.teardown import TeardownScreen
-from remote_gpu_trainer.services import checklist, findings, instances, run_logs, teardown
+from remote_gpu_trainer.services import audit, checklist, findings, instances, run_logs, teardown
 from remote_gpu_trainer.services.evidence.pull import PullProgress
 from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.evidence.verify import VerifyStep
@@ -49,6 +50,7 @@ TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log · loss", "4 Checklist
 REFRESH_S = 2.0  # from the end of one refresh to the start of the next
 OVERVIEW_WAIT_S = 1.5  # how long a refresh waits for slow boxes before drawing the rows that answered
 LOG_POLL_S = 0.5
+AUDIT_POLL_S = 10.0  # how often the dashboard looks whether an input of the VERIFY audits changed
 
 
 class DashboardScreen(Screen[None]):
@@ -63,6 +65,7 @@ class DashboardScreen(Screen[None]):
         Binding("e", "first_error", "First error", show=False),
         Binding("c", "toggle_chart", "Chart", show=False),
         Binding("a", "acknowledge", "Acknowledge", show=False),
+        Binding("u", "audit", "Audit", show=False),
         Binding("r", "refresh", "Refresh", show=False),
         Binding("space", "tick", "Tick", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
@@ -112,6 +115,7 @@ class DashboardScreen(Screen[None]):
         self.refresh_overview()  # re-arms itself when it finishes: a slow box never cancels a refresh
         self.poll_log()
         self.set_interval(LOG_POLL_S, self.poll_log)
+        self.set_interval(AUDIT_POLL_S, self.audit_if_changed)
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
@@ -343,12 +347,16 @@ class DashboardScreen(Screen[None]):
 
     @work(group="acknowledge", exclusive=True)
     async def action_acknowledge(self) -> None:
-        """Audits disclose, never block: a finding is acknowledged with a note, logged as an event."""
+        """Audits disclose, never block: a finding is acknowledged with a note, logged as an event. A VERIFY
+        finding opens its detail, where the note and the disclosure are given."""
         run = self.current_run()
         item = self.query_one(ChecklistPanel).highlighted_item()
+        if self.overview is not None and self.overview.verify.finding(item) is not None:
+            await self._verify_finding(str(item))
+            return
         finding = run.finding(item) if run is not None and item else None
         if run is None or finding is None:
-            self.notify("highlight a log finding in the checklist panel (4) to acknowledge it", severity="warning")
+            self.notify("highlight a finding in the checklist panel (4) to acknowledge it", severity="warning")
             return
         note = await self.app.push_screen_wait(NoteScreen(f"acknowledge {finding.id}: {finding.message[:60]}"))
         if note is None:
@@ -359,6 +367,44 @@ class DashboardScreen(Screen[None]):
             self.notify(str(exc), severity="error")
             return
         self.refresh_overview()
+
+    @on(DataTable.RowSelected, "#checklist")
+    def _checklist_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a VERIFY finding opens its detail."""
+        key = event.row_key.value
+        if self.overview is not None and key is not None and self.overview.verify.finding(str(key)) is not None:
+            self.action_acknowledge()
+
+    async def _verify_finding(self, finding_id: str) -> None:
+        view = self.overview.verify.finding(finding_id) if self.overview is not None else None
+        if view is None:
+            return
+        decision = await self.app.push_screen_wait(FindingScreen(view, audit.finding_detail(view)))
+        if decision is None or self.rgt.session.read_only:
+            return
+        try:
+            findings.set_status(self.rgt.session.db, finding_id, decision.status, note=decision.note,
+                                disclosure=decision.disclosure, scope=decision.scope)
+        except RgtError as exc:
+            self.notify(str(exc), severity="error", timeout=10)
+            return
+        self.notify(f"{finding_id} {decision.status}")
+        self.refresh_overview()
+
+    @work(group="audit", exclusive=True, thread=True)
+    def action_audit(self) -> None:
+        """Run the VERIFY audits now (they also run after every verification and when an input changes)."""
+        outcome = audit.run_audit(self.rgt.session.project, self.rgt.session.db, actor="user")
+        self.app.call_from_thread(self.notify, f"audit: {len(outcome.raised)} raised, {len(outcome.fixed)} fixed")
+        self.app.call_from_thread(self.refresh_overview)
+
+    @work(group="audit", exclusive=True, thread=True)
+    def audit_if_changed(self) -> None:
+        """A changed input (a pulled file, an edited EVIDENCE.json) re-runs the audits in a thread."""
+        if self.rgt.session.read_only:
+            return
+        if audit.audit_if_changed(self.rgt.session.project, self.rgt.session.db) is not None:
+            self.app.call_from_thread(self.refresh_overview)
 
     def action_follow(self) -> None:
         following = self.query_one(LogPanel).toggle_follow()

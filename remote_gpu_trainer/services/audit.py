@@ -117,6 +117,20 @@ def finding_view(record: FindingRecord) -> VerifyFindingView:
         status_by=record.status_by, reopened_reason=record.reopened_reason)
 
 
+def finding_detail(f: VerifyFindingView) -> str:
+    """A finding's detail as a person reads it (the CLI and the TUI's finding screen): what, the numbers, the
+    files, the fix, and what the user said. Unescaped: each face escapes box text for its own medium."""
+    lines = [f"{f.id} [{f.check} {f.check_name}] {f.severity} · {f.status} ({f.status_by})",
+             f"  subject: {f.subject}", f"  {f.message}"]
+    lines += [f"  {key} = {value}" for key, value in f.values.items()]
+    lines += [f"  evidence: {path}" + (f"  sha256 {sha[:12]}…" if sha else "") for path, sha in f.evidence]
+    for label, text in (("fix", f.fix), ("disclosure", f.disclosure), ("note", f.note),
+                        ("reopened", f.reopened_reason or "")):
+        if text:
+            lines.append(f"  {label}: {text}")
+    return "\n".join(lines)
+
+
 def inputs_fingerprint(root: Path, db: StateDB) -> str:
     """A digest of what the audits read, by path, size and modification time (a changed byte changes the time or
     size; V33 re-hashes the bytes themselves), plus the newest probe answer."""

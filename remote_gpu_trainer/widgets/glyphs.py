@@ -18,6 +18,7 @@ STATUS_LEVEL = {
     "missing": "error", "size_mismatch": "error", "hash_mismatch": "error", "unloadable": "error",
     "nonfinite": "error", "dead": "error", "unknown": "unknown",
     "critical": "error", "error": "error", "info": "info", "acknowledged": "ok",
+    "not_run": "unknown", "waived": "unknown", "fixed": "ok",
 }
 _GLYPH = {"ok": "✔", "info": "·", "warn": "▲", "error": "✖", "unknown": "?"}
 
