@@ -340,6 +340,10 @@ def _judge_fit(project: ProjectEvidence, manifest: SplitManifest, record: Mappin
         return Finding("V17", manifest.subject, "error", f"preprocessing fitted on non-train data: {artifact} "
                        f"(fit ids are {matched}, fit_split {record.get('fit_split')!r})",
                        {f"{artifact}.fit_scope": matched}, refs)
+    fit_split = record.get("fit_split")
+    if isinstance(fit_split, str) and fit_split.lower() != "train":
+        return Finding("V17", manifest.subject, "error", f"preprocessing fitted on non-train data: {artifact} "
+                       f"(fit_split {fit_split!r})", {f"{artifact}.fit_scope": fit_split}, refs)
     distances = _recomputed_distances(project, manifest, artifact)
     if isinstance(distances, str):
         return Finding("V17", manifest.subject, "warn", f"fit scope unknown: {artifact} ({distances})",

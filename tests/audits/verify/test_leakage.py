@@ -273,6 +273,12 @@ def test_v17_stats_that_cannot_be_recomputed_are_fit_scope_unknown(tmp_path: Pat
     assert "fit scope unknown: vocab.pkl (the artifact is not a JSON file" in finding.message
 
 
+def test_v17_a_record_naming_another_fit_split_is_an_error(tmp_path: Path) -> None:
+    _fit_project(tmp_path, "train", {"artifact": "stats/norm.json", "fit_split": "all"})
+    finding = only(run("V17", load(tmp_path)))
+    assert finding.severity == "error" and finding.values["stats/norm.json.fit_scope"] == "all"
+
+
 def test_v17_skips_without_fit_records(tmp_path: Path) -> None:
     write_split(tmp_path, "main", {"train": files("a", 2), "test": files("t", 2)})
     assert run("V17", load(tmp_path)).note == "no fit_records[] in any split manifest"
