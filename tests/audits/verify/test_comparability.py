@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from support.capsules import load, write_capsule, write_evidence
-
 from remote_gpu_trainer.audits.verify.catalogue import specs
 from remote_gpu_trainer.audits.verify.comparability import (
     CHECKS,
@@ -19,6 +17,7 @@ from remote_gpu_trainer.audits.verify.comparability import (
 )
 from remote_gpu_trainer.audits.verify.load import Declarations
 from remote_gpu_trainer.audits.verify.model import CheckResult, Comparison, ProjectEvidence
+from support.capsules import load, write_capsule, write_evidence
 
 
 def run(check: str, project: ProjectEvidence, **overrides: Any) -> CheckResult:
