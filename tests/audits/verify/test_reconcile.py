@@ -1,0 +1,281 @@
+"""Reconcile (the algorithm under VERIFY V31, docs/verify.md §2): every test vector of the DELIVER reconcile spec
+(§10), then the reading rules one by one, exit codes, reconcile.json, and reading documents from disk."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remote_gpu_trainer.audits.verify.reconcile import (
+    Document,
+    DocumentProblem,
+    ReconcileReport,
+    consistent,
+    preprocess,
+    read_documents,
+    reconcile,
+    scalar_claims,
+)
+
+MD = ".md"  # Markdown documents are named through this, so no line of this file looks like a doc citation
+
+
+def row(metric: str, value: Any, **extra: Any) -> dict[str, Any]:
+    return {"exp_id": "e", "test_id": "t", "cells": ["e/seed0"], "metric": metric, "value": value, **extra}
+
+
+def claim(claim_id: str, *rows: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"id": claim_id, "statement": "s", "aliases": [], "evidence": list(rows), **extra}
+
+
+def evidence(*claims: dict[str, Any]) -> dict[str, Any]:
+    return {"schema": "remote-gpu-trainer/EVIDENCE/v1", "project": "t", "claims": list(claims)}
+
+
+def one(doc: str, text: str, ev: dict[str, Any], **options: Any) -> ReconcileReport:
+    return reconcile(ev, [Document(doc, text)], **options)
+
+
+def outcome(report: ReconcileReport) -> dict[str, Any]:
+    """Everything a vector decides, in a form a test compares exactly."""
+    return {
+        "drifts": [(d.doc, d.line, d.reported, d.claim_ids) for d in report.drifts],
+        "warnings": [(w.kind, w.claim_ids) for w in report.warnings],
+        "infos": [(i.kind, i.claim_ids) for i in report.infos],
+        "missing": [m.claim_id for m in report.missing_from_docs],
+        "covered": {k: list(v) for k, v in report.coverage.items() if v},
+    }
+
+
+PSNR = evidence(claim("C1", row("psnr", 31.42)))
+PSNR_PRECISE = evidence(claim("C1", row("psnr", 31.4238, precision=2)))
+TWO_SETS = evidence(claim("C-set5", row("psnr_set5", 31.42)), claim("C-set14", row("psnr_set14", 28.10)))
+ACC_PERCENT = evidence(claim("C-acc", row("acc", 0.9123, display_scale=100)))
+ACC_PLAIN = evidence(claim("C-acc", row("acc", 0.9123)))
+PARAMS = evidence(claim("C-params", row("params", 1250000)))
+WITH_LPIPS = evidence(claim("C1", row("psnr", 31.42)), claim("C-lpips", row("lpips", 0.081)))
+AMBIGUOUS = [("ambiguous_anchor", ("C-set5", "C-set14"))]
+
+
+def expect(drifts: list[Any] | None = None, warnings: list[Any] | None = None, infos: list[Any] | None = None,
+           missing: list[str] | None = None, covered: dict[str, list[str]] | None = None) -> dict[str, Any]:
+    return {"drifts": drifts or [], "warnings": warnings or [], "infos": infos or [], "missing": missing or [],
+            "covered": covered or {}}
+
+
+VECTORS = [
+    pytest.param(PSNR, "paper.txt", "PSNR 31.50 dB",
+                 expect(drifts=[("paper.txt", 1, 31.5, ("C1",))], missing=["C1"]), id="31.42 vs 31.50: drift"),
+    pytest.param(PSNR, "paper.txt", "PSNR 31.42 ± 0.08, n=100 (Table 2)",
+                 expect(covered={"C1": ["paper.txt:1"]}), id="31.42 with ± and n: ok"),
+    pytest.param(PSNR_PRECISE, "paper.txt", "PSNR 31.42",
+                 expect(covered={"C1": ["paper.txt:1"]}), id="31.4238 p2 as 31.42: ok"),
+    pytest.param(PSNR_PRECISE, "paper.txt", "PSNR 31.4",
+                 expect(infos=[("coarser_than_declared", ("C1",))], covered={"C1": ["paper.txt:1"]}),
+                 id="31.4238 p2 as 31.4: ok + coarser"),
+    pytest.param(PSNR_PRECISE, "paper.txt", "PSNR 31.43",
+                 expect(drifts=[("paper.txt", 1, 31.43, ("C1",))], missing=["C1"]), id="31.4238 p2 as 31.43: drift"),
+    pytest.param(TWO_SETS, "paper.txt", "PSNR 28.10 on Set14",
+                 expect(warnings=AMBIGUOUS, missing=["C-set5"], covered={"C-set14": ["paper.txt:1"]}),
+                 id="shared generic anchor, fits set14: ok + ambiguous"),
+    pytest.param(TWO_SETS, "paper.txt", "PSNR 29.00",
+                 expect(drifts=[("paper.txt", 1, 29.0, ("C-set14", "C-set5"))], warnings=AMBIGUOUS,
+                        missing=["C-set5", "C-set14"]), id="shared generic anchor, fits neither: drift lists both"),
+    pytest.param(ACC_PERCENT, "paper.txt", "accuracy 91.23%",
+                 expect(covered={"C-acc": ["paper.txt:1"]}), id="acc ×100 as 91.23%: ok"),
+    pytest.param(ACC_PLAIN, "paper.txt", "accuracy 91.23%",
+                 expect(drifts=[("paper.txt", 1, 91.23, ("C-acc",))], missing=["C-acc"]),
+                 id="acc without display_scale as 91.23%: drift"),
+    pytest.param(PSNR, "paper.txt", "PSNR-31.42", expect(covered={"C1": ["paper.txt:1"]}), id="PSNR-31.42: ok"),
+    pytest.param(PSNR, "paper.tex", r"PSNR of $31.42\,$dB % old: 30.1",
+                 expect(covered={"C1": ["paper.tex:1"]}), id="tex math, thin space, comment: ok"),
+    pytest.param(PARAMS, "paper.txt", "params: 1,250,000",
+                 expect(covered={"C-params": ["paper.txt:1"]}), id="thousands commas: ok"),
+    pytest.param(WITH_LPIPS, "paper.txt", "PSNR 31.42",
+                 expect(missing=["C-lpips"], covered={"C1": ["paper.txt:1"]}), id="lpips absent: missing_from_docs"),
+]
+
+
+@pytest.mark.parametrize(("ev", "doc", "text", "expected"), VECTORS)
+def test_spec_vectors(ev: dict[str, Any], doc: str, text: str, expected: dict[str, Any]) -> None:
+    assert outcome(one(doc, text, ev)) == expected
+
+
+def test_a_stale_and_a_correctly_rounded_number_report_exactly_the_stale_one() -> None:
+    text = ("We reach PSNR 31.42 dB on Set5.\n"
+            "\n"
+            "Compared with the baseline, our PSNR 31.38 dB is higher.\n")
+    report = one("paper.txt", text, PSNR_PRECISE)
+    assert [(d.line, d.col, d.reported, d.reported_text, d.expected, d.authoritative, d.claim_ids)
+            for d in report.drifts] == [(3, 38, 31.38, "31.38", "31.42", 31.4238, ("C1",))]
+    assert report.drifts[0].context == "Compared with the baseline, our PSNR 31.38 dB is higher."
+    assert report.coverage["C1"] == ("paper.txt:1",)
+    assert report.exit_code == 1
+
+
+def test_missing_claim_with_a_paper_anchor_is_a_warning_and_without_one_info() -> None:
+    ev = evidence(claim("C1", row("psnr", 31.42), paper_anchor="Sec 4.2"), claim("C2", row("ssim", 0.9)))
+    report = one("paper.txt", "nothing here", ev)
+    assert [(m.claim_id, m.severity, m.paper_anchor) for m in report.missing_from_docs] == [
+        ("C1", "warn", "Sec 4.2"), ("C2", "info", None)]
+
+
+@pytest.mark.parametrize(("target", "written", "ok"), [
+    ("0.125", "0.12", True), ("0.125", "0.13", True), ("0.125", "0.11", False), ("0.125", "0.14", False),
+    ("2.675", "2.67", True), ("2.675", "2.68", True), ("2.675", "2.7", True), ("2.675", "2.66", False),
+    ("31.4238", "31", True), ("31.4238", "32", False), ("1250000", "1.25e6", True), ("1250000", "1.3e6", True),
+    ("1250000", "1.4e6", False),
+])
+def test_a_half_way_target_reads_as_either_neighbour_and_nothing_further(target: str, written: str, ok: bool) -> None:
+    value = Decimal(written)
+    decimals = -value.as_tuple().exponent  # type: ignore[operator]
+    assert consistent(value, decimals, Decimal(target)) is ok
+
+
+def test_exact_mode_wants_the_full_value() -> None:
+    ev = PSNR_PRECISE
+    assert outcome(one("p.txt", "PSNR 31.42", ev, mode="exact"))["drifts"] == [("p.txt", 1, 31.42, ("C1",))]
+    assert one("p.txt", "PSNR 31.4238", ev, mode="exact").drifts == ()
+    with pytest.raises(ValueError, match="not one of"):
+        one("p.txt", "PSNR 31.42", ev, mode="loose")
+
+
+def test_markdown_marks_are_dropped_and_the_column_is_the_source_one() -> None:
+    line = "| **PSNR** | `31.50` |"
+    report = one(f"README{MD}", line, PSNR)
+    assert [(d.line, d.col, d.reported) for d in report.drifts] == [(1, line.index("31.50") + 1, 31.5)]
+
+
+@pytest.mark.parametrize(("doc", "line", "seen"), [
+    ("a.tex", r"PSNR of $31.42\,$dB % old: 30.1", "PSNR of 31.42 dB "),
+    ("a.tex", r"accuracy 91.23\% on~test", "accuracy 91.23% on test"),
+    ("a.tex", r"PSNR $31.42 \pm 0.08$", "PSNR 31.42 ± 0.08"),
+    ("a.tex", r"done.\\% PSNR 30.10", "done.\\\\"),
+    (f"a{MD}", "**PSNR** `31.42`", "PSNR 31.42"),
+    ("a.txt", "**PSNR** $31.42$ % x", "**PSNR** $31.42$ % x"),
+])
+def test_preprocess_per_format(doc: str, line: str, seen: str) -> None:
+    assert preprocess(doc, line)[0] == seen
+
+
+def test_a_number_in_a_tex_comment_is_not_read_but_the_same_text_in_plain_text_is() -> None:
+    text = "% PSNR 30.10 in the old draft\nPSNR \\ClaimCOneMainPsnr\n"
+    assert outcome(one("paper.tex", text, PSNR))["drifts"] == []
+    assert outcome(one("paper.txt", text, PSNR))["drifts"] == [("paper.txt", 1, 30.1, ("C1",))]
+
+
+def test_a_name_with_digits_after_the_anchor_is_skipped() -> None:
+    report = one("p.txt", "PSNR on Set5 (v2 split): 31.42 dB", PSNR)
+    assert report.drifts == () and report.coverage["C1"] == ("p.txt:1",)
+
+
+def test_an_anchor_inside_a_word_is_not_an_anchor_but_a_word_starting_with_it_is() -> None:
+    ev = evidence(claim("C1", row("acc", 0.5)))
+    assert one("p.txt", "Baccarat 0.91", ev).drifts == ()
+    assert outcome(one("p.txt", "Accuracy: 0.91", ev))["drifts"] == [("p.txt", 1, 0.91, ("C1",))]
+
+
+def test_an_anchor_without_a_number_in_its_window_is_info() -> None:
+    report = one("p.txt", "We report PSNR and, much later in a long sentence that goes on and on and on, 31.50.", PSNR)
+    assert report.drifts == ()
+    assert [(i.kind, i.anchor, i.line, i.col) for i in report.infos] == [("anchor_without_number", "psnr", 1, 11)]
+
+
+def test_the_window_is_60_characters_after_the_anchor_unless_configured() -> None:
+    """A number must start within the window; one that starts inside it is read whole, never cut at its edge."""
+    outside = "PSNR" + " " * 60 + "31.50"
+    assert outcome(one("p.txt", outside, PSNR))["drifts"] == []
+    assert outcome(one("p.txt", outside, PSNR, window=61))["drifts"] == [("p.txt", 1, 31.5, ("C1",))]
+    edge = "PSNR" + " " * 59 + "31.42"
+    assert one("p.txt", edge, PSNR).coverage["C1"] == ("p.txt:1",)
+
+
+def test_a_longer_alias_wins_over_the_generic_anchor_inside_it() -> None:
+    ev = evidence(claim("C-set5", row("psnr_set5", 31.42)),
+                  claim("C-set14", row("psnr_set14", 28.10, aliases=["PSNR on Set14"])))
+    report = one("p.txt", "PSNR on Set14 28.10\nPSNR 31.42", ev)
+    assert outcome(report) == expect(covered={"C-set14": ["p.txt:1"], "C-set5": ["p.txt:2"]})
+
+
+def test_digits_inside_an_alias_are_not_its_number() -> None:
+    ev = evidence(claim("C1", row("top1", 0.7612, aliases=["Top-1 accuracy"], display_scale=100, precision=1)))
+    report = one("p.txt", "top-1 accuracy of 76.1%", ev)
+    assert report.drifts == () and report.coverage["C1"] == ("p.txt:1",)
+
+
+def test_claim_aliases_replace_the_generic_anchor() -> None:
+    ev = evidence(claim("C1", row("psnr", 31.42), aliases=["Peak SNR"]))
+    report = one("p.txt", "PSNR 20.00\npeak snr 31.42", ev)
+    assert report.drifts == () and report.coverage["C1"] == ("p.txt:2",)
+
+
+def test_several_rows_of_one_claim_are_numbered_and_non_numeric_rows_skipped() -> None:
+    ev = evidence(claim("C1", row("psnr", 31.42), row("ssim", "n/a"), row("lpips", True), row("fid", None),
+                        row("mae", "nan"), row("rmse", "0.25")))
+    assert [(c.id, c.metric, c.target) for c in scalar_claims(ev)] == [
+        ("C1#0", "psnr", Decimal("31.42")), ("C1#5", "rmse", Decimal("0.25"))]
+
+
+def test_exit_codes() -> None:
+    assert one("p.txt", "PSNR 31.42", PSNR).exit_code == 0
+    assert one("p.txt", "PSNR 31.50", PSNR).exit_code == 1
+    assert one("p.txt", "PSNR 31.42", evidence(claim("C1", row("psnr", "n/a")))).exit_code == 2
+    unreadable = reconcile(PSNR, [Document("p.txt", "PSNR 31.50")],
+                           problems=[DocumentProblem("gone.txt", "no such file")])
+    assert unreadable.exit_code == 2
+
+
+def test_reconcile_json_holds_the_spec_keys() -> None:
+    report = one("paper.txt", "PSNR 31.50\nPSNR 31.4\nPSNR and more", PSNR_PRECISE)
+    body = json.loads(report.to_json())
+    assert report.to_json().endswith("}\n")
+    assert {"drifts", "warnings", "infos", "missing_from_docs", "coverage"} <= set(body)
+    assert body["exit_code"] == 1 and body["coverage"] == {"C1": ["paper.txt:2"]}
+    assert body["drifts"] == [{"doc": "paper.txt", "line": 1, "col": 6, "claim_ids": ["C1"], "metric": "psnr",
+                               "authoritative": 31.4238, "expected": "31.42", "reported": 31.5,
+                               "reported_text": "31.50", "decimals": 2, "context": "PSNR 31.50"}]
+    assert body["infos"] == [
+        {"kind": "coarser_than_declared", "claim_ids": ["C1"], "anchor": "psnr", "doc": "paper.txt", "line": 2,
+         "col": 6, "reported": 31.4, "decimals": 1, "precision": 2},
+        {"kind": "anchor_without_number", "claim_ids": ["C1"], "anchor": "psnr", "doc": "paper.txt", "line": 3,
+         "col": 1}]
+
+
+# --- reading documents from disk ----------------------------------------------------------------------------
+
+def test_read_documents_reads_paths_and_globs_once_each(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "b.tex").write_text("PSNR 31.42\n", encoding="utf-8")
+    (tmp_path / "docs" / "a.tex").write_text("PSNR 31.50\n", encoding="utf-8")
+    (tmp_path / "CITATION.cff").write_bytes("\ufefftitle: x\n".encode())
+    docs, problems = read_documents(tmp_path, ["docs/*.tex", "docs/a.tex", "CITATION.cff"])
+    assert problems == []
+    assert [d.path for d in docs] == ["docs/a.tex", "docs/b.tex", "CITATION.cff"]
+    assert docs[2].text == "title: x\n" and docs[0].sha256 is not None
+    assert outcome(reconcile(PSNR, docs))["drifts"] == [("docs/a.tex", 1, 31.5, ("C1",))]
+
+
+def test_read_documents_refuses_paths_outside_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    root.mkdir()
+    (tmp_path / "outside.txt").write_text("PSNR 31.50\n", encoding="utf-8")
+    (root / "link.txt").symlink_to(tmp_path / "outside.txt")
+    docs, problems = read_documents(root, ["../outside.txt", str(tmp_path / "outside.txt"), "link.txt",
+                                           "sub/../../outside.txt"])
+    assert docs == []
+    assert [p.message for p in problems] == ["outside the project root; refused"] * 4
+
+
+def test_read_documents_reports_unreadable_inputs_as_problems(tmp_path: Path) -> None:
+    (tmp_path / "latin1.txt").write_bytes(b"PSNR 31.42 \xe9t\xe9\n")
+    (tmp_path / "folder").mkdir()
+    docs, problems = read_documents(tmp_path, ["missing.txt", "latin1.txt", "folder", "*.csv", ""])
+    assert docs == []
+    assert [(p.path, p.message.split(" (")[0]) for p in problems] == [
+        ("missing.txt", "no such file"), ("latin1.txt", "not UTF-8 text"), ("folder", "is a folder, not a document"),
+        ("*.csv", "matches no file"), ("", "not a path")]
+    assert reconcile(PSNR, docs, problems=problems).exit_code == 2
