@@ -278,8 +278,9 @@ def check_budget_parity(project: ProjectEvidence, params: Mapping[str, Any]) -> 
     groups = _budget_groups(project)
     published = [n for n in project.numbers if _finite(n.stated.get("published")) is not None]
     if not groups and not published:
-        return skipped("V02", name, "no table/figure inputs in EVIDENCE.json, no comparisons declared "
-                                    "(rgt.toml [[verify.compare]]) and no published values")
+        return skipped("V02", name, "no table/figure inputs in EVIDENCE.json and no comparisons declared "
+                                    "(rgt.toml [[verify.compare]]) with two cells that have config.yaml and "
+                                    "run.json, and no published values")
     findings: list[Finding] = []
     subjects: list[str] = []
     for subject, capsules in groups:
@@ -297,18 +298,20 @@ def check_budget_parity(project: ProjectEvidence, params: Mapping[str, Any]) -> 
 
 def _budget_groups(project: ProjectEvidence) -> list[tuple[str, list[Capsule]]]:
     """The cells of each table and figure EVIDENCE.json names (by its rows' `tables`/`figures`); without
-    any, each declared comparison's run and control. Capsules without config or run.json are left out."""
+    any, each declared comparison's run and control. Capsules without config or run.json are left out: a
+    missing record is not a different budget."""
     named: dict[str, list[str]] = {}
     for number in project.numbers:
         for kind in ("table", "figure"):
-            for ident in number.stated.get(kind + "s") or []:
+            idents = number.stated.get(kind + "s")
+            for ident in idents if isinstance(idents, list) else []:
                 named.setdefault(f"{kind}:{ident}", []).extend(number.cells)
     groups = [(subject, [c for k in dict.fromkeys(keys) if (c := project.capsule(k)) is not None])
               for subject, keys in sorted(named.items())]
     if not groups:
         groups = [(c.subject, [*project.run_capsules(c.run), *project.run_capsules(c.control)])
                   for c in project.comparisons]
-    usable = [(s, [c for c in caps if c.config is not None or c.run_record is not None]) for s, caps in groups]
+    usable = [(s, [c for c in caps if c.config is not None and c.run_record is not None]) for s, caps in groups]
     return [(s, caps) for s, caps in usable if len(caps) >= 2]
 
 

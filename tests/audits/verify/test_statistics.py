@@ -263,6 +263,15 @@ def test_v07_lower_is_better_noise_reports_positive_improvement(tmp_path: Path) 
     assert values["delta"] > 0 and finding.severity == "warn"
 
 
+def test_v07_nan_per_item_values_are_dropped_and_counted(tmp_path: Path) -> None:
+    items_arm(tmp_path, "ours", 100)
+    rows = classification_items(200, correct=98)
+    rows[5]["acc"] = float("nan")
+    write_capsule(tmp_path, "base", "seed0", metrics={"acc": 0.49}, items=rows)
+    (finding,) = run("V07", load(tmp_path, COMPARE)).findings
+    assert finding.values["main/acc"]["dropped"] == 1 and finding.values["main/acc"]["n"] == 199
+
+
 def test_v07_seeds_paired_when_seed_ids_match(tmp_path: Path) -> None:
     seeds(tmp_path, "ours", [0.80, 0.82, 0.81])
     seeds(tmp_path, "base", [0.79, 0.83, 0.80])
@@ -393,3 +402,25 @@ def test_v09_undisclosed_tries_are_info_and_disclosed_pass(tmp_path: Path) -> No
 def test_v09_one_configuration_passes_and_no_claims_skips(tmp_path: Path) -> None:
     assert run("V09", family(tmp_path, 1)).status == "pass"
     assert run("V09", load(tmp_path / "empty")).status == "skipped"
+
+
+def test_garbage_inputs_give_findings_or_skips_never_exceptions(tmp_path: Path) -> None:
+    from remote_gpu_trainer.audits.verify import comparability
+
+    write_capsule(tmp_path, "ours", "seed0", metrics={"acc": 0.9}, items=[{"item_id": "a", "acc": "x"}],
+                  train=[{"step": 1, "epoch": "one", "val/acc": "bad", "grad_norm": "nan"}])
+    write_capsule(tmp_path, "base", "seed0", metrics={"acc": 0.8}, items=[{"item_id": "a", "acc": 1.0},
+                                                                          {"item_id": "a", "acc": 0.0}])
+    (tmp_path / "runs/base/seed0/run.json").write_text("{not json", encoding="utf-8")
+    write_evidence(tmp_path, [{"id": "C1", "tried": "many", "evidence": [
+        {"test_id": "main", "metric": "acc", "cells": ["ours/seed0", "ghost/seed0"], "tables": "tab2",
+         "variance": "std", "n": "lots", "precision": None, "published": "high"}]}])
+    project = load(tmp_path, Declarations(comparisons=(Comparison("ours", "base", vary=("lr",)),)))
+    results = {cid: check(project, specs()[cid].params)
+               for table in (comparability.CHECKS, CHECKS) for cid, check in table.items()}
+    assert all(res.status in {"pass", "findings", "skipped"} for res in results.values())
+    assert results["V01"].note == "pair:ours~base: runs/base/seed0/run.json missing or unreadable"
+    assert results["V02"].status == "skipped"  # an unreadable run.json is not a different budget
+    assert [f.message for f in results["V05"].findings] == ["missing n, seeds, variance.type"]
+    assert "item_id is not unique" in results["V07"].note
+    assert results["V04"].findings[0].values["unusable"] == ["ghost/seed0"]
