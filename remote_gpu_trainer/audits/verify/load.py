@@ -103,11 +103,21 @@ def read_capsule(root: Path, run_id: str, cell: str) -> Capsule | None:
     problems = _Problems()
     run_record, run_sha = _read_json(root, f"{rel}/run.json", problems)
     config, config_sha = _read_yaml(root, f"{rel}/config.yaml", problems)
-    legacy, _ = _read_json(root, f"{rel}/best_metrics.json", problems)
+    legacy, legacy_sha = _read_json(root, f"{rel}/best_metrics.json", problems)
     train = _read_table(root, f"{rel}/train.csv", problems, required=("step",))
     tests = dict(_read_tests(root, rel, problems))
     if run_record is None and config is None and legacy is None and train is None and not tests:
-        return None
+        from remote_gpu_trainer.audits.verify.readers import read_tracker_cell
+
+        tracker = read_tracker_cell(root, run_id, cell)
+        return replace(tracker, problems=tuple(problems.items) + tracker.problems) if tracker else None
+    if run_record is None and legacy is not None:
+        from remote_gpu_trainer.audits.verify.readers.best_metrics import legacy_test
+
+        legacy_artifacts, found = legacy_test(f"{rel}/best_metrics.json", legacy, legacy_sha)
+        problems.items.extend(found)
+        if legacy_artifacts is not None:
+            tests.setdefault(legacy_artifacts.test_id, legacy_artifacts)
     return Capsule(
         run_id=run_id, cell=cell, path=rel, source="capsule" if run_record is not None else "legacy",
         run_record=run_record if isinstance(run_record, dict) else None, run_record_sha256=run_sha,
