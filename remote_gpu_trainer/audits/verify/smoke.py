@@ -13,9 +13,10 @@ Probe answers (stored per (check id, `capsule:<run>/<cell>`), read from ProjectE
 - V28 `rgt probe RUN V28`: `{"trainable": N, "covered": M, "dead": [names], "not_in_optimizer": [names]}`;
   `grad_coverage_stats` computes them from each trainable tensor's gradient (None when it got none).
 
-This module also holds the small helpers every section module shares (one finding per subject, flattened
-configs, probe answers), because a finding record is keyed by (check, subject) (docs/verify.md §3): a check
-with several things to say about one subject says them in one finding, at the worst severity.
+This module also holds the small helpers every section module shares: one finding per subject (a finding
+record is keyed by (check, subject), docs/verify.md §3, so a check with several things to say about one subject
+says them in one finding, at the worst severity), flattened configs, probe answers, and the checkpoint
+safe-load subprocess V32 uses.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ from remote_gpu_trainer.audits.verify.model import (
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
+
+PROBE_ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR")  # all the checkpoint probe inherits (plus LC_*)
 
 
 # -- shared helpers ---------------------------------------------------------------------------------------------
@@ -204,7 +207,6 @@ LOSS_NAMES = {
     "nll": "nll", "infonce": "infonce", "ntxent": "infonce", "contrastive": "infonce",
 }
 BOUNDED_LOSSES = {"ce", "bce", "bce_logits", "mse", "l1", "huber", "dice", "focal", "kl"}
-PROBE_ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR")
 _LOSS_KEYS = ("loss", "criterion")
 _LOSS_NAME_KEYS = ("name", "type", "_target_", "class_path", "kind")
 
