@@ -495,8 +495,11 @@ class Capsule:
                    items: Sequence[Mapping[str, Any]] | None = None, checkpoint: str = "best",
                    protocol_id: str | None = None, ground_truth_status: str = "available",
                    metric_applicability: str = "applicable", vis: Mapping[str, Any] | None = None,
-                   eval_argv: Sequence[str] | None = None, eval_overrides: Sequence[str] = ()) -> str:
+                   eval_argv: Sequence[str] | None = None, eval_overrides: Sequence[str] = (),
+                   evaluated: str | None = None) -> str:
         """test/<test_id>/metrics.json, then results.csv with one row per item; returns the metrics path.
+        `checkpoint_sha256` is the hash of the file the evaluation loaded: `evaluated` when the caller names it
+        (the truth when it is not the bound checkpoint, which VERIFY V26 then reports), else the bound one.
         Everything is checked before the first byte is written."""
         self._open()
         _safe_id(test_id, "test_id")
@@ -512,7 +515,8 @@ class Capsule:
         count = n if n is not None else len(rows or [])
         self._check_columns(test_id, blocks, rows)
         body = {"schema": METRICS_SCHEMA, "run_id": self.run_id, "cell": self.cell, "test_id": test_id,
-                "split": split, "n": count, "checkpoint_sha256": self.checkpoints[checkpoint]["sha256"],
+                "split": split, "n": count,
+                "checkpoint_sha256": sha256_file(evaluated) if evaluated else self.checkpoints[checkpoint]["sha256"],
                 "protocol_id": protocol_id,
                 "eval_command": self._eval_command(eval_argv, eval_overrides),
                 "metrics": blocks, "metric_applicability": metric_applicability, "created_at": now_utc()}

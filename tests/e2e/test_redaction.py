@@ -370,6 +370,8 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
     rgt("audit", proj)
     rgt("audit", "c1", proj, "--format", "json")
     rgt("finding", "F-000001", proj)
+    rgt("capsule")
+    rgt("splits", "build", "main", proj, "--split", "test=no-such-folder")  # refused: nothing to list
     rgt("down", "c1", proj, "--confirm", "WRONGID")
     rgt("down", "c1", proj, "--confirm", "WRONGID", "--debug")
     rgt("down", "c1", proj, "--confirm", "p1", "--stop")

@@ -315,6 +315,17 @@ def test_the_metric_dict_form_and_max_min_directions_are_written_in_the_long_for
         cap.write_test("main", n=4, metrics={})
 
 
+def test_metrics_bind_the_file_the_evaluation_loaded_when_it_is_named(tmp_path: Path) -> None:
+    cap = open_capsule(tmp_path)
+    with_best(cap, b"best weights")
+    Path(cap.path("last.pth")).write_bytes(b"last weights")
+    cap.write_test("bound", n=1, metrics={})
+    cap.write_test("stale", n=1, metrics={}, evaluated=cap.path("last.pth"))
+    bound = json.loads((tmp_path / "cap/test/bound/metrics.json").read_text())
+    stale = json.loads((tmp_path / "cap/test/stale/metrics.json").read_text())
+    assert bound["checkpoint_sha256"] == sha(b"best weights") and stale["checkpoint_sha256"] == sha(b"last weights")
+
+
 def test_close_refuses_a_capsule_missing_a_required_part_and_writes_no_run_json(tmp_path: Path) -> None:
     cap = open_capsule(tmp_path)
     selection = {"criterion": "acc", "split": "val", "direction": "higher_is_better"}
