@@ -383,8 +383,8 @@ def real_vs_shuffled(project: ProjectEvidence, params: Mapping[str, Any]) -> Che
                 continue
             real = rows[rows["condition"].astype(str) == "real"]
             shuffled = rows[rows["condition"].astype(str) == "shuffled"]
-            if real.empty or shuffled.empty:
-                notes.append(f"{test.metrics_path}: condition column lacks real or shuffled rows")
+            if real.empty or shuffled.empty or not (test.metrics or {}).get("metrics"):
+                notes.append(f"{test.metrics_path}: no metrics, or no real and shuffled rows")
                 continue
             judged.append(EvidenceRef(test.results_path or "", test.results_sha256))
             issues += _shuffle_issues(project, test, real, shuffled, params)

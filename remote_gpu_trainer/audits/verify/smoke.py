@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 PROBE_ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR")  # all the checkpoint probe inherits (plus LC_*)
+PARITY_FLAGS = ("shape_equal", "allclose", "model_training_in_eval")  # a V27 answer has at least one
 
 
 # -- shared helpers ---------------------------------------------------------------------------------------------
@@ -472,7 +473,7 @@ def train_eval_parity(project: ProjectEvidence, params: Mapping[str, Any]) -> Ch
     subjects: list[str] = []
     for capsule in project.capsules:
         answer = probe_answer(project, "V27", capsule)
-        if answer is None:
+        if answer is None or not any(isinstance(answer.get(k), bool) for k in PARITY_FLAGS):
             continue
         issues = _parity_issues(answer, float(params.get("mean_shift", 0.1)))
         finish(findings, subjects, capsule.subject, merge("V27", capsule.subject, issues))

@@ -249,3 +249,10 @@ def test_recompute_pooled_functions_on_known_values() -> None:
     assert recompute("x", {"aggregate": "custom"}, rows)[0] is None
     assert recompute("acc", {"aggregate": "mean", "column": "nope"}, rows) == (
         None, "column 'nope' missing from the results")
+
+
+def test_v21_conditions_without_metrics_judge_nothing(tmp_path: Path) -> None:
+    folder = write_capsule(tmp_path, "r", "seed0", metrics={"acc": 0.5}, items=conditioned(10, 5, 5))
+    (folder / "test" / "main" / "metrics.json").write_text("{broken", encoding="utf-8")
+    res = run("V21", load(tmp_path))
+    assert res.status == "skipped" and "no metrics" in res.note

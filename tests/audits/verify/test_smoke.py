@@ -193,3 +193,9 @@ def test_v28_expect_frozen_and_optimizer_coverage(tmp_path: Path) -> None:
     assert "optimizer param groups miss 1 trainable parameter: head.b" == finding.message
     assert run("V28", dataclasses.replace(project, probes={("V28", "capsule:r/seed0"): {"trainable": "x"}})
                ).status == "skipped"
+
+
+def test_v27_an_answer_without_any_parity_field_is_not_judged(tmp_path: Path) -> None:
+    write_capsule(tmp_path, "r", "seed0")
+    project = with_probes(load(tmp_path), "V27", {"capsule:r/seed0": {"train_mean": [1, "x"], "bn_untracked": "bn"}})
+    assert run("V27", project).status == "skipped"
