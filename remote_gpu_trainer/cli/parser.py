@@ -43,7 +43,7 @@ VERB_HELP = {
 }
 # At least one example per verb, shown under `example:` in its --help.
 VERB_EXAMPLES = {
-    "demo": ("rgt demo ./rgt-demo --quick",),
+    "demo": ("rgt demo ./rgt-demo --quick", "rgt demo ./rgt-demo-flawed --flawed"),
     "init": ("rgt init my-project --provider runpod",),
     "info": ("rgt info", "rgt info --format json"),
     "up": ("rgt up r1", "rgt up r1 --approve-price 1.49"),
@@ -157,6 +157,8 @@ def _demo_arguments(parser: Parser) -> None:
     parser.add_argument("dir", nargs="?", default="rgt-demo", help="where to write it (default ./rgt-demo)")
     parser.add_argument("--no-tui", action="store_true", help="launch the run and return at once")
     parser.add_argument("--quick", action="store_true", help="a few-second run (for tests and trying)")
+    parser.add_argument("--flawed", action="store_true", help="add a second run with planted problems for the "
+                        "VERIFY checklist to find (a leaked test item, one seed, a stale evaluation)")
 
 
 def _init_arguments(parser: Parser) -> None:

@@ -68,10 +68,10 @@ def tick(args: argparse.Namespace) -> int:
 
 def demo(args: argparse.Namespace) -> int:
     from remote_gpu_trainer.cli.faces import tui
-    from remote_gpu_trainer.services.project_files import DEMO_RUN, create_demo
+    from remote_gpu_trainer.services.demo_project import DEMO_RUN, create_demo
 
     folder = Path(args.dir)
-    target = create_demo(folder, quick=args.quick)
+    target = create_demo(folder, quick=args.quick, flawed=args.flawed)
     session = open_session(str(target))
     try:
         asyncio.run(start_demo(session))
@@ -85,17 +85,22 @@ def demo(args: argparse.Namespace) -> int:
 
 
 async def start_demo(session: Session) -> None:
-    """Rent the sim box and launch the run, unless it already ran: re-opening re-attaches instead."""
-    from remote_gpu_trainer.services.project_files import DEMO_INSTANCE, DEMO_RUN
+    """Rent the sim box and launch the demo's runs (the flawed twin too when the project has it), unless they
+    already ran: re-opening re-attaches instead."""
+    from remote_gpu_trainer.services.demo_project import DEMO_FLAWED_RUN, DEMO_INSTANCE, DEMO_RUN
 
     status = await session.instance_status(DEMO_INSTANCE)
     if status.state == "terminated":
         return
-    if session.db.launch(DEMO_RUN) is not None:
+    runs = [run for run in (DEMO_RUN, DEMO_FLAWED_RUN) if run in session.project.runs]
+    if all(session.db.launch(run) is not None for run in runs):
         return
-    await session.create_instance(DEMO_INSTANCE, actor="demo")
-    await session.env_audit(DEMO_RUN, actor="demo")  # shown in the checklist panel; the demo never blocks on it
-    await session.launch(DEMO_RUN, actor="demo")
+    if status.state != "running":
+        await session.create_instance(DEMO_INSTANCE, actor="demo")
+    for run in runs:
+        if session.db.launch(run) is None:
+            await session.env_audit(run, actor="demo")  # shown in the checklist panel; the demo never blocks on it
+            await session.launch(run, actor="demo")
 
 
 def _tick(session: Session, run_id: str, item: str, status: str, note: str) -> int:

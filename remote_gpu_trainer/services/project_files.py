@@ -10,10 +10,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-import shlex
-import sys
 import tomllib
-from importlib import resources
 from pathlib import Path
 
 import tomli_w
@@ -23,7 +20,6 @@ from remote_gpu_trainer.config import (
     LAUNCH_PROVIDERS,
     PROVIDERS,
     ProjectConfig,
-    load_project,
     load_project_text,
 )
 from remote_gpu_trainer.errors import ConfigError
@@ -85,10 +81,6 @@ def init_text(name: str, provider: str) -> str:
     return INIT_TEMPLATE.format(name=name, provider=provider, instance_lines=_instance_lines(provider))
 
 
-DEMO_RUN = "demo"
-DEMO_INSTANCE = "gpu-box"
-
-
 def write_new_file(path: Path, text: str) -> None:
     """Create `path` with `text`, refusing to overwrite; nothing is left behind on failure."""
     temp = path.with_name(f".rgt-tmp-{path.name}.{os.getpid()}")
@@ -117,49 +109,7 @@ def init_project(folder: Path, provider: str) -> Path:
     return target
 
 
-def demo_toml(python: str, quick: bool) -> str:
-    extra = " --epochs 2 --steps-per-epoch 6 --step-delay 0.05" if quick else ""
-    command = f"{shlex.quote(python)} train.py --cell {{cell}} --out {{out}}{extra}"
-    return f"""\
-# The rgt demo: a real PyTorch run on a simulated rented box (provider "sim").
-# The box bills a demo price; its disk is .rgt/sim/{DEMO_INSTANCE}/ and terminate deletes it.
-
-[project]
-name = "rgt-demo"
-
-[instances.{DEMO_INSTANCE}]
-provider = "sim"
-
-[runs.{DEMO_RUN}]
-instance = "{DEMO_INSTANCE}"
-workdir = "/workspace/demo"
-command = {_toml_string(command)}
-log = "train.log"
-remote_root = "/workspace/rgt/{DEMO_RUN}"
-roster = ["seed0", "seed1"]
-required = ["best.pth", "best_metrics.json"]
-metric = {{ name = "val_loss", direction = "min" }}
-push = ["train.py"]
-python = {_toml_string(python)}
-"""
-
-
-def create_demo(folder: Path, quick: bool = False) -> Path:
-    """Write the demo project into `folder` unless it already holds one; returns its rgt.toml."""
-    target = folder / CONFIG_NAME
-    if target.exists():
-        load_project(target)
-        return target
-    if folder.exists() and any(folder.iterdir()):
-        raise ConfigError(f"{folder} exists and is not empty: choose another folder for the demo")
-    folder.mkdir(parents=True, exist_ok=True)
-    train = resources.files("remote_gpu_trainer").joinpath("assets/demo/train.py").read_bytes()
-    (folder / "train.py").write_bytes(train)
-    write_new_file(target, demo_toml(sys.executable, quick))
-    return target
-
-
-def _toml_string(value: str) -> str:
+def toml_string(value: str) -> str:
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -146,20 +147,47 @@ def test_demo_project_runs_the_real_training_job(tmp_path: Path) -> None:
     assert started.returncode == 0, started.stderr
     assert rgt("watch", "demo", str(demo), "--interval", "0.5", cwd=tmp_path, timeout=180).returncode == 0
     log = (demo / ".rgt" / "sim" / "gpu-box" / "workspace" / "demo" / "train.log").read_text()
-    assert "loss=" in log and "lr=" in log and "cell seed1 complete" in log
+    assert "loss=" in log and "lr=" in log and "cell seed2 complete" in log
     assert rgt("pull", "demo", str(demo), cwd=tmp_path).returncode == 0
     verified = rgt("verify", "demo", str(demo), cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     marker = json.loads((demo / "runs" / "demo" / "PULL_VERIFIED.json").read_text())
     assert {c["path"] for c in marker["checkpoints"]} >= {"seed0/best.pth", "seed1/best.pth"}
-    metrics = json.loads((demo / "runs" / "demo" / "seed0" / "best_metrics.json").read_text())
-    assert metrics["seed"] == 0 and metrics["val_loss"] > 0
+    record = json.loads((demo / "runs" / "demo" / "seed0" / "run.json").read_text())
+    assert record["schema"] == "remote-gpu-trainer/RUN/v1" and record["provenance"]["seed"] == 0
+    assert record["provenance"]["data"]["split_manifest_sha256"] == hashlib.sha256(
+        (demo / "splits" / "demo.json").read_bytes()).hexdigest(), "the box trained on the manifest rgt built"
+    audit = json.loads(rgt("audit", str(demo), "--format", "json", cwd=tmp_path).stdout)
+    checks = {c["id"]: c["status"] for c in audit["checks"]}
+    passed = {cid for cid, status in checks.items() if status == "pass"}
+    assert {"V00", "V04", "V10", "V11", "V13", "V14", "V23", "V29", "V33"} <= passed, checks
+    assert [f for f in audit["findings"] if f["severity"] != "info"] == [], "the clean demo plants nothing"
     reopened = rgt("demo", str(demo), "--no-tui", cwd=tmp_path)  # re-opening re-attaches, never relaunches
     assert reopened.returncode == 0
     assert sum(1 for line in (demo / ".rgt" / "sim" / "gpu-box" / "workspace" / "demo" / "train.log")
                .read_text().splitlines() if "cell seed0 started" in line) == 1
     assert rgt("down", "demo", str(demo), "--confirm", "sim-gpu-box", cwd=tmp_path).returncode == 0
     assert not (demo / ".rgt" / "sim" / "gpu-box").exists()
+
+
+def test_the_flawed_demo_plants_what_the_checklist_finds(tmp_path: Path) -> None:
+    """`rgt demo --flawed`: a second run whose planted problems each raise their check: a test item that is a
+    renamed copy of a training item (V14), a single seed (V04), an evaluation of another checkpoint (V26)."""
+    demo = tmp_path / "flawed"
+    assert rgt("demo", str(demo), "--no-tui", "--quick", "--flawed", cwd=tmp_path).returncode == 0
+    for run in ("demo-flawed", "demo"):
+        assert rgt("watch", run, str(demo), "--interval", "0.5", cwd=tmp_path, timeout=180).returncode == 0
+        assert rgt("pull", run, str(demo), cwd=tmp_path).returncode == 0
+        assert rgt("verify", run, str(demo), cwd=tmp_path).returncode == 0
+    audit = json.loads(rgt("audit", str(demo), "--format", "json", cwd=tmp_path).stdout)
+    found = {(f["check"], f["subject"], f["severity"]) for f in audit["findings"]}
+    assert ("V14", "split:demo-flawed", "error") in found
+    assert ("V26", "capsule:demo-flawed/seed0", "critical") in found
+    assert ("V04", "number:demo-flawed/main/acc", "info") in found
+    assert not [f for f in audit["findings"] if f["subject"].startswith(("capsule:demo/", "number:demo/", "split:demo"))
+                and f["subject"] != "split:demo-flawed"], "the clean twin stays quiet"
+    leak = next(f for f in audit["findings"] if f["check"] == "V14")
+    assert leak["values"]["train_test"] == 1, leak["values"]
 
 
 def test_write_project_helper_matches_the_contract(tmp_path: Path) -> None:
