@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify.model import SEVERITY_RANK, CheckResult, Finding
-from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.state.verify import FindingRecord, FindingWrite
@@ -191,15 +191,15 @@ def set_status(db: StateDB, finding_id: str, status: str, *, note: str, disclosu
     waive (note: why it does not apply), fixed (provisional until the next audit), or open again."""
     record = db.finding_record(finding_id)
     if record is None:
-        raise RgtError(f"no VERIFY finding {finding_id} (rgt audit lists them)")
+        raise ConfigError(f"no VERIFY finding {finding_id} (rgt audit lists them)")
     if status not in USER_STATUSES:
-        raise RgtError(f"a finding's status must be one of {', '.join(USER_STATUSES)}")
+        raise ConfigError(f"a finding's status must be one of {', '.join(USER_STATUSES)}")
     if scope not in ("subject", "check"):
-        raise RgtError("a finding's scope is `subject` or `check`")
+        raise ConfigError("a finding's scope is `subject` or `check`")
     if status != "open" and not note.strip():
-        raise RgtError(f"{record.id}: a note is required to mark it {status} (say why)")
+        raise ConfigError(f"{record.id}: a note is required to mark it {status} (say why)")
     if status == "acknowledged" and not disclosure.strip():
-        raise RgtError(f"{record.id}: acknowledging needs a disclosure: the text that rides with the claims it "
+        raise ConfigError(f"{record.id}: acknowledging needs a disclosure: the text that rides with the claims it "
                        "touches")
     kept_disclosure = disclosure.strip() if status == "acknowledged" else ""
     return _move(db, record, status, status_by=actor, note=note.strip(), actor=actor, disclosure=kept_disclosure,
