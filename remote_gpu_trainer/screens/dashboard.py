@@ -400,7 +400,8 @@ class DashboardScreen(Screen[None]):
 
     @work(group="audit", exclusive=True, thread=True)
     def audit_if_changed(self) -> None:
-        """A changed input (a pulled file, an edited EVIDENCE.json) re-runs the audits in a thread."""
+        """A changed input (a pulled file, an edited EVIDENCE.json) re-runs the audits in a thread. The first
+        audit of a project comes with its first verification (or `u`, or `rgt audit`), not from opening it."""
         if self.rgt.session.read_only:
             return
         if audit.audit_if_changed(self.rgt.session.project, self.rgt.session.db) is not None:

@@ -69,9 +69,11 @@ def run_audit(project: ProjectConfig, db: StateDB, *, only: set[str] | None = No
 
 
 def audit_if_changed(project: ProjectConfig, db: StateDB) -> AuditOutcome | None:
-    """Audit again when an input changed since the last audit (or there was none); None when nothing did."""
+    """Audit again when an input changed since the last audit; None when nothing did, or when no audit ran yet
+    (the first comes with the first verification, `rgt audit` or the dashboard's `u`, not from opening a
+    project: a dashboard left open must not start work the user did not ask for)."""
     last = db.last_verify_audit()
-    if last is not None and last.inputs_sha256 == inputs_fingerprint(project.root, db):
+    if last is None or last.inputs_sha256 == inputs_fingerprint(project.root, db):
         return None
     return run_audit(project, db)
 
