@@ -1,0 +1,96 @@
+"""The checklist panel's VERIFY rows driven through Pilot on the real app: every check listed with its answer,
+a finding's detail opened from its row, acknowledged with a note and a disclosure, and still acknowledged
+after a re-audit (docs/verify.md §3–§4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import Button, DataTable, Input
+
+from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.screens.finding import FindingScreen
+from remote_gpu_trainer.services import audit
+from remote_gpu_trainer.services.session import Session
+from support.capsules import classification_items, write_capsule, write_split
+from support.helpers import FIXED_NOW, FixedClock, write_project
+from support.tui_helpers import dashboard, focused_id, notified, wait_until
+
+
+def leaky_project(root: Path) -> Session:
+    """One seed (V04, info) and a test item whose bytes are a training item's (V14, error), audited once."""
+    write_project(root)
+    write_capsule(root, "r1", "seed0", metrics={"acc": 0.8}, items=classification_items(100, correct=80))
+    write_split(root, "main", {"train": [("a.png", b"same"), ("b.png", b"train only")],
+                               "test": [("c.png", b"same"), ("d.png", b"test only")]})
+    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    audit.run_audit(session.project, session.db)
+    return session
+
+
+def leak_id(session: Session) -> str:
+    return next(r.id for r in session.db.finding_records() if r.check == "V14")
+
+
+async def test_every_check_is_a_row_and_a_finding_opens_its_detail(tmp_path: Path) -> None:
+    session = leaky_project(tmp_path / "p")
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        run = dashboard(app).current_run()
+        assert run is not None
+        keys = [row.key for row in run.checklist_rows]
+        assert [k for k in keys if k.startswith("V")] == [f"V{n:02d}" for n in range(34)]
+        assert keys.index(leak_id(session)) < keys.index("A01"), "open findings come before the checklist"
+        statuses = {item.id: item.status for item in run.checklist}
+        assert statuses["V14"] == "findings" and statuses["V20"] == "skipped" and statuses["V00"] == "pass"
+        await pilot.press("4")
+        await wait_until(pilot, lambda: focused_id(app) == "checklist")
+        table = app.screen.query_one("#checklist", DataTable)
+        table.move_cursor(row=keys.index(leak_id(session)))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, FindingScreen))
+        shown = str(app.screen.query_one("#finding-detail").query_one("Static").render())
+        assert "train∩test = 1 items" in shown and "split:main" in shown and "fix:" in shown
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, FindingScreen))
+    assert {r.status for r in session.db.finding_records()} == {"open"}, "escape changes nothing"
+    session.close()
+
+
+async def test_acknowledged_with_a_note_and_disclosure_it_stays_acknowledged_after_a_re_audit(tmp_path: Path) -> None:
+    session = leaky_project(tmp_path / "p")
+    finding = leak_id(session)
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        await pilot.press("4")
+        await wait_until(pilot, lambda: focused_id(app) == "checklist")
+        keys = [row.key for row in dashboard(app).current_run().checklist_rows]  # type: ignore[union-attr]
+        app.screen.query_one("#checklist", DataTable).move_cursor(row=keys.index(finding))
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, FindingScreen))
+        modal = app.screen
+        modal.query_one("#finding-disclosure", Input).value = ""
+        modal.query_one("#finding-ack", Button).press()  # no note yet: refused in the modal
+        await wait_until(pilot, lambda: notified(app, "a note is required"))
+        modal.query_one("#finding-note", Input).value = "c.png is a planted fixture of this test"
+        modal.query_one("#finding-ack", Button).press()  # a note, no disclosure: the service refuses, nothing changes
+        await wait_until(pilot, lambda: notified(app, "needs a disclosure"))
+        assert session.db.finding_record(finding).status == "open"  # type: ignore[union-attr]
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, FindingScreen))
+        app.screen.query_one("#finding-note", Input).value = "c.png is a planted fixture of this test"
+        app.screen.query_one("#finding-disclosure", Input).value = "one test item duplicates a training item"
+        app.screen.query_one("#finding-ack", Button).press()
+        await wait_until(pilot, lambda: session.db.finding_record(finding).status == "acknowledged")  # type: ignore[union-attr]
+        await pilot.press("u")  # audit now: the finding fires again and is not raised
+        await wait_until(pilot, lambda: notified(app, "audit: 0 raised"))
+        await wait_until(pilot, lambda: any(
+            row.key == finding and row.status == "acknowledged"
+            for row in dashboard(app).current_run().checklist_rows))  # type: ignore[union-attr]
+    record = session.db.finding_record(finding)
+    assert record is not None and record.status == "acknowledged"
+    assert record.disclosure == "one test item duplicates a training item"
+    assert record.last_seen >= record.status_changed_at
+    session.close()
