@@ -1,0 +1,66 @@
+"""services/audit.py: what the audit gathers (files, probe answers, pulled logs), that it runs after every
+verification, and that the dashboard's re-audit happens exactly when an input changed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from remote_gpu_trainer.services import audit
+from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.state.events import EventKind
+from support.capsules import classification_items, write_capsule
+from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liveness, write_project
+
+
+def project(root: Path) -> Session:
+    write_project(root)
+    write_capsule(root, RUN, "seed0", metrics={"acc": 0.8}, items=classification_items(100, correct=80))
+    return Session.open(str(root), clock=FixedClock(FIXED_NOW))
+
+
+def test_gather_carries_probe_answers_and_the_pulled_logs(tmp_path: Path) -> None:
+    session = project(tmp_path / "p")
+    session.db.add_probe_record("V20", f"capsule:{RUN}/seed0", {"batch": 32, "mean_cosine": 0.5, "spread": 0.4})
+    (tmp_path / "p" / "runs" / RUN / "seed0" / "train.log").write_text("epoch 1\nsaved checkpoint to best.pth\n")
+    evidence = audit.gather(session.project, session.db)
+    assert evidence.probes[("V20", f"capsule:{RUN}/seed0")]["mean_cosine"] == 0.5
+    assert evidence.log_lines[RUN] == ((1, "epoch 1"), (2, "saved checkpoint to best.pth"))
+    session.close()
+
+
+def test_a_re_audit_happens_only_when_an_input_changed(tmp_path: Path) -> None:
+    session = project(tmp_path / "p")
+    assert audit.audit_if_changed(session.project, session.db) is None, "opening a project starts no audit"
+    first = audit.run_audit(session.project, session.db)
+    assert any(r.check == "V04" for r in first.raised)
+    assert audit.audit_if_changed(session.project, session.db) is None, "nothing changed"
+    assert not audit.audit_view(session.project.root, session.db).stale
+    metrics = tmp_path / "p" / "runs" / RUN / "seed0" / "test" / "main" / "metrics.json"
+    stat = metrics.stat()
+    os.utime(metrics, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # touched: the inputs changed
+    assert audit.audit_view(session.project.root, session.db).stale
+    again = audit.audit_if_changed(session.project, session.db)
+    assert again is not None and again.raised == ()
+    assert len(session.db.events(kind=EventKind.VERIFY_AUDIT)) == 2
+    session.close()
+
+
+def test_every_verification_is_followed_by_an_audit(tmp_path: Path) -> None:
+    write_project(tmp_path / "p")
+    session = Session.open(str(tmp_path / "p"), clock=FixedClock(FIXED_NOW))
+
+    async def arc() -> None:
+        await session.create_instance(INSTANCE)
+        await session.launch(RUN)
+        await wait_for_liveness(session)
+        await session.verify(RUN)  # before the pull: fails, and the audit still runs
+        assert session.db.last_verify_audit() is not None
+        await session.pull(RUN)
+        assert (await session.verify(RUN)).ok
+
+    asyncio.run(arc())
+    kinds = [e.kind for e in session.db.events() if e.kind in (EventKind.VERIFY, EventKind.VERIFY_AUDIT)]
+    assert kinds == [EventKind.VERIFY, EventKind.VERIFY_AUDIT, EventKind.VERIFY, EventKind.VERIFY_AUDIT]
+    session.close()
