@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify import metric_registry
+from remote_gpu_trainer.audits.verify.bootstrap import difference_ci, mean_ci
 from remote_gpu_trainer.audits.verify.catalogue import specs
 from remote_gpu_trainer.audits.verify.model import (
     Capsule,
@@ -428,24 +429,18 @@ def _paired_interval(real: pd.DataFrame, shuffled: pd.DataFrame, column: str,
                      params: Mapping[str, Any]) -> tuple[float, float] | None:
     """Percentile bootstrap CI of mean(real − shuffled) over items, paired by item_id when both conditions
     hold the same ids, else each condition resampled on its own; None without a finite per-item column."""
-    import numpy as np
 
     a, _ = _finite_column(real, column)
     b, _ = _finite_column(shuffled, column)
     if a is None or b is None or int(params.get("resamples", 10000)) < 1:
         return None
-    rng = np.random.default_rng(int(params.get("rng_seed", 0)))
+    seed = int(params.get("rng_seed", 0))
     resamples = int(params.get("resamples", 10000))
-    ids_a, ids_b = real["item_id"].astype(str), shuffled["item_id"].astype(str)
-    if ids_a.is_unique and ids_b.is_unique and set(ids_a) == set(ids_b):
-        diff = (a.set_axis(ids_a.to_list()).sort_index() - b.set_axis(ids_b.to_list()).sort_index()).to_numpy()
-        means = np.array([diff[rng.integers(0, diff.size, diff.size)].mean() for _ in range(resamples)])
-    else:
-        x, y = a.to_numpy(dtype=float), b.to_numpy(dtype=float)
-        means = np.array([x[rng.integers(0, x.size, x.size)].mean() - y[rng.integers(0, y.size, y.size)].mean()
-                          for _ in range(resamples)])
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(low), float(high)
+    ids_a, ids_b = real["item_id"].astype(str).tolist(), shuffled["item_id"].astype(str).tolist()
+    if len(set(ids_a)) == len(ids_a) and len(set(ids_b)) == len(ids_b) and set(ids_a) == set(ids_b):
+        diff = (a.set_axis(ids_a).sort_index() - b.set_axis(ids_b).sort_index()).to_numpy()
+        return mean_ci(diff, resamples, seed)
+    return difference_ci(a.to_numpy(dtype=float), b.to_numpy(dtype=float), resamples, seed)
 
 
 # -- V22 input_spread ---------------------------------------------------------------------------------------

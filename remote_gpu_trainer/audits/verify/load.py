@@ -279,8 +279,9 @@ def _read_yaml(root: Path, rel: str, problems: _Problems) -> tuple[Any, str | No
     if data is None:
         return None, None
     sha = hashlib.sha256(data).hexdigest()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader when built with it: 10× faster
     try:
-        parsed = yaml.safe_load(data.decode("utf-8"))
+        parsed = yaml.load(data.decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader, C or Python
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         problems.add(rel, f"malformed YAML: {str(exc).splitlines()[0]}")
         return None, sha

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from remote_gpu_trainer.audits.verify.bootstrap import mean_ci
 from remote_gpu_trainer.audits.verify.comparability import (
     claims_touching,
     fmt,
@@ -38,7 +39,6 @@ from remote_gpu_trainer.audits.verify.numbers import SeedValue, iqm, mean, sampl
 
 SINGLE_SEED = "single seed — no variance band; a delta inside run-to-run noise cannot be told from signal"
 VARIANCE_TYPES = ("std_over_seeds", "ci95_bootstrap_items", "ci95_bootstrap_seeds", "iqm_ci95", "none")
-_CHUNK = 2000  # bootstrap resamples drawn at a time: bounds memory at 2000 × n items
 _SEVERITY = ("info", "warn", "error")
 
 
@@ -285,7 +285,8 @@ def _item_series(capsule: Capsule, test_id: str, metric: str) -> Any:
     ids = test.results["item_id"].astype(str)
     if ids.duplicated().any():
         return f"{test.results_path}: item_id is not unique"
-    return pd.Series(pd.to_numeric(test.results[column], errors="coerce").to_numpy(dtype=float), index=ids.values)
+    # a plain list index: sets and reindexing over arrow-backed strings cost a Python object per item
+    return pd.Series(pd.to_numeric(test.results[column], errors="coerce").to_numpy(dtype=float), index=ids.tolist())
 
 
 def _item_arms(project: ProjectEvidence, comparison: Comparison, test_id: str, metric: str) -> tuple | str:
@@ -302,23 +303,20 @@ def _item_arms(project: ProjectEvidence, comparison: Comparison, test_id: str, m
             series.append(found)
             test = capsule.tests[test_id]
             refs.append(EvidenceRef(test.results_path or "", test.results_sha256))
-        if any(set(s.index) != set(series[0].index) for s in series):
+        if any(not _same_items(s.index, series[0].index) for s in series):
             return f"runs/{run_id}: item sets differ between its capsules"
         arms.append(pd.concat(series, axis=1).mean(axis=1, skipna=False))
     return arms[0], arms[1], tuple(refs)
 
 
-def bootstrap_mean_ci(d: Any, resamples: int, rng_seed: int) -> tuple[float, float]:
-    """95 % percentile CI of mean(d) over `resamples` resamples of items, drawn in chunks of index rows."""
-    import numpy as np
+def _same_items(a: Any, b: Any) -> bool:
+    """Two unique item-id indexes hold the same ids (vectorised: no Python object per item)."""
+    return len(a) == len(b) and bool(a.sort_values().equals(b.sort_values()))
 
-    rng = np.random.default_rng(rng_seed)
-    means = []
-    for start in range(0, resamples, _CHUNK):
-        index = rng.integers(0, len(d), size=(min(_CHUNK, resamples - start), len(d)))
-        means.append(d[index].mean(axis=1))
-    lo, hi = np.percentile(np.concatenate(means), [2.5, 97.5])
-    return float(lo), float(hi)
+
+def bootstrap_mean_ci(d: Any, resamples: int, rng_seed: int) -> tuple[float, float]:
+    """95 % percentile CI of mean(d) over `resamples` resamples of items (audits/verify/bootstrap.py)."""
+    return mean_ci(d, resamples, rng_seed)
 
 
 def _judge_items(items: tuple, sign: float, test_id: str, metric: str, params: Mapping[str, Any]) -> tuple | None:
@@ -327,8 +325,8 @@ def _judge_items(items: tuple, sign: float, test_id: str, metric: str, params: M
 
     run, control, refs = items
     key = f"{test_id}/{metric}"
-    if set(run.index) != set(control.index):
-        shared = len(set(run.index) & set(control.index))
+    if not _same_items(run.index, control.index):
+        shared = len(run.index.intersection(control.index))
         values = {key: {"method": "items", "run_items": len(run), "control_items": len(control), "shared": shared,
                         "bold_allowed": False}}
         return ("error", f"item sets differ on {key}: run {len(run)} items, control {len(control)}, "
