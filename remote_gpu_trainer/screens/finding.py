@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Label, Static
+from textual.widgets import Button, Checkbox, Input, Static
 
 from remote_gpu_trainer.views import VerifyFindingView
 from remote_gpu_trainer.widgets.glyphs import plain
@@ -38,16 +38,19 @@ class FindingScreen(ModalScreen[FindingDecision | None]):
         with Vertical(id="finding-dialog"):
             with VerticalScroll(id="finding-detail"):
                 yield Static(plain(self.detail, keep_newlines=True))
-            yield Label("note (why)")
-            yield Input(value=self.finding.note, placeholder="note (required)", id="finding-note")
-            yield Label("disclosure (rides with the claims; required to acknowledge)")
-            yield Input(value=self.finding.disclosure or self.finding.message, id="finding-disclosure")
+            yield Input(value=self.finding.note, placeholder="why (required)", id="finding-note")
+            yield Input(value=self.finding.disclosure or self.finding.message, id="finding-disclosure",
+                        placeholder="the text that rides with the claims it touches")
             yield Checkbox("for the whole check (every subject of the project)", self.finding.scope == "check",
                            id="finding-scope")
             with Horizontal(id="finding-buttons"):
                 yield Button("Cancel", id="finding-cancel")
                 yield Button("Waive", id="finding-waive")
                 yield Button("Acknowledge", id="finding-ack", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#finding-note", Input).border_title = "note"
+        self.query_one("#finding-disclosure", Input).border_title = "disclosure (required to acknowledge)"
 
     def _decision(self, status: str) -> FindingDecision:
         return FindingDecision(status, self.query_one("#finding-note", Input).value,

@@ -275,3 +275,62 @@ def test_oom_log_chart_and_findings(snap_compare: Any, tmp_path: Path, size: tup
         await pilot.pause()
 
     assert snap_compare(still_app(session), terminal_size=size, run_before=run_before)
+
+
+@pytest.fixture(scope="module")
+def demo_projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """`rgt demo` (three seeds) and `rgt demo --flawed` (plus its planted run), each trained on the sim box on
+    the fixed clock, pulled and verified (so audited) once for the module."""
+    from remote_gpu_trainer.cli.project_verbs import start_demo
+    from remote_gpu_trainer.services.demo_project import create_demo
+
+    made = {}
+    for name, flawed in (("demo", False), ("flawed", True)):
+        folder = tmp_path_factory.mktemp(name) / "rgt-demo"
+        session = Session.open(str(create_demo(folder, quick=True, flawed=flawed)), clock=FixedClock(FIXED_NOW))
+
+        async def prepare(session: Session = session) -> None:
+            await start_demo(session)
+            for run in sorted(session.project.runs):
+                await wait_for_liveness(session, run, timeout=180)
+                await session.pull(run)
+                assert (await session.verify(run)).ok
+
+        asyncio.run(prepare())
+        session.close()
+        made[name] = folder
+    return made
+
+
+async def settle_demo(pilot: Pilot[None]) -> None:
+    """The demo's log read to its last cell, an overview made after it, the checklist sized, toasts gone."""
+    for _ in range(600):
+        screen = pilot.app.screen_stack[-1] if len(pilot.app.screen_stack) > 1 else None
+        if isinstance(screen, DashboardScreen) and screen.overview is not None and \
+                "cell seed2 exited 0" in screen.query_one(LogPanel).text():
+            break
+        await pilot.pause(0.05)
+    else:
+        raise AssertionError("the demo dashboard never settled")
+    await fresh_overview(pilot, screen)
+    pilot.app.clear_notifications()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+@pytest.mark.parametrize("which", ["demo", "flawed"])
+def test_demo_checklist(snap_compare: Any, demo_projects: dict[str, Path], size: tuple[int, int],
+                        which: str) -> None:
+    """[VERIFY] the demo's checklist after verification: every check's answer (real passes for the clean demo);
+    with --flawed, the planted findings (V26 critical, V14 error, V04 info) first, worst first."""
+    session = Session.open(str(demo_projects[which]), clock=FixedClock(FIXED_NOW))
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await settle_demo(pilot)
+        await pilot.press("4")
+        await wait_for(pilot, panel_shown("panel-checklist"), "the checklist panel after 4")
+        await pilot.pause()
+
+    assert snap_compare(still_app(session), terminal_size=size, run_before=run_before)
+    session.close()
