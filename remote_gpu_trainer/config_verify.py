@@ -1,4 +1,5 @@
-"""rgt.toml's VERIFY tables (docs/formats.md, rgt.toml): `[metrics]`, `[verify.<check>]` and `[[verify.compare]]`.
+"""rgt.toml's VERIFY tables (docs/formats.md, rgt.toml): `[metrics]`, `[verify.<check>]`, `[[verify.compare]]`
+and `[verify.probe]`.
 
 ```toml
 [metrics]
@@ -11,6 +12,10 @@ min_seeds = 5
 run = "ours"
 control = "baseline"
 vary = ["model.aux_loss"]
+
+[verify.probe]                          # `rgt probe RUN CHECK`: the user's loader hook (probes/model_probe.py)
+hook = "probe_hooks:build"              # module:function, imported from the project root (the workdir on the box)
+timeout_s = 300                         # the probe program is killed after this long
 ```
 
 A check or a param that does not exist is a config error with "did you mean", never a silently ignored line.
@@ -18,6 +23,7 @@ A check or a param that does not exist is a config error with "did you mean", ne
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +34,16 @@ from remote_gpu_trainer.toml_table import Table, did_you_mean
 
 DIRECTIONS = ("max", "min", "monitor")
 _COMPARE_KEYS = {"run", "control", "vary", "test_id", "metric"}
+_HOOK = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+DEFAULT_PROBE_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class ProbeSettings:
+    """`[verify.probe]`: the `module:function` loader hook the model probes call, and their time limit."""
+
+    hook: str | None = None
+    timeout_s: float = DEFAULT_PROBE_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -35,6 +51,7 @@ class VerifyConfig:
     metrics: Mapping[str, MetricRule] = field(default_factory=dict)
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # check id -> params
     comparisons: tuple[Comparison, ...] = ()
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
 
 
 def read_verify_config(top: Table) -> VerifyConfig:
@@ -44,10 +61,11 @@ def read_verify_config(top: Table) -> VerifyConfig:
     if verify is None:
         return VerifyConfig(metrics=metrics)
     comparisons = tuple(c for c in (_comparison(row) for row in verify.rows("compare")) if c is not None)
+    probe = _probe(verify.table("probe")) if verify.has("probe") else ProbeSettings()
     overrides: dict[str, dict[str, Any]] = {}
     names = sorted({s.name for s in specs().values()} | set(specs()))
     for key in list(verify.data):
-        if key == "compare":
+        if key in ("compare", "probe"):
             continue
         spec = by_name(key)
         body = verify.table(key)
@@ -57,7 +75,7 @@ def read_verify_config(top: Table) -> VerifyConfig:
         if body is not None:
             overrides[spec.id] = _params(body, spec.params)
     verify.done()
-    return VerifyConfig(metrics=metrics, overrides=overrides, comparisons=comparisons)
+    return VerifyConfig(metrics=metrics, overrides=overrides, comparisons=comparisons, probe=probe)
 
 
 def _metrics(table: Table | None) -> dict[str, MetricRule]:
@@ -98,6 +116,20 @@ def _params(body: Table, defaults: Mapping[str, Any]) -> dict[str, Any]:
             continue
         params[key] = value
     return params
+
+
+def _probe(body: Table | None) -> ProbeSettings:
+    """`[verify.probe]`: a hook spelt `module:function` (checked here, imported only by the probe program)."""
+    if body is None:
+        return ProbeSettings()
+    body.expect({"hook", "timeout_s"})
+    body.done()
+    hook = body.text("hook", nonempty=True)
+    if hook is not None and not _HOOK.fullmatch(hook):
+        body.problem("hook", f"{hook!r} is not module:function (like probe_hooks:build)")
+        hook = None
+    timeout = body.number("timeout_s", DEFAULT_PROBE_TIMEOUT_S, above=True)
+    return ProbeSettings(hook=hook, timeout_s=timeout if timeout is not None else DEFAULT_PROBE_TIMEOUT_S)
 
 
 def _comparison(row: Table) -> Comparison | None:

@@ -27,7 +27,7 @@ PROJECT_VERBS: dict[str, tuple[str, str]] = {
     "help": ("project_verbs", "help_verb"), "completion": ("project_verbs", "completion"),
     "demo": ("project_verbs", "demo"), "init": ("project_verbs", "init"), "info": ("project_verbs", "info"),
     "trust": ("project_verbs", "trust"), "events": ("project_verbs", "events"), "tick": ("project_verbs", "tick"),
-    "audit": ("verify_verbs", "audit"), "finding": ("verify_verbs", "finding"),
+    "audit": ("verify_verbs", "audit"), "finding": ("verify_verbs", "finding"), "probe": ("probe_verbs", "probe"),
     "capsule": ("evidence_tools", "capsule"), "splits": ("evidence_tools", "splits"),
 }
 RUN_VERBS: dict[str, tuple[str, str]] = {

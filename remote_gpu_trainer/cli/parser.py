@@ -17,8 +17,8 @@ from remote_gpu_trainer import __version__
 from remote_gpu_trainer.config import PROVIDERS
 from remote_gpu_trainer.errors import ConfigError
 
-VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "tick",
-         "events", "trust", "capsule", "splits", "completion", "help")
+VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "probe",
+         "tick", "events", "trust", "capsule", "splits", "completion", "help")
 # One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
 VERB_HELP = {
     "demo": "write the demo project and launch its run on a simulated rented box, then open the TUI",
@@ -33,6 +33,7 @@ VERB_HELP = {
     "down": "tear down the run's instance once the gate is open and the instance id is typed",
     "audit": "run the VERIFY audits over the project's evidence and list the checks and findings",
     "finding": "show a VERIFY finding, or acknowledge, waive, mark fixed or reopen it with a note",
+    "probe": "run a VERIFY probe check (V20, V22, V27, V28) against the run's model through the rgt.toml hook",
     "tick": "set a manual checklist item of a run (ticked, not_applicable or open) with a note",
     "events": "print the append-only event log: approvals and cost-affecting actions",
     "trust": "trust a first-contact SSH host key after comparing its fingerprint",
@@ -58,6 +59,7 @@ VERB_EXAMPLES = {
     "finding": ("rgt finding F-000003",
                 'rgt finding F-000003 --ack --note "one seed by budget" --disclosure "single seed" --scope check',
                 'rgt finding F-000007 --waive --note "not a classification task"'),
+    "probe": ("rgt probe r1 V20", "rgt probe r1 grad_coverage --cell seed0", "rgt probe r1 V27 --on gpu-box"),
     "tick": ('rgt tick r1 T01 --note "checked by hand"',),
     "events": ("rgt events", "rgt events --run r1 --format json"),
     "trust": ("rgt trust gpu-box --fingerprint SHA256:...",),
@@ -211,6 +213,19 @@ def _finding_arguments(parser: Parser) -> None:
                         help="check: the acknowledgement covers the whole check for the project")
 
 
+def _probe_arguments(parser: Parser) -> None:
+    parser.add_argument("run", help="the run id in rgt.toml")
+    parser.add_argument("check", help="V20, V22, V27 or V28 (or output_cosine, input_spread, train_eval_parity, "
+                        "grad_coverage)")
+    _project_argument(parser)
+    parser.add_argument("--cell", help="only this cell of the run (default: every cell of its roster)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--here", action="store_true", help="on the pulled copy runs/RUN/CELL/ (the default)")
+    where.add_argument("--on", metavar="INSTANCE", help="on the instance, in the run's workdir with its python")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text for people (default) or json: one document with a versioned schema")
+
+
 def _capsule_arguments(parser: Parser) -> None:
     parser.add_argument("--write", metavar="DIR", help="copy the helper into DIR as rgt_capsule.py")
     parser.add_argument("--force", action="store_true", help="replace a different rgt_capsule.py in DIR")
@@ -282,7 +297,7 @@ def _no_options(parser: Parser) -> None:
 _ARGUMENTS: dict[str, Callable[[Parser], None]] = {
     "help": _help_arguments, "completion": _completion_arguments, "demo": _demo_arguments,
     "init": _init_arguments, "info": _project_argument, "trust": _trust_arguments, "events": _events_arguments,
-    "tick": _tick_arguments, "audit": _audit_arguments, "finding": _finding_arguments,
+    "tick": _tick_arguments, "audit": _audit_arguments, "finding": _finding_arguments, "probe": _probe_arguments,
     "capsule": _capsule_arguments, "splits": _splits_arguments,
 }
 _RUN_OPTIONS: dict[str, Callable[[Parser], None]] = {
