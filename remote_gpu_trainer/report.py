@@ -66,7 +66,7 @@ def verify_dict(audit: AuditView) -> dict[str, Any]:
     return {
         "audited_at": iso_z(audit.audited_at) if audit.audited_at is not None else None,
         "stale": audit.stale,
-        "checks": [{"id": c.id, "name": c.name, "kind": c.kind, "status": c.status, "note": c.note,
+        "checks": [{"id": c.id, "name": c.name, "title": c.title, "kind": c.kind, "status": c.status, "note": c.note,
                     "findings": c.findings} for c in audit.checks],
         "findings": [finding_dict(f) for f in audit.sorted_findings()],
     }

@@ -163,6 +163,7 @@ class CheckView:
     status: str  # pass | findings | skipped | not_run
     note: str
     findings: int = 0  # open or acknowledged records of this check
+    title: str = ""  # what the check asks, in words (assets/verify.toml)
 
 
 @dataclass(frozen=True)

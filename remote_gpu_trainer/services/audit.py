@@ -90,7 +90,7 @@ def audit_view(root: Path, db: StateDB) -> AuditView:
     checks = tuple(
         CheckView(spec.id, spec.name, spec.kind, str(answered[cid]["status"]) if cid in answered else "not_run",
                   str(answered[cid]["note"]) if cid in answered else "no audit has run this check yet",
-                  live.get(cid, 0))
+                  live.get(cid, 0), spec.title)
         for cid, spec in catalogue.specs().items())
     stale = last is not None and last.inputs_sha256 != inputs_fingerprint(root, db)
     return AuditView(last.at if last is not None else None, checks, tuple(finding_view(r) for r in records), stale)

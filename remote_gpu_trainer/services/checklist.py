@@ -50,7 +50,7 @@ def evaluate(run_id: str, facts: ChecklistFacts, db: StateDB, audit: AuditView =
 
 def _check_item(check: CheckView) -> ChecklistItem:
     note = check.note + (f" ({check.findings} finding{'s' if check.findings != 1 else ''})" if check.findings else "")
-    return ChecklistItem(check.id, check.kind, f"{check.name}", check.status, note.strip())
+    return ChecklistItem(check.id, check.kind, check.title or check.name, check.status, note.strip())
 
 
 def set_tick(db: StateDB, run_id: str, item_id: str, status: str, note: str, actor: str = "user") -> None:

@@ -33,6 +33,7 @@ class CheckSpec:
     section: str
     fix: str
     params: Mapping[str, Any]
+    title: str = ""
 
 
 @cache
@@ -41,7 +42,7 @@ def specs() -> dict[str, CheckSpec]:
     data = tomllib.loads(CATALOGUE_PATH.read_text(encoding="utf-8"))
     table = data.get("checks", {})
     return {cid: CheckSpec(cid, row["name"], row["kind"], row["section"], row.get("fix", ""),
-                           dict(row.get("params", {})))
+                           dict(row.get("params", {})), row.get("title", row["name"]))
             for cid, row in sorted(table.items())}
 
 
