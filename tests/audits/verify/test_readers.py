@@ -203,6 +203,14 @@ def test_a_legacy_cell_reads_as_a_best_metrics_test_with_its_disclosure(tmp_path
     assert test.metrics_sha256 is not None and len(test.metrics_sha256) == 64
 
 
+def test_the_seed_and_other_bookkeeping_beside_legacy_metrics_are_not_metrics(tmp_path: Path) -> None:
+    """rgt's own demo wrote {val_loss, epoch, step, seed}: only val_loss is a number VERIFY judges."""
+    folder = cell_dir(tmp_path)
+    write_json(folder / "best_metrics.json", {"val_loss": 0.12, "epoch": 3, "step": 30, "seed": 1})
+    blocks = only(load(tmp_path)).tests["best_metrics"].metrics["metrics"]  # type: ignore[index]
+    assert sorted(blocks) == ["val_loss"]
+
+
 def test_a_legacy_file_that_names_its_split_keeps_it_and_a_native_capsule_gets_no_legacy_test(tmp_path: Path) -> None:
     write_json(cell_dir(tmp_path) / "best_metrics.json", {"acc": 0.91, "split": "test"})
     native = write_capsule(tmp_path, "r", "seed1", metrics={"acc": 0.9})

@@ -18,6 +18,8 @@ TEST_ID = "best_metrics"
 LEGACY_DISCLOSURE = "legacy cell: no run record or per-item results; not re-derivable"
 EPOCH_KEYS = ("epoch", "best_epoch")
 STEP_KEYS = ("step", "best_step", "global_step", "iter", "iteration")
+# Bookkeeping written beside the metrics, never a metric: the seed and the run's identity and timing.
+BOOKKEEPING_KEYS = ("seed", "cell", "run", "run_id", "epochs", "steps", "time", "timestamp", "walltime", "elapsed")
 
 
 def legacy_test(rel: str, data: Any, sha: str | None) -> tuple[TestArtifacts | None, list[InputProblem]]:
@@ -27,7 +29,7 @@ def legacy_test(rel: str, data: Any, sha: str | None) -> tuple[TestArtifacts | N
     epoch = _position(data, EPOCH_KEYS)
     step = _position(data, STEP_KEYS)
     split = data.get("split") if isinstance(data.get("split"), str) and data.get("split") else "val"
-    skip = {*EPOCH_KEYS, *STEP_KEYS, "split"}
+    skip = {*EPOCH_KEYS, *STEP_KEYS, *BOOKKEEPING_KEYS, "split"}
     blocks: dict[str, Any] = {}
     for name, value in data.items():
         value_number = number(value)
