@@ -30,6 +30,7 @@ from remote_gpu_trainer.audits.verify.model import (
     skipped,
 )
 from remote_gpu_trainer.audits.verify.numbers import aggregate, seed_values
+from remote_gpu_trainer.audits.verify.plain_yaml import YamlRefused, load_plain
 from remote_gpu_trainer.audits.verify.smoke import (
     Issue,
     finish,
@@ -457,8 +458,6 @@ def _claim_issues(project: ProjectEvidence, run: str, lines: tuple[tuple[int, st
 
 def _unfrozen(capsule: Capsule, test: TestArtifacts) -> list[str]:
     """metrics.json eval_command.overrides (`key=value`) that config.yaml does not already hold."""
-    import yaml
-
     command = (test.metrics or {}).get("eval_command")
     raw = command.get("overrides") if isinstance(command, Mapping) else None
     config = flatten(capsule.config or {})
@@ -466,8 +465,8 @@ def _unfrozen(capsule: Capsule, test: TestArtifacts) -> list[str]:
     for override in raw if isinstance(raw, list) else []:
         key, _, text = str(override).lstrip("+~").partition("=")
         try:
-            value = yaml.safe_load(text)
-        except yaml.YAMLError:
+            value = load_plain(text.encode("utf-8"))
+        except YamlRefused:
             value = text
         if key not in config or config[key] != value:
             found.append(str(override))

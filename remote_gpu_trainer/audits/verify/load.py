@@ -30,6 +30,7 @@ from remote_gpu_trainer.audits.verify.model import (
     SplitMember,
     TestArtifacts,
 )
+from remote_gpu_trainer.audits.verify.plain_yaml import YamlRefused, load_plain
 from remote_gpu_trainer.strict_json import loads_strict
 
 if TYPE_CHECKING:
@@ -273,17 +274,14 @@ def _read_json(root: Path, rel: str, problems: _Problems) -> tuple[Any, str | No
 
 
 def _read_yaml(root: Path, rel: str, problems: _Problems) -> tuple[Any, str | None]:
-    import yaml
-
     data = _read_bytes(root, rel)
     if data is None:
         return None, None
     sha = hashlib.sha256(data).hexdigest()
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's safe loader when built with it: 10× faster
     try:
-        parsed = yaml.load(data.decode("utf-8"), Loader=loader)  # noqa: S506 - a safe loader, C or Python
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        problems.add(rel, f"malformed YAML: {str(exc).splitlines()[0]}")
+        parsed = load_plain(data)
+    except YamlRefused as exc:
+        problems.add(rel, str(exc))
         return None, sha
     if parsed is not None and not isinstance(parsed, dict):
         problems.add(rel, "is not a mapping of keys to values")

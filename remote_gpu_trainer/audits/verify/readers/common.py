@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from remote_gpu_trainer.audits.log.metrics import canonical_key
 from remote_gpu_trainer.audits.verify.metric_registry import DIRECTION_WORDS, direction
 from remote_gpu_trainer.audits.verify.model import Capsule, InputProblem, TestArtifacts
+from remote_gpu_trainer.audits.verify.plain_yaml import YamlRefused, load_plain
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -254,15 +255,13 @@ class Reading:
             return None
 
     def read_yaml(self, path: Path) -> Any:
-        import yaml
-
         data = self.read_bytes(path)
         if data is None:
             return None
         try:
-            return yaml.safe_load(data.decode("utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
-            self.problem(path, f"malformed YAML: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            return load_plain(data)
+        except YamlRefused as exc:
+            self.problem(path, str(exc))
             return None
 
     def capsule(self, run_id: str, cell: str, source: str, curves: Curves, train_source: Path | None,
