@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from remote_gpu_trainer.audits.verify import metric_registry
 from remote_gpu_trainer.audits.verify.bootstrap import difference_ci, mean_ci
 from remote_gpu_trainer.audits.verify.catalogue import specs
+from remote_gpu_trainer.audits.verify.configs import flatten
 from remote_gpu_trainer.audits.verify.model import (
     Capsule,
     CheckResult,
@@ -40,7 +41,6 @@ from remote_gpu_trainer.audits.verify.model import (
 from remote_gpu_trainer.audits.verify.smoke import (
     Issue,
     finish,
-    flatten,
     judged_or_skipped,
     merge,
     numeric,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from remote_gpu_trainer.audits.verify import metric_registry
+from remote_gpu_trainer.audits.verify.configs import flatten, is_number, matches, same_value
 from remote_gpu_trainer.audits.verify.model import (
     Capsule,
     CheckResult,
@@ -109,39 +110,13 @@ def fmt_signed(value: float) -> str:
 
 
 # -- flattening (V01, V02) ------------------------------------------------------------------------------------
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted keys `a.b.c`, list items `a.0`; an empty mapping or list is a leaf, so it differs from missing."""
-    if isinstance(node, Mapping) and node:
-        items: Iterable[tuple[Any, Any]] = node.items()
-    elif isinstance(node, list | tuple) and node:
-        items = enumerate(node)
-    else:
-        return {prefix: node} if prefix else {}
-    flat: dict[str, Any] = {}
-    for key, value in items:
-        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return flat
-
-
-def same_value(a: Any, b: Any) -> bool:
-    """Config equality: int 1 equals float 1.0, a bool is not a number, NaN equals NaN."""
-    if _is_number(a) and _is_number(b):
-        x, y = float(a), float(b)
-        return x == y or (math.isnan(x) and math.isnan(y))
-    return type(a) is type(b) and a == b
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def capsule_view(capsule: Capsule) -> dict[str, Any]:
     """What V01 compares: the flattened config plus the derived and provenance keys of docs/verify.md §2."""
     view = flatten(capsule.config or {})
     training = (capsule.run_record or {}).get("training")
     training = training if isinstance(training, Mapping) else {}
     factors = [training.get(k) for k in ("per_device_batch", "world_size", "grad_accum")]
-    if all(_is_number(f) for f in factors):
+    if all(is_number(f) for f in factors):
         view["_derived.effective_batch"] = math.prod(factors)
     if "steps" in training:
         view["_derived.total_steps"] = training["steps"]
@@ -150,13 +125,6 @@ def capsule_view(capsule: Capsule) -> dict[str, Any]:
         if isinstance(node, Mapping) and path[-1] in node:
             view[f"_prov.{name}"] = node[path[-1]]
     return view
-
-
-def matches(key: str, patterns: Iterable[str]) -> bool:
-    """A glob matches the dotted key, one of its ancestors (`tags` covers `tags.0`) or its last segment."""
-    parts = key.split(".")
-    candidates = [".".join(parts[:i]) for i in range(1, len(parts) + 1)] + [parts[-1]]
-    return any(fnmatch.fnmatchcase(c, p) for p in patterns for c in candidates)
 
 
 def differing(run: Mapping[str, Any], control: Mapping[str, Any], ignore: Iterable[str]) -> dict[str, tuple]:
@@ -388,7 +356,7 @@ def _without_ignored(view: dict[str, Any], params: Mapping[str, Any]) -> dict[st
 
 
 def _finite(value: Any) -> float | None:
-    return float(value) if _is_number(value) and math.isfinite(float(value)) else None
+    return float(value) if is_number(value) and math.isfinite(float(value)) else None
 
 
 def _published_finding(project: ProjectEvidence, number: Any, params: Mapping[str, Any]) -> Finding | None:

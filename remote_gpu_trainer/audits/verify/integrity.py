@@ -19,6 +19,7 @@ from typing import Any
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, path_problems
 from remote_gpu_trainer.audits.verify.collapse import recompute, split_rows
+from remote_gpu_trainer.audits.verify.configs import flatten
 from remote_gpu_trainer.audits.verify.load import file_sha256, finite
 from remote_gpu_trainer.audits.verify.model import (
     Capsule,
@@ -34,7 +35,6 @@ from remote_gpu_trainer.audits.verify.plain_yaml import YamlRefused, load_plain
 from remote_gpu_trainer.audits.verify.smoke import (
     Issue,
     finish,
-    flatten,
     integer,
     judged_or_skipped,
     merge,

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify.catalogue import specs
+from remote_gpu_trainer.audits.verify.configs import flatten
 from remote_gpu_trainer.audits.verify.load import finite
 from remote_gpu_trainer.audits.verify.model import (
     SEVERITY_RANK,
@@ -82,24 +83,6 @@ def merge(check: str, subject: str, issues: Sequence[Issue], *, evidence: Sequen
 def fix_text(check: str) -> str:
     spec = specs().get(check)
     return spec.fix if spec is not None else ""
-
-
-def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested config as dotted keys (`a.b.c`, list items `a.0`), as V01 flattens it."""
-    if isinstance(config, Mapping):
-        items: list[tuple[str, Any]] = [(str(k), v) for k, v in config.items()]
-    elif isinstance(config, list | tuple):
-        items = [(str(i), v) for i, v in enumerate(config)]
-    else:
-        return {prefix: config} if prefix else {}
-    flat: dict[str, Any] = {}
-    for key, value in items:
-        name = f"{prefix}.{key}" if prefix else key
-        if isinstance(value, Mapping | list | tuple) and value:
-            flat.update(flatten(value, name))
-        else:
-            flat[name] = value
-    return flat
 
 
 def probe_answer(project: ProjectEvidence, check: str, capsule: Capsule) -> Mapping[str, Any] | None:

@@ -10,13 +10,13 @@ differs from `null`. `curve_peak` reads a train-shaped table: the best value by 
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify import catalogue, metric_registry
+from remote_gpu_trainer.audits.verify.configs import flatten, matches, same_value
 from remote_gpu_trainer.audits.verify.model import MetricRule
 
 if TYPE_CHECKING:
@@ -65,40 +65,6 @@ def default_ignore() -> tuple[str, ...]:
     return tuple(str(g) for g in shipped) + TRACKER_VOLATILE
 
 
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted keys `a.b.c`, list items `a.0`; an empty mapping or list is a value of its own."""
-    if isinstance(node, Mapping) and node:
-        items: Iterable[tuple[Any, Any]] = node.items()
-    elif isinstance(node, list | tuple) and node:
-        items = enumerate(node)
-    else:
-        return {prefix: node} if prefix else {}
-    flat: dict[str, Any] = {}
-    for key, value in items:
-        flat.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return flat
-
-
-def same(a: Any, b: Any) -> bool:
-    """Config equality: int 1 equals float 1.0, a bool is not a number, NaN equals NaN."""
-    if _is_number(a) and _is_number(b):
-        x, y = float(a), float(b)
-        return x == y or (math.isnan(x) and math.isnan(y))
-    return type(a) is type(b) and a == b
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def ignored(key: str, patterns: Iterable[str]) -> bool:
-    """A key is volatile when it, or any dotted prefix of it, matches a glob (case-insensitive)."""
-    lowered = key.lower()
-    parts = lowered.split(".")
-    candidates = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
-    return any(fnmatch.fnmatchcase(c, p.lower()) for p in patterns for c in candidates)
-
-
 def config_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None,
                 ignore: Iterable[str] | None = None) -> ConfigDiff:
     """Every non-volatile dotted key whose value differs between the two configs, in key order."""
@@ -106,10 +72,10 @@ def config_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None,
     flat_a, flat_b = flatten(dict(a or {})), flatten(dict(b or {}))
     differences = []
     for key in sorted(set(flat_a) | set(flat_b)):
-        if ignored(key, patterns):
+        if matches(key, patterns):
             continue
         value_a, value_b = flat_a.get(key, MISSING), flat_b.get(key, MISSING)
-        if value_a is MISSING or value_b is MISSING or not same(value_a, value_b):
+        if value_a is MISSING or value_b is MISSING or not same_value(value_a, value_b):
             differences.append(Difference(key, value_a, value_b))
     return ConfigDiff(tuple(differences))
 
