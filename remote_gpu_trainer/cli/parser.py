@@ -18,7 +18,7 @@ from remote_gpu_trainer.config import PROVIDERS
 from remote_gpu_trainer.errors import ConfigError
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "probe",
-         "tick", "events", "trust", "capsule", "splits", "completion", "help")
+         "accept", "tick", "events", "trust", "capsule", "splits", "completion", "help")
 # One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
 VERB_HELP = {
     "demo": "write the demo project and launch its run on a simulated rented box, then open the TUI",
@@ -34,6 +34,7 @@ VERB_HELP = {
     "audit": "run the VERIFY audits over the project's evidence and list the checks and findings",
     "finding": "show a VERIFY finding, or acknowledge, waive, mark fixed or reopen it with a note",
     "probe": "run a VERIFY probe check (V20, V22, V27, V28) against the run's model through the rgt.toml hook",
+    "accept": "accept the pulled bundle on a second machine (re-hash, load-check, core), or compare two acceptances",
     "tick": "set a manual checklist item of a run (ticked, not_applicable or open) with a note",
     "events": "print the append-only event log: approvals and cost-affecting actions",
     "trust": "trust a first-contact SSH host key after comparing its fingerprint",
@@ -60,6 +61,8 @@ VERB_EXAMPLES = {
                 'rgt finding F-000003 --ack --note "one seed by budget" --disclosure "single seed" --scope check',
                 'rgt finding F-000007 --waive --note "not a classification task"'),
     "probe": ("rgt probe r1 V20", "rgt probe r1 grad_coverage --cell seed0", "rgt probe r1 V27 --on gpu-box"),
+    "accept": ("rgt accept r1 --on spare-box", "rgt accept r1 --here",
+               "rgt accept r1 --compare here spare-box --format json"),
     "tick": ('rgt tick r1 T01 --note "checked by hand"',),
     "events": ("rgt events", "rgt events --run r1 --format json"),
     "trust": ("rgt trust gpu-box --fingerprint SHA256:...",),
@@ -226,6 +229,19 @@ def _probe_arguments(parser: Parser) -> None:
                         help="text for people (default) or json: one document with a versioned schema")
 
 
+def _accept_arguments(parser: Parser) -> None:
+    parser.add_argument("run", nargs="?", help="the run id in rgt.toml (with --compare: to resolve machine names)")
+    _project_argument(parser)
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--on", metavar="INSTANCE", help="push the bundle to this other instance and accept it there")
+    where.add_argument("--here", action="store_true", help="accept runs/RUN/ on this machine (the second one when "
+                       "the run ran on a box)")
+    where.add_argument("--compare", nargs=2, metavar=("A", "B"), help="compare two acceptance records (files, or "
+                       "machine names of RUN): exit 0 MATCH, 1 DIFF or INDEPENDENCE_FAILED, 2 unreadable")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text for people (default) or json: the record, or the verdict document")
+
+
 def _capsule_arguments(parser: Parser) -> None:
     parser.add_argument("--write", metavar="DIR", help="copy the helper into DIR as rgt_capsule.py")
     parser.add_argument("--force", action="store_true", help="replace a different rgt_capsule.py in DIR")
@@ -298,7 +314,7 @@ _ARGUMENTS: dict[str, Callable[[Parser], None]] = {
     "help": _help_arguments, "completion": _completion_arguments, "demo": _demo_arguments,
     "init": _init_arguments, "info": _project_argument, "trust": _trust_arguments, "events": _events_arguments,
     "tick": _tick_arguments, "audit": _audit_arguments, "finding": _finding_arguments, "probe": _probe_arguments,
-    "capsule": _capsule_arguments, "splits": _splits_arguments,
+    "accept": _accept_arguments, "capsule": _capsule_arguments, "splits": _splits_arguments,
 }
 _RUN_OPTIONS: dict[str, Callable[[Parser], None]] = {
     "down": _down_options, "run": _launch_options, "up": _up_options, "watch": _watch_options,

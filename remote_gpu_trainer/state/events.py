@@ -50,6 +50,7 @@ class EventKind(StrEnum):
     VERIFY_AUDIT = "verify_audit"  # the VERIFY catalogue ran over the project
     FINDING_STATUS = "finding_status"  # a VERIFY finding record changed status (raised, acknowledged, fixed, ...)
     PROBE = "probe"  # a model probe's answer was stored for a VERIFY check
+    ACCEPTANCE = "acceptance"  # a pulled bundle was accepted (re-hashed, load-checked) on a second machine
 
 
 @dataclass(frozen=True)
@@ -279,6 +280,17 @@ def probe_recorded(db: EventLog, *, check: str, subject: str, where: str, actor:
     """PROBE, written when a model probe's answer was stored. Payload: `check`, `subject` and `where` it ran."""
     return db.append_event(EventKind.PROBE, f"probe {check} on {subject} ({where})", actor=actor,
                            detail={"check": check, "subject": subject, "where": where})
+
+
+def acceptance_recorded(db: EventLog, *, run_id: str, machine: str, instance: str | None, ok: bool,
+                        problems: int, record: str, record_sha256: str, actor: str) -> Event:
+    """ACCEPTANCE, written after `rgt accept` wrote an acceptance record. Payload: the `machine` it ran on, `ok`,
+    the count of `problems`, the `record` path and its `record_sha256`."""
+    summary = "accepted" if ok else f"not accepted ({problems} problem(s))"
+    return db.append_event(EventKind.ACCEPTANCE, f"run {run_id} {summary} on {machine}", run_id=run_id,
+                           instance=instance, actor=actor,
+                           detail={"machine": machine, "ok": ok, "problems": problems, "record": record,
+                                   "record_sha256": record_sha256})
 
 
 # -- evidence: pull and verify ------------------------------------------------------------------------------------

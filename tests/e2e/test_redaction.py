@@ -369,6 +369,7 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
     rgt("tick", "c1", "NO-SUCH-ITEM", proj)
     rgt("audit", proj)
     rgt("audit", "c1", proj, "--format", "json")
+    rgt("accept", "c1", proj, "--here")  # the pulled copy accepted here (or refused): its output counts
     rgt("probe", "c1", "V20", proj)  # no [verify.probe] hook: refused, and the refusal leaks nothing
     rgt("finding", "F-000001", proj)
     rgt("capsule")
