@@ -203,7 +203,7 @@ class AuditView:
     checks: tuple[CheckView, ...]
     findings: tuple[VerifyFindingView, ...]
     stale: bool = False
-
+    caption: str = ""  # when it ran, in words, as the checklist panel's border says it
     def sorted_findings(self) -> list[VerifyFindingView]:
         """Open first, then worst first, then by id."""
         return sorted(self.findings, key=lambda f: (f.status not in ("open",), SEVERITY_ORDER.get(f.severity, 9),

@@ -12,16 +12,19 @@ import hashlib
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.audits.verify import catalogue
 from remote_gpu_trainer.audits.verify.load import Declarations, load_project
 from remote_gpu_trainer.audits.verify.model import CheckResult, ProjectEvidence
+from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.services import findings
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.state.verify import FindingRecord
+from remote_gpu_trainer.text import span
 from remote_gpu_trainer.views import AuditView, CheckView, VerifyFindingView
 
 if TYPE_CHECKING:
@@ -78,8 +81,8 @@ def audit_if_changed(project: ProjectConfig, db: StateDB) -> AuditOutcome | None
     return run_audit(project, db)
 
 
-def audit_view(root: Path, db: StateDB) -> AuditView:
-    """The latest audit and every finding record, read only."""
+def audit_view(root: Path, db: StateDB, now: datetime | None = None) -> AuditView:
+    """The latest audit and every finding record, read only; `now` dates the caption ("audited 5m ago")."""
     last = db.last_verify_audit()
     records = db.finding_records()
     live: dict[str, int] = {}
@@ -93,7 +96,16 @@ def audit_view(root: Path, db: StateDB) -> AuditView:
                   live.get(cid, 0), spec.title)
         for cid, spec in catalogue.specs().items())
     stale = last is not None and last.inputs_sha256 != inputs_fingerprint(root, db)
-    return AuditView(last.at if last is not None else None, checks, tuple(finding_view(r) for r in records), stale)
+    return AuditView(last.at if last is not None else None, checks, tuple(finding_view(r) for r in records), stale,
+                     audit_caption(last.at if last is not None else None, stale, now))
+
+
+def audit_caption(at: datetime | None, stale: bool, now: datetime | None) -> str:
+    """`audited 5m ago`, `audited 5m ago · inputs changed` or `not audited yet (u)`."""
+    if at is None:
+        return "not audited yet (u audits)"
+    ago = f"{span(max(0.0, (now - at).total_seconds()))} ago" if now is not None else iso_z(at)
+    return f"audited {ago}" + (" · inputs changed since (u)" if stale else "")
 
 
 def touches_run(subject: str, run_id: str) -> bool:

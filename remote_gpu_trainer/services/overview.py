@@ -92,7 +92,7 @@ async def build(session: Session, seen: Observation) -> Overview:
     hash cache), records nothing."""
     views = [_instance_view(session, name, status, seen) for name, status in seen.statuses.items()]
     # gathering the gate's inputs may hash files the cache does not know: never on the event loop
-    verified = await asyncio.to_thread(audit.audit_view, session.project.root, session.db)
+    verified = await asyncio.to_thread(audit.audit_view, session.project.root, session.db, seen.at)
     runs = await asyncio.to_thread(
         lambda: [run_view(session, run_id, seen.run_states[run_id], seen.statuses, verified)
                  for run_id in sorted(session.project.runs)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from remote_gpu_trainer.services import audit
@@ -40,7 +41,8 @@ def test_a_re_audit_happens_only_when_an_input_changed(tmp_path: Path) -> None:
     metrics = tmp_path / "p" / "runs" / RUN / "seed0" / "test" / "main" / "metrics.json"
     stat = metrics.stat()
     os.utime(metrics, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # touched: the inputs changed
-    assert audit.audit_view(session.project.root, session.db).stale
+    stale = audit.audit_view(session.project.root, session.db, FIXED_NOW + timedelta(minutes=5))
+    assert stale.stale and stale.caption == "audited 5m ago · inputs changed since (u)"
     again = audit.audit_if_changed(session.project, session.db)
     assert again is not None and again.raised == ()
     assert len(session.db.events(kind=EventKind.VERIFY_AUDIT)) == 2
