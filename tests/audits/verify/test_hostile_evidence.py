@@ -59,3 +59,25 @@ def test_everything_garbage_at_once(tmp_path: Path) -> None:
     for path in ("runs/r/seed0/config.yaml", "runs/r/seed0/run.json", "runs/r/PULL_MANIFEST.json",
                  "splits/main.json"):
         assert path in named, (path, named)
+
+
+def test_a_split_member_reached_through_a_link_out_of_the_project_is_never_read(tmp_path: Path) -> None:
+    """A folder link (data/test -> /elsewhere) or a file link to outside: the member counts as missing, so V14
+    says so, and its bytes outside the project are never hashed."""
+    project_root = tmp_path / "p"
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.bin").write_bytes(b"outside the project")
+    write_split(project_root, "main", {"train": [("a.bin", b"train")], "test": [("b.bin", b"test")]})
+    (project_root / "data" / "test" / "b.bin").unlink()
+    (project_root / "data" / "test" / "b.bin").symlink_to(outside / "secret.bin")
+    (project_root / "data" / "linked").symlink_to(outside, target_is_directory=True)
+    manifest = project_root / "splits" / "main.json"
+    manifest.write_text(manifest.read_text().replace('"members": {', '"members": {"val": [{"id": "v", '
+                                                     '"path": "data/linked/secret.bin", "sha256": "00"}], ', 1))
+    split = load(project_root).splits[0]
+    assert split.disk_sha256["data/test/b.bin"] is None
+    assert split.disk_sha256["data/linked/secret.bin"] is None
+    assert split.disk_sha256["data/train/a.bin"] is not None
+    leak = next(r for r in catalogue.run_all(load(project_root)) if r.check == "V14")
+    assert any("missing" in f.message for f in leak.findings), [f.message for f in leak.findings]
