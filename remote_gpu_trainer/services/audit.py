@@ -68,7 +68,7 @@ def run_audit(project: ProjectConfig, db: StateDB, *, only: set[str] | None = No
     counts = {status: sum(1 for r in results if r.status == status) for status in ("pass", "findings", "skipped")}
     events.verify_audited(db, checks=len(results), passed=counts["pass"], with_findings=counts["findings"],
                           skipped=counts["skipped"], raised=len(outcome.raised), actor=actor)
-    return AuditOutcome(results, outcome.raised, outcome.fixed, audit_view(project.root, db))
+    return AuditOutcome(results, outcome.raised, outcome.fixed, audit_view(project.root, db, fingerprint=fingerprint))
 
 
 def audit_if_changed(project: ProjectConfig, db: StateDB) -> AuditOutcome | None:
@@ -81,8 +81,9 @@ def audit_if_changed(project: ProjectConfig, db: StateDB) -> AuditOutcome | None
     return run_audit(project, db)
 
 
-def audit_view(root: Path, db: StateDB, now: datetime | None = None) -> AuditView:
-    """The latest audit and every finding record, read only; `now` dates the caption ("audited 5m ago")."""
+def audit_view(root: Path, db: StateDB, now: datetime | None = None, *, fingerprint: str | None = None) -> AuditView:
+    """The latest audit and every finding record, read only; `now` dates the caption ("audited 5m ago");
+    `fingerprint` is the inputs' digest when the caller just took it (else it is taken here)."""
     last = db.last_verify_audit()
     records = db.finding_records()
     live: dict[str, int] = {}
@@ -95,7 +96,7 @@ def audit_view(root: Path, db: StateDB, now: datetime | None = None) -> AuditVie
                   str(answered[cid]["note"]) if cid in answered else "no audit has run this check yet",
                   live.get(cid, 0), spec.title)
         for cid, spec in catalogue.specs().items())
-    stale = last is not None and last.inputs_sha256 != inputs_fingerprint(root, db)
+    stale = last is not None and last.inputs_sha256 != (fingerprint or inputs_fingerprint(root, db))
     return AuditView(last.at if last is not None else None, checks, tuple(finding_view(r) for r in records), stale,
                      audit_caption(last.at if last is not None else None, stale, now))
 
