@@ -22,6 +22,7 @@ CATALOGUE_PATH = Path(__file__).resolve().parents[2] / "assets" / "verify.toml"
 SECTIONS = (  # V00 (inputs_readable) is here, in the catalogue itself
     "comparability", "statistics", "metric_sanity", "leakage", "collapse", "smoke", "integrity", "documents")
 
+INTERNAL_ERROR = "internal error in this check (a bug in rgt: please report it)"
 CheckFn = Callable[[ProjectEvidence, Mapping[str, Any]], CheckResult]
 
 
@@ -103,7 +104,10 @@ def run_check(project: ProjectEvidence, spec: CheckSpec,
     function = functions().get(spec.id)
     if function is None:
         return skipped(spec.id, spec.name, "not implemented in this rgt", kind=spec.kind)
-    return function(project, params_for(spec, overrides or {}))
+    try:
+        return function(project, params_for(spec, overrides or {}))
+    except Exception as exc:  # noqa: BLE001 - one check's bug must not take the audit (or the dashboard) down
+        return skipped(spec.id, spec.name, f"{INTERNAL_ERROR}: {type(exc).__name__}: {exc}"[:300], kind=spec.kind)
 
 
 def run_all(project: ProjectEvidence, overrides: Mapping[str, Mapping[str, Any]] | None = None,

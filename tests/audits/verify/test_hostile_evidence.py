@@ -39,6 +39,7 @@ def test_one_garbage_file_is_named_and_every_check_still_answers(tmp_path: Path,
     results = catalogue.run_all(project)
     assert [r.check for r in results] == sorted(catalogue.specs())
     assert all(r.status in ("pass", "findings", "skipped") for r in results)
+    assert not [r.note for r in results if r.note.startswith(catalogue.INTERNAL_ERROR)]
     inputs = next(r for r in results if r.check == "V00")
     named = " ".join(f.message for f in inputs.findings)
     if name != "test/main/results.csv":  # a results table with odd rows still parses; the checks judge its values
@@ -54,11 +55,22 @@ def test_everything_garbage_at_once(tmp_path: Path) -> None:
     (tmp_path / "EVIDENCE.json").write_bytes(b'{"claims": [{"id": 5, "evidence": "x"}, null, {"id": "c"}]}')
     (tmp_path / "runs" / "r" / "PULL_MANIFEST.json").write_bytes(b"\x00\x01")
     results = catalogue.run_all(load(tmp_path))
+    assert not [r.note for r in results if r.note.startswith(catalogue.INTERNAL_ERROR)]
     inputs = next(r for r in results if r.check == "V00")
     named = " ".join(f.message for f in inputs.findings)
     for path in ("runs/r/seed0/config.yaml", "runs/r/seed0/run.json", "runs/r/PULL_MANIFEST.json",
                  "splits/main.json"):
         assert path in named, (path, named)
+
+
+def test_a_check_that_raises_is_one_skipped_check_naming_the_bug_not_a_dead_audit(tmp_path: Path) -> None:
+    """A bug in one check (here: a param of the wrong type) must not take the audit, or the dashboard whose
+    worker runs it, down: that check says it failed, every other check answers."""
+    write_capsule(tmp_path, "r", "seed0", metrics={"acc": 0.8}, items=classification_items(50, correct=40))
+    results = catalogue.run_all(load(tmp_path), {"V04": {"min_seeds": "three"}})
+    broken = next(r for r in results if r.check == "V04")
+    assert broken.status == "skipped" and broken.note.startswith(catalogue.INTERNAL_ERROR)
+    assert next(r for r in results if r.check == "V13").status == "pass"
 
 
 def test_a_split_member_reached_through_a_link_out_of_the_project_is_never_read(tmp_path: Path) -> None:
