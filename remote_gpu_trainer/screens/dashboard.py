@@ -40,7 +40,7 @@ from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 from remote_gpu_trainer.widgets.glyphs import plain
 from remote_gpu_trainer.widgets.instances_panel import InstancesPanel
 from remote_gpu_trainer.widgets.log_panel import LogPanel
-from remote_gpu_trainer.widgets.loss_chart import LossChart
+from remote_gpu_trainer.widgets.loss_chart import EMPTY_TEXT, LossChart
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.app import RgtApp
@@ -66,6 +66,7 @@ class DashboardScreen(Screen[None]):
         Binding("c", "toggle_chart", "Chart", show=False),
         Binding("a", "acknowledge", "Acknowledge", show=False),
         Binding("u", "audit", "Audit", show=False),
+        Binding("n", "next_run", "Next run", show=False),
         Binding("r", "refresh", "Refresh", show=False),
         Binding("space", "tick", "Tick", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
@@ -237,19 +238,20 @@ class DashboardScreen(Screen[None]):
             self.log_polling = False
 
     async def _poll_log_once(self) -> None:
-        assert self.run_id is not None
+        run_id = self.run_id
+        assert run_id is not None
         panel = self.query_one(LogPanel)
         try:
             if not self.log_backfilled:
-                backfill = await run_logs.log_backfill(self.rgt.session, self.run_id)
-                if not panel.query("#log"):  # the app is exiting: its panels' children are already gone
+                backfill = await run_logs.log_backfill(self.rgt.session, run_id)
+                if not panel.query("#log") or self.run_id != run_id:  # exiting, or another run is shown now
                     return
                 panel.append(backfill)
                 self.log_backfilled = True
-            update = await run_logs.follow_log(self.rgt.session, self.run_id, max_reads=1)
+            update = await run_logs.follow_log(self.rgt.session, run_id, max_reads=1)
         except RgtError:
             return  # the box is unreachable or gone; the overview says so
-        if update is None or not panel.query("#log"):
+        if update is None or not panel.query("#log") or self.run_id != run_id:
             return
         if update.restarted:
             panel.reset("the log was truncated or replaced: following it from its first line")
@@ -406,6 +408,21 @@ class DashboardScreen(Screen[None]):
             return
         if audit.audit_if_changed(self.rgt.session.project, self.rgt.session.db) is not None:
             self.app.call_from_thread(self.refresh_overview)
+
+    def action_next_run(self) -> None:
+        """Show the project's next run (its checkpoints, log, gate and checklist); the VERIFY findings are the
+        whole project's and stay listed."""
+        runs = sorted(self.rgt.session.project.runs)
+        if len(runs) < 2:
+            self.notify("this project has one run")
+            return
+        self.run_id = runs[(runs.index(self.run_id) + 1) % len(runs)] if self.run_id in runs else runs[0]
+        self.log_backfilled = False
+        self.query_one(LogPanel).reset(f"run {self.run_id}")
+        self.query_one(LossChart).set_series((), (), EMPTY_TEXT)
+        self.notify(f"showing run {self.run_id} (n: next run)")
+        self.refresh_overview()
+        self.poll_log()
 
     def action_follow(self) -> None:
         following = self.query_one(LogPanel).toggle_follow()

@@ -12,6 +12,7 @@ from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.finding import FindingScreen
 from remote_gpu_trainer.services import audit
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.widgets.log_panel import LogPanel
 from support.capsules import classification_items, write_capsule, write_split
 from support.helpers import FIXED_NOW, FixedClock, write_project
 from support.tui_helpers import dashboard, focused_id, notified, wait_until
@@ -93,4 +94,38 @@ async def test_acknowledged_with_a_note_and_disclosure_it_stays_acknowledged_aft
     assert record is not None and record.status == "acknowledged"
     assert record.disclosure == "one test item duplicates a training item"
     assert record.last_seen >= record.status_changed_at
+    session.close()
+
+
+SECOND_RUN = """
+[runs.r2]
+instance = "box"
+workdir = "/workspace/job2"
+command = "echo r2-only-line; echo '== rgt: done'"
+log = "train.log"
+remote_root = "/workspace/rgt/r2"
+roster = ["seed0"]
+"""
+
+
+async def test_n_shows_the_next_run_and_its_log_only(tmp_path: Path) -> None:
+    """`rgt demo --flawed` has two runs: `n` moves the dashboard (checkpoints, log, gate, checklist) to the next
+    one and back; the first run's log lines never land in the second's view."""
+    write_project(tmp_path / "p", "echo r1-only-line", extra_run=SECOND_RUN)
+    session = Session.open(str(tmp_path / "p"), clock=FixedClock(FIXED_NOW))
+    await session.create_instance("box")
+    await session.launch("r1")
+    await session.launch("r2")
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = dashboard(app)
+        await wait_until(pilot, lambda: "r1-only-line" in screen.query_one(LogPanel).text())
+        await pilot.press("n")
+        await wait_until(pilot, lambda: screen.run_id == "r2")
+        await wait_until(pilot, lambda: "r2-only-line" in screen.query_one(LogPanel).text())
+        assert "r1-only-line" not in screen.query_one(LogPanel).text()
+        await wait_until(pilot, lambda: (run := screen.current_run()) is not None and run.id == "r2")
+        await pilot.press("n")
+        await wait_until(pilot, lambda: screen.run_id == "r1")
+        await wait_until(pilot, lambda: "r1-only-line" in screen.query_one(LogPanel).text())
     session.close()
