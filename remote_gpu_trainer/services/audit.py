@@ -63,8 +63,12 @@ def run_audit(project: ProjectConfig, db: StateDB, *, only: set[str] | None = No
     evidence = gather(project, db)
     results = tuple(catalogue.run_all(evidence, project.verify.overrides, only))
     outcome = findings.apply_results(db, results, actor=actor)
-    db.add_verify_audit(fingerprint, [{"check": r.check, "name": r.name, "kind": r.kind, "status": r.status,
-                                       "note": r.note, "findings": len(r.findings)} for r in results])
+    answers = {r.check: {"check": r.check, "name": r.name, "kind": r.kind, "status": r.status, "note": r.note,
+                         "findings": len(r.findings)} for r in results}
+    previous = db.last_verify_audit()
+    if only is not None and previous is not None:  # a partial audit keeps the other checks' last answers
+        answers = {**{row["check"]: row for row in previous.results}, **answers}
+    db.add_verify_audit(fingerprint, [answers[cid] for cid in sorted(answers)])
     counts = {status: sum(1 for r in results if r.status == status) for status in ("pass", "findings", "skipped")}
     events.verify_audited(db, checks=len(results), passed=counts["pass"], with_findings=counts["findings"],
                           skipped=counts["skipped"], raised=len(outcome.raised), actor=actor)

@@ -66,3 +66,28 @@ def test_every_verification_is_followed_by_an_audit(tmp_path: Path) -> None:
     kinds = [e.kind for e in session.db.events() if e.kind in (EventKind.VERIFY, EventKind.VERIFY_AUDIT)]
     assert kinds == [EventKind.VERIFY, EventKind.VERIFY_AUDIT, EventKind.VERIFY, EventKind.VERIFY_AUDIT]
     session.close()
+
+
+def test_a_negative_loss_read_from_train_csv_is_a_stored_v24_finding(tmp_path: Path) -> None:
+    """The step of the bad row comes out of pandas as a numpy int64: the finding is still stored (its values are
+    plain JSON), and the audit does not die (it did: int64 is not JSON serializable)."""
+    write_project(tmp_path / "p")
+    rows = [{"step": 10 * (i + 1), "epoch": i + 1, "loss": 1.0 / (i + 1), "lr": 0.001} for i in range(10)]
+    rows[4]["loss"] = -2.0
+    write_capsule(tmp_path / "p", RUN, "seed0", metrics={"acc": 0.8}, items=classification_items(100, correct=80),
+                  config={"loss": "ce", "seed": 0}, train=rows)
+    session = Session.open(str(tmp_path / "p"), clock=FixedClock(FIXED_NOW))
+    audit.run_audit(session.project, session.db)
+    [record] = [r for r in session.db.finding_records() if r.check == "V24"]
+    assert record.severity == "error" and record.body["values"]["loss.step"] == 50
+    session.close()
+
+
+def test_a_partial_audit_keeps_the_other_checks_answers(tmp_path: Path) -> None:
+    session = project(tmp_path / "p")
+    audit.run_audit(session.project, session.db)
+    before = {c.id: c.status for c in audit.audit_view(session.project.root, session.db).checks}
+    audit.run_audit(session.project, session.db, only={"V04"})
+    after = {c.id: c.status for c in audit.audit_view(session.project.root, session.db).checks}
+    assert after == before and "not_run" not in after.values()
+    session.close()

@@ -33,6 +33,24 @@ def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
+def plain(value: Any) -> Any:
+    """A value as JSON holds it: mappings with string keys, lists, and Python scalars; a numpy or pandas scalar
+    (an int64 step read from train.csv) becomes its Python number, anything else its string."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    item = getattr(value, "item", None)  # numpy/pandas scalars: the one way to get their Python value
+    if callable(item):
+        try:
+            return plain(item())
+        except (TypeError, ValueError):
+            pass
+    return str(value)
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -62,6 +80,7 @@ class Finding:
     claims: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "values", plain(self.values))  # stored and hashed as JSON: plain values only
         if self.severity not in SEVERITY_RANK:
             raise ValueError(f"{self.check}: severity {self.severity!r} is not one of {', '.join(SEVERITIES)}")
         if self.integrity_class not in INTEGRITY_CLASSES:
@@ -71,7 +90,7 @@ class Finding:
     def fingerprint(self) -> str:
         """sha256 of {check, subject, sorted evidence sha256s, values} (docs/verify.md §3)."""
         shas = sorted(ref.sha256 or "" for ref in self.evidence)
-        body = {"check": self.check, "subject": self.subject, "evidence": shas, "values": _plain(self.values)}
+        body = {"check": self.check, "subject": self.subject, "evidence": shas, "values": self.values}
         return "sha256:" + sha256_hex(canonical_json(body))
 
     @property
@@ -300,12 +319,3 @@ class ProjectEvidence:
 
     def run_capsules(self, run_id: str) -> tuple[Capsule, ...]:
         return tuple(c for c in self.capsules if c.run_id == run_id)
-
-
-def _plain(value: Any) -> Any:
-    """Values as JSON would hold them, so a fingerprint does not depend on tuple-vs-list."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
