@@ -23,12 +23,14 @@ A check or a param that does not exist is a config error with "did you mean", ne
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from remote_gpu_trainer.audits.verify.catalogue import by_name, specs
+from remote_gpu_trainer.audits.verify.metric_registry import CHANCE_KINDS
 from remote_gpu_trainer.audits.verify.model import Comparison, MetricRule
 from remote_gpu_trainer.toml_table import Table, did_you_mean
 
@@ -90,8 +92,8 @@ def _metrics(table: Table | None) -> dict[str, MetricRule]:
             table.problem(key, 'must be "max", "min" or "monitor" (or { direction = "max", chance = "..." })')
             continue
         chance = raw.get("chance")
-        if chance is not None and not isinstance(chance, str):
-            table.problem(key, "chance must be a string naming how the floor is computed")
+        if chance is not None and chance not in CHANCE_KINDS:
+            table.problem(key, f"chance must name how the floor is computed: one of {', '.join(CHANCE_KINDS)}")
             continue
         rules[key] = MetricRule(key.lower(), raw["direction"], chance, "user")
     return rules
@@ -108,14 +110,25 @@ def _params(body: Table, defaults: Mapping[str, Any]) -> dict[str, Any]:
             continue
         default = defaults[key]
         numeric = isinstance(default, int | float) and not isinstance(default, bool)
-        if numeric and (isinstance(value, bool) or not isinstance(value, int | float)):
-            body.problem(key, f"must be a number, like the default {default!r}")
+        if numeric and not _number_like(value, default):
+            kind = "a whole number" if isinstance(default, int) else "a finite number"
+            sign = " of 0 or more" if default >= 0 else ""
+            body.problem(key, f"must be {kind}{sign}, like the default {default!r}")
             continue
         if not numeric and type(value) is not type(default):
             body.problem(key, f"must be of the same type as the default {default!r}")
             continue
         params[key] = value
     return params
+
+
+def _number_like(value: Any, default: int | float) -> bool:
+    """A param's number: finite, whole where the default is (a seed count), not negative where it is not."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return False
+    if isinstance(default, int) and not isinstance(value, int):
+        return False
+    return not (default >= 0 > value)
 
 
 def _probe(body: Table | None) -> ProbeSettings:

@@ -37,7 +37,8 @@ def accept(args: argparse.Namespace) -> int:
                           "records; see rgt help accept)")
     if run is None:
         raise ConfigError("rgt accept: name the RUN to accept (rgt accept RUN --on INSTANCE)")
-    return with_session(project, lambda session: asyncio.run(_accept(session, run, args.on, args.format)))
+    return with_session(project, lambda session: asyncio.run(_accept(session, run, args.on, args.format)),
+                        writes="accept")
 
 
 def _run_and_project(run: str | None, project: str | None) -> tuple[str | None, str | None]:

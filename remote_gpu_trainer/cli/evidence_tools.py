@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.resources
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,10 +56,14 @@ def capsule(args: argparse.Namespace) -> int:
 
 def splits(args: argparse.Namespace) -> int:
     """`rgt splits build ID`: the manifest splits/ID.json of the project, from the inputs the flags name."""
+    from remote_gpu_trainer.cli.sessions import read_only_refusal
     from remote_gpu_trainer.config import resolve_project_file
     from remote_gpu_trainer.services.splits import build_manifest
 
     root = resolve_project_file(args.project).parent.resolve()
+    folder = root / "splits" if (root / "splits").is_dir() else root
+    if not os.access(folder, os.W_OK):  # refused before hashing anything, like every verb that writes
+        raise read_only_refusal("splits build", str(root))
     request = split_request(args)
     with files_progress() as progress:
         target, document = build_manifest(root, request, force=args.force, progress=progress)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sqlite3
 import sys
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_USAGE, GateRefused, RgtE
 from remote_gpu_trainer.text import escape_control
 
 INTERRUPTED = 130
+BROKEN_PIPE = 141  # 128 + SIGPIPE
 
 # Where each verb's function lives: (module under cli/, function). A verb's module is imported only when that verb
 # runs, so `rgt --version` or `rgt --report` never pays for the imports of `rgt up` (docs/architecture.md §5).
@@ -58,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rgt: interrupted (remote jobs keep running; pulls resume next time)", file=sys.stderr)
         return INTERRUPTED
+    except BrokenPipeError:  # `rgt events | head -1`: the reader left; say nothing more, as a shell's writer would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
     except sqlite3.DatabaseError as exc:  # damage found after the database opened
         if debug:
             raise

@@ -30,7 +30,7 @@ def probe(args: argparse.Namespace) -> int:
     from remote_gpu_trainer.services.model_probe import probe_check
 
     probe_check(args.check)  # a bad check name is refused before the project is even opened
-    return with_session(args.project, lambda session: asyncio.run(_probe(session, args)))
+    return with_session(args.project, lambda session: asyncio.run(_probe(session, args)), writes="probe")
 
 
 async def _probe(session: Session, args: argparse.Namespace) -> int:

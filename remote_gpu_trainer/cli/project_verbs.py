@@ -63,7 +63,8 @@ def events(args: argparse.Namespace) -> int:
 
 
 def tick(args: argparse.Namespace) -> int:
-    return with_session(args.project, lambda s: _tick(s, args.run, args.item, args.status, args.note))
+    return with_session(args.project, lambda s: _tick(s, args.run, args.item, args.status, args.note),
+                        writes="tick")
 
 
 def demo(args: argparse.Namespace) -> int:

@@ -30,12 +30,22 @@ def open_session(project: str | None, read_only: bool = False) -> Session:
     return session
 
 
-def with_session(project: str | None, action: Callable[[Session], int]) -> int:
+def with_session(project: str | None, action: Callable[[Session], int], *, writes: str | None = None) -> int:
+    """Open the project's Session, run `action`, close it. `writes` names a verb that records something (a tick,
+    an audit, a finding's move): in a project folder rgt may not write it is refused (exit 2) before anything
+    runs, because what it recorded would go nowhere while it said it was done."""
     session = open_session(project)
     try:
+        if writes is not None and session.folder_read_only:
+            raise read_only_refusal(writes, str(session.project.root))
         return action(session)
     finally:
         session.close()
+
+
+def read_only_refusal(verb: str, root: str) -> ConfigError:
+    return ConfigError(f"rgt {verb}: the project folder {root} is read-only; only --report, events, watch and "
+                       "--read-only work there")
 
 
 def on_run(verb: str, args: argparse.Namespace, action: RunVerb) -> int:
@@ -51,8 +61,7 @@ def on_run(verb: str, args: argparse.Namespace, action: RunVerb) -> int:
     session = Session(project)
     if session.folder_read_only and verb != "watch":
         session.close()
-        raise ConfigError(f"rgt {verb}: the project folder {project.root} is read-only; only --report, events, "
-                          "watch and --read-only work there")
+        raise read_only_refusal(verb, str(project.root))
     try:
         return asyncio.run(_closing_transports(session, args, action))
     finally:

@@ -17,6 +17,7 @@ from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
+    from remote_gpu_trainer.audits.verify.model import CheckResult, Finding
     from remote_gpu_trainer.services.audit import AuditOutcome
     from remote_gpu_trainer.services.session import Session
     from remote_gpu_trainer.views import VerifyFindingView
@@ -28,11 +29,18 @@ WARN_OR_ABOVE = ("warn", "error", "critical")
 
 def audit(args: argparse.Namespace) -> int:
     run, project = _run_and_project(args.run, args.project)
-    return with_session(project, lambda s: _audit(s, run, args.check, args.format, args.strict))
+    return with_session(project, lambda s: _audit(s, run, args.check, args.format, args.strict), writes="audit")
 
 
 def finding(args: argparse.Namespace) -> int:
-    return with_session(args.project, lambda s: _finding(s, args))
+    if args.status is None and (args.note or args.disclosure or args.scope != "subject"):
+        raise ConfigError("rgt finding: --note, --disclosure and --scope go with a move: add --ack, --waive, "
+                          "--fixed or --reopen")
+    if args.status != "acknowledged" and (args.disclosure or args.scope != "subject"):
+        raise ConfigError("rgt finding: --disclosure and --scope go with --ack (a waiver, a fix or a reopening "
+                          "discloses nothing)")
+    moving = "finding" if args.status is not None else None
+    return with_session(args.project, lambda s: _finding(s, args), writes=moving)
 
 
 def _run_and_project(run: str | None, project: str | None) -> tuple[str | None, str | None]:
@@ -61,7 +69,7 @@ def _audit(session: Session, run: str | None, checks: list[str] | None, fmt: str
     if fmt == "json":
         print_json(audit_document(outcome, run, shown))
     else:
-        _print_audit(outcome, shown)
+        _print_audit(outcome, shown, run)
     open_warn = [f for f in shown if f.status == "open" and f.severity in WARN_OR_ABOVE]
     return EXIT_FAILED if strict and open_warn else EXIT_OK
 
@@ -79,16 +87,31 @@ def audit_document(outcome: AuditOutcome, run: str | None, shown: list[VerifyFin
     document = verify_dict(outcome.view)
     raised = {record.id for record in outcome.raised}
     return {"schema": AUDIT_SCHEMA, "run": run, "audited_at": document["audited_at"],
-            "checks": [{"id": r.check, "name": r.name, "kind": r.kind, "status": r.status, "note": r.note,
-                        "findings": len(r.findings)} for r in outcome.results],
+            "checks": [{"id": r.check, "name": r.name, "kind": r.kind, "status": _scoped_status(r, run),
+                        "note": r.note, "findings": len(_scoped(r, run))} for r in outcome.results],
             "raised": sorted(raised), "findings": [finding_dict(f) for f in shown]}
 
 
-def _print_audit(outcome: AuditOutcome, shown: list[VerifyFindingView]) -> None:
+def _scoped(result: CheckResult, run: str | None) -> list[Finding]:
+    """A check's findings about `run` (all of them for the whole project)."""
+    from remote_gpu_trainer.services.audit import touches_run
+
+    return [f for f in result.findings if run is None or touches_run(f.subject, run)]
+
+
+def _scoped_status(result: CheckResult, run: str | None) -> str:
+    """`findings` only when some are about `run`: another run's leak is not this run's answer."""
+    if result.status == "findings" and not _scoped(result, run):
+        return "pass"
+    return result.status
+
+
+def _print_audit(outcome: AuditOutcome, shown: list[VerifyFindingView], run: str | None) -> None:
     raised = {record.id for record in outcome.raised}
     for result in outcome.results:
-        count = f" ({len(result.findings)})" if result.findings else ""
-        print(f"{GLYPHS.get(result.status, '?')} {result.check} {result.name:<24} {result.status:<8}{count} "
+        found, status = _scoped(result, run), _scoped_status(result, run)
+        count = f" ({len(found)})" if found else ""
+        print(f"{GLYPHS.get(status, '?')} {result.check} {result.name:<24} {status:<8}{count} "
               f"{escape_control(result.note)}")
     if shown:
         print()
@@ -96,9 +119,11 @@ def _print_audit(outcome: AuditOutcome, shown: list[VerifyFindingView]) -> None:
         new = " NEW" if f.id in raised else ""
         print(f"{f.id} {f.severity:<8} {f.status:<12} [{f.check}] {escape_control(f.subject)}: "
               f"{escape_control(f.message)}{new}")
-    counts = {s: sum(1 for r in outcome.results if r.status == s) for s in ("pass", "findings", "skipped")}
+    counts = {s: sum(1 for r in outcome.results if _scoped_status(r, run) == s) for s in ("pass", "findings",
+                                                                                          "skipped")}
+    more = " `rgt finding ID` shows one." if shown else ""
     print(f"\n{counts['pass']} pass, {counts['findings']} with findings, {counts['skipped']} skipped; "
-          f"{len(raised)} raised, {len(outcome.fixed)} fixed. `rgt finding ID` shows one.")
+          f"{len(raised)} raised, {len(outcome.fixed)} fixed.{more}")
 
 
 def _finding(session: Session, args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Static
 
+from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.views import VerifyFindingView
 from remote_gpu_trainer.widgets.glyphs import plain
 
@@ -38,9 +39,10 @@ class FindingScreen(ModalScreen[FindingDecision | None]):
         with Vertical(id="finding-dialog"):
             with VerticalScroll(id="finding-detail"):
                 yield Static(plain(self.detail, keep_newlines=True))
-            yield Input(value=self.finding.note, placeholder="why (required)", id="finding-note")
-            yield Input(value=self.finding.disclosure or self.finding.message, id="finding-disclosure",
-                        placeholder="the text that rides with the claims it touches")
+            # the message quotes the box (a metric's name, a path): escaped before it is put in an editable field
+            yield Input(value=escape_control(self.finding.note), placeholder="why (required)", id="finding-note")
+            yield Input(value=escape_control(self.finding.disclosure or self.finding.message),
+                        id="finding-disclosure", placeholder="the text that rides with the claims it touches")
             yield Checkbox("for the whole check (every subject of the project)", self.finding.scope == "check",
                            id="finding-scope")
             with Horizontal(id="finding-buttons"):
@@ -67,9 +69,14 @@ class FindingScreen(ModalScreen[FindingDecision | None]):
         self._submit("waived")
 
     def _submit(self, status: str) -> None:
+        """The service decides; the two refusals a person can mend here are caught before the dialog closes,
+        so nothing typed is lost."""
         decision = self._decision(status)
         if not decision.note.strip():
             self.notify("a note is required", severity="warning")
+            return
+        if status == "acknowledged" and not decision.disclosure.strip():
+            self.notify("acknowledging needs a disclosure: the text that rides with the claims", severity="warning")
             return
         self.dismiss(decision)
 

@@ -72,6 +72,8 @@ def set_tick(db: StateDB, run_id: str, item_id: str, status: str, note: str, act
     if check and status == "ticked":
         findings.acknowledge_check(db, str(check), note=note.strip(),
                                    disclosure=f"{item['title'].split(' (')[0]}: {note.strip()}", actor=actor)
+    elif check:
+        findings.withdraw_check(db, str(check), note=f"{item_id} is {status} again", actor=actor)
 
 
 @dataclass(frozen=True)

@@ -141,7 +141,7 @@ def _on_fires(db: StateDB, record: FindingRecord | None, finding: Finding, check
                          message=finding.message, fingerprint=finding.fingerprint, body=_body(finding, check))
     if record is None and scoped is not None:
         created = db.write_finding(dataclasses.replace(fresh, status="acknowledged", disclosure=scoped.disclosure,
-                                                       note=scoped.note, status_by="auto"))
+                                                       note=scoped.note, status_by="auto", scope="check"))
         _event(db, created, None, "check_scope", actor)
         return created, False
     if record is None:
@@ -222,3 +222,13 @@ def acknowledge_check(db: StateDB, check: str, *, note: str, disclosure: str, ac
     created = db.write_finding(write)
     if holder is None or holder.status != "acknowledged":
         _event(db, created, holder.status if holder is not None else None, "check_scope", actor)
+
+
+def withdraw_check(db: StateDB, check: str, *, note: str, actor: str = "user") -> None:
+    """Undo `acknowledge_check` (the tick that made it was unticked): every record acknowledged for the whole
+    check is open again, and the acknowledgement no longer covers new subjects."""
+    for record in db.finding_records():
+        if record.check != check or record.scope != "check" or record.status not in ("acknowledged", "fixed"):
+            continue
+        status = "fixed" if record.subject == "project" else "open"
+        _move(db, record, status, status_by=actor, note=note, actor=actor, disclosure="", scope="subject")

@@ -151,3 +151,17 @@ def test_a_move_without_its_note_or_disclosure_is_refused_and_changes_nothing(
 def test_an_unknown_finding_id_is_a_clear_error(db: StateDB) -> None:
     with pytest.raises(RgtError, match="no VERIFY finding F-000009"):
         findings.set_status(db, "F-000009", "waived", note="n")
+
+
+def test_ticking_t10_acknowledges_v04_for_the_project_and_unticking_withdraws_it(db: StateDB) -> None:
+    from remote_gpu_trainer.services import checklist
+
+    findings.apply_results(db, audit(seeds("claim:A", 1)))
+    checklist.set_tick(db, "r1", "T10", "ticked", "one seed by budget for every run")
+    assert statuses(db) == {"claim:A": "acknowledged", "project": "acknowledged"}
+    assert findings.apply_results(db, audit(seeds("claim:A", 1), seeds("claim:B", 1))).raised == ()
+    assert statuses(db)["claim:B"] == "acknowledged"
+    checklist.set_tick(db, "r1", "T10", "open", "")
+    assert statuses(db) == {"claim:A": "open", "claim:B": "open", "project": "fixed"}
+    outcome = findings.apply_results(db, audit(seeds("claim:A", 1), seeds("claim:B", 1), seeds("claim:C", 1)))
+    assert [r.subject for r in outcome.raised] == ["claim:C"], "no acknowledgement covers a new subject any more"

@@ -156,3 +156,21 @@ def test_a_deleted_state_database_does_not_open_the_gate(project: Path) -> None:
     assert refused.returncode == 3, refused.stderr
     assert "no PULL_VERIFIED.json" in refused.stderr
     assert (project / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt" / RUN / "seed0" / "best.pth").is_file()
+
+
+@pytest.mark.parametrize("args", [
+    ("audit",), ("tick", RUN, "T01", "--note", "checked"), ("finding", "F-000001", "--waive", "--note", "n"),
+    ("splits", "build", "main", "--split", "train=data"), ("accept", RUN, "--here"), ("probe", RUN, "V20"),
+])
+def test_a_verb_that_records_is_refused_in_a_read_only_folder_not_silently_lost(
+        read_only_project: Path, args: tuple[str, ...]) -> None:
+    """A tick, an audit, a finding's move, a split manifest, an acceptance or a probe answer written nowhere would
+    be a success that is not one: refused with exit 2 and one line, before anything runs."""
+    project = read_only_project
+    (project / "data").mkdir()
+    (project / "data" / "a.bin").write_bytes(b"x")
+    assert rgt("up", RUN, cwd=project).returncode == 0
+    subprocess.run(["mount", "-o", "remount,ro", str(project.parent)], check=True)
+    result = rgt(*args, cwd=project)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "is read-only" in one_line_error(result)

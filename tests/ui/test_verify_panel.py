@@ -76,14 +76,12 @@ async def test_acknowledged_with_a_note_and_disclosure_it_stays_acknowledged_aft
         modal.query_one("#finding-ack", Button).press()  # no note yet: refused in the modal
         await wait_until(pilot, lambda: notified(app, "a note is required"))
         modal.query_one("#finding-note", Input).value = "c.png is a planted fixture of this test"
-        modal.query_one("#finding-ack", Button).press()  # a note, no disclosure: the service refuses, nothing changes
+        modal.query_one("#finding-ack", Button).press()  # a note, no disclosure: refused, the dialog and note stay
         await wait_until(pilot, lambda: notified(app, "needs a disclosure"))
+        assert app.screen is modal and modal.query_one("#finding-note", Input).value.startswith("c.png")
         assert session.db.finding_record(finding).status == "open"  # type: ignore[union-attr]
-        await pilot.press("a")
-        await wait_until(pilot, lambda: isinstance(app.screen, FindingScreen))
-        app.screen.query_one("#finding-note", Input).value = "c.png is a planted fixture of this test"
-        app.screen.query_one("#finding-disclosure", Input).value = "one test item duplicates a training item"
-        app.screen.query_one("#finding-ack", Button).press()
+        modal.query_one("#finding-disclosure", Input).value = "one test item duplicates a training item"
+        modal.query_one("#finding-ack", Button).press()
         await wait_until(pilot, lambda: session.db.finding_record(finding).status == "acknowledged")  # type: ignore[union-attr]
         await pilot.press("u")  # audit now: the finding fires again and is not raised
         await wait_until(pilot, lambda: notified(app, "audit: 0 raised"))
@@ -106,6 +104,29 @@ log = "train.log"
 remote_root = "/workspace/rgt/r2"
 roster = ["seed0"]
 """
+
+
+async def test_a_finding_quoting_escape_codes_is_shown_and_prefilled_escaped(tmp_path: Path) -> None:
+    """A metric name from the box carries an ANSI colour: the disclosure field the dialog prefills shows it as
+    text, never as a colour that breaks the screen."""
+    root = tmp_path / "p"
+    write_project(root)
+    write_capsule(root, "r1", "seed0", metrics={"\x1b[31mEVIL": 0.5}, items=classification_items(10, correct=5))
+    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    audit.run_audit(session.project, session.db)
+    finding = next(r.id for r in session.db.finding_records() if "EVIL" in r.message)
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        await pilot.press("4")
+        await wait_until(pilot, lambda: focused_id(app) == "checklist")
+        keys = [row.key for row in dashboard(app).current_run().checklist_rows]  # type: ignore[union-attr]
+        app.screen.query_one("#checklist", DataTable).move_cursor(row=keys.index(finding))
+        await pilot.press("a")
+        await wait_until(pilot, lambda: isinstance(app.screen, FindingScreen))
+        prefilled = app.screen.query_one("#finding-disclosure", Input).value
+        assert "\x1b" not in prefilled and "\\x1b[31mEVIL" in prefilled
+    session.close()
 
 
 async def test_n_shows_the_next_run_and_its_log_only(tmp_path: Path) -> None:

@@ -17,6 +17,9 @@ from remote_gpu_trainer.audits.verify.model import MetricRule
 
 _PREFIXES = ("val/", "test/", "eval/", "eval_", "val_", "test_")
 DIRECTION_WORDS = {"max": "higher_is_better", "min": "lower_is_better"}
+# How V11 computes a chance floor (audits/verify/metric_sanity.py FLOORS has one function per kind).
+CHANCE_KINDS = ("majority", "top_k", "prevalence", "f1_prevalence", "ln_classes", "target_variance", "vocab", "half",
+                "zero", "one", "psnr_mean_image", "background")
 WORD_DIRECTIONS = {word: short for short, word in DIRECTION_WORDS.items()}
 
 
