@@ -23,6 +23,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.env_audit.interpreter import run_interpreter
@@ -154,6 +155,7 @@ async def run_here(check: str, hook: str, target: Target, timeout: float) -> Map
     (killed whole on timeout), cwd the project root (relative paths in the hook mean what training meant)."""
     command = [sys.executable, "-I", "-B", "-m", "remote_gpu_trainer.probes.model_probe", check, "--hook", hook,
                "--root", target.root, "--capsule", target.capsule]
+    before = folder_listing(Path(target.capsule))
     process = await asyncio.create_subprocess_exec(
         *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=probe_environment(), cwd=target.root, start_new_session=True)
@@ -166,7 +168,27 @@ async def run_here(check: str, hook: str, target: Target, timeout: float) -> Map
     except asyncio.CancelledError:  # rgt interrupted: the probe goes with it
         await _kill_group(process)
         raise
+    changed = sorted(set(before.items()) ^ set(folder_listing(Path(target.capsule)).items()))
+    if changed:  # the pulled copy is evidence: a hook that writes there unverifies it, which must not go unsaid
+        names = ", ".join(sorted({name for name, _ in changed})[:5])
+        raise VerbFailed(f"{_failed(check, target)}: the hook changed the pulled copy runs/{target.label}/ "
+                         f"({names}): it is no longer the verified one; rgt verify {target.label.split('/')[0]} "
+                         "says what changed, and a pull restores it. Nothing was stored")
     return parse(check, target, process.returncode or 0, out, err)
+
+
+def folder_listing(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `folder` by relative path: size and modification time (what a writer changes)."""
+    listing: dict[str, tuple[int, int]] = {}
+    for current, _dirs, files in os.walk(folder):
+        for name in files:
+            path = Path(current) / name
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            listing[path.relative_to(folder).as_posix()] = (info.st_size, info.st_mtime_ns)
+    return listing
 
 
 async def _kill_group(process: asyncio.subprocess.Process) -> None:

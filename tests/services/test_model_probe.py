@@ -77,6 +77,11 @@ def broken(capsule):
     return capsule.name == "seed1"
 
 
+def scribbling(capsule):
+    (capsule / "probe_cache.txt").write_text("written beside the evidence")
+    return cosine(capsule)
+
+
 def cosine(capsule):
     x, y = data()
     return {"model": load(capsule), "batch": lambda: (x, y)}
@@ -256,6 +261,15 @@ def test_a_failing_probe_names_what_failed_and_stores_nothing(tmp_path: Path, ho
     with pytest.raises(VerbFailed, match=r"^probe V20 of r1/seed0 \(here\) failed: " + expected) as failed:
         probe(root, "V20")
     assert "\n" not in str(failed.value)
+    assert stored(root) == {}
+
+
+def test_a_hook_that_writes_into_the_pulled_copy_is_a_failure_that_says_so(tmp_path: Path) -> None:
+    """The pulled copy is the verified evidence: a hook that writes there unverifies it (the gate then closes),
+    which the probe says at once instead of storing an answer as if nothing happened."""
+    root = project(tmp_path, "probe_hooks:scribbling", roster=("seed0",))
+    with pytest.raises(VerbFailed, match=r"the hook changed the pulled copy runs/r1/seed0/ \(probe_cache.txt\)"):
+        probe(root, "V20")
     assert stored(root) == {}
 
 
