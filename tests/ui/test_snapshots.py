@@ -280,9 +280,10 @@ def test_oom_log_chart_and_findings(snap_compare: Any, tmp_path: Path, size: tup
 @pytest.fixture(scope="module")
 def demo_projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """`rgt demo` (three seeds) and `rgt demo --flawed` (plus its planted run), each trained on the sim box on
-    the fixed clock, pulled and verified (so audited) once for the module."""
-    from remote_gpu_trainer.cli.project_verbs import start_demo
-    from remote_gpu_trainer.services.demo_project import create_demo
+    the fixed clock, pulled and verified (so audited) once for the module. Launched as `rgt demo` does but
+    without its phase-0 audit, whose rows (free disk, RAM, the temp folder's path, boot id) differ from machine
+    to machine and would change the checklist's width."""
+    from remote_gpu_trainer.services.demo_project import DEMO_INSTANCE, create_demo
 
     made = {}
     for name, flawed in (("demo", False), ("flawed", True)):
@@ -290,7 +291,9 @@ def demo_projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         session = Session.open(str(create_demo(folder, quick=True, flawed=flawed)), clock=FixedClock(FIXED_NOW))
 
         async def prepare(session: Session = session) -> None:
-            await start_demo(session)
+            await session.create_instance(DEMO_INSTANCE)
+            for run in sorted(session.project.runs):
+                await session.launch(run)
             for run in sorted(session.project.runs):
                 await wait_for_liveness(session, run, timeout=180)
                 await session.pull(run)
