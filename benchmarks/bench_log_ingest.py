@@ -108,7 +108,7 @@ def demo_project(folder: Path) -> tuple[Path, Path]:
     from remote_gpu_trainer.config import load_project
     from remote_gpu_trainer.providers.transports.local import LocalTransport
     from remote_gpu_trainer.services import launch as runner
-    from remote_gpu_trainer.services.project_files import DEMO_RUN, create_demo
+    from remote_gpu_trainer.services.demo_project import DEMO_RUN, create_demo
     from remote_gpu_trainer.state.db import StateDB
 
     toml = create_demo(folder, quick=True)
@@ -126,7 +126,7 @@ def demo_project(folder: Path) -> tuple[Path, Path]:
 
 
 async def service_pipeline(source: Path) -> float:
-    from remote_gpu_trainer.services.project_files import DEMO_RUN
+    from remote_gpu_trainer.services.demo_project import DEMO_RUN
     from remote_gpu_trainer.services.session import Session
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -78,7 +78,7 @@ def median_of(runs: int, command: list[str], env: dict[str, str]) -> tuple[float
 
 def prepare_demo(folder: Path) -> None:
     """A finished, pulled and verified demo project: the state the report is most often asked about."""
-    from remote_gpu_trainer.services.project_files import DEMO_RUN, create_demo
+    from remote_gpu_trainer.services.demo_project import DEMO_RUN, create_demo
     from remote_gpu_trainer.services.session import Session
 
     create_demo(folder, quick=True)
