@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from remote_gpu_trainer.audits.verify.model import (
-    SEVERITY_RANK,
     CheckResult,
     EvidenceRef,
     Finding,
@@ -83,7 +82,7 @@ def check(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
                 + missing_findings(report, evidence_ref) + problem_findings(problems)
                 + string_findings(strings, documents, doc_refs))
     subjects = judged_subjects(report, documents, bool(strings))
-    return result(CHECK, NAME, merge_by_subject(findings), subjects)
+    return result(CHECK, NAME, findings, subjects, keep_parts=True)  # a drift and a name keep their own values
 
 
 def drift_findings(report: ReconcileReport, evidence_ref: EvidenceRef,
@@ -231,30 +230,6 @@ def _deprecated_uses(spec: ExpectedString, doc: Document, ref: EvidenceRef) -> l
 
 def _word(text: str) -> re.Pattern[str]:
     return re.compile(r"(?<![^\W_])" + re.escape(text) + r"(?![^\W_])")
-
-
-# --- one record per subject ----------------------------------------------------------------------------------
-
-def merge_by_subject(findings: Sequence[Finding]) -> list[Finding]:
-    """The findings table holds one record per (check, subject): findings on the same subject (a drift and a
-    deprecated name on one line, an ambiguous anchor on a claim no document shows) become one, at the highest
-    severity, with every message, disclosure and claim kept."""
-    groups: dict[str, list[Finding]] = {}
-    for finding in findings:
-        groups.setdefault(finding.subject, []).append(finding)
-    return [group[0] if len(group) == 1 else _merged(group) for group in groups.values()]
-
-
-def _merged(group: list[Finding]) -> Finding:
-    ranked = sorted(group, key=lambda f: -SEVERITY_RANK[f.severity])
-    top = ranked[0]
-    return Finding(
-        CHECK, top.subject, top.severity, "; ".join(f.message for f in ranked),
-        values={"issues": [dict(f.values) for f in ranked]},
-        evidence=tuple(dict.fromkeys(ref for f in ranked for ref in f.evidence)),
-        disclosure="; ".join(dict.fromkeys(f.disclosure for f in ranked if f.disclosure)),
-        fix=" ".join(dict.fromkeys(f.fix for f in ranked if f.fix)), integrity_class=top.integrity_class,
-        claims=tuple(dict.fromkeys(c for f in ranked for c in f.claims)))
 
 
 CHECKS = {CHECK: check}

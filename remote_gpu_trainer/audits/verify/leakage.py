@@ -33,7 +33,6 @@ from remote_gpu_trainer.audits.verify.leakage_files import (
 )
 from remote_gpu_trainer.audits.verify.load import file_sha256
 from remote_gpu_trainer.audits.verify.model import (
-    SEVERITY_RANK,
     Capsule,
     CheckResult,
     EvidenceRef,
@@ -77,24 +76,6 @@ def _ref(manifest: SplitManifest) -> tuple[EvidenceRef, ...]:
     return (EvidenceRef(manifest.path, manifest.sha256),)
 
 
-def _one_per_subject(findings: list[Finding]) -> list[Finding]:
-    """Join the findings of one subject into one (the worst severity leads): a subject has one record."""
-    by_subject: dict[str, list[Finding]] = {}
-    for finding in findings:
-        by_subject.setdefault(finding.subject, []).append(finding)
-    joined = []
-    for parts in by_subject.values():
-        parts.sort(key=lambda f: -SEVERITY_RANK[f.severity])
-        values: dict[str, Any] = {}
-        for part in parts:
-            values.update(part.values)
-        evidence = tuple(dict.fromkeys(ref for part in parts for ref in part.evidence))
-        joined.append(parts[0] if len(parts) == 1 else replace(
-            parts[0], message="; ".join(p.message for p in parts), values=values, evidence=evidence,
-            disclosure="; ".join(p.disclosure_text for p in parts)))
-    return joined
-
-
 def _no_manifest(check: str, name: str, project: ProjectEvidence) -> CheckResult:
     """Skipped: no split manifest, naming the manifests that were there but could not be read."""
     unreadable = [f"{p.path}: {p.message}" for p in project.problems if p.path.startswith("splits/")]
@@ -118,7 +99,7 @@ def split_hash_disjoint(project: ProjectEvidence, params: Mapping[str, Any]) -> 
                  + _within_split(manifest) + _name_collisions(manifest) + _disk_truth(manifest)
                  + _malformed(project, manifest))
         findings += [replace(f, values={**counts, **f.values}) for f in parts]
-    return result("V14", "split_hash_disjoint", _one_per_subject(findings), [m.subject for m in project.splits])
+    return result("V14", "split_hash_disjoint", findings, [m.subject for m in project.splits])
 
 
 def overlap_counts(manifest: SplitManifest) -> dict[str, Any]:
@@ -214,7 +195,7 @@ def case_duplicates(project: ProjectEvidence, params: Mapping[str, Any]) -> Chec
         findings += _case_paths(manifest) + _case_siblings(manifest)
         if project.case_insensitive_fs:
             findings += _same_files(project, manifest)
-    return result("V15", "case_duplicates", _one_per_subject(findings), [m.subject for m in project.splits])
+    return result("V15", "case_duplicates", findings, [m.subject for m in project.splits])
 
 
 def _casefold_groups(paths: set[str]) -> list[list[str]]:
@@ -318,7 +299,7 @@ def fit_on_train_only(project: ProjectEvidence, params: Mapping[str, Any]) -> Ch
         return skipped("V17", "fit_on_train_only", "no fit_records[] in any split manifest" if project.splits
                        else "no split manifest (splits/*.json)")
     findings = [f for m in manifests for record in m.fit_records if (f := _judge_fit(project, m, record))]
-    return result("V17", "fit_on_train_only", _one_per_subject(findings), [m.subject for m in manifests])
+    return result("V17", "fit_on_train_only", findings, [m.subject for m in manifests])
 
 
 def ids_sha256(ids: list[str]) -> set[str]:
@@ -390,7 +371,7 @@ def selection_on_test(project: ProjectEvidence, params: Mapping[str, Any]) -> Ch
         findings += _selected_on_test(capsule) + _test_columns(project, capsule) + _test_touched(capsule)
     findings = [replace(f, integrity_class=QRP, claims=_claims(project, c))
                 for f in findings if (c := project.capsule(f.subject.removeprefix("capsule:"))) is not None]
-    return result("V18", "selection_on_test", _one_per_subject(findings), [c.subject for c in project.capsules])
+    return result("V18", "selection_on_test", findings, [c.subject for c in project.capsules])
 
 
 def _train_ref(project: ProjectEvidence, capsule: Capsule) -> tuple[EvidenceRef, ...]:
@@ -477,7 +458,7 @@ def holdout_structure(project: ProjectEvidence, params: Mapping[str, Any]) -> Ch
     for capsule in capsules:
         findings += _val_is_train(project, capsule)
     subjects = [m.subject for m in project.splits] + [c.subject for c in capsules]
-    return result("V19", "holdout_structure", _one_per_subject(findings), subjects)
+    return result("V19", "holdout_structure", findings, subjects)
 
 
 def _validation_held_out(manifest: SplitManifest) -> list[Finding]:

@@ -18,12 +18,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify.metric_registry import resolve, to_short
 from remote_gpu_trainer.audits.verify.model import (
-    SEVERITY_RANK,
     Capsule,
     CheckResult,
     EvidenceRef,
@@ -50,26 +49,6 @@ WORDS = {"max": "higher_is_better", "min": "lower_is_better"}
 
 
 # -- shared helpers ---------------------------------------------------------------------------------------------
-def _one_per_subject(findings: list[Finding]) -> list[Finding]:
-    """Join the findings of one subject into one (the worst severity leads): a subject has one record."""
-    by_subject: dict[str, list[Finding]] = {}
-    for finding in findings:
-        by_subject.setdefault(finding.subject, []).append(finding)
-    joined = []
-    for parts in by_subject.values():
-        parts.sort(key=lambda f: -SEVERITY_RANK[f.severity])
-        if len(parts) == 1:
-            joined.append(parts[0])
-            continue
-        values: dict[str, Any] = {}
-        for part in parts:
-            values.update(part.values)
-        evidence = tuple(dict.fromkeys(ref for part in parts for ref in part.evidence))
-        joined.append(replace(parts[0], message="; ".join(p.message for p in parts), values=values,
-                              evidence=evidence, disclosure="; ".join(p.disclosure_text for p in parts)))
-    return joined
-
-
 def _claims_of(project: ProjectEvidence, capsule_key: str) -> tuple[str, ...]:
     """The claims whose evidence rows name this capsule: a capsule's finding rides with them."""
     return tuple(dict.fromkeys(n.claim for n in project.numbers if n.claim and capsule_key in n.cells))
@@ -140,7 +119,7 @@ def metric_direction(project: ProjectEvidence, params: Mapping[str, Any]) -> Che
     if not subjects:
         return skipped("V10", "metric_direction", "no metrics.json metrics, train.csv val/ columns or EVIDENCE.json "
                                                   "numbers")
-    return result("V10", "metric_direction", _one_per_subject(findings), subjects)
+    return result("V10", "metric_direction", findings, subjects)
 
 
 def _capsule_keys(project: ProjectEvidence, capsule: Capsule) -> list[tuple[str, Any, EvidenceRef]]:
@@ -439,7 +418,7 @@ def decisive_split(project: ProjectEvidence, params: Mapping[str, Any]) -> Check
     if not subjects:
         return skipped("V12", "decisive_split", "no EVIDENCE.json number with a split and no val test with a "
                                                 "`condition` column")
-    return result("V12", "decisive_split", _one_per_subject(findings), subjects)
+    return result("V12", "decisive_split", findings, subjects)
 
 
 def _number_splits(project: ProjectEvidence, number: Number) -> set[str]:
@@ -501,7 +480,7 @@ def empty_or_zero(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckR
                                         (_metrics_ref(test), _train_ref(project, capsule)), claims=claims))
     if not subjects:
         return skipped("V13", "empty_or_zero", "no readable metrics.json with applicable metrics")
-    return result("V13", "empty_or_zero", _one_per_subject(findings), subjects)
+    return result("V13", "empty_or_zero", findings, subjects)
 
 
 def _why_empty(test: TestArtifacts) -> str | None:

@@ -118,12 +118,41 @@ class CheckResult:
 
 
 def result(check: str, name: str, findings: list[Finding], subjects: list[str] | tuple[str, ...], *,
-           kind: str = "auto", note: str = "") -> CheckResult:
+           kind: str = "auto", note: str = "", keep_parts: bool = False) -> CheckResult:
     """A check that ran: `findings` when it found anything (info included), else `pass`; every subject a
-    finding names counts as judged."""
-    unique = tuple(dict.fromkeys(list(subjects) + [f.subject for f in findings]))
-    status = "findings" if findings else "pass"
-    return CheckResult(check, name, kind, status, tuple(findings), unique, note)
+    finding names counts as judged. Findings on one subject are joined (join_per_subject): the findings table
+    holds one record per (check, subject); `keep_parts` keeps each joined part's values under `issues`."""
+    joined = join_per_subject(findings, keep_parts=keep_parts)
+    unique = tuple(dict.fromkeys(list(subjects) + [f.subject for f in joined]))
+    status = "findings" if joined else "pass"
+    return CheckResult(check, name, kind, status, tuple(joined), unique, note)
+
+
+def join_per_subject(findings: list[Finding], *, keep_parts: bool = False) -> list[Finding]:
+    """One finding per subject, in the order subjects first appear: several become one at the worst severity
+    with every message, evidence file, claim and fix kept."""
+    groups: dict[str, list[Finding]] = {}
+    for finding in findings:
+        groups.setdefault(finding.subject, []).append(finding)
+    return [group[0] if len(group) == 1 else _joined(group, keep_parts) for group in groups.values()]
+
+
+def _joined(group: list[Finding], keep_parts: bool) -> Finding:
+    """Values are merged; each part's own values are also kept, as `issues`, when asked or when two parts name
+    the same key (a merge alone would lose one).
+    The disclosure joins the parts' own disclosures (with none, the joined message discloses)."""
+    ranked = sorted(group, key=lambda f: -SEVERITY_RANK[f.severity])
+    top = ranked[0]
+    keys = [set(f.values) for f in ranked]
+    values: dict[str, Any] = {k: v for f in ranked for k, v in f.values.items()}
+    if keep_parts or sum(len(k) for k in keys) != len(set().union(*keys)):
+        values["issues"] = [dict(f.values) for f in ranked]
+    return Finding(
+        top.check, top.subject, top.severity, "; ".join(f.message for f in ranked), values=values,
+        evidence=tuple(dict.fromkeys(ref for f in ranked for ref in f.evidence)),
+        disclosure="; ".join(dict.fromkeys(f.disclosure for f in ranked if f.disclosure)),
+        fix=" ".join(dict.fromkeys(f.fix for f in ranked if f.fix)), integrity_class=top.integrity_class,
+        claims=tuple(dict.fromkeys(c for f in ranked for c in f.claims)))
 
 
 def skipped(check: str, name: str, why: str, *, kind: str = "auto") -> CheckResult:
