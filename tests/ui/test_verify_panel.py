@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual.pilot import Pilot
 from textual.widgets import Button, DataTable, Input
 
 from remote_gpu_trainer.app import RgtApp
@@ -27,6 +28,17 @@ def leaky_project(root: Path) -> Session:
     session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
     audit.run_audit(session.project, session.db)
     return session
+
+
+async def open_finding(pilot: Pilot[None], app: RgtApp, finding: str) -> None:
+    """The checklist panel (4), the cursor on the finding's row, `a`: its detail is on screen."""
+    await wait_until(pilot, lambda: dashboard(app).overview is not None)
+    await pilot.press("4")
+    await wait_until(pilot, lambda: focused_id(app) == "checklist")
+    keys = [row.key for row in dashboard(app).current_run().checklist_rows]  # type: ignore[union-attr]
+    app.screen.query_one("#checklist", DataTable).move_cursor(row=keys.index(finding))
+    await pilot.press("a")
+    await wait_until(pilot, lambda: isinstance(app.screen, FindingScreen))
 
 
 def leak_id(session: Session) -> str:
@@ -64,13 +76,7 @@ async def test_acknowledged_with_a_note_and_disclosure_it_stays_acknowledged_aft
     finding = leak_id(session)
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(pilot, lambda: dashboard(app).overview is not None)
-        await pilot.press("4")
-        await wait_until(pilot, lambda: focused_id(app) == "checklist")
-        keys = [row.key for row in dashboard(app).current_run().checklist_rows]  # type: ignore[union-attr]
-        app.screen.query_one("#checklist", DataTable).move_cursor(row=keys.index(finding))
-        await pilot.press("a")
-        await wait_until(pilot, lambda: isinstance(app.screen, FindingScreen))
+        await open_finding(pilot, app, finding)
         modal = app.screen
         modal.query_one("#finding-disclosure", Input).value = ""
         modal.query_one("#finding-ack", Button).press()  # no note yet: refused in the modal
@@ -117,13 +123,7 @@ async def test_a_finding_quoting_escape_codes_is_shown_and_prefilled_escaped(tmp
     finding = next(r.id for r in session.db.finding_records() if "EVIL" in r.message)
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(pilot, lambda: dashboard(app).overview is not None)
-        await pilot.press("4")
-        await wait_until(pilot, lambda: focused_id(app) == "checklist")
-        keys = [row.key for row in dashboard(app).current_run().checklist_rows]  # type: ignore[union-attr]
-        app.screen.query_one("#checklist", DataTable).move_cursor(row=keys.index(finding))
-        await pilot.press("a")
-        await wait_until(pilot, lambda: isinstance(app.screen, FindingScreen))
+        await open_finding(pilot, app, finding)
         prefilled = app.screen.query_one("#finding-disclosure", Input).value
         assert "\x1b" not in prefilled and "\\x1b[31mEVIL" in prefilled
     session.close()
