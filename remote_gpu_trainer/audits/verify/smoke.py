@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import fnmatch
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,12 +44,12 @@ from remote_gpu_trainer.audits.verify.model import (
     result,
     skipped,
 )
+from remote_gpu_trainer.probes.environment import probe_environment
 
 if TYPE_CHECKING:
     import numpy as np
     import pandas as pd
 
-PROBE_ENV_KEEP = ("PATH", "HOME", "LANG", "TMPDIR")  # all the checkpoint probe inherits (plus LC_*)
 PARITY_FLAGS = ("shape_equal", "allclose", "model_training_in_eval")  # a V27 answer has at least one
 
 
@@ -146,13 +145,6 @@ def finish(findings: list[Finding], subjects: list[str], subject: str, finding: 
     subjects.append(subject)
     if finding is not None:
         findings.append(finding)
-
-
-def probe_environment() -> dict[str, str]:
-    """The checkpoint probe's whole environment: no keys or tokens of the caller's, no GPU, one thread."""
-    env = {k: v for k, v in os.environ.items() if k in PROBE_ENV_KEEP or k.startswith("LC_")}
-    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    return env
 
 
 def safe_load(path: Path, timeout: float) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from remote_gpu_trainer.audits.manifest import (
 )
 from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
+from remote_gpu_trainer.probes.environment import probe_environment as probe_environment
 from remote_gpu_trainer.state.db import StateDB
 
 PROBE_MIN_TIMEOUT_S = 120.0
@@ -151,7 +152,6 @@ PROBE_POOL_MAX = 4  # long-lived probe processes per verification, at most one p
 # benchmarks/bench_verify.py on 2 cores, 200 small checkpoints take 1.47 s with one process and 2.63 s with
 # two, so another process is started only for each further GiB of checkpoint bytes to load.
 PROBE_BYTES_PER_PROCESS = 1 << 30
-PROBE_ENV_KEEP = frozenset({"PATH", "HOME", "LANG", "TMPDIR"})
 _PROBE_LINE_LIMIT = 16 << 20  # a verdict line (labels come from the file's keys) may be long, not unbounded
 
 
@@ -159,17 +159,6 @@ def probe_pool_size(files: int, total_bytes: int) -> int:
     """How many probe processes one verification starts: one per GiB to load, at most one per core, 4."""
     by_bytes = 1 + total_bytes // max(1, PROBE_BYTES_PER_PROCESS)
     return max(1, min(PROBE_POOL_MAX, os.cpu_count() or 1, files, by_bytes))
-
-
-def probe_environment(source: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The probe's whole environment: no provider keys, tokens or anything else of the caller's.
-
-    Only PATH, HOME, LANG, LC_* and TMPDIR are kept; the GPU is hidden and torch runs single-threaded.
-    """
-    source = os.environ if source is None else source
-    env = {name: value for name, value in source.items() if name in PROBE_ENV_KEEP or name.startswith("LC_")}
-    env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1")
-    return env
 
 
 class _ProbeDied(Exception):
