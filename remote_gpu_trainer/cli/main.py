@@ -32,6 +32,8 @@ PROJECT_VERBS: dict[str, tuple[str, str]] = {
     "audit": ("verify_verbs", "audit"), "finding": ("verify_verbs", "finding"), "probe": ("probe_verbs", "probe"),
     "accept": ("accept_verbs", "accept"),
     "capsule": ("evidence_tools", "capsule"), "splits": ("evidence_tools", "splits"),
+    "build": ("deliver_verbs", "build"), "reconcile": ("deliver_verbs", "reconcile"),
+    "completeness": ("deliver_verbs", "completeness"),
 }
 RUN_VERBS: dict[str, tuple[str, str]] = {
     "up": ("launch_verbs", "up"), "push": ("launch_verbs", "push"), "run": ("launch_verbs", "run"),

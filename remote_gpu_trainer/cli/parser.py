@@ -18,7 +18,8 @@ from remote_gpu_trainer.config import PROVIDERS
 from remote_gpu_trainer.errors import ConfigError
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "probe",
-         "accept", "tick", "events", "trust", "capsule", "splits", "completion", "help")
+         "accept", "tick", "events", "trust", "capsule", "splits", "build", "reconcile", "completeness", "completion",
+         "help")
 # One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
 VERB_HELP = {
     "demo": "write the demo project and launch its run on a simulated rented box, then open the TUI",
@@ -40,6 +41,9 @@ VERB_HELP = {
     "trust": "trust a first-contact SSH host key after comparing its fingerprint",
     "capsule": "print the path of rgt_capsule.py, the helper a training script imports to write its run capsule",
     "splits": "build a split manifest splits/ID.json (member paths and sha256) from folders, a CSV or file lists",
+    "build": "generate EVIDENCE.json values, figures, tables and LaTeX macros from the pulled evidence (all by default)",
+    "reconcile": "compare the numbers in the documents of rgt.toml [deliver] docs against EVIDENCE.json",
+    "completeness": "check every point of rgt.toml [grid] for its checkpoint, split, inputs and visuals; list what to pull",
     "completion": "print a shell completion script for rgt, generated from this parser (bash, zsh or tcsh)",
     "help": "show the help of rgt, or of one verb (rgt help VERB)",
 }
@@ -70,6 +74,9 @@ VERB_EXAMPLES = {
     "splits": ("rgt splits build main --split train=data/train --split test=data/test",
                "rgt splits build main --csv splits.csv",
                "rgt splits build text-v1 --hash-unit record --csv records.csv --fields question,context"),
+    "build": ("rgt build", "rgt build evidence", "rgt build figure main-curve", "rgt build table tab2-main --format json"),
+    "reconcile": ("rgt reconcile", "rgt reconcile --mode exact --format json"),
+    "completeness": ("rgt completeness", "rgt completeness --format json"),
     "completion": ("rgt completion bash > ~/.local/share/bash-completion/completions/rgt",
                    "rgt completion zsh > ~/.zfunc/_rgt"),
     "help": ("rgt help down",),
@@ -275,6 +282,34 @@ def _splits_arguments(parser: Parser) -> None:
                         "cite its old sha256 then no longer match it)")
 
 
+BUILD_TARGETS = ("all", "evidence", "figure", "table", "macros")
+
+
+def _build_arguments(parser: Parser) -> None:
+    parser.add_argument("what", nargs="?", default="all", metavar="WHAT",
+                        help=f"what to build: {', '.join(BUILD_TARGETS)} (default all, in the order figures, tables, "
+                             "evidence, macros)")
+    parser.add_argument("id", nargs="?", metavar="ID", help="figure or table: its folder name under figures/ or tables/")
+    _project_argument(parser)
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text for people (default) or json: one document with a versioned schema")
+
+
+def _reconcile_arguments(parser: Parser) -> None:
+    _project_argument(parser)
+    parser.add_argument("--mode", choices=("rounding", "exact"), default="rounding",
+                        help="rounding (default): a number matches at the decimals it is written with; exact: "
+                             "equal within a relative 1e-9")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text for people (default) or json: reconcile.json as written")
+
+
+def _completeness_arguments(parser: Parser) -> None:
+    _project_argument(parser)
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text for people (default) or json: completeness.json as written")
+
+
 def _run_arguments(parser: Parser) -> None:
     """The verbs that act on one run: up, push, run, watch, pull, verify, down."""
     parser.add_argument("run", help="the run id in rgt.toml")
@@ -315,6 +350,7 @@ _ARGUMENTS: dict[str, Callable[[Parser], None]] = {
     "init": _init_arguments, "info": _project_argument, "trust": _trust_arguments, "events": _events_arguments,
     "tick": _tick_arguments, "audit": _audit_arguments, "finding": _finding_arguments, "probe": _probe_arguments,
     "accept": _accept_arguments, "capsule": _capsule_arguments, "splits": _splits_arguments,
+    "build": _build_arguments, "reconcile": _reconcile_arguments, "completeness": _completeness_arguments,
 }
 _RUN_OPTIONS: dict[str, Callable[[Parser], None]] = {
     "down": _down_options, "run": _launch_options, "up": _up_options, "watch": _watch_options,
