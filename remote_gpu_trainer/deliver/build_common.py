@@ -1,0 +1,392 @@
+"""What every DELIVER builder shares (docs/deliver.md §3): a figure and a table are built the same way, from
+files under `runs/` that a machine we do not trust wrote, into one folder holding one JSON contract.
+
+Public API (the figure and the table builder both use these; keep it small and stable):
+
+- `read_input(root, rel, where) -> InputFile`: a project-relative file read ONCE through regular files only
+  (no `..`, no absolute path, no symlink at any step, nothing outside the root); its sha256 is of those same
+  bytes, so what is hashed is what is used. `InputFile.json()` / `.frame()` parse those bytes.
+- `input_path(spec, where) -> str`: where an input `{capsule: "<run>/<cell>", test_id, metric[, file]}` lives:
+  `runs/<run>/<cell>/test/<test_id>/metrics.json` (or `results.parquet|csv` by `file`), and
+  `runs/<run>/<cell>/train.csv` for `{capsule, file: "train.csv"}` or a spec without a test id.
+- `resolve_input(root, spec, where) -> InputFile`: `input_path` then `read_input`.
+- `input_entry(spec, found, split) -> dict`: the generated form of an `inputs[]` entry (path, sha256, split).
+- `code_state(root) -> dict` and `provenance(root, capsules, *, command, builder, env, code) -> dict`: the
+  provenance block (git commit, dirty, dirty_diff_sha256, checkpoint_sha256 per capsule, data_sha256,
+  command, builder, env, created_at).
+- `environment(packages, *, backend=None, fonts=()) -> dict`: the env part of it.
+- `source_csv(columns, rows, key, where) -> bytes`: UTF-8, LF, trailing newline, floats via repr, sorted by
+  the declared key columns.
+- `staging(folder) -> Stage` (a context manager): two temp build folders; `Stage.deterministic(names)`,
+  `Stage.outputs(names, px)`, `Stage.install(names, document_name, document)`.
+- `load_document(path, schema, id_key, ident) -> dict`, `merge_document(user, generated) -> dict`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import errno
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from remote_gpu_trainer.audits.verify.load import SAFE_ID
+from remote_gpu_trainer.audits.verify.model import plain
+from remote_gpu_trainer.clock import iso_z, utc_now
+from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, read_regular
+from remote_gpu_trainer.strict_json import loads_strict
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+TEST_FILES = ("metrics.json", "results.parquet", "results.csv")
+CAPSULE_FILES = ("train.csv",)
+#: the keys of an inputs[] entry the user writes; path, sha256 and split are generated
+INPUT_KEYS = ("capsule", "test_id", "metric", "file")
+#: keys a build (re)writes; every other key of figure.json / table.json is the user's and kept as written
+GENERATED_KEYS = ("inputs", "source", "provenance", "outputs", "qa", "disclosure")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One evidence file as read: project-relative path, the bytes, and the sha256 of exactly those bytes."""
+
+    path: str
+    data: bytes
+    sha256: str
+
+    def json(self) -> Any:
+        try:
+            return loads_strict(self.data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{self.path}: malformed JSON ({exc})") from None
+
+    def frame(self) -> pd.DataFrame:
+        """The file as a table (CSV, or parquet by its name), parsed from the bytes that were hashed."""
+        import pandas as pd
+
+        try:
+            if self.path.endswith(".parquet"):
+                return pd.read_parquet(io.BytesIO(self.data))
+            return pd.read_csv(io.BytesIO(self.data))
+        except Exception as exc:  # pandas raises many types for one cause: not the table it claims to be
+            raise ConfigError(f"{self.path}: unreadable table ({type(exc).__name__})") from None
+
+
+# -- reading evidence ---------------------------------------------------------------------------------------
+def read_input(root: Path, rel: str, where: str) -> InputFile:
+    """Open `rel` step by step from the root with O_NOFOLLOW, so no symlink anywhere on the path (swapped in
+    before or during the walk) can lead out of the project; read it once; hash those bytes."""
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ConfigError(f"{where}: {rel!r} is not a plain path inside the project (no `..`, not absolute)")
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
+    try:
+        for part in parts[:-1]:
+            fds.append(_open_step(part, fds[-1], os.O_DIRECTORY, rel, where))
+        fd = _open_step(parts[-1], fds[-1], 0, rel, where)
+        fds.append(fd)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"{where}: {rel} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            data = handle.read()
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return InputFile(rel, data, hashlib.sha256(data).hexdigest())
+
+
+def _open_step(name: str, parent: int, flags: int, rel: str, where: str) -> int:
+    try:
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | flags, dir_fd=parent)
+    except FileNotFoundError:
+        raise ConfigError(f"{where}: {rel} is missing") from None
+    except OSError as exc:  # ELOOP (a file) or ENOTDIR (a folder): a symlink is refused whatever it points at
+        if _is_link(name, parent):
+            raise ConfigError(f"{where}: {rel} goes through a symlink (refused: evidence is read only "
+                              "through regular files inside the project)") from None
+        if exc.errno == errno.ENOTDIR:
+            raise ConfigError(f"{where}: {rel} is not a regular file inside the project") from None
+        raise ConfigError(f"{where}: {rel} cannot be read ({exc.strerror})") from None
+
+
+def _is_link(name: str, parent: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def input_path(spec: Mapping[str, Any], where: str) -> str:
+    """The project-relative path an input names (see the module docstring)."""
+    capsule = spec.get("capsule")
+    if not isinstance(capsule, str) or capsule.count("/") != 1 or not all(
+            SAFE_ID.match(p) for p in capsule.split("/")):
+        raise ConfigError(f"{where}.capsule: {capsule!r} is not a capsule `<run-id>/<cell>`")
+    test_id, name = spec.get("test_id"), spec.get("file")
+    if test_id is None:
+        if name not in (None, *CAPSULE_FILES):
+            raise ConfigError(f"{where}.file: {name!r} without a test_id is not one of {', '.join(CAPSULE_FILES)}")
+        return f"runs/{capsule}/train.csv"
+    if not isinstance(test_id, str) or not SAFE_ID.match(test_id):
+        raise ConfigError(f"{where}.test_id: {test_id!r} is not a test id")
+    if name in CAPSULE_FILES:
+        return f"runs/{capsule}/{name}"
+    if name not in (None, *TEST_FILES):
+        raise ConfigError(f"{where}.file: {name!r} is not one of {', '.join(TEST_FILES + CAPSULE_FILES)}")
+    return f"runs/{capsule}/test/{test_id}/{name or 'metrics.json'}"
+
+
+def resolve_input(root: Path, spec: Mapping[str, Any], where: str) -> InputFile:
+    return read_input(root, input_path(spec, where), where)
+
+
+def input_entry(spec: Mapping[str, Any], found: InputFile, split: str | None) -> dict[str, Any]:
+    """An inputs[] entry as written into figure.json/table.json: the user's keys, then the generated ones."""
+    entry = {k: spec[k] for k in INPUT_KEYS if k in spec}
+    entry.update({"split": split, "path": found.path, "sha256": found.sha256})
+    return entry
+
+
+# -- provenance ---------------------------------------------------------------------------------------------
+def code_state(root: Path) -> dict[str, Any]:
+    """git commit, dirty and dirty_diff_sha256 of the project's tree (docs/formats.md defines the hash; the
+    one implementation is the capsule helper's). Computed once per `rgt build`, shared by every output."""
+    from remote_gpu_trainer.remote.rgt_capsule import code_provenance
+
+    code = code_provenance(str(root))
+    return {"git_commit": code["commit"], "git_dirty": code["dirty"], "dirty_diff_sha256": code["dirty_diff_sha256"]}
+
+
+def provenance(root: Path, capsules: Iterable[str], *, command: str, builder: Mapping[str, str] | None,
+               env: Mapping[str, Any], code: Mapping[str, Any] | None = None,
+               now: datetime | None = None) -> dict[str, Any]:
+    """The provenance block of a figure or table (docs/deliver.md §3). `checkpoint_sha256` of a capsule is its
+    `best.pth` hash in the run's PULL_MANIFEST.json (the seal), else run.json's `checkpoints.best.sha256`;
+    `data_sha256` is run.json's, one value when every capsule agrees, else the sorted distinct values."""
+    keys = sorted(set(capsules))
+    manifests: dict[str, Mapping[str, Any]] = {}
+    checkpoints: dict[str, str | None] = {}
+    data: set[str] = set()
+    for key in keys:
+        run_id, cell = key.split("/", 1)
+        if run_id not in manifests:
+            manifests[run_id] = _manifest_shas(_json_or_none(root, f"runs/{run_id}/PULL_MANIFEST.json"))
+        record = _json_or_none(root, f"runs/{key}/run.json") or {}
+        checkpoints[key] = manifests[run_id].get(f"{cell}/best.pth") or _dig(record, "checkpoints", "best", "sha256")
+        recorded = _dig(record, "provenance", "data", "data_sha256")
+        if isinstance(recorded, str):
+            data.add(recorded)
+    data_sha: str | list[str] | None = None if not data else data.pop() if len(data) == 1 else sorted(data)
+    return {**(code if code is not None else code_state(root)), "checkpoint_sha256": checkpoints,
+            "data_sha256": data_sha, "command": command, "builder": dict(builder) if builder else None,
+            "env": dict(env), "created_at": iso_z(now or utc_now())}
+
+
+def stable_provenance(document_inputs: Sequence[Mapping[str, Any]], source_sha256: str,
+                      prov: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of the provenance that is the same on every rebuild of the same inputs (no created_at, no
+    dirty-tree hash, which the build's own outputs change): what goes into the PNG and SVG metadata."""
+    builder = prov.get("builder")
+    return {"inputs": {str(i.get("path")): i.get("sha256") for i in document_inputs},
+            "source_sha256": source_sha256, "git_commit": prov.get("git_commit"),
+            "builder_sha256": builder.get("sha256") if isinstance(builder, Mapping) else None}
+
+
+def environment(packages: Sequence[str], *, backend: str | None = None,
+                fonts: Sequence[str] = ()) -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    env: dict[str, Any] = {"python": platform.python_version()}
+    for name in packages:
+        try:
+            env[name] = version(name)
+        except PackageNotFoundError:
+            env[name] = None
+    if backend is not None:
+        env["backend"] = backend
+    if fonts:
+        env["fonts"] = sorted(set(fonts))
+    return env
+
+
+def _json_or_none(root: Path, rel: str) -> Any:
+    """A JSON file that provenance reads when present; absent, linked or malformed reads as None."""
+    try:
+        return read_input(root, rel, rel).json()
+    except ConfigError:
+        return None
+
+
+def _manifest_shas(manifest: Any) -> dict[str, str]:
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    return {str(f["path"]): str(f["sha256"]) for f in files or [] if isinstance(files, list)
+            and isinstance(f, dict) and isinstance(f.get("path"), str) and isinstance(f.get("sha256"), str)}
+
+
+def _dig(node: Any, *keys: str) -> Any:
+    for key in keys:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+# -- source.csv ---------------------------------------------------------------------------------------------
+def source_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]], key: Sequence[str], where: str) -> bytes:
+    """The bytes of source.csv: the header, then one line per row sorted by the `key` columns; every row must
+    have exactly `columns`. Floats are written with repr (full precision), None as an empty cell."""
+    listed = [dict(row) for row in rows]
+    for index, row in enumerate(listed):
+        if set(row) != set(columns):
+            missing, extra = sorted(set(columns) - set(row)), sorted(set(row) - set(columns))
+            raise ConfigError(f"{where}: row {index} has columns that are not source.csv's ({', '.join(columns)})"
+                              f"{': missing ' + ', '.join(missing) if missing else ''}"
+                              f"{': extra ' + ', '.join(extra) if extra else ''}")
+    listed.sort(key=lambda row: tuple(_order(row[k]) for k in key))
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in listed:
+        writer.writerow([cell_text(row[c]) for c in columns])
+    return buffer.getvalue().encode("utf-8")
+
+
+def cell_text(value: Any) -> str:
+    value = plain(value)
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _order(value: Any) -> tuple[int, Any]:
+    """A total order over cells of mixed type: numbers, then text, then NaN, then empty."""
+    value = plain(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (2, 0) if math.isnan(value) else (0, value)
+    return (3, "") if value is None else (1, cell_text(value))
+
+
+def read_source_csv(data: bytes) -> list[dict[str, str]]:
+    """source.csv read back as text cells (the gates compare what was written, not what was meant)."""
+    return list(csv.DictReader(io.StringIO(data.decode("utf-8"))))
+
+
+# -- building into a folder ---------------------------------------------------------------------------------
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Two temp folders inside the figure/table folder (same file system, so the finished set moves in by
+    rename). A build renders into `first`, renders again into `second` for the determinism check, and only
+    then `install`s; a build that raised before that leaves the folder as it was."""
+
+    folder: Path
+    first: Path
+    second: Path
+
+    def deterministic(self, names: Sequence[str]) -> bool:
+        return all(sha256_of(self.first / n) == sha256_of(self.second / n) for n in names)
+
+    def outputs(self, names: Sequence[str], px: Mapping[str, Sequence[int]] | None = None) -> list[dict[str, Any]]:
+        """`[{path, sha256, px?}]` of the outputs (source.csv is described by `source`, not listed here)."""
+        listed = []
+        for name in names:
+            entry: dict[str, Any] = {"path": name, "sha256": sha256_of(self.first / name)}
+            if px and name in px:
+                entry["px"] = list(px[name])
+            listed.append(entry)
+        return listed
+
+    def install(self, names: Sequence[str], document_name: str, document: Mapping[str, Any]) -> None:
+        """Move the finished files in (each by rename), drop `final.*` files no longer produced, then write
+        the JSON document last, so it never describes outputs that are not there yet."""
+        for name in names:
+            os.replace(self.first / name, self.folder / name)
+        for stale in self.folder.glob("final.*"):
+            if stale.name not in names and stale.is_file() and not stale.is_symlink():
+                stale.unlink()
+        fsync_dir(self.folder)
+        write_document(self.folder / document_name, document)
+
+
+@contextlib.contextmanager
+def staging(folder: Path) -> Iterator[Stage]:
+    first = Path(tempfile.mkdtemp(prefix=".rgt-build-", dir=folder))
+    try:
+        second = Path(tempfile.mkdtemp(prefix=".rgt-build-", dir=folder))
+        try:
+            yield Stage(folder, first, second)
+        finally:
+            shutil.rmtree(second, ignore_errors=True)
+    finally:
+        shutil.rmtree(first, ignore_errors=True)
+
+
+# -- the JSON document --------------------------------------------------------------------------------------
+def load_document(path: Path, schema: str, id_key: str, ident: str) -> dict[str, Any]:
+    """figure.json / table.json as the user wrote it; a wrong schema or id is refused naming the key."""
+    data = read_regular(path)
+    if data is None:
+        raise ConfigError(f"{path}: missing (or not a regular file)")
+    try:
+        document = loads_strict(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: malformed JSON ({exc})") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: is not a JSON object")
+    if document.get("schema") != schema:
+        raise ConfigError(f"{path}: schema: {document.get('schema')!r}, expected {schema!r}")
+    if document.get(id_key, ident) != ident:
+        raise ConfigError(f"{path}: {id_key}: {document.get(id_key)!r} is not the folder's name {ident!r}")
+    return document
+
+
+def merge_document(user: Mapping[str, Any], generated: Mapping[str, Any]) -> dict[str, Any]:
+    """The user's document with the generated keys (GENERATED_KEYS) replaced: user keys keep their order and
+    values; an inputs[] entry the user wrote keeps its own keys and gains path/sha256/split; `qa.human_viewed`
+    is the user's tick (T03) and survives a rebuild."""
+    merged = {k: v for k, v in user.items()}
+    for key in GENERATED_KEYS:
+        if key not in generated:
+            continue
+        value = generated[key]
+        if key == "inputs" and isinstance(user.get("inputs"), list):
+            value = _merged_inputs(user["inputs"], value)
+        if key == "qa" and isinstance(user.get("qa"), Mapping) and isinstance(value, Mapping):
+            value = {**value, "human_viewed": bool(user["qa"].get("human_viewed", False))}
+        merged[key] = value
+    return merged
+
+
+def _merged_inputs(user: list[Any], generated: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    def identity(entry: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(entry.get(k) for k in INPUT_KEYS)
+
+    written = {identity(e): e for e in user if isinstance(e, Mapping)}
+    return [{**written.get(identity(entry), {}), **entry} for entry in generated]
+
+
+def document_bytes(document: Mapping[str, Any]) -> bytes:
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def write_document(path: Path, document: Mapping[str, Any]) -> None:
+    atomic_write(path, document_bytes(document))
