@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from remote_gpu_trainer.config_deliver import DeliverConfig, GridConfig, read_deliver_config, read_grid_config
 from remote_gpu_trainer.config_verify import VerifyConfig, read_verify_config
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
@@ -37,7 +38,7 @@ _SECRET_VALUE = re.compile(
     r"^(sk-|rpa_|ghp_|gho_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}$|^[A-Za-z0-9_\-]{32,}$"
 )
 
-_TOP_KEYS = {"project", "instances", "runs", "signatures", "metrics", "verify"}
+_TOP_KEYS = {"project", "instances", "runs", "signatures", "metrics", "verify", "deliver", "grid"}
 _PROJECT_KEYS = {"name"}
 _INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour", "teardown_command", "launch"}
 _RUN_KEYS = {
@@ -125,6 +126,8 @@ class ProjectConfig:
     runs: dict[str, RunConfig] = field(default_factory=dict)
     signatures: tuple[dict[str, Any], ...] = ()  # user log signatures ([[signatures]]), checked at load
     verify: VerifyConfig = field(default_factory=VerifyConfig)  # [metrics], [verify.*] (config_verify.py)
+    deliver: DeliverConfig = field(default_factory=DeliverConfig)  # [deliver] (config_deliver.py)
+    grid: GridConfig | None = None  # [grid]: the expected experiment grid (config_deliver.py)
 
     @property
     def state_dir(self) -> Path:
@@ -226,6 +229,8 @@ class _ProjectReader:
         top.expect(_TOP_KEYS)
         top.done()
         verify = read_verify_config(top)
+        deliver, verify = read_deliver_config(top, verify)  # one document list for reconcile and V31
+        grid = read_grid_config(top)
         name = "project"
         project = top.table("project") if top.has("project") else self.table(("project",), {})
         if project is not None:
@@ -244,6 +249,7 @@ class _ProjectReader:
         return ProjectConfig(
             root=self.path.parent.resolve(), file=self.path.resolve(), name=name,
             instances=instances, runs=runs, signatures=tuple(signatures), verify=verify,
+            deliver=deliver, grid=grid,
         )
 
     def _instances(self, raw: Any) -> dict[str, InstanceConfig]:
