@@ -65,7 +65,10 @@ def _build_all(project: str | None, fmt: str) -> int:
 
 
 def reconcile(args: argparse.Namespace) -> int:
-    raise ConfigError("rgt reconcile: not built yet")
+    """`rgt reconcile` (docs/deliver.md §6): cli/deliver_checks.py prints what services/reconcile.py found."""
+    from remote_gpu_trainer.cli import deliver_checks
+
+    return deliver_checks.reconcile(args)
 
 
 def completeness(args: argparse.Namespace) -> int:

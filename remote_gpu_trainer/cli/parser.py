@@ -297,9 +297,9 @@ def _build_arguments(parser: Parser) -> None:
 
 def _reconcile_arguments(parser: Parser) -> None:
     _project_argument(parser)
-    parser.add_argument("--mode", choices=("rounding", "exact"), default="rounding",
-                        help="rounding (default): a number matches at the decimals it is written with; exact: "
-                             "equal within a relative 1e-9")
+    parser.add_argument("--mode", choices=("rounding", "exact"), default=None,
+                        help="rounding (the default, unless rgt.toml [deliver] mode says otherwise): a number "
+                             "matches at the decimals it is written with; exact: equal within a relative 1e-9")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text for people (default) or json: reconcile.json as written")
 

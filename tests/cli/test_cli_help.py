@@ -14,7 +14,8 @@ from support.helpers import run_rgt
 
 # written out here, not read from the parser: a verb dropped from VERBS must fail this file
 EXPECTED_VERBS = {"demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick",
-                  "audit", "finding", "probe", "accept", "events", "trust", "capsule", "splits", "completion", "help"}
+                  "audit", "finding", "probe", "accept", "events", "trust", "capsule", "splits", "completion", "help",
+                  "build", "reconcile", "completeness"}
 OPTIONS_OF = {"down": ("--confirm", "--stop"), "watch": ("--once", "--interval", "--format"),
               "verify": ("--format",), "pull": ("--format",), "events": ("--run", "--format"),
               "info": ("--format",), "up": ("--approve-price",), "run": ("--ack", "--rerun"),

@@ -38,7 +38,7 @@ from remote_gpu_trainer.audits.verify.reconcile import (
 )
 
 CHECK, NAME = "V31", "reconcile"
-NO_DOCS = "no documents configured ([verify.reconcile] docs in rgt.toml)"
+NO_DOCS = "no documents configured ([deliver] docs or [verify.reconcile] docs in rgt.toml)"
 DRIFT_FIX = "Update the line from EVIDENCE.json (or generate it: a macro from tables/macros), never the reverse."
 ALIAS_FIX = "Give each claim its own alias in EVIDENCE.json (e.g. \"PSNR on Set5\") so a number names its claim."
 STRING_FIX = "Spell names, version and authors as EVIDENCE.json's strings declare them."
@@ -150,7 +150,7 @@ def problem_findings(problems: Sequence[DocumentProblem]) -> list[Finding]:
     """A `warn` per configured document that could not be read: it was not reconciled."""
     return [Finding(CHECK, f"doc:{p.path}", "warn", f"{p.path}: {p.message}; not reconciled",
                     values={"problem": p.message},
-                    fix="Fix the path in rgt.toml [verify.reconcile] docs (project-relative, inside the project).")
+                    fix="Fix the path in rgt.toml [deliver] docs (project-relative, inside the project).")
             for p in problems]
 
 

@@ -1,0 +1,59 @@
+"""`rgt reconcile` and `rgt completeness` (docs/deliver.md §6, §7): the two DELIVER verbs that judge rather
+than build. Each calls its service, prints the answer (text for people, or the JSON document it wrote) and
+returns its status: 0 nothing to report, 1 a drift or a hole (a status, never a block), 2 bad input.
+
+Every string that came from a document, EVIDENCE.json or a box is escaped before it reaches the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.cli.printers import print_json
+from remote_gpu_trainer.text import escape_control
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.audits.verify.reconcile import ReconcileReport
+
+
+def reconcile(args: argparse.Namespace) -> int:
+    from remote_gpu_trainer.config import load_project, resolve_project_file
+    from remote_gpu_trainer.services.reconcile import reconcile_project
+
+    project = load_project(resolve_project_file(args.project))
+    outcome = reconcile_project(project, args.mode)
+    if args.format == "json":
+        print_json(outcome.report.to_dict())
+    else:
+        print_reconcile(outcome.report, outcome.written)
+    return outcome.report.exit_code
+
+
+def print_reconcile(report: ReconcileReport, written: str) -> None:
+    """One line per drift (doc:line:col, what the document says, what EVIDENCE.json says, then the line
+    itself), then the warnings, the coverage and the infos in short."""
+    print(f"reconcile: {len(report.documents)} document(s), {len(report.claims)} scalar claim(s), "
+          f"mode {report.mode}")
+    for drift in report.drifts:
+        others = f" (also compared with {', '.join(drift.claim_ids[1:])})" if len(drift.claim_ids) > 1 else ""
+        print(escape_control(
+            f"DRIFT {drift.doc}:{drift.line}:{drift.col}  {drift.claim_ids[0]} {drift.metric}: reads "
+            f"{drift.reported_text} where EVIDENCE.json has {drift.expected} ({drift.authoritative!r}){others}"))
+        print(f"      | {escape_control(drift.context)}")
+    for note in report.warnings:
+        print(escape_control(f"warning: anchor {note.anchor!r} is shared by {', '.join(note.claim_ids)} with "
+                             "different values: give each claim its own alias"))
+    for missing in report.missing_from_docs:
+        where = f", paper anchor {missing.paper_anchor}" if missing.paper_anchor else ""
+        print(escape_control(f"{missing.severity}: {missing.claim_id} ({missing.metric} = {missing.authoritative!r})"
+                             f" appears in no document{where}"))
+    for note in report.infos:
+        detail = (f" (written with {note.decimals} decimal(s), declared precision {note.precision})"
+                  if note.kind == "coarser_than_declared" else "")
+        print(escape_control(f"info: {note.doc}:{note.line}:{note.col} {note.kind} {', '.join(note.claim_ids)}"
+                             f"{detail}"))
+    covered = sum(1 for where in report.coverage.values() if where)
+    print(f"coverage: {covered}/{len(report.claims)} scalar claim(s) quoted consistently")
+    drifts = len(report.drifts)
+    print(f"wrote {written}: {drifts} drift(s)" if drifts else f"wrote {written}: no drift")
