@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.cli.parser import BUILD_TARGETS
 from remote_gpu_trainer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.deliver.tables import TableBuild
+    from remote_gpu_trainer.services.session import Session
 
 
 def build(args: argparse.Namespace) -> int:
@@ -48,8 +53,54 @@ def _build_figure(figure_id: str | None, project: str | None, fmt: str) -> int:
     raise ConfigError("rgt build figure: not built yet")
 
 
+TABLE_SCHEMA = "rgt-build-table/v1"
+
+
 def _build_table(table_id: str | None, project: str | None, fmt: str) -> int:
-    raise ConfigError("rgt build table: not built yet")
+    """`rgt build table ID`: exit 0 built and its parse gate passed, 1 built but a check failed (or two builds
+    differed), 2 bad input with nothing written (docs/deliver.md §4)."""
+    from remote_gpu_trainer.cli.sessions import with_session
+
+    return with_session(project, lambda session: _table(session, str(table_id), fmt), writes="build table")
+
+
+def _table(session: Session, table_id: str, fmt: str) -> int:
+    from remote_gpu_trainer.cli.printers import print_json
+    from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK
+    from remote_gpu_trainer.services.tables import build_table
+
+    built = build_table(session.project, table_id)
+    if fmt == "json":
+        print_json(table_document(built))
+    else:
+        _print_table(built)
+    return EXIT_OK if built.passed else EXIT_FAILED
+
+
+def table_document(built: TableBuild) -> dict[str, Any]:
+    """rgt-build-table/v1 {schema, table_id, folder, passed: bool, deterministic: bool, qa: object,
+    source: object, outputs: [{path, sha256}], disclosure: str|null}: table.json's generated keys."""
+    document = built.document
+    return {"schema": TABLE_SCHEMA, "table_id": built.table_id, "folder": str(built.folder),
+            "passed": built.passed, "deterministic": built.deterministic, "qa": document.get("qa"),
+            "source": document.get("source"), "outputs": document.get("outputs"),
+            "disclosure": document.get("disclosure")}
+
+
+def _print_table(built: TableBuild) -> None:
+    from remote_gpu_trainer.text import escape_control
+
+    verdict = "passed" if built.passed else "FAILED"
+    print(f"table {built.table_id}: QA {verdict} → {escape_control(str(built.folder))}")
+    for check, status in built.gate.checks.items():
+        print(f"  {check:<24} {status}")
+    if not built.deterministic:
+        print("  not deterministic: two builds from the same inputs gave different bytes")
+    for note in built.gate.notes:
+        print(f"  - {escape_control(note)}")
+    disclosure = built.document.get("disclosure")
+    if disclosure:
+        print(f"  disclosure: {escape_control(str(disclosure))}")
 
 
 def _build_evidence(project: str | None, fmt: str) -> int:
