@@ -267,3 +267,103 @@ class TeardownPlan:
     @property
     def why_not(self) -> str:
         return "; ".join(self.reasons[:2])
+
+
+# -- DELIVER (docs/deliver.md §9): the Deliver panel and `rgt build` ------------------------------------------
+@dataclass(frozen=True)
+class ClaimView:
+    """A claim of EVIDENCE.json as the Deliver panel shows it: its ladder state and each number inline with its
+    disclosure (docs/deliver.md §5), as `rgt build evidence` last wrote them."""
+
+    id: str
+    statement: str
+    state: str  # the claim ladder (planned … paper_supported), or not_built before `rgt build evidence`
+    numbers: tuple[str, ...]  # one inline form per evidence row
+    disclosure: str
+    findings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class OutputView:
+    """A figure or table folder: its QA as recorded at its last build and whether that build is still current
+    (every input and output still hashes to what figure.json / table.json recorded)."""
+
+    kind: str  # figure | table
+    id: str
+    built: bool
+    qa_passed: bool
+    failed_checks: tuple[str, ...]  # "G3_clipped fail", one per check not pass or disclosed
+    stale: tuple[str, ...]  # why it is not current; empty when current
+    disclosure: str = ""
+    image: str | None = None  # absolute path of final.png (figures), to open it
+    open_command: str = ""  # the command that opens `image` outside the terminal
+
+    @property
+    def status(self) -> str:
+        """One word for the badge: not_built, stale (rebuild), qa_failed, or current."""
+        if not self.built:
+            return "not_built"
+        if self.stale:
+            return "stale"
+        return "current" if self.qa_passed else "qa_failed"
+
+
+@dataclass(frozen=True)
+class DriftView:
+    """One drift of reconcile.json: a number in a document that is not the evidence's (docs/deliver.md §6)."""
+
+    doc: str
+    line: int
+    col: int
+    claims: tuple[str, ...]
+    metric: str
+    reported: str  # the number as the document writes it
+    expected: str  # the evidence's value at the decimals the document wrote
+    context: str
+
+
+@dataclass(frozen=True)
+class DeliverRow:
+    """One row of the Deliver panel, with the key its actions look it up by (claim:ID, figure:ID, table:ID,
+    drift:N) and the full text shown under the table when it is highlighted."""
+
+    key: str
+    status: str
+    label: str
+    detail: str
+    describe: str
+
+
+@dataclass(frozen=True)
+class DeliverView:
+    """What DELIVER has made of the project: claims, figures, tables, the last reconcile, and anything that
+    could not be read (one line each, never a crash)."""
+
+    claims: tuple[ClaimView, ...]
+    figures: tuple[OutputView, ...]
+    tables: tuple[OutputView, ...]
+    drifts: tuple[DriftView, ...]
+    reconcile_line: str  # the last reconcile in words, or how to run one
+    problems: tuple[str, ...]
+    rows: tuple[DeliverRow, ...]
+    caption: str = ""
+
+    def output(self, key: str | None) -> OutputView | None:
+        """The figure or table a row key names (figure:ID / table:ID)."""
+        return next((o for o in (*self.figures, *self.tables) if f"{o.kind}:{o.id}" == key), None)
+
+
+@dataclass(frozen=True)
+class BuildStep:
+    """One item `rgt build` built (or failed to), in the order built: the line every face prints."""
+
+    kind: str  # figure | table | evidence | macros
+    id: str
+    status: str  # passed | qa_failed | failed
+    detail: str  # the QA (checks not passed named) or the error
+
+    @property
+    def line(self) -> str:
+        mark = {"passed": "✔", "qa_failed": "▲", "failed": "✖"}.get(self.status, "·")
+        name = f"{self.kind} {self.id}" if self.id else self.kind
+        return f"{mark} {name}: {self.detail}"

@@ -18,12 +18,12 @@ from textual.binding import Binding
 from textual.containers import Container
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Button, DataTable, Footer, Input, Static, Tab, Tabs
 
 from remote_gpu_trainer.errors import GateRefused, RgtError
 from remote_gpu_trainer.screens.confirm import ConfirmScreen
+from remote_gpu_trainer.screens.deliver_actions import DELIVER_PANEL, DeliverActions
 from remote_gpu_trainer.screens.finding import FindingScreen
 from remote_gpu_trainer.screens.note import NoteScreen
 from remote_gpu_trainer.screens.teardown import TeardownScreen
@@ -37,6 +37,7 @@ from remote_gpu_trainer.text import escape_control, money
 from remote_gpu_trainer.views import Overview, RunView
 from remote_gpu_trainer.widgets.checklist_panel import ChecklistPanel
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
+from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
 from remote_gpu_trainer.widgets.glyphs import plain
 from remote_gpu_trainer.widgets.instances_panel import InstancesPanel
 from remote_gpu_trainer.widgets.log_panel import LogPanel
@@ -45,15 +46,16 @@ from remote_gpu_trainer.widgets.loss_chart import EMPTY_TEXT, LossChart
 if TYPE_CHECKING:
     from remote_gpu_trainer.app import RgtApp
 
-PANELS = ("panel-instances", "panel-checkpoints", "panel-log", "panel-checklist")
-TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log · loss", "4 Checklist · findings")
+PANELS = ("panel-instances", "panel-checkpoints", "panel-log", "panel-checklist", DELIVER_PANEL)
+TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log · loss", "4 Checklist · findings", "5 Deliver")
+TAB_TITLES = ("1 Instances", "2 Checkpoints", "3 Log", "4 Checklist", "5 Deliver")  # five fit in 80 columns
 REFRESH_S = 2.0  # from the end of one refresh to the start of the next
 OVERVIEW_WAIT_S = 1.5  # how long a refresh waits for slow boxes before drawing the rows that answered
 LOG_POLL_S = 0.5
 AUDIT_POLL_S = 10.0  # how often the dashboard looks whether an input of the VERIFY audits changed
 
 
-class DashboardScreen(Screen[None]):
+class DashboardScreen(DeliverActions):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
         Binding("p", "pull", "Pull"),
@@ -67,13 +69,16 @@ class DashboardScreen(Screen[None]):
         Binding("a", "acknowledge", "Acknowledge", show=False),
         Binding("u", "audit", "Audit", show=False),
         Binding("n", "next_run", "Next run", show=False),
-        Binding("r", "refresh", "Refresh", show=False),
+        Binding("b", "build", "Build"),  # b and the first r: only while the Deliver panel is shown
+        Binding("r", "reconcile", "Reconcile"),
+        Binding("r", "refresh", "Refresh", show=False),  # elsewhere r refreshes
         Binding("space", "tick", "Tick", show=False),
         Binding("escape", "clear_filter", "Clear filter", show=False),
         Binding("1", "panel(0)", "Instances", show=False),
         Binding("2", "panel(1)", "Checkpoints", show=False),
         Binding("3", "panel(2)", "Log", show=False),
         Binding("4", "panel(3)", "Checklist", show=False),
+        Binding("5", "panel(4)", "Deliver", show=False),
     ]
 
     overview: reactive[Overview | None] = reactive(None, always_update=True, init=False)
@@ -99,13 +104,14 @@ class DashboardScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static("rgt · loading…", id="topbar")
         yield Static("", id="alert")
-        yield Tabs(*(Tab(title, id=f"tab-{index}") for index, title in enumerate(TITLES)), id="tabs")
+        yield Tabs(*(Tab(title, id=f"tab-{index}") for index, title in enumerate(TAB_TITLES)), id="tabs")
         with Container(id="panels"):
             bound = (DashboardScreen.overview, DashboardScreen.run_id)
             yield InstancesPanel(id="panel-instances", classes="panel -active").data_bind(*bound)
             yield CheckpointsPanel(id="panel-checkpoints", classes="panel").data_bind(*bound)
             yield LogPanel(id="panel-log", classes="panel")
             yield ChecklistPanel(id="panel-checklist", classes="panel").data_bind(*bound)
+            yield DeliverPanel(id=DELIVER_PANEL, classes="panel")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -174,6 +180,8 @@ class DashboardScreen(Screen[None]):
             self.query_one("#instances", DataTable).focus()
         self.refresh_bindings()
         self.ask_host_keys()
+        if self.deliver_active():
+            self.refresh_deliver()
 
     def ask_host_keys(self) -> None:
         for name, presented in self.rgt.session.host_key_prompts.items():
@@ -274,6 +282,8 @@ class DashboardScreen(Screen[None]):
 
     # -- actions -----------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("build", "reconcile"):
+            return self.deliver_allowed(action)
         if action in ("teardown", "stop") and self.rgt.session.read_only:
             return False
         if self.busy_with(action):
@@ -296,8 +306,7 @@ class DashboardScreen(Screen[None]):
         self.refresh_bindings()
 
     def action_panel(self, index: int) -> None:
-        for position, panel_id in enumerate(PANELS):
-            self.query_one(f"#{panel_id}").set_class(position == index, "-active")
+        self.show_panel(index)
         self.query_one("#tabs", Tabs).active = f"tab-{index}"
         panel = self.query_one(f"#{PANELS[index]}")
         focusable = panel.query("DataTable, RichLog")
@@ -307,9 +316,18 @@ class DashboardScreen(Screen[None]):
     @on(Tabs.TabActivated, "#tabs")
     def _tab(self, event: Tabs.TabActivated) -> None:
         if event.tab.id:
-            index = int(event.tab.id.split("-")[1])
-            for position, panel_id in enumerate(PANELS):
-                self.query_one(f"#{panel_id}").set_class(position == index, "-active")
+            self.show_panel(int(event.tab.id.split("-")[1]))
+
+    def show_panel(self, index: int) -> None:
+        """The panel `index` is the active one; the Deliver panel (5) takes the whole area in the wide layout
+        too, and its view is read again each time it is shown."""
+        for position, panel_id in enumerate(PANELS):
+            self.query_one(f"#{panel_id}").set_class(position == index, "-active")
+        deliver = PANELS[index] == DELIVER_PANEL
+        self.set_class(deliver, "-deliver")
+        if deliver:
+            self.refresh_deliver()
+        self.refresh_bindings()
 
     def action_refresh(self) -> None:
         self.refresh_overview()

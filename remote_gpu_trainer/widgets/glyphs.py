@@ -19,6 +19,9 @@ STATUS_LEVEL = {
     "nonfinite": "error", "dead": "error", "unknown": "unknown",
     "critical": "error", "error": "error", "info": "info", "acknowledged": "ok",
     "not_run": "unknown", "waived": "unknown", "fixed": "ok",
+    # DELIVER: the claim ladder, a figure's or table's build, a reconcile drift
+    "planned": "info", "evaluated": "info", "pull_verified": "info", "audited": "ok", "paper_supported": "ok",
+    "not_built": "unknown", "current": "ok", "stale": "warn", "qa_failed": "error", "drift": "error",
 }
 _GLYPH = {"ok": "✔", "info": "·", "warn": "▲", "error": "✖", "unknown": "?"}
 

@@ -1,0 +1,311 @@
+"""DELIVER as the dashboard and `rgt build` see it (docs/deliver.md §9): the Deliver view built from the
+project's files, and `build_all`, which builds everything in its one order.
+
+The view reads only the file contracts of docs/deliver.md: EVIDENCE.json (claims, their ladder state and
+disclosures as `rgt build evidence` wrote them), `figures/<id>/figure.json` and `tables/<id>/table.json` (their
+QA and the sha256 of every input and output at the last build) and `reconcile.json` (the last drift). A
+figure or table is *current* when every input and every output still hashes to what its JSON recorded;
+anything else says which file changed and asks for a rebuild. Nothing here writes; a file that cannot be read
+becomes one line in `problems`, never an exception, because the panel must draw whatever the project holds.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from remote_gpu_trainer.audits.verify.load import SAFE_ID
+from remote_gpu_trainer.deliver.build_common import read_input
+from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.fsutil import read_regular
+from remote_gpu_trainer.strict_json import loads_strict
+from remote_gpu_trainer.views import BuildStep, ClaimView, DeliverRow, DeliverView, DriftView, OutputView
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.config import ProjectConfig
+
+KINDS = ("figure", "table")
+PASSING = ("pass", "disclosed")
+RECONCILE_FILE = "reconcile.json"
+EVIDENCE_FILE = "EVIDENCE.json"
+HASH_CACHE_MAX = 20_000
+
+
+@dataclass
+class _Read:
+    """What one view build has found so far: the lines it could not read, in order."""
+
+    root: Path
+    problems: list[str] = field(default_factory=list)
+
+    def json(self, rel: str) -> Any:
+        """A JSON file of the project, or None (absent: silently; unreadable: one problem line)."""
+        data = read_regular(self.root / rel)
+        if data is None:
+            return None
+        try:
+            return loads_strict(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.problems.append(f"{rel}: not readable JSON ({exc})")
+            return None
+
+
+def deliver_view(root: Path) -> DeliverView:
+    """The Deliver panel's view of the project at `root`: claims, figures, tables and the last reconcile."""
+    read = _Read(root)
+    claims = _claims(read.json(EVIDENCE_FILE), read)
+    figures = tuple(_outputs(read, "figure"))
+    tables = tuple(_outputs(read, "table"))
+    drifts, reconcile_line = _reconcile(read)
+    rows = _rows(claims, figures, tables, drifts)
+    caption = " · ".join(part for part in (
+        f"{len(claims)} claim(s)", f"{len(figures)} figure(s)", f"{len(tables)} table(s)",
+        f"{sum(1 for o in (*figures, *tables) if o.status == 'current')} current") if part)
+    return DeliverView(claims, figures, tables, drifts, reconcile_line, tuple(read.problems), rows, caption)
+
+
+# -- claims -------------------------------------------------------------------------------------------------
+def _claims(evidence: Any, read: _Read) -> tuple[ClaimView, ...]:
+    if evidence is None:
+        return ()
+    claims = evidence.get("claims") if isinstance(evidence, dict) else None
+    if not isinstance(claims, list):
+        read.problems.append(f"{EVIDENCE_FILE}: no claims list")
+        return ()
+    views = []
+    for index, claim in enumerate(claims):
+        if not isinstance(claim, dict) or not isinstance(claim.get("id"), str):
+            read.problems.append(f"{EVIDENCE_FILE}: claims[{index}] has no id")
+            continue
+        rows = [row for row in claim.get("evidence") or () if isinstance(row, dict)]
+        views.append(ClaimView(
+            id=claim["id"], statement=_text(claim.get("statement")),
+            state=_text(claim.get("state")) or "not_built",
+            numbers=tuple(_inline(row) for row in rows),
+            disclosure=_text(claim.get("disclosure")),
+            findings=tuple(str(f) for f in claim.get("findings") or () if isinstance(f, str))))
+    return tuple(views)
+
+
+def _inline(row: Mapping[str, Any]) -> str:
+    """One evidence row with its number and disclosure, as `rgt build evidence` would print it."""
+    value = row.get("value")
+    metric = _text(row.get("metric")) or "?"
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return f"{metric}: not built (rgt build evidence)"
+    precision = row.get("precision")
+    scale = row.get("display_scale")
+    shown = value * (scale if isinstance(scale, int | float) else 1)
+    return f"{metric} {shown:.{precision if isinstance(precision, int) else 4}f}"
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+# -- figures and tables -------------------------------------------------------------------------------------
+def _outputs(read: _Read, kind: str) -> Iterable[OutputView]:
+    top = read.root / f"{kind}s"
+    if not top.is_dir() or top.is_symlink():
+        return
+    for folder in sorted(top.iterdir()):
+        if not (folder / f"{kind}.json").exists() and not (folder / f"{kind}.json").is_symlink():
+            continue  # tables/macros/ holds generated LaTeX, no table.json
+        if not SAFE_ID.match(folder.name) or folder.is_symlink():
+            read.problems.append(f"{kind}s/{folder.name}: not a plain folder name (skipped)")
+            continue
+        document = read.json(f"{kind}s/{folder.name}/{kind}.json")
+        if isinstance(document, dict):
+            yield output_view(read.root, kind, folder.name, document)
+        elif document is not None:
+            read.problems.append(f"{kind}s/{folder.name}/{kind}.json: not a JSON object")
+
+
+def output_view(root: Path, kind: str, ident: str, document: Mapping[str, Any]) -> OutputView:
+    """A figure or table folder's QA and currency from its JSON (docs/deliver.md §9)."""
+    qa = document.get("qa") if isinstance(document.get("qa"), dict) else None
+    outputs = document.get("outputs") if isinstance(document.get("outputs"), list) else None
+    if qa is None or not outputs:
+        return OutputView(kind, ident, built=False, qa_passed=False, failed_checks=(), stale=())
+    checks = qa.get("checks") if isinstance(qa.get("checks"), dict) else {}
+    failed = tuple(f"{name} {value}" for name, value in checks.items() if value not in PASSING)
+    image = None
+    if kind == "figure" and any(isinstance(o, dict) and o.get("path") == "final.png" for o in outputs):
+        image = str(root / "figures" / ident / "final.png")
+    return OutputView(kind, ident, built=True, qa_passed=qa.get("passed") is True and not failed,
+                      failed_checks=failed, stale=tuple(stale_reasons(root, kind, ident, document)),
+                      disclosure=_text(document.get("disclosure")), image=image,
+                      open_command=open_command(image) if image else "")
+
+
+def stale_reasons(root: Path, kind: str, ident: str, document: Mapping[str, Any]) -> Iterable[str]:
+    """Why the last build no longer stands: an input or an output (source.csv included) whose bytes differ
+    from the sha256 recorded at the build, or that is gone. Empty when the build is current."""
+    folder = f"{kind}s/{ident}"
+    recorded: list[tuple[str, Any]] = []
+    for entry in document.get("inputs") or ():
+        if isinstance(entry, dict):
+            recorded.append((_text(entry.get("path")), entry.get("sha256")))
+    source = document.get("source")
+    if isinstance(source, dict):
+        recorded.append((f"{folder}/{_text(source.get('path'))}", source.get("sha256")))
+    for entry in document.get("outputs") or ():
+        if isinstance(entry, dict):
+            recorded.append((f"{folder}/{_text(entry.get('path'))}", entry.get("sha256")))
+    for rel, sha in recorded:
+        now = file_sha256(root, rel)
+        if now is None:
+            yield f"{rel or '(no path)'} is missing or not a plain file in the project"
+        elif now != sha:
+            yield f"{rel} changed since the build"
+
+
+_HASHES: dict[tuple[str, int, int, int, int], str] = {}
+
+
+def file_sha256(root: Path, rel: str) -> str | None:
+    """The sha256 of a project file read through regular files only (build_common.read_input), or None.
+
+    The panel checks every input and output on each refresh; a file whose inode, size and mtime are
+    unchanged is not read again (a changed byte changes the mtime; a copy with a forged mtime is what V33's
+    full re-hash is for)."""
+    if not rel:
+        return None
+    try:
+        info = os.lstat(root / rel)
+    except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    key = (str(root / rel), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+    cached = _HASHES.get(key)
+    if cached is not None:
+        return cached
+    try:
+        found = read_input(root, rel, "deliver view")
+    except ConfigError:
+        return None
+    if len(_HASHES) >= HASH_CACHE_MAX:
+        _HASHES.clear()
+    _HASHES[key] = found.sha256
+    return found.sha256
+
+
+def open_command(path: str, platform: str = sys.platform) -> str:
+    """The command a user runs to open a figure outside the terminal."""
+    opener = "open" if platform == "darwin" else "xdg-open"
+    return f"{opener} {shlex.quote(path)}"
+
+
+# -- reconcile ----------------------------------------------------------------------------------------------
+def _reconcile(read: _Read) -> tuple[tuple[DriftView, ...], str]:
+    found = read.json(RECONCILE_FILE)
+    if found is None:
+        return (), "not reconciled yet: r reconciles the documents of rgt.toml [deliver] docs"
+    drifts = tuple(_drift(d) for d in found.get("drifts") or () if isinstance(d, dict)) \
+        if isinstance(found, dict) else ()
+    if not isinstance(found, dict):
+        read.problems.append(f"{RECONCILE_FILE}: not a JSON object")
+        return (), "reconcile.json unreadable: r reconciles again"
+    missing = [m for m in found.get("missing_from_docs") or () if m]
+    words = f"{len(drifts)} drift(s)" if drifts else "no drift"
+    return drifts, f"reconciled: {words}, {len(missing)} claim(s) missing from the documents"
+
+
+def _drift(entry: Mapping[str, Any]) -> DriftView:
+    def whole(value: Any) -> int:
+        return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+    def number_text(text: Any, value: Any) -> str:
+        if isinstance(text, str) and text:
+            return text
+        return repr(value) if isinstance(value, int | float) and not isinstance(value, bool) else "?"
+
+    return DriftView(doc=_text(entry.get("doc")), line=whole(entry.get("line")), col=whole(entry.get("col")),
+                     claims=tuple(str(c) for c in entry.get("claim_ids") or () if isinstance(c, str)),
+                     metric=_text(entry.get("metric")),
+                     reported=number_text(entry.get("reported_text"), entry.get("reported")),
+                     expected=number_text(entry.get("expected"), entry.get("authoritative")),
+                     context=_text(entry.get("context")))
+
+
+# -- the panel's rows ---------------------------------------------------------------------------------------
+def _rows(claims: Iterable[ClaimView], figures: Iterable[OutputView], tables: Iterable[OutputView],
+          drifts: Iterable[DriftView]) -> tuple[DeliverRow, ...]:
+    rows = []
+    for claim in claims:
+        first = claim.numbers[0] if claim.numbers else "no evidence rows"
+        more = f" (+{len(claim.numbers) - 1} more)" if len(claim.numbers) > 1 else ""
+        describe = "\n".join((f"{claim.id}: {claim.statement}", *claim.numbers,
+                              *([f"disclosure: {claim.disclosure}"] if claim.disclosure else [])))
+        rows.append(DeliverRow(f"claim:{claim.id}", claim.state, f"claim {claim.id}", first + more, describe))
+    for output in (*figures, *tables):
+        rows.append(DeliverRow(f"{output.kind}:{output.id}", output.status, f"{output.kind} {output.id}",
+                               output_detail(output), output_describe(output)))
+    for index, drift in enumerate(drifts):
+        detail = f"{drift.doc}:{drift.line} {drift.metric} {drift.reported} ≠ {drift.expected}"
+        describe = (f"{drift.doc}:{drift.line}:{drift.col}: the document says {drift.reported}, the evidence "
+                    f"{drift.expected} ({', '.join(drift.claims)}): {drift.context}")
+        rows.append(DeliverRow(f"drift:{index}", "drift", "reconcile", detail, describe))
+    return tuple(rows)
+
+
+def output_detail(output: OutputView) -> str:
+    """QA and currency in a few words: `QA passed · current`, `QA failed: G3_clipped fail · stale: rebuild`."""
+    if not output.built:
+        return "not built: b builds everything"
+    qa = "QA passed" if output.qa_passed else "QA failed: " + (", ".join(output.failed_checks) or "not passed")
+    return f"{qa} · {'stale: rebuild' if output.stale else 'current'}"
+
+
+def output_describe(output: OutputView) -> str:
+    lines = [f"{output.kind} {output.id}: {output_detail(output)}", *output.stale]
+    if output.disclosure:
+        lines.append(f"disclosure: {output.disclosure}")
+    if output.image:
+        lines.append(f"enter opens {output.image}")
+    return "\n".join(lines)
+
+
+# -- actions: reconcile and build everything ----------------------------------------------------------------
+def reconcile_now(project: ProjectConfig) -> str:
+    """`r` in the Deliver panel: `rgt reconcile` (services/reconcile.py) and its answer in one line."""
+    from remote_gpu_trainer.services.reconcile import reconcile_project
+
+    report = reconcile_project(project).report
+    if not report.drifts:
+        return f"reconcile: no drift in {len(report.documents)} document(s)"
+    first = report.drifts[0]
+    more = f" (+{len(report.drifts) - 1} more)" if len(report.drifts) > 1 else ""
+    return (f"reconcile: {len(report.drifts)} drift(s): {first.doc}:{first.line} says {first.reported_text}, "
+            f"the evidence {first.expected}{more}")
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """Everything `rgt build` built, in order, and what it means as an exit code (0 all built and passed,
+    1 something built with a failed QA or a builder failed)."""
+
+    steps: tuple[BuildStep, ...]
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if all(step.status == "passed" for step in self.steps) else 1
+
+    @property
+    def summary(self) -> str:
+        counts = {status: sum(1 for s in self.steps if s.status == status)
+                  for status in ("passed", "qa_failed", "failed")}
+        return (f"build: {counts['passed']} passed, {counts['qa_failed']} built with failed QA, "
+                f"{counts['failed']} failed")
+
+
+def build_all(project: ProjectConfig, progress: Callable[[BuildStep | str], None] | None = None) -> BuildOutcome:
+    """Figures, then tables, then EVIDENCE.json, then the macros, each reported as it finishes."""
+    raise ConfigError("rgt build: not built yet")

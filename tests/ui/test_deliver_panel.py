@@ -1,0 +1,235 @@
+"""The Deliver panel (5) driven through Pilot on the real app (docs/deliver.md §9): claims with their ladder
+state and numbers, figures and tables with their QA and whether they are current, `r` reconciling only while
+the panel is shown, enter on a figure opening it, and `b` building everything in a worker.
+
+The project is written on disk as `rgt build` leaves it: real capsules, a real PNG drawn by matplotlib, and
+figure.json / table.json / EVIDENCE.json / reconcile.json in the shapes of docs/deliver.md.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import DataTable, Static
+
+from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.screens.figure import FigurePathScreen, FigureScreen, image_support
+from remote_gpu_trainer.services.deliver import deliver_view
+from remote_gpu_trainer.services.session import Session
+from support.capsules import classification_items, sha256_file, write_capsule, write_json
+from support.helpers import FIXED_NOW, FixedClock, write_project
+from support.tui_helpers import dashboard, notified, wait_until
+
+CAPSULES = ("r1/seed0", "r1/seed1")
+
+
+def draw_png(path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(2, 1.5), dpi=50)
+    axes.plot([1, 2, 3], [1.0, 0.5, 0.25])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, metadata={"Software": None})
+    plt.close(figure)
+
+
+def built_figure(root: Path, figure_id: str, checks: dict[str, str] | None = None) -> Path:
+    """figures/<id>/ as a build leaves it: final.png and source.csv, figure.json recording their sha256 and
+    the sha256 of every capsule's train.csv it read."""
+    folder = root / "figures" / figure_id
+    draw_png(folder / "final.png")
+    (folder / "source.csv").write_text("series,x,y\nours,1,1.0\n", encoding="utf-8")
+    checks = checks or {f"G{n}": "pass" for n in range(1, 7)}
+    inputs = [{"capsule": c, "file": "train.csv", "path": f"runs/{c}/train.csv",
+               "sha256": sha256_file(root / "runs" / c / "train.csv")} for c in CAPSULES]
+    write_json(folder / "figure.json", {
+        "schema": "remote-gpu-trainer/FIGURE/v1", "figure_id": figure_id, "kind": "line",
+        "supports_claims": ["C1-acc"], "inputs": inputs,
+        "source": {"path": "source.csv", "sha256": sha256_file(folder / "source.csv")},
+        "outputs": [{"path": "final.png", "sha256": sha256_file(folder / "final.png")}],
+        "qa": {"passed": all(v in ("pass", "disclosed") for v in checks.values()), "checks": checks},
+        "disclosure": None})
+    return folder
+
+
+def built_table(root: Path, table_id: str, checks: dict[str, str]) -> Path:
+    folder = root / "tables" / table_id
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "final.md").write_text("| method | acc ↑ |\n|---|---|\n| ours | 0.80 ± 0.01 |\n", encoding="utf-8")
+    inputs = [{"capsule": c, "test_id": "main", "metric": "acc", "path": f"runs/{c}/test/main/metrics.json",
+               "sha256": sha256_file(root / "runs" / c / "test" / "main" / "metrics.json")} for c in CAPSULES]
+    write_json(folder / "table.json", {
+        "schema": "remote-gpu-trainer/TABLE/v1", "table_id": table_id, "inputs": inputs,
+        "outputs": [{"path": "final.md", "sha256": sha256_file(folder / "final.md")}],
+        "qa": {"passed": all(v in ("pass", "disclosed") for v in checks.values()), "checks": checks}})
+    return folder
+
+
+def claims(state: str = "audited") -> list[dict[str, Any]]:
+    row = {"exp_id": "r1", "test_id": "main", "metric": "acc", "cells": list(CAPSULES), "precision": 2,
+           "value": 0.805, "direction": "higher_is_better", "split": "test", "n": 100, "seeds": 2,
+           "variance": {"type": "std_over_seeds", "value": 0.007}, "sources": []}
+    return [{"id": "C1-acc", "statement": "The model reaches 0.80 accuracy.", "paper_anchor": "paper.md",
+             "state": state, "disclosure": None, "findings": [], "evidence": [row]}]
+
+
+def delivered_project(root: Path) -> Session:
+    write_project(root)
+    for index, capsule in enumerate(CAPSULES):
+        run, cell = capsule.split("/")
+        write_capsule(root, run, cell, seed=index, metrics={"acc": 0.80 + 0.01 * index},
+                      items=classification_items(100, correct=80 + index))
+    write_json(root / "EVIDENCE.json", {"schema": "remote-gpu-trainer/EVIDENCE/v1", "project": "t",
+                                        "claims": claims()})
+    built_figure(root, "loss-curve")
+    built_table(root, "tab-main", {"Q1_parse_back": "pass", "Q4_bold_rule": "fail"})
+    return Session.open(str(root), clock=FixedClock(FIXED_NOW))
+
+
+def rows_of(app: RgtApp) -> dict[str, tuple[str, str, str]]:
+    table = app.screen.query_one("#deliver", DataTable)
+    return {str(row.key.value): tuple(str(cell) for cell in table.get_row(row.key))  # type: ignore[misc]
+            for row in table.ordered_rows}
+
+
+def panel_text(app: RgtApp, widget_id: str) -> str:
+    return str(app.screen.query_one(f"#{widget_id}", Static).render())
+
+
+async def open_deliver(pilot: Any, app: RgtApp) -> None:
+    await wait_until(pilot, lambda: dashboard(app).overview is not None)
+    await pilot.press("5")
+    await wait_until(pilot, lambda: dashboard(app).deliver_view is not None and bool(rows_of(app)))
+
+
+def test_the_view_says_current_stale_and_qa_from_the_recorded_hashes(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    delivered_project(root).close()
+    view = deliver_view(root)
+    assert [(r.key, r.status, r.detail) for r in view.rows] == [
+        ("claim:C1-acc", "audited", "acc 0.81"),
+        ("figure:loss-curve", "current", "QA passed · current"),
+        ("table:tab-main", "qa_failed", "QA failed: Q4_bold_rule fail · current"),
+    ]
+    assert view.reconcile_line.startswith("not reconciled yet")
+    figure = view.output("figure:loss-curve")
+    assert figure is not None and figure.image == str(root / "figures" / "loss-curve" / "final.png")
+    assert figure.open_command == f"xdg-open {root / 'figures' / 'loss-curve' / 'final.png'}"
+
+    train = root / "runs" / "r1" / "seed1" / "train.csv"
+    train.write_text(train.read_text(encoding="utf-8").replace("0.001", "0.002", 1), encoding="utf-8")
+    (root / "tables" / "tab-main" / "final.md").unlink()
+    stale = deliver_view(root)
+    figure = stale.output("figure:loss-curve")
+    assert figure is not None and figure.stale == ("runs/r1/seed1/train.csv changed since the build",)
+    assert [(r.status, r.detail) for r in stale.rows[1:]] == [
+        ("stale", "QA passed · stale: rebuild"), ("stale", "QA failed: Q4_bold_rule fail · stale: rebuild")]
+    table = stale.output("table:tab-main")
+    assert table is not None and table.stale == ("tables/tab-main/final.md is missing or not a plain file in the "
+                                                 "project",)
+
+
+def test_an_input_reached_through_a_link_is_never_current(tmp_path: Path) -> None:
+    """A train.csv replaced by a link to a file with the very same bytes is still not a file of the project."""
+    root = tmp_path / "p"
+    delivered_project(root).close()
+    train = root / "runs" / "r1" / "seed0" / "train.csv"
+    outside = tmp_path / "elsewhere.csv"
+    outside.write_bytes(train.read_bytes())
+    train.unlink()
+    train.symlink_to(outside)
+    figure = deliver_view(root).output("figure:loss-curve")
+    assert figure is not None and figure.stale == ("runs/r1/seed0/train.csv is missing or not a plain file in the "
+                                                   "project",)
+
+
+def test_unreadable_files_are_lines_not_crashes(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    delivered_project(root).close()
+    (root / "EVIDENCE.json").write_text('{"claims": [', encoding="utf-8")
+    (root / "figures" / "loss-curve" / "figure.json").write_text("[1, 2]", encoding="utf-8")
+    (root / "figures" / "bad name").mkdir()
+    (root / "figures" / "bad name" / "figure.json").write_text("{}", encoding="utf-8")
+    view = deliver_view(root)
+    assert [r.key for r in view.rows] == ["table:tab-main"]
+    assert view.problems[0].startswith("EVIDENCE.json: not readable JSON")
+    assert view.problems[1:] == ("figures/bad name: not a plain folder name (skipped)",
+                                 "figures/loss-curve/figure.json: not a JSON object")
+
+
+def test_image_support_is_read_from_the_terminal_s_own_variables() -> None:
+    assert image_support({"TERM": "xterm-kitty"}) and image_support({"TERM_PROGRAM": "WezTerm"})
+    assert image_support({"TERM": "xterm-256color", "KONSOLE_VERSION": "230804"})
+    assert not image_support({"TERM": "xterm-256color"}) and not image_support({})
+    assert not image_support({"TERM": "xterm-kitty", "RGT_IMAGES": "0"})
+    assert image_support({"TERM": "xterm-256color", "RGT_IMAGES": "1"})
+
+
+async def test_the_panel_lists_claims_figures_and_tables_and_enter_opens_a_figure(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.delenv("RGT_IMAGES", raising=False)
+    monkeypatch.delenv("TERM_PROGRAM", raising=False)
+    monkeypatch.delenv("KITTY_WINDOW_ID", raising=False)
+    monkeypatch.delenv("KONSOLE_VERSION", raising=False)
+    root = tmp_path / "p"
+    session = delivered_project(root)
+    app = RgtApp(session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await open_deliver(pilot, app)
+        assert rows_of(app) == {
+            "claim:C1-acc": ("✔ audited", "claim C1-acc", "acc 0.81"),
+            "figure:loss-curve": ("✔ current", "figure loss-curve", "QA passed · current"),
+            "table:tab-main": ("✖ qa_failed", "table tab-main", "QA failed: Q4_bold_rule fail · current"),
+        }
+        assert panel_text(app, "deliver-summary") == "C1-acc: The model reaches 0.80 accuracy.\nacc 0.81"
+        table = app.screen.query_one("#deliver", DataTable)
+        table.focus()
+        table.move_cursor(row=1)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, FigurePathScreen))
+        shown = str(app.screen.query_one("#figure-lines", Static).render())
+        png = root / "figures" / "loss-curve" / "final.png"
+        assert f"  {png}\n\nOpen it with:\n  xdg-open {png}" in shown
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, FigurePathScreen))
+        monkeypatch.setenv("RGT_IMAGES", "1")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, FigureScreen))
+        assert app.screen.query_one("#figure-image").__class__.__module__.startswith("textual_image")
+        await pilot.press("escape")
+    session.close()
+
+
+async def test_r_reconciles_only_on_the_deliver_panel_and_shows_the_drift_line(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    session = delivered_project(root)
+    toml = root / "rgt.toml"
+    toml.write_text(toml.read_text(encoding="utf-8") + '\n[deliver]\ndocs = ["paper.md"]\n', encoding="utf-8")
+    (root / "paper.md").write_text("# Results\n\nOur model reaches acc 0.83 on the test set.\n", encoding="utf-8")
+    session.close()
+    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    app = RgtApp(session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        await pilot.press("r")  # on the instances panel r refreshes: nothing is reconciled
+        await pilot.press("5")
+        await wait_until(pilot, lambda: dashboard(app).deliver_view is not None)
+        assert not (root / "reconcile.json").exists()
+        assert {b.binding.description for b in app.screen.active_bindings.values()} >= {"Build", "Reconcile"}
+        await pilot.press("r")
+        await wait_until(pilot, lambda: "drift:0" in rows_of(app))
+        assert rows_of(app)["drift:0"] == ("✖ drift", "reconcile", "paper.md:3 acc 0.83 ≠ 0.81")
+        assert notified(app, "reconcile: 1 drift(s): paper.md:3 says 0.83, the evidence 0.81")
+        assert "reconciled: 1 drift(s), 1 claim(s) missing from the documents" in panel_text(app, "deliver-status")
+        report = json.loads((root / "reconcile.json").read_text(encoding="utf-8"))
+        assert [(d["doc"], d["line"], d["reported"]) for d in report["drifts"]] == [("paper.md", 3, 0.83)]
+        await pilot.press("1")
+        await wait_until(pilot, lambda: "Reconcile" not in {
+            b.binding.description for b in app.screen.active_bindings.values()})
+    session.close()
