@@ -20,6 +20,7 @@ from typing import Any
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, path_problems
 from remote_gpu_trainer.audits.verify.collapse import recompute, split_rows
 from remote_gpu_trainer.audits.verify.configs import flatten
+from remote_gpu_trainer.audits.verify.generated import differs, row_issues
 from remote_gpu_trainer.audits.verify.load import file_sha256, finite
 from remote_gpu_trainer.audits.verify.model import (
     Capsule,
@@ -30,7 +31,6 @@ from remote_gpu_trainer.audits.verify.model import (
     TestArtifacts,
     skipped,
 )
-from remote_gpu_trainer.audits.verify.numbers import aggregate, seed_values
 from remote_gpu_trainer.audits.verify.plain_yaml import YamlRefused, load_plain
 from remote_gpu_trainer.audits.verify.smoke import (
     Issue,
@@ -48,10 +48,6 @@ SIGNATURES = Path(__file__).resolve().parents[2] / "assets" / "signatures.toml"
 
 
 # -- V29 rederive -------------------------------------------------------------------------------------------
-def _differs(recomputed: float, stored: float, tolerance: tuple[float, float]) -> bool:
-    return abs(recomputed - stored) > tolerance[0] + tolerance[1] * abs(stored)
-
-
 def rederive(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
     """Every metrics.json value recomputes from results.parquet, and every EVIDENCE value from metrics.json:
     a number that does not was typed, or computed from something that was not saved."""
@@ -70,14 +66,11 @@ def rederive(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult
         finish(findings, subjects, capsule.subject,
                merge("V29", capsule.subject, issues, evidence=evidence, integrity_class="ffp_tell"))
     for number in project.numbers:
-        stated = finite(number.stated.get("value")) if number.claim is not None else None
-        if stated is None:
-            continue
-        values = seed_values(project, number)
-        issues = _evidence_issues(number.cells, [v.capsule.key for v in values],
-                                  aggregate(number, [v.value for v in values]), stated, tolerance)
-        finish(findings, subjects, number.subject, merge("V29", number.subject, issues,
-                                                         evidence=[v.ref for v in values], integrity_class="ffp_tell"))
+        judged = row_issues(project, number, tolerance) if number.claim is not None else None
+        if judged is not None:
+            issues, refs = judged
+            finish(findings, subjects, number.subject, merge("V29", number.subject, issues, evidence=refs,
+                                                             integrity_class="ffp_tell"))
     return judged_or_skipped("V29", "rederive", findings, subjects, notes,
                              "no metrics.json with per-item results and no EVIDENCE values")
 
@@ -105,25 +98,12 @@ def _rederive_test(test: TestArtifacts, tolerance: tuple[float, float], notes: l
         elif recomputed is None:
             issues.append(Issue("critical", f"not re-derivable from saved predictions: {where}/{metric}: {why}",
                                 {f"{test.test_id}.{metric}.stored": stored}))
-        elif _differs(recomputed, stored, tolerance):
+        elif differs(recomputed, stored, tolerance):
             issues.append(Issue("critical", f"not re-derivable from saved predictions: {where}/{metric} stored "
                                             f"{stored!r}, recomputed {recomputed!r}",
                                 {f"{test.test_id}.{metric}.stored": stored,
                                  f"{test.test_id}.{metric}.recomputed": recomputed}))
     return issues
-
-
-def _evidence_issues(cells: tuple[str, ...], found: list[str], recomputed: float | None, stated: float,
-                     tolerance: tuple[float, float]) -> list[Issue]:
-    missing = [cell for cell in cells if cell not in found]
-    if missing:
-        return [Issue("critical", f"evidence value not generated from artifacts: no metrics.json value in "
-                                  f"{', '.join(missing)}", {"stated": stated, "missing_cells": missing})]
-    if recomputed is not None and _differs(recomputed, stated, tolerance):
-        return [Issue("critical", f"evidence value not generated from artifacts: EVIDENCE says {stated!r}, the "
-                                  f"metrics.json files give {recomputed!r}",
-                      {"stated": stated, "recomputed": recomputed})]
-    return []
 
 
 # -- V30 determinism: what the code does -------------------------------------------------------------------

@@ -87,11 +87,17 @@ def _regime(number: Number, seeds: list[SeedValue], params: Mapping[str, Any]) -
     return "high_variance" if declared == "high_variance" or "rl" in tasks else "default"
 
 
+def required_seeds(number: Number, seeds: list[SeedValue], params: Mapping[str, Any]) -> tuple[int, str]:
+    """The seeds a number needs in its regime, and the regime: V04 judges by it and DELIVER's D3 disclosure
+    ("n seeds, no CI") says the same thing in the caption."""
+    regime = _regime(number, seeds, params)
+    return int(params["min_seeds_high_variance"] if regime == "high_variance" else params["min_seeds"]), regime
+
+
 def _seed_finding(project: ProjectEvidence, number: Number, params: Mapping[str, Any]) -> Finding | None:
     seeds = seed_values(project, number)
     values = [s.value for s in seeds]
-    regime = _regime(number, seeds, params)
-    required = int(params["min_seeds_high_variance"] if regime == "high_variance" else params["min_seeds"])
+    required, regime = required_seeds(number, seeds, params)
     unusable = [c for c in number.cells if c not in {s.capsule.key for s in seeds}]
     info: dict[str, Any] = {"seeds": len(values), "required": required, "regime": regime, "unusable": unusable}
     refs = tuple(s.ref for s in seeds)

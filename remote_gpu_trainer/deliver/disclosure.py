@@ -1,0 +1,173 @@
+"""The per-number disclosure gate D1–D8 and the inline form of a number (docs/deliver.md §5).
+
+Every evidence row gets the items of the gate that have something to say, each computed from its own source:
+D1 whether the value re-derives, D2 the split, D3 seeds and variance, D4 the direction, D5 the findings touching
+it, D6 drift in the documents, D7 the QA of the figures and tables that show it, D8 the code it was built
+from. Nothing here blocks: a row with every item firing is still written, carrying all of them.
+
+The inline form is the number as a caption, a macro companion or the report prints it, e.g.
+`31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08)` or
+`30.81 dB ↑ (test, n=5, single seed — no variance band) [F-000041]`.
+The services gather the facts (services/claims.py); this module only words them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from remote_gpu_trainer.audits.verify.generated import STD_OVER_SEEDS, GeneratedRow
+from remote_gpu_trainer.deliver.evidence import RowSpec
+
+DEFAULT_PRECISION = 2  # decimals shown when the row declares no `precision`
+ARROWS = {"higher_is_better": "↑", "lower_is_better": "↓", "monitor": ""}
+UNKNOWN_ARROW = "?"
+STAT_LABELS = {"mean_over_seeds": "mean ± std", "iqm_over_seeds": "IQM, std"}
+SINGLE_SEED = "single seed — no variance band"
+VALIDATION_SPLITS = ("val", "validation")
+NOT_SHOWN_INLINE = ("D3", "D5")  # the inline form prints D3 among the statistics and D5 as finding ids
+
+
+@dataclass(frozen=True)
+class FindingNote:
+    """A VERIFY finding touching the row (open or acknowledged) and the text it discloses."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class OutputQA:
+    """A figure or table the row names, as its figure.json / table.json `qa` says (`built` False: no file)."""
+
+    kind: str  # figure | table
+    id: str
+    built: bool
+    passed: bool = True
+    flagged: tuple[tuple[str, str], ...] = ()  # (check, result) of every check that is not `pass`
+    notes: str = ""
+
+
+@dataclass(frozen=True)
+class RowFacts:
+    """What the gate reads about one row; services/claims.py gathers it."""
+
+    spec: RowSpec
+    row: GeneratedRow
+    required_seeds: int = 3  # V04's minimum in the row's regime
+    legacy: tuple[str, ...] = ()  # cells read from an upstream best_metrics.json
+    no_results: tuple[str, ...] = ()  # cells whose test holds no per-item results file
+    findings: tuple[FindingNote, ...] = ()
+    drifts: tuple[str, ...] = ()  # doc:line of every drift naming the row
+    outputs: tuple[OutputQA, ...] = ()
+    dirty: tuple[str, ...] = ()  # cells whose run.json says the code tree was dirty
+
+
+@dataclass(frozen=True)
+class Disclosure:
+    items: tuple[tuple[str, str], ...]  # (D1..D8, text) of the items that disclose, in that order
+    finding_ids: tuple[str, ...]
+
+    @property
+    def text(self) -> str | None:
+        """The joined texts; None when there is nothing to disclose."""
+        return "; ".join(text for _, text in self.items) or None
+
+
+def format_value(value: float, precision: int | None, display_scale: float = 1.0) -> str:
+    """`f"{v*display_scale:.{precision}f}"`: the one formatter of every shown number (never round() then str)."""
+    return f"{value * display_scale:.{DEFAULT_PRECISION if precision is None else precision}f}"
+
+
+def disclose(facts: RowFacts) -> Disclosure:
+    items = [(code, text) for code, text in (
+        ("D1", _d1(facts)), ("D2", _d2(facts.row)), ("D3", _d3(facts)), ("D4", _d4(facts.row)))
+        if text]
+    items += [("D5", f"{note.text} [{note.id}]") for note in facts.findings]
+    if facts.drifts:
+        items.append(("D6", "cross-document drift: " + ", ".join(facts.drifts)))
+    items += [("D7", text) for text in (_d7(output) for output in facts.outputs) if text]
+    if facts.dirty:
+        items.append(("D8", f"built from uncommitted code ({', '.join(facts.dirty)})"))
+    return Disclosure(tuple(items), tuple(dict.fromkeys(note.id for note in facts.findings)))
+
+
+def _d1(facts: RowFacts) -> str:
+    spec, parts = facts.spec, []
+    if facts.row.missing:
+        parts.append(f"not regenerable: no {spec.metric} in test/{spec.test_id}/metrics.json of "
+                     f"{', '.join(facts.row.missing)}")
+    if facts.legacy:
+        parts.append("legacy cell: no run record or per-item results; not re-derivable "
+                     f"({', '.join(facts.legacy)})")
+    if facts.no_results:
+        parts.append(f"not regenerable from per-item results: no results file in {', '.join(facts.no_results)}")
+    return "; ".join(parts)
+
+
+def _d2(row: GeneratedRow) -> str:
+    if row.seeds == 0 or row.split == "test":
+        return ""
+    if row.split is None:
+        return "split unknown: the metrics.json files state no split, or different ones"
+    return "validation-split number" + ("" if row.split in VALIDATION_SPLITS else f" (split {row.split})")
+
+
+def _d3(facts: RowFacts) -> str:
+    seeds = facts.row.seeds
+    if seeds == 1:
+        return SINGLE_SEED
+    if 1 < seeds < facts.required_seeds:
+        return f"{seeds} seeds, no CI"
+    return ""
+
+
+def _d4(row: GeneratedRow) -> str:
+    return "" if row.direction is not None else "direction unknown: declare the metric in rgt.toml [metrics]"
+
+
+def _d7(output: OutputQA) -> str:
+    if not output.built:
+        return f"{output.kind} {output.id}: not built (rgt build {output.kind} {output.id})"
+    if output.passed and not output.flagged:
+        return ""
+    checks = ", ".join(f"{check} {result}" for check, result in output.flagged) or "qa failed"
+    return f"{output.kind} {output.id}: {checks}" + (f" — {output.notes}" if output.notes else "")
+
+
+def inline(facts: RowFacts, disclosure: Disclosure) -> str:
+    """The number with its disclosure, as captions, the report and the macros' companions print it."""
+    return f"{shown_value(facts)} {inline_rest(facts, disclosure)}"
+
+
+def shown_value(facts: RowFacts) -> str:
+    """The number at its precision and display scale; `n/a` for a row without a value."""
+    row, spec = facts.row, facts.spec
+    return format_value(row.value, spec.precision, spec.display_scale) if row.value is not None else "n/a"
+
+
+def inline_rest(facts: RowFacts, disclosure: Disclosure) -> str:
+    """Everything the inline form prints after the number: unit, arrow, statistics, the other disclosures and
+    the finding ids (the `…Disc` macro holds exactly this)."""
+    row = facts.row
+    arrow = ARROWS.get(row.direction or "", UNKNOWN_ARROW) if row.direction is not None else UNKNOWN_ARROW
+    head = " ".join(part for part in (row.unit or "", arrow) if part)
+    others = [text for code, text in disclosure.items if code not in NOT_SHOWN_INLINE]
+    body = ", ".join(_statistics(facts)) + ("; " + "; ".join(others) if others else "")
+    ids = f" [{', '.join(disclosure.finding_ids)}]" if disclosure.finding_ids else ""
+    return f"{head} ({body}){ids}" if head else f"({body}){ids}"
+
+
+def _statistics(facts: RowFacts) -> list[str]:
+    """split, n, seeds and variance: `n=5 items` when a seed count follows (two counts side by side), `n=5`
+    when the single-seed disclosure takes the seed count's place."""
+    row, spec = facts.row, facts.spec
+    n = "?" if row.n is None else str(row.n)
+    parts = [row.split or "split ?"]
+    if row.seeds <= 1:
+        return parts + [f"n={n}"] + ([SINGLE_SEED] if row.seeds == 1 else [])
+    parts += [f"n={n} items", _d3(facts) or f"{row.seeds} seeds"]
+    variance = row.variance or {}
+    if variance.get("type") == STD_OVER_SEEDS and isinstance(variance.get("value"), float):
+        label = STAT_LABELS.get(spec.aggregate, "std")
+        parts.append(f"{label} {format_value(variance['value'], spec.precision, spec.display_scale)}")
+    return parts
