@@ -104,11 +104,27 @@ def _print_table(built: TableBuild) -> None:
 
 
 def _build_evidence(project: str | None, fmt: str) -> int:
-    raise ConfigError("rgt build evidence: not built yet")
+    """EVIDENCE.json's generated fields from the capsules (docs/deliver.md §2)."""
+    return _claims(project, fmt, with_macros=False)
 
 
 def _build_macros(project: str | None, fmt: str) -> int:
-    raise ConfigError("rgt build macros: not built yet")
+    """tables/macros/final.tex, after EVIDENCE.json is regenerated from the same rows (docs/deliver.md §5)."""
+    return _claims(project, fmt, with_macros=True)
+
+
+def _claims(project: str | None, fmt: str, *, with_macros: bool) -> int:
+    from remote_gpu_trainer.cli.claims_output import print_outcome
+    from remote_gpu_trainer.cli.sessions import with_session
+    from remote_gpu_trainer.clock import report_now
+    from remote_gpu_trainer.services.claims import build_evidence
+
+    def action(session: Session) -> int:
+        outcome = build_evidence(session.project, session.db, report_now(), with_macros=with_macros)
+        print_outcome(outcome, session.project.root, fmt)
+        return 0
+
+    return with_session(project, action, writes="build macros" if with_macros else "build evidence")
 
 
 def _build_all(project: str | None, fmt: str) -> int:
