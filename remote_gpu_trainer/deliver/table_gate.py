@@ -338,7 +338,7 @@ def _same_number(text: str, want: float | None) -> bool:
     if want is None:
         return text == ""
     try:
-        return float(text) == want
+        return repr(float(text)) == repr(want)  # exactly the double (a NaN written from a NaN source agrees)
     except ValueError:
         return False
 
@@ -386,8 +386,8 @@ def _bold_problem(bold: list[str], want: list[str], metric: str, cells: Mapping[
 
 def _interval(cell: SourceCell) -> str:
     if cell.std is None:
-        return f"{cell.mean!r} (single seed)"
-    return f"[{cell.mean - cell.std!r}, {cell.mean + cell.std!r}]"
+        return f"{cell.mean:.10g} (single seed)"
+    return f"[{cell.mean - cell.std:.10g}, {cell.mean + cell.std:.10g}]"
 
 
 # -- Q5 n shown -----------------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ pandas is imported inside the functions that need it (docs/architecture.md §5).
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -83,12 +82,11 @@ class BoldVerdict:
 
 
 def read_source(data: bytes) -> pd.DataFrame:
-    """source.csv as a DataFrame with floats parsed back to the exact doubles written (pandas' default float
-    parser can be one unit in the last place off; `round_trip` is exact). An empty std is NaN here."""
+    """source.csv as a DataFrame of its text cells: numbers are turned into floats by Python's float(), which
+    gives back exactly the double repr wrote (pandas' own float parser is not exact in every version)."""
     import pandas as pd
 
-    return pd.read_csv(io.BytesIO(data), dtype={"method": str, "metric": str, "capsules": str, "test_id": str},
-                       keep_default_na=False, na_values={"mean": [""], "std": [""]}, float_precision="round_trip")
+    return pd.read_csv(io.BytesIO(data), dtype=str, keep_default_na=False)
 
 
 def source_cells(frame: pd.DataFrame) -> dict[tuple[str, str], SourceCell]:
@@ -110,15 +108,14 @@ def source_cells(frame: pd.DataFrame) -> dict[tuple[str, str], SourceCell]:
 
 
 def _std(value: object) -> float | None:
-    number = float(value)  # type: ignore[arg-type]
-    return None if math.isnan(number) else number
+    """An empty cell is a single seed's missing std; any other text must be a number (`nan` stays NaN, for Q2)."""
+    return None if value == "" else float(value)  # type: ignore[arg-type]
 
 
 def _whole(value: object) -> int:
-    number = float(value)  # type: ignore[arg-type]
-    if not number.is_integer():
+    if not isinstance(value, str) or not value.isdigit():
         raise ValueError(f"{value!r} is not a whole number")
-    return int(number)
+    return int(value)
 
 
 def number_text(value: float, decimals: int) -> str:
