@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.audits.verify.load import SAFE_ID
+from remote_gpu_trainer.audits.verify.generated import GeneratedRow
+from remote_gpu_trainer.audits.verify.load import SAFE_ID, finite
+from remote_gpu_trainer.deliver import disclosure, evidence
 from remote_gpu_trainer.deliver.build_common import read_input
+from remote_gpu_trainer.deliver.evidence import RowSpec
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import read_regular
 from remote_gpu_trainer.strict_json import loads_strict
@@ -71,38 +74,47 @@ def deliver_view(root: Path) -> DeliverView:
 
 
 # -- claims -------------------------------------------------------------------------------------------------
-def _claims(evidence: Any, read: _Read) -> tuple[ClaimView, ...]:
-    if evidence is None:
+def claim_views(root: Path) -> tuple[tuple[ClaimView, ...], tuple[str, ...]]:
+    """The claims alone, as the panel shows them, and what could not be read: the evidence section of
+    `rgt --report` (services/results.py), without hashing any figure or table."""
+    read = _Read(root)
+    return _claims(read.json(EVIDENCE_FILE), read), tuple(read.problems)
+
+
+def _claims(document: Any, read: _Read) -> tuple[ClaimView, ...]:
+    if document is None:
         return ()
-    claims = evidence.get("claims") if isinstance(evidence, dict) else None
-    if not isinstance(claims, list):
-        read.problems.append(f"{EVIDENCE_FILE}: no claims list")
+    try:
+        specs = {spec.id: spec for spec in evidence.validate(document)}
+    except ConfigError as exc:
+        read.problems.append(str(exc))
         return ()
     views = []
-    for index, claim in enumerate(claims):
-        if not isinstance(claim, dict) or not isinstance(claim.get("id"), str):
-            read.problems.append(f"{EVIDENCE_FILE}: claims[{index}] has no id")
-            continue
-        rows = [row for row in claim.get("evidence") or () if isinstance(row, dict)]
+    for claim in document["claims"]:
+        spec = specs[claim["id"]]
+        stored = claim.get("evidence") or []
         views.append(ClaimView(
-            id=claim["id"], statement=_text(claim.get("statement")),
+            id=spec.id, statement=_text(claim.get("statement")),
             state=_text(claim.get("state")) or "not_built",
-            numbers=tuple(_inline(row) for row in rows),
+            numbers=tuple(_inline(row, stored[row.index], claim.get("findings")) for row in spec.rows),
             disclosure=_text(claim.get("disclosure")),
-            findings=tuple(str(f) for f in claim.get("findings") or () if isinstance(f, str))))
+            findings=tuple(f for f in claim.get("findings") or () if isinstance(f, str))))
     return tuple(views)
 
 
-def _inline(row: Mapping[str, Any]) -> str:
-    """One evidence row with its number and disclosure, as `rgt build evidence` would print it."""
-    value = row.get("value")
-    metric = _text(row.get("metric")) or "?"
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return f"{metric}: not built (rgt build evidence)"
-    precision = row.get("precision")
-    scale = row.get("display_scale")
-    shown = value * (scale if isinstance(scale, int | float) else 1)
-    return f"{metric} {shown:.{precision if isinstance(precision, int) else 4}f}"
+def _inline(spec: RowSpec, stored: Mapping[str, Any], findings: Any) -> str:
+    """A row's number with its disclosure in the inline form of deliver/disclosure.py, from the generated
+    fields `rgt build evidence` stored (the findings and drifts it weighed are in the claim's disclosure)."""
+    if not isinstance(stored.get("seeds"), int):
+        return f"{spec.metric}: not built (rgt build evidence)"
+    variance = stored.get("variance")
+    row = GeneratedRow(value=finite(stored.get("value")), direction=_text(stored.get("direction")) or None,
+                       split=_text(stored.get("split")) or None,
+                       n=stored["n"] if isinstance(stored.get("n"), int) else None, seeds=stored["seeds"],
+                       variance=variance if isinstance(variance, dict) else None, sources=())
+    notes = tuple(disclosure.FindingNote(f, "") for f in findings or () if isinstance(f, str))
+    facts = disclosure.RowFacts(spec, row, findings=notes)
+    return f"{spec.metric} {disclosure.inline(facts, disclosure.disclose(facts))}"
 
 
 def _text(value: Any) -> str:

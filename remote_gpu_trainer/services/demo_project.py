@@ -8,6 +8,13 @@ gets the same bytes as one pack (`demo_data.json`, pushed with the script), and 
 against the manifest before training. The flawed run's data (`data-flawed/`, `splits/demo-flawed.json`) is the
 same except that one test item is a renamed copy of a training item; the flawed run has one seed and evaluates
 its last checkpoint while recording the best one.
+
+The demo delivers too (docs/deliver.md §9): it writes the user's half of DELIVER from assets/demo/deliver/ (a
+loss-curve figure over the three seeds, a mean ± std table, the claims of EVIDENCE.json and a short paper.md
+listed in `[deliver] docs`), so after verification `rgt build` and `rgt reconcile` (b and r on the Deliver panel)
+work on it. paper.md quotes one number typed by hand, a test accuracy of 0.9701, which no run of the demo can
+produce: each seed's accuracy is k/128 (128 test items), so their mean is a multiple of 1/384, and 0.9701 is
+0.0013 away from the nearest one, far outside what four decimals allow. Reconcile reports it with its line.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import random
 import shlex
 import sys
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from remote_gpu_trainer.config import load_project
@@ -50,8 +58,22 @@ def create_demo(folder: Path, quick: bool = False, flawed: bool = False) -> Path
     write_dataset(folder, "demo", "data", items)
     if flawed:
         write_dataset(folder, "demo-flawed", "data-flawed", leaked(items))
+    write_deliverables(folder)
     write_new_file(target, demo_toml(sys.executable, quick, flawed))
     return target
+
+
+def write_deliverables(folder: Path) -> None:
+    """The user-written DELIVER files (assets/demo/deliver/, copied as they are): what to build and claim."""
+    def copy(source: Traversable, target: Path) -> None:
+        for entry in source.iterdir():
+            if entry.is_dir():
+                (target / entry.name).mkdir(exist_ok=True)
+                copy(entry, target / entry.name)
+            else:
+                (target / entry.name).write_bytes(entry.read_bytes())
+
+    copy(resources.files("remote_gpu_trainer").joinpath("assets/demo/deliver"), folder)
 
 
 def demo_items(seed: int = 1234) -> dict[str, list[tuple[str, bytes]]]:
@@ -119,6 +141,12 @@ required = [{required}]
 metric = {{ name = "val_loss", direction = "min" }}
 push = ["train.py", "rgt_capsule.py", "demo_data.json", "splits/demo.json"]
 python = {toml_string(python)}
+
+# DELIVER, once the run is pulled and verified: `rgt build` (b on the Deliver panel, 5) draws
+# figures/loss-curve, the mean ± std table tables/tab-demo and the numbers of EVIDENCE.json with their LaTeX
+# macros; `rgt reconcile` (r there) checks the numbers paper.md quotes against them.
+[deliver]
+docs = ["paper.md"]
 """
     if not flawed:
         return text

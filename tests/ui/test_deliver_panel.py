@@ -23,6 +23,7 @@ from support.helpers import FIXED_NOW, FixedClock, write_project
 from support.tui_helpers import dashboard, notified, wait_until
 
 CAPSULES = ("r1/seed0", "r1/seed1")
+INLINE = "acc 0.81 ↑ (test, n=100 items, 2 seeds, no CI, mean ± std 0.01)"  # the inline form of deliver/disclosure
 
 
 def draw_png(path: Path) -> None:
@@ -112,7 +113,7 @@ def test_the_view_says_current_stale_and_qa_from_the_recorded_hashes(tmp_path: P
     delivered_project(root).close()
     view = deliver_view(root)
     assert [(r.key, r.status, r.detail) for r in view.rows] == [
-        ("claim:C1-acc", "audited", "acc 0.81"),
+        ("claim:C1-acc", "audited", INLINE),
         ("figure:loss-curve", "current", "QA passed · current"),
         ("table:tab-main", "qa_failed", "QA failed: Q4_bold_rule fail · current"),
     ]
@@ -183,11 +184,11 @@ async def test_the_panel_lists_claims_figures_and_tables_and_enter_opens_a_figur
     async with app.run_test(size=(100, 30)) as pilot:
         await open_deliver(pilot, app)
         assert rows_of(app) == {
-            "claim:C1-acc": ("✔ audited", "claim C1-acc", "acc 0.81"),
+            "claim:C1-acc": ("✔ audited", "claim C1-acc", INLINE),
             "figure:loss-curve": ("✔ current", "figure loss-curve", "QA passed · current"),
             "table:tab-main": ("✖ qa_failed", "table tab-main", "QA failed: Q4_bold_rule fail · current"),
         }
-        assert panel_text(app, "deliver-summary") == "C1-acc: The model reaches 0.80 accuracy.\nacc 0.81"
+        assert panel_text(app, "deliver-summary") == f"C1-acc: The model reaches 0.80 accuracy.\n{INLINE}"
         table = app.screen.query_one("#deliver", DataTable)
         table.focus()
         table.move_cursor(row=1)
