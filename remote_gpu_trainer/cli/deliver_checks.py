@@ -11,10 +11,12 @@ import argparse
 from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.cli.printers import print_json
-from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.text import escape_control, size
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.audits.verify.reconcile import ReconcileReport
+    from remote_gpu_trainer.deliver.completeness import CompletenessReport
+    from remote_gpu_trainer.services.session import Session
 
 
 def reconcile(args: argparse.Namespace) -> int:
@@ -57,3 +59,56 @@ def print_reconcile(report: ReconcileReport, written: str) -> None:
     print(f"coverage: {covered}/{len(report.claims)} scalar claim(s) quoted consistently")
     drifts = len(report.drifts)
     print(f"wrote {written}: {drifts} drift(s)" if drifts else f"wrote {written}: no drift")
+
+
+def completeness(args: argparse.Namespace) -> int:
+    from remote_gpu_trainer.cli.sessions import with_session
+
+    return with_session(args.project, lambda session: _completeness(session, args.format), writes="completeness")
+
+
+def _completeness(session: Session, fmt: str) -> int:
+    import asyncio
+
+    from remote_gpu_trainer.services.completeness import COMPLETENESS_NAME, run_completeness
+
+    async def assess() -> CompletenessReport:
+        try:
+            return await run_completeness(session)
+        finally:
+            await session.close_transports()
+
+    report = asyncio.run(assess())
+    if fmt == "json":
+        print_json(report.to_dict())
+    else:
+        print_completeness(report, COMPLETENESS_NAME)
+    return report.exit_code
+
+
+def print_completeness(report: CompletenessReport, written: str) -> None:
+    """One line per point (its state, then each check), the reasons under it, the pull list, the boxes that
+    did not answer, and the counts."""
+    from remote_gpu_trainer.deliver.completeness import CHECKS
+
+    grid = report.grid
+    print(escape_control(f"completeness: {len(report.points)} grid point(s) over "
+                         f"{' × '.join(name for name, _ in grid.dims)}, claimed split {grid.split}"))
+    for result in report.points:
+        checks = " ".join(f"{check}={result.checks[check].state}" for check in CHECKS)
+        print(escape_control(f"{result.state.upper():<10} {result.point.label} ({result.point.capsule}, test "
+                             f"{result.point.test_id}): {checks}"))
+        for check in CHECKS:
+            if result.checks[check].detail:
+                print(escape_control(f"           {check}: {result.checks[check].detail}"))
+    if report.pull_list:
+        print(f"pull list ({len(report.pull_list)} file(s) only on a box; pull them before any teardown):")
+        for item in report.pull_list:
+            known = f" ({size(item.bytes)})" if item.bytes is not None else ""
+            print(escape_control(f"  {item.path} <- {item.remote}{known}"))
+    for box in report.boxes:
+        if not box.reachable and box.remote_root is not None:
+            print(escape_control(f"box of run {box.run_id} did not answer: {box.detail}"))
+    counts = report.counts()
+    print(f"summary: {counts['complete']} complete, {counts['pull']} to pull, {counts['incomplete']} incomplete, "
+          f"{counts['unknown']} unknown of {counts['points']}; wrote {written}")

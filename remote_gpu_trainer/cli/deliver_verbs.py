@@ -139,4 +139,7 @@ def reconcile(args: argparse.Namespace) -> int:
 
 
 def completeness(args: argparse.Namespace) -> int:
-    raise ConfigError("rgt completeness: not built yet")
+    """`rgt completeness` (docs/deliver.md §7): cli/deliver_checks.py prints what services/completeness.py found."""
+    from remote_gpu_trainer.cli import deliver_checks
+
+    return deliver_checks.completeness(args)

@@ -43,7 +43,8 @@ VERB_HELP = {
     "splits": "build a split manifest splits/ID.json (member paths and sha256) from folders, a CSV or file lists",
     "build": "generate EVIDENCE.json values, figures, tables and LaTeX macros from the pulled evidence (all by default)",
     "reconcile": "compare the numbers in the documents of rgt.toml [deliver] docs against EVIDENCE.json",
-    "completeness": "check every point of rgt.toml [grid] for its checkpoint, split, inputs and visuals; list what to pull",
+    "completeness": "check every point of rgt.toml [grid] for its checkpoint, split, inputs and visuals; "
+                    "list what to pull",
     "completion": "print a shell completion script for rgt, generated from this parser (bash, zsh or tcsh)",
     "help": "show the help of rgt, or of one verb (rgt help VERB)",
 }

@@ -30,6 +30,7 @@ MAX_LISTED = 4
 POLL_START_S = 0.2
 POLL_MAX_S = 30.0
 POLL_GIVE_UP_S = 600.0
+GRID_TIMEOUT_S = 15.0  # the box was just asked for the gate; a second question gets less time
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,24 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
     if gated and not at_risk:
         lines.append("Evidence:  no run of rgt's was launched on this box or left results on it: nothing to pull")
     lines.extend(f"Warning:   {warning}" for warning in warnings)
+    lines.extend(await _grid_lines(session, run_ids))
     return TeardownPlan(
         instance=instance_name, provider_id=status.provider_id, action_id=action_id,
         action_label=action.label if action else action_id, runs=run_ids, gated=gated, gate_open=not reasons,
         reasons=tuple(reasons), lines=tuple(lines), warnings=tuple(warnings),
         irreversible=action is None or not action.reversible,
     )
+
+
+async def _grid_lines(session: Session, run_ids: tuple[str, ...]) -> list[str]:
+    """The [grid] points whose checkpoint is still only on this box (docs/deliver.md §7): shown, recorded with
+    the approval, and never part of the gate's decision."""
+    from remote_gpu_trainer.services.completeness import box_checkpoint_lines
+
+    try:
+        return await box_checkpoint_lines(session, run_ids, timeout_s=GRID_TIMEOUT_S)
+    except (RgtError, OSError) as exc:
+        return [f"Grid:      the grid's checkpoints could not be located: {exc}"]
 
 
 def describe(session: Session, instance_name: str, status: InstanceStatus, action_id: str,
