@@ -16,7 +16,15 @@ from typing import Any
 
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.text import duration, escape_all, money, short_hash, size
-from remote_gpu_trainer.views import AuditView, Overview, RunView, VerifyFindingView
+from remote_gpu_trainer.views import (
+    AuditView,
+    Overview,
+    ResultRowView,
+    ResultsView,
+    RunResultsView,
+    RunView,
+    VerifyFindingView,
+)
 
 SCHEMA = "rgt-report/v1"
 FORMATS = ("text", "markdown", "json")
@@ -28,6 +36,7 @@ def to_dict(overview: Overview) -> dict[str, Any]:
         "schema": SCHEMA,
         "generated_at": iso_z(overview.generated_at),
         "project": overview.project,
+        "results": results_dict(overview.results),
         "meter": {"currency": overview.currency, "total": round(overview.total, 6),
                   "burn_per_hour": round(overview.burn_per_hour, 6)},
         "instances": [
@@ -43,6 +52,36 @@ def to_dict(overview: Overview) -> dict[str, Any]:
         "alerts": list(overview.alerts),
         "verify": verify_dict(overview.verify),
     }
+
+
+def results_dict(results: ResultsView) -> dict[str, Any]:
+    """The report's `results` (docs/formats.md): per run its metrics at full precision, time, cost and tracker
+    links, then the claims of EVIDENCE.json with their disclosures."""
+    return {
+        "runs": [_run_results_dict(run) for run in results.runs],
+        "claims": [{"id": c.id, "statement": c.statement, "state": c.state, "numbers": list(c.numbers),
+                    "disclosure": c.disclosure or None, "findings": list(c.findings)} for c in results.claims],
+        "evidence_note": results.evidence_note,
+    }
+
+
+def _run_results_dict(run: RunResultsView) -> dict[str, Any]:
+    return {
+        "id": run.id, "status": "results" if run.rows else "no_results", "cells": run.cells,
+        "metrics": [{"test_id": r.test_id, "split": r.split, "metric": r.metric, "direction": r.direction,
+                     "arrow": r.arrow, "unit": r.unit, "mean": r.mean, "std": r.std, "seeds": r.seeds, "n": r.n,
+                     "cells": list(r.cells), "curve": r.curve, "best": r.best, "last": r.last, "note": r.note}
+                    for r in run.rows],
+        "started_at": iso_z(run.started_at) if run.started_at else None,
+        "finished_at": iso_z(run.finished_at) if run.finished_at else None,
+        "wall_s": _round(run.wall_s), "wall_source": run.wall_source,
+        "cost": {"amount": _round(run.cost), "currency": run.currency, "estimate": run.cost_estimate,
+                 "shared_with": list(run.shared_with), "note": run.cost_note},
+        "trackers": list(run.trackers),
+    }
+
+
+FINDING_SCHEMA = "remote-gpu-trainer/FINDING/v1"
 
 
 FINDING_SCHEMA = "remote-gpu-trainer/FINDING/v1"
@@ -136,6 +175,7 @@ def _text(o: Overview) -> str:
         f"meter: total {money(o.total, o.currency)} · burning {money(o.burn_per_hour, o.currency)}/h",
     ]
     out.extend(o.alerts)
+    out.extend(_results_text(o.results))
     out.append("")
     out.append("INSTANCES")
     out.append(f"  {'name':<14} {'provider':<9} {'state':<11} {'price/h':>10} {'source':<8} {'spent':>10}"
@@ -178,6 +218,92 @@ def _text(o: Overview) -> str:
     return "\n".join(out) + "\n"
 
 
+def _num(value: float | None) -> str:
+    """Six significant digits at render; the JSON keeps full precision."""
+    return "—" if value is None else f"{value:.6g}"
+
+
+def _value(row: ResultRowView) -> str:
+    unit = f" {row.unit}" if row.unit else ""
+    spread = f" ± {_num(row.std)}" if row.std is not None else " (single seed: no std)"
+    return f"{_num(row.mean)}{unit}{spread}"
+
+
+def _facts(row: ResultRowView) -> str:
+    return f"{row.split or '?'}, n={row.n if row.n is not None else '?'}, {row.seeds} seed{'s' * (row.seeds != 1)}"
+
+
+def _curve(row: ResultRowView) -> str:
+    return f"best {_num(row.best)} · last {_num(row.last)} ({row.curve})" if row.curve else "no training curve"
+
+
+WALL_FROM = {"capsules": "run.json created_at to closed_at", "launch": "launch to finish",
+             "running": "launch to now: still running"}
+
+
+def _wall_and_cost(run: RunResultsView) -> str:
+    wall = f"wall {duration(run.wall_s)} ({WALL_FROM.get(run.wall_source or '', run.wall_source)})" \
+        if run.wall_s is not None else "wall —"
+    cost = f"cost {money(run.cost, run.currency)}{' estimate' if run.cost_estimate else ''}" \
+        if run.cost is not None else "cost —"
+    return f"{wall} · {cost}" + (f" ({run.cost_note})" if run.cost_note else "")
+
+
+def _results_text(results: ResultsView) -> list[str]:
+    """The report opens with this: each run's results, then the claims (docs/deliver.md §8)."""
+    out = ["", "RESULTS"]
+    if not results.runs:
+        out.append("  no runs yet")
+    for run in results.runs:
+        out.append(f"  run {run.id}: {_wall_and_cost(run)}")
+        if not run.rows:
+            out.append("    no results yet")
+        for row in run.rows:
+            out.append(f"    {row.test_id} {row.metric} {row.arrow}  {_value(row)}  ({_facts(row)})  {_curve(row)}")
+            if row.note:
+                out.append(f"      note: {row.note}")
+        out.extend(f"    tracker: {url}" for url in run.trackers)
+    out += ["", "EVIDENCE"]
+    if results.evidence_note:
+        out.append(f"  {results.evidence_note}")
+    for claim in results.claims:
+        out.append(f"  {claim.id} [{claim.state}] {claim.statement}")
+        out.extend(f"    {line}" for line in claim.numbers)
+        if claim.disclosure:
+            out.append(f"    disclosure: {claim.disclosure}")
+        if claim.findings:
+            out.append(f"    findings: {', '.join(claim.findings)}")
+    return out
+
+
+def _results_markdown(results: ResultsView) -> list[str]:
+    out = ["## Results", ""]
+    if not results.runs:
+        out += ["No runs yet.", ""]
+    for run in results.runs:
+        out += [f"### Run {run.id}", "", _cell(_wall_and_cost(run)) + ".", ""]
+        out.extend(f"Tracker: {_cell(url)}" for url in run.trackers)
+        out += [""] if run.trackers else []
+        if not run.rows:
+            out += ["No results yet.", ""]
+            continue
+        out += ["| test | metric | | mean ± std | split, n, seeds | best · last (curve) | note |",
+                "|---|---|:-:|---:|---|---|---|"]
+        out.extend(f"| {_cell(r.test_id)} | {_cell(r.metric)} | {r.arrow} | {_cell(_value(r))} | {_cell(_facts(r))} "
+                   f"| {_cell(_curve(r))} | {_cell(r.note)} |" for r in run.rows)
+        out.append("")
+    out += ["## Evidence", ""]
+    if results.evidence_note:
+        out += [_cell(results.evidence_note) + ".", ""]
+    if results.claims:
+        out += ["| claim | state | statement | numbers | disclosure | findings |", "|---|---|---|---|---|---|"]
+        out.extend(f"| {_cell(c.id)} | {_cell(c.state)} | {_cell(c.statement)} | "
+                   f"{'<br>'.join(_cell(n) for n in c.numbers)} | {_cell(c.disclosure)} | "
+                   f"{_cell(', '.join(c.findings))} |" for c in results.claims)
+        out.append("")
+    return out
+
+
 def _audit_line(audit: AuditView) -> str:
     if audit.audited_at is None:
         return "no audit has run yet (rgt audit)"
@@ -209,6 +335,7 @@ def _markdown(o: Overview) -> str:
     out = [f"# rgt report: {o.project}", "", f"Generated {iso_z(o.generated_at)}. "
            f"Meter: total {money(o.total, o.currency)}, burning {money(o.burn_per_hour, o.currency)}/h.", ""]
     out.extend(f"> {alert}" for alert in o.alerts)
+    out.extend(_results_markdown(o.results))
     out += ["## Instances", "", "| name | provider | state | price/h | source | spent | billing | facts verified |",
             "|---|---|---|---:|---|---:|---|---|"]
     for i in o.instances:

@@ -216,6 +216,66 @@ class AuditView:
 NO_AUDIT = AuditView(None, (), ())
 
 
+# -- results first in the report (docs/deliver.md §8) ----------------------------------------------------------
+ARROWS = {"higher_is_better": "↑", "lower_is_better": "↓"}
+
+
+@dataclass(frozen=True)
+class ResultRowView:
+    """One metric of one test of a run, over the run's cells (one per seed): mean ± sample std with the seed
+    count and the test's n, and the best and last value of its training curve (docs/deliver.md §8)."""
+
+    test_id: str
+    split: str | None  # the split metrics.json names (None when the cells disagree: see note)
+    metric: str
+    direction: str | None  # higher_is_better | lower_is_better; None when unknown
+    unit: str | None
+    mean: float
+    std: float | None  # sample standard deviation over the seeds (ddof 1); None for one seed
+    seeds: int  # cells with a finite value
+    n: int | None  # items per test, when every cell says the same
+    cells: tuple[str, ...]  # <run>/<cell> of the values, in cell order
+    curve: str | None = None  # the train.csv column best and last come from: val/<metric>, or loss
+    best: float | None = None  # mean over the cells of each cell's best value of `curve`
+    last: float | None = None  # mean over the cells of each cell's last value of `curve`
+    note: str = ""  # what qualifies the row (a legacy cell, cells that disagree on n or split)
+
+    @property
+    def arrow(self) -> str:
+        return ARROWS.get(self.direction or "", "?")
+
+
+@dataclass(frozen=True)
+class RunResultsView:
+    """A run's results, time and money: what the report opens with (docs/deliver.md §8)."""
+
+    id: str
+    rows: tuple[ResultRowView, ...]  # empty: no results yet
+    cells: int = 0  # capsules found under runs/<id>/
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    wall_s: float | None = None
+    wall_source: str | None = None  # capsules | launch | running (launch to now)
+    cost: float | None = None  # the instance's cost over the run's window, its share where runs overlap
+    currency: str = "USD"
+    cost_estimate: bool = False  # part of the window was billed at an assumed rate, or a price is unknown
+    cost_note: str = ""  # why there is no cost, what is shared, or that the run is still running
+    shared_with: tuple[str, ...] = ()
+    trackers: tuple[str, ...] = ()  # provenance.tracker.url of the cells (http and https only)
+
+
+@dataclass(frozen=True)
+class ResultsView:
+    """The report's first section: every run's results, then the evidence's claims with their disclosures."""
+
+    runs: tuple[RunResultsView, ...] = ()
+    claims: tuple[ClaimView, ...] = ()
+    evidence_note: str = ""  # why no claims are shown: no EVIDENCE.json, or it does not parse
+
+
+NO_RESULTS = ResultsView()
+
+
 @dataclass(frozen=True)
 class Overview:
     project: str
@@ -228,6 +288,7 @@ class Overview:
     read_only: bool = False
     alerts: tuple[str, ...] = field(default_factory=tuple)
     verify: AuditView = NO_AUDIT  # the latest VERIFY audit of the project
+    results: ResultsView = NO_RESULTS  # filled for `--report` only (services/results.py)
 
     def run(self, run_id: str) -> RunView | None:
         return next((r for r in self.runs if r.id == run_id), None)
@@ -359,11 +420,11 @@ class BuildStep:
 
     kind: str  # figure | table | evidence | macros
     id: str
-    status: str  # passed | qa_failed | failed
+    status: str  # passed | qa_failed | failed | bad_input | skipped
     detail: str  # the QA (checks not passed named) or the error
 
     @property
     def line(self) -> str:
-        mark = {"passed": "✔", "qa_failed": "▲", "failed": "✖"}.get(self.status, "·")
+        mark = {"passed": "✔", "qa_failed": "▲", "failed": "✖", "bad_input": "✖"}.get(self.status, "·")
         name = f"{self.kind} {self.id}" if self.id else self.kind
         return f"{mark} {name}: {self.detail}"

@@ -19,7 +19,7 @@ watch times. A snapshot is anything shaped like `Observed` (state/billing.py's S
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
@@ -407,6 +407,48 @@ def accrue(snapshots: Sequence[Observed], now: datetime, finished_at: datetime |
         drift=price_drift(model.quoted_per_hour, _latest_api_price(ordered)), gaps=used_gaps,
         currency=model.currency,
     )
+
+
+@dataclass(frozen=True)
+class WindowCost:
+    """What an instance billed during one stretch of time, e.g. a run's launch to its finish."""
+
+    total: float
+    estimate: bool  # part of the stretch was billed at an assumed rate (unknown state, unwatched gap)
+    unknown_price: bool  # something billed at a price nobody knows: the total is a lower bound
+
+
+def cost_between(snapshots: Sequence[Observed], start: datetime, end: datetime, *, model: BillingModel = LEGACY,
+                 gaps: Sequence[Interval] = ()) -> WindowCost:
+    """The meter's segments (and the items billing on their own clock) clipped to [start, end): the same
+    arithmetic as `accrue`, built from the snapshots up to `end` only, so nothing seen later reaches back."""
+    ordered = sorted((s for s in snapshots if s.at <= end), key=lambda s: s.at)
+    total, estimate, unknown = 0.0, False, False
+    for seg in _with_gaps(_segments(model, ordered, end), gaps):
+        hours = _hours(max(seg.start, start), min(seg.end, end))
+        if hours > 0:
+            total += seg.rates.total * hours
+            estimate, unknown = estimate or seg.estimate, unknown or seg.rates.unknown
+    first = ordered[0].at if ordered else end
+    for item in model.items:
+        hours = _hours(max(item.start or first, start), min(item.end or end, end))
+        if hours > 0:
+            total += (item.per_hour or 0.0) * hours
+            unknown = unknown or item.per_hour is None
+    return WindowCost(total, estimate, unknown)
+
+
+def shared_pieces(windows: Mapping[str, Interval]) -> list[tuple[Interval, tuple[str, ...]]]:
+    """The windows of runs on one instance cut at every start and end: each piece with the runs (sorted) whose
+    window covers it. A piece covered by k runs is split equally among them, so the shares add up to what the
+    instance billed while any of them ran, and time no run covers is nobody's."""
+    cuts = sorted({edge for w in windows.values() for edge in (w.start, w.end)})
+    pieces = []
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        covering = tuple(sorted(run for run, w in windows.items() if w.start <= a and b <= w.end))
+        if covering and b > a:
+            pieces.append((Interval(a, b), covering))
+    return pieces
 
 
 def _segments(model: BillingModel, ordered: Sequence[Observed], now: datetime) -> list[_Segment]:

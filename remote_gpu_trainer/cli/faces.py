@@ -91,11 +91,15 @@ def write_output(target: Path, data: bytes, shown: str, force: bool) -> None:
 
 
 async def _overview_and_close(session: Session) -> Overview:
+    """The Overview with the results the report opens with (services/results.py, built for the report only)."""
     from remote_gpu_trainer.services import run_logs
-    from remote_gpu_trainer.services.overview import observe_and_build
+    from remote_gpu_trainer.services.overview import build, observe
+    from remote_gpu_trainer.services.results import results_view
 
     try:
         await run_logs.catch_up_logs(session)  # findings and the ETA reflect the log as it is now
-        return await observe_and_build(session)
+        seen = await observe(session)
+        overview = await build(session, seen)
+        return dataclasses.replace(overview, results=await asyncio.to_thread(results_view, session, seen))
     finally:
         await session.close_transports()

@@ -12,11 +12,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.audits.meter import (
+    BillingModel,
     Held,
     Interval,
     MeterReading,
+    WindowCost,
     accrue,
     billing_model,
+    cost_between,
     fill_gap,
     reported_since,
     valid_price,
@@ -59,13 +62,24 @@ def _float(value: object) -> float | None:
 def meter_reading(session: Session, name: str, finished_at: datetime | None = None) -> MeterReading:
     """The meter for one instance with its profile's billing rules, what the provider says it holds
     (volumes, disks), the user's quote for drift, and the stretches nobody watched."""
-    snapshots = session.db.snapshots(name)
-    last_status = session.last_status.get(name)
+    model, gaps = _billing(session, name)
+    return accrue(session.db.snapshots(name), session.clock(), finished_at, model=model, gaps=gaps)
+
+
+def window_cost(session: Session, name: str, start: datetime, end: datetime) -> WindowCost:
+    """What the instance billed between `start` and `end`, by the same rules and records as its meter."""
+    model, gaps = _billing(session, name)
+    return cost_between(session.db.snapshots(name), start, end, model=model, gaps=gaps)
+
+
+def _billing(session: Session, name: str) -> tuple[BillingModel, list[Interval]]:
+    """The instance's billing model and the stretches nobody watched (recorded METER_GAP events)."""
     quoted = session.instance(name).price_per_hour
-    model = billing_model(session.profile(name), held_storage(session.profile(name), last_status), quoted)
+    model = billing_model(session.profile(name), held_storage(session.profile(name), session.last_status.get(name)),
+                          quoted)
     gaps = [Interval(parse_iso(str(e.detail["start"])), parse_iso(str(e.detail["end"])))
             for e in session.db.events(kind=EventKind.METER_GAP) if e.instance == name]
-    return accrue(snapshots, session.clock(), finished_at, model=model, gaps=gaps)
+    return model, gaps
 
 
 def record_snapshot(session: Session, status: InstanceStatus) -> None:
