@@ -17,8 +17,10 @@ Public API (the figure and the table builder both use these; keep it small and s
 - `environment(packages, *, backend=None, fonts=()) -> dict`: the env part of it.
 - `source_csv(columns, rows, key, where) -> bytes`: UTF-8, LF, trailing newline, floats via repr, sorted by
   the declared key columns.
+- `output_folder(root, kind, ident) -> Path`, `output_ids(root, kind) -> list[str]`: `figures/<id>/` or
+  `tables/<id>/` as a plain folder, and the ids a project has.
 - `staging(folder) -> Stage` (a context manager): two temp build folders; `Stage.deterministic(names)`,
-  `Stage.outputs(names, px)`, `Stage.install(names, document_name, document)`.
+  `Stage.differing(names)`, `Stage.outputs(names, px)`, `Stage.install(names, document_name, document)`.
 - `load_document(path, schema, id_key, ident) -> dict`, `merge_document(user, generated) -> dict`.
 """
 
@@ -303,7 +305,11 @@ class Stage:
     second: Path
 
     def deterministic(self, names: Sequence[str]) -> bool:
-        return all(sha256_of(self.first / n) == sha256_of(self.second / n) for n in names)
+        return not self.differing(names)
+
+    def differing(self, names: Sequence[str]) -> list[str]:
+        """The outputs whose two builds hashed differently (none: the build is deterministic)."""
+        return [n for n in names if sha256_of(self.first / n) != sha256_of(self.second / n)]
 
     def outputs(self, names: Sequence[str], px: Mapping[str, Sequence[int]] | None = None) -> list[dict[str, Any]]:
         """`[{path, sha256, px?}]` of the outputs (source.csv is described by `source`, not listed here)."""
@@ -338,6 +344,35 @@ def staging(folder: Path) -> Iterator[Stage]:
             shutil.rmtree(second, ignore_errors=True)
     finally:
         shutil.rmtree(first, ignore_errors=True)
+
+
+def output_folder(root: Path, kind: str, ident: str) -> Path:
+    """`figures/<id>/` or `tables/<id>/` as a plain folder inside the project (no link on the way), else
+    ConfigError naming what was expected."""
+    if not SAFE_ID.match(ident):
+        raise ConfigError(f"rgt build {kind}: {ident!r} is not a {kind} id (letters, digits, . _ -)")
+    folder = root / f"{kind}s" / ident
+    for path in (folder.parent, folder):
+        try:
+            plain_folder = stat.S_ISDIR(os.lstat(path).st_mode)
+        except OSError:
+            plain_folder = False
+        if not plain_folder:
+            raise ConfigError(f"rgt build {kind}: no {kind} {ident!r} (expected the folder {kind}s/{ident}/ with "
+                              f"a {kind}.json, as a plain folder inside the project)")
+    return folder
+
+
+def output_ids(root: Path, kind: str) -> list[str]:
+    """The figures (or tables) of a project: every plain folder under figures/ (tables/) holding a
+    figure.json (table.json), sorted."""
+    top = root / f"{kind}s"
+    try:
+        entries = list(os.scandir(top)) if stat.S_ISDIR(os.lstat(top).st_mode) else []
+    except OSError:
+        entries = []
+    return sorted(e.name for e in entries if SAFE_ID.match(e.name) and e.is_dir(follow_symlinks=False)
+                  and (top / e.name / f"{kind}.json").is_file())
 
 
 # -- the JSON document --------------------------------------------------------------------------------------

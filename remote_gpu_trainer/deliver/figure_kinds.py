@@ -1,0 +1,234 @@
+"""The built-in figure kinds (docs/deliver.md §3): `line` (curves from train.csv, mean over seeds with a ±std
+band), `bar` (one bar per series, mean over seeds with std error bars) and `scatter` (x metric vs y metric, one
+point per capsule).
+
+Each kind has two halves: `prepare` reads the inputs (once, hashed) and computes the source.csv rows at full
+precision; `draw` draws those same rows, so a drawn value can differ from source.csv only through a bug, which
+the pixel gate's G6 then catches. Anything the data itself makes dishonest (seeds logged at different steps)
+is recorded as a problem for the gate's check, not hidden.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from remote_gpu_trainer.audits.verify import metric_registry
+from remote_gpu_trainer.audits.verify.model import MetricRule, plain
+from remote_gpu_trainer.audits.verify.numbers import mean, sample_std
+from remote_gpu_trainer.deliver.build_common import InputFile, input_entry, resolve_input
+from remote_gpu_trainer.deliver.figure_spec import FigureSpec, Series, arrow
+from remote_gpu_trainer.errors import ConfigError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+SOURCE_COLUMNS = ("series", "x", "y", "err_lo", "err_hi", "n", "seeds", "capsules", "test_id", "metric")
+SORT_KEY = ("series", "x", "capsules")
+BAND_PREFIX = "_band:"  # the label of a line's ±std band: `_band:<series>` (a leading _ keeps it off the legend)
+
+
+@dataclass
+class Prepared:
+    """The rows to write and draw (in drawing order), the inputs[] entries, what the data made dishonest
+    (check id -> notes) and what must be disclosed about the numbers (a validation split)."""
+
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    problems: dict[str, list[str]] = field(default_factory=dict)
+    disclosures: list[str] = field(default_factory=list)
+    direction: str | None = None
+
+    def problem(self, check: str, note: str) -> None:
+        self.problems.setdefault(check, []).append(note)
+
+
+def prepare(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule] | None = None) -> Prepared:
+    if spec.kind == "line":
+        return _prepare_line(spec, root, declared)
+    if spec.kind == "bar":
+        return _prepare_bar(spec, root, declared)
+    return _prepare_scatter(spec, root, declared)
+
+
+def row(series: str, x: Any, y: float, values: Sequence[float], *, n: int | None, capsules: Sequence[str],
+        test_id: str | None, metric: str) -> dict[str, Any]:
+    """One source.csv row: y is the mean of `values` (one per seed), the error the sample std (none for one)."""
+    err = sample_std(list(values))
+    return {"series": series, "x": x, "y": y, "err_lo": err, "err_hi": err, "n": n, "seeds": len(values),
+            "capsules": ";".join(capsules), "test_id": test_id, "metric": metric}
+
+
+def _direction(name: str, declared: Mapping[str, MetricRule] | None, stated: Any = None) -> str | None:
+    short = metric_registry.to_short(stated) or metric_registry.direction(name, declared)
+    return metric_registry.DIRECTION_WORDS.get(short or "")
+
+
+# -- line ---------------------------------------------------------------------------------------------------
+def _prepare_line(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule] | None) -> Prepared:
+    assert spec.x is not None and spec.y is not None
+    found = Prepared(direction=_direction(spec.y, declared))
+    split = "val" if spec.y.lower().startswith(("val/", "val_", "eval/", "eval_")) else "train"
+    for index, series in enumerate(spec.series):
+        curves: list[tuple[str, list[tuple[Any, float]]]] = []
+        for key in series.capsules:
+            ispec = {"capsule": key, "file": "train.csv", "metric": spec.y}
+            got = resolve_input(root, ispec, f"series[{index}].capsules ({key})")
+            curves.append((key, _curve(got, spec.x, spec.y, found)))
+            found.entries.append(input_entry(ispec, got, split))
+        found.rows += _curve_rows(series, curves, spec.y, found)
+    return found
+
+
+def _curve(got: InputFile, x: str, y: str, found: Prepared) -> list[tuple[Any, float]]:
+    """(x, y) pairs of train.csv in file order; empty y cells (a val metric not logged at that step) skipped."""
+    frame = got.frame()
+    for column in (x, y):
+        if column not in frame.columns:
+            raise ConfigError(f"{got.path}: no column {column!r} (columns: {', '.join(map(str, frame.columns))})")
+    pairs = []
+    for step, value in zip(frame[x].tolist(), frame[y].tolist(), strict=True):
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        try:
+            pairs.append((plain(step), float(value)))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{got.path}: column {y!r} holds {value!r}, not a number") from None
+    steps = [s for s, _ in pairs]
+    if any(not b > a for a, b in zip(steps, steps[1:], strict=False)):
+        found.problem("G5_axis", f"{got.path}: {x} is not strictly increasing")
+    return pairs
+
+
+def _curve_rows(series: Series, curves: list[tuple[str, list[tuple[Any, float]]]], metric: str,
+                found: Prepared) -> list[dict[str, Any]]:
+    """Mean and std over seeds at each x every seed logged; seeds logged at different x are a G5 problem
+    (averaging where only some seeds have a value would change the curve's meaning), drawn on the shared x."""
+    first = list(dict.fromkeys(x for x, _ in curves[0][1]))
+    shared = set(first).intersection(*({x for x, _ in pairs} for _, pairs in curves[1:]))
+    for key, pairs in curves:
+        if {x for x, _ in pairs} != set(first):
+            found.problem("G5_axis", f"series {series.label!r}: seeds do not share x values ({curves[0][0]}: "
+                                     f"{len(first)}, {key}: {len({x for x, _ in pairs})})")
+    if not shared:
+        found.problem("G6_data", f"series {series.label!r}: no x value every seed logged")
+    lookups = [dict(pairs) for _, pairs in curves]
+    keys = [key for key, _ in curves]
+    rows = []
+    for x in (x for x in first if x in shared):
+        values = [lookup[x] for lookup in lookups]
+        rows.append(row(series.label, x, mean(list(values)), values, n=len(values), capsules=keys, test_id=None,
+                        metric=metric))
+    return rows
+
+
+# -- bar and scatter ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reading:
+    value: float
+    direction: Any
+    n: int | None
+    split: str | None
+
+
+def metric_reading(got: InputFile, metric: str) -> Reading:
+    """One metric of one metrics.json: its value (a finite number, else refused naming the file and key)."""
+    data = got.json()
+    block = data.get("metrics", {}).get(metric) if isinstance(data, dict) and isinstance(data.get("metrics"),
+                                                                                          dict) else None
+    value = block.get("value") if isinstance(block, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(f"{got.path}: metrics.{metric}.value is {value!r}, not a finite number")
+    n = data.get("n")
+    split = data.get("split")
+    return Reading(float(value), block.get("direction") if isinstance(block, dict) else None,
+                   n if isinstance(n, int) and not isinstance(n, bool) else None, split if isinstance(split, str)
+                   else None)
+
+
+def _read_metrics(root: Path, spec: FigureSpec, index: int, key: str, metrics: Sequence[str], label: str,
+                  found: Prepared) -> list[Reading]:
+    """The named metrics of one capsule's metrics.json, read once; a split other than test is disclosed."""
+    ispec = {"capsule": key, "test_id": spec.test_id, "metric": label}
+    got = resolve_input(root, ispec, f"series[{index}].capsules ({key})")
+    readings = [metric_reading(got, metric) for metric in metrics]
+    found.entries.append(input_entry(ispec, got, readings[0].split))
+    if readings[0].split not in (None, "test"):
+        found.disclosures.append(f"validation-split number ({readings[0].split}): {key} {spec.test_id}")
+    return readings
+
+
+def _prepare_bar(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule] | None) -> Prepared:
+    assert spec.metric is not None
+    found = Prepared()
+    for index, series in enumerate(spec.series):
+        readings = [_read_metrics(root, spec, index, key, [spec.metric], spec.metric, found)[0]
+                    for key in series.capsules]
+        values = [r.value for r in readings]
+        counts = {r.n for r in readings}
+        if len(counts) > 1:
+            found.problem("G6_data", f"series {series.label!r}: seeds were tested on different n "
+                                     f"({', '.join(sorted(map(str, counts)))})")
+        found.rows.append(row(series.label, index, mean(list(values)), values, n=counts.pop() if len(counts) == 1
+                              else None, capsules=series.capsules, test_id=spec.test_id, metric=spec.metric))
+        found.direction = found.direction or _direction(spec.metric, declared, readings[0].direction)
+    return found
+
+
+def _prepare_scatter(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule] | None) -> Prepared:
+    assert spec.x is not None and spec.y is not None
+    found = Prepared()
+    label = f"{spec.y} vs {spec.x}"
+    for index, series in enumerate(spec.series):
+        for key in series.capsules:
+            x, y = _read_metrics(root, spec, index, key, [spec.x, spec.y], label, found)
+            found.rows.append(row(series.label, x.value, y.value, [y.value], n=y.n, capsules=[key],
+                                  test_id=spec.test_id, metric=label))
+            found.direction = found.direction or _direction(spec.y, declared, y.direction)
+    return found
+
+
+# -- drawing ---------------------------------------------------------------------------------------------------
+def draw(fig: Figure, spec: FigureSpec, rows: Sequence[Mapping[str, Any]], direction: str | None) -> None:
+    """Draw the rows on one axes of `fig`, series in the order figure.json lists them."""
+    ax = fig.add_subplot()
+    order = [s.label for s in spec.series]
+    by_series = {label: [r for r in rows if r["series"] == label] for label in order}
+    if spec.kind == "line":
+        _draw_line(ax, by_series)
+    elif spec.kind == "bar":
+        _draw_bar(ax, by_series)
+    else:
+        for label, points in by_series.items():
+            ax.scatter([p["x"] for p in points], [p["y"] for p in points], label=label, s=24)
+        ax.legend(loc="best")
+    default_x = {"line": spec.x, "bar": None, "scatter": spec.x}[spec.kind]
+    default_y = spec.metric if spec.kind == "bar" else spec.y
+    if spec.title:
+        ax.set_title(spec.title)
+    if spec.xlabel or default_x:
+        ax.set_xlabel(spec.xlabel or default_x or "")
+    ax.set_ylabel(spec.ylabel if spec.ylabel is not None else f"{default_y}{arrow(direction)}")
+
+
+def _draw_line(ax: Axes, by_series: Mapping[str, list[Mapping[str, Any]]]) -> None:
+    for label, points in by_series.items():
+        xs, ys = [p["x"] for p in points], [p["y"] for p in points]
+        (line,) = ax.plot(xs, ys, label=label, linewidth=1.5)
+        if any(p["err_lo"] is not None for p in points):
+            ax.fill_between(xs, [p["y"] - (p["err_lo"] or 0.0) for p in points],
+                            [p["y"] + (p["err_hi"] or 0.0) for p in points], color=line.get_color(), alpha=0.25,
+                            linewidth=0, label=f"{BAND_PREFIX}{label}")
+    ax.legend(loc="best")
+
+
+def _draw_bar(ax: Axes, by_series: Mapping[str, list[Mapping[str, Any]]]) -> None:
+    for index, (label, points) in enumerate(by_series.items()):
+        for point in points:
+            err = None if point["err_lo"] is None else [[point["err_lo"]], [point["err_hi"]]]
+            ax.bar([point["x"]], [point["y"]], yerr=err, capsize=4, label=label, color=f"C{index % 10}", width=0.6)
+    ax.set_xticks(range(len(by_series)), list(by_series))
