@@ -8,7 +8,10 @@ name it, so the rule is kept by the change that would break it rather than by a 
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,20 +58,38 @@ def test_capabilities_are_checked_by_protocol_not_by_probing_attributes() -> Non
     assert probing == []
 
 
+def _citations(path: Path) -> Iterator[tuple[int, re.Match[str]]]:
+    """Every citation in comments and docstrings; in other string literals only those naming a section (a
+    message that says `docs/gate.md §5`), since a literal without one is data: DELIVER names its own files
+    (a table's Markdown output, the demo's paper) in code and tests as plain strings."""
+    text = path.read_text(encoding="utf-8")
+    docstrings = {(node.body[0].lineno, node.body[0].col_offset) for node in ast.walk(ast.parse(text))
+                  if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+                  and isinstance(node.body[0].value.value, str)}
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type not in (tokenize.COMMENT, tokenize.STRING):
+            continue
+        prose = token.type == tokenize.COMMENT or token.start in docstrings
+        for offset, line in enumerate(token.string.splitlines()):
+            for match in CITATION.finditer(line):
+                if prose or match.group(2):
+                    yield token.start[0] + offset, match
+
+
 def test_every_cited_document_is_in_the_repo_with_the_cited_section() -> None:
     """Comments and docstrings cite docs/*.md (§N must be a heading there), never a file outside the repo."""
     bad = []
     for path in [*_modules(), *sorted((REPO / "tests").rglob("*.py")), *sorted((REPO / "benchmarks").glob("*.py"))]:
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            for match in CITATION.finditer(line):
-                cited, section = match.group(1), match.group(2)
-                if cited in {"README.md", "help.md"} or cited.endswith("/help.md"):
-                    continue
-                target = REPO / cited
-                where = f"{path.relative_to(REPO)}:{n} cites {match.group(0)}"
-                if not cited.startswith("docs/") or not target.is_file():
-                    bad.append(where)
-                elif section and not re.search(rf"^#+ .*§{re.escape(section)}\b", target.read_text(encoding="utf-8"),
-                                               re.M):
-                    bad.append(where + " (no such section)")
+        for n, match in _citations(path):
+            cited, section = match.group(1), match.group(2)
+            if cited in {"README.md", "help.md"} or cited.endswith("/help.md"):
+                continue
+            target = REPO / cited
+            where = f"{path.relative_to(REPO)}:{n} cites {match.group(0)}"
+            if not cited.startswith("docs/") or not target.is_file():
+                bad.append(where)
+            elif section and not re.search(rf"^#+ .*§{re.escape(section)}\b", target.read_text(encoding="utf-8"),
+                                           re.M):
+                bad.append(where + " (no such section)")
     assert bad == []

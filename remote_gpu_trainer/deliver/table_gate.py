@@ -1,7 +1,7 @@
 """The parse gate of a table, Q1–Q6 (docs/deliver.md §4): the rendered files read back and compared with
 source.csv, never trusted because the writer returned.
 
-Q1 parse back: final.csv parses with pandas; final.md and final.tex parse as tables (every row the header's
+Q1 parse back: final.csv parses with pandas; the Markdown and LaTeX files parse as tables (every row the header's
    width, LF line ends, a trailing newline); source.csv parses as source rows.
 Q2 no NaN/inf in any number of source.csv, final.csv, or a displayed cell.
 Q3 cells match source: the rows are the layout's, in its order; every metric cell equals the formatter of
@@ -126,7 +126,7 @@ class Displayed:
 
 def check_table(source: bytes, outputs: Mapping[str, bytes], layout: Layout,
                 directions: Mapping[str, str | None]) -> GateResult:
-    """Q1–Q6 over source.csv and the rendered files (`{"final.md": bytes, ...}`)."""
+    """Q1–Q6 over source.csv and the rendered files (`{"final.<fmt>": bytes}`)."""
     v = _Verdicts()
     cells = _source(source, v)
     shown, csv_rows = _parse_outputs(outputs, layout, v)

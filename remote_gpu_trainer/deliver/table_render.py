@@ -1,4 +1,4 @@
-"""A table's final.md, final.tex and final.csv, rendered from its source rows (docs/deliver.md §4).
+"""A table's final.{md,tex,csv}, rendered from its source rows (docs/deliver.md §4).
 
 The source rows (one per method × metric: mean and sample std over seeds at full precision, n, seeds) are the
 only numbers a table holds; every rendered cell is a function of one of them, so the parse gate
@@ -166,7 +166,7 @@ def verdicts(cells: Mapping[tuple[str, str], SourceCell], layout: Layout,
 
 
 def render(frame: pd.DataFrame, layout: Layout, directions: Mapping[str, str | None]) -> dict[str, bytes]:
-    """Every format of `layout.formats` as `{"final.md": bytes, ...}`: UTF-8, LF, a trailing newline."""
+    """Every format of `layout.formats` as `{"final.<fmt>": bytes}`: UTF-8, LF, a trailing newline."""
     cells = source_cells(frame)
     for method in layout.rows:
         for metric in layout.columns:

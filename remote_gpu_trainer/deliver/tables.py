@@ -1,4 +1,4 @@
-"""`rgt build table ID`: tables/<id>/table.json → source.csv, final.md|tex|csv and the parse gate
+"""`rgt build table ID`: tables/<id>/table.json → source.csv, final.{md,tex,csv} and the parse gate
 (docs/deliver.md §4).
 
 The user writes which capsules make each row and which metrics make the columns; everything else is generated

@@ -107,8 +107,8 @@ def test_q3_a_markdown_cell_edited_by_hand() -> None:
 
 
 def test_q3_outputs_left_from_an_older_source() -> None:
-    """One number changed in source.csv, outputs not rebuilt. 31.004 still rounds to the 31.00 that final.md
-    and final.tex show, so only full-precision final.csv can tell: it must."""
+    """One number changed in source.csv, outputs not rebuilt. 31.004 still rounds to the 31.00 that the
+    Markdown and LaTeX tables show, so only full-precision final.csv can tell: it must."""
     newer = SOURCE.replace(b"baseline,psnr,31.0,0.2", b"baseline,psnr,31.004,0.2")
     result = gate(OUTPUTS, src=newer)
     assert result.checks == verdicts(Q3="fail")

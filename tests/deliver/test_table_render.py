@@ -1,5 +1,5 @@
-"""Rendering a table from its source rows (docs/deliver.md §4) with real pandas: the exact bytes of final.md,
-final.tex and final.csv, rounding only at render with `f"{v:.{p}f}"`, and the bold rule both ways."""
+"""Rendering a table from its source rows (docs/deliver.md §4) with real pandas: the exact bytes of
+final.{md,tex,csv}, rounding only at render with `f"{v:.{p}f}"`, and the bold rule both ways."""
 
 from __future__ import annotations
 
