@@ -113,7 +113,10 @@ def _d2(row: GeneratedRow) -> str:
 
 
 def _d3(facts: RowFacts) -> str:
+    """Said of a value only: a row without one (D1 says why) has no variance band to miss."""
     seeds = facts.row.seeds
+    if facts.row.value is None:
+        return ""
     if seeds == 1:
         return SINGLE_SEED
     if 1 < seeds < facts.required_seeds:
@@ -145,15 +148,17 @@ def shown_value(facts: RowFacts) -> str:
     return format_value(row.value, spec.precision, spec.display_scale) if row.value is not None else "n/a"
 
 
-def inline_rest(facts: RowFacts, disclosure: Disclosure) -> str:
+def inline_rest(facts: RowFacts, disclosure: Disclosure, *, finding_texts: bool = False) -> str:
     """Everything the inline form prints after the number: unit, arrow, statistics, the other disclosures and
-    the finding ids (the `…Disc` macro holds exactly this)."""
+    the finding ids. `finding_texts` prints each finding's disclosure text with its id instead (the `…Disc`
+    macro does: a reader of the paper cannot look an id up)."""
     row = facts.row
     arrow = ARROWS.get(row.direction or "", UNKNOWN_ARROW) if row.direction is not None else UNKNOWN_ARROW
     head = " ".join(part for part in (row.unit or "", arrow) if part)
-    others = [text for code, text in disclosure.items if code not in NOT_SHOWN_INLINE]
+    hidden = ("D3",) if finding_texts else NOT_SHOWN_INLINE
+    others = [text for code, text in disclosure.items if code not in hidden]
     body = ", ".join(_statistics(facts)) + ("; " + "; ".join(others) if others else "")
-    ids = f" [{', '.join(disclosure.finding_ids)}]" if disclosure.finding_ids else ""
+    ids = f" [{', '.join(disclosure.finding_ids)}]" if disclosure.finding_ids and not finding_texts else ""
     return f"{head} ({body}){ids}" if head else f"({body}){ids}"
 
 
@@ -164,7 +169,7 @@ def _statistics(facts: RowFacts) -> list[str]:
     n = "?" if row.n is None else str(row.n)
     parts = [row.split or "split ?"]
     if row.seeds <= 1:
-        return parts + [f"n={n}"] + ([SINGLE_SEED] if row.seeds == 1 else [])
+        return parts + [f"n={n}"] + ([SINGLE_SEED] if _d3(facts) == SINGLE_SEED else [])
     parts += [f"n={n} items", _d3(facts) or f"{row.seeds} seeds"]
     variance = row.variance or {}
     if variance.get("type") == STD_OVER_SEEDS and isinstance(variance.get("value"), float):

@@ -47,6 +47,7 @@ class RowOutcome:
     shown: str  # the number at its precision and display scale (n/a without a value)
     rest: str  # the inline form after the number
     disclosure: str | None  # the row's joined D-texts
+    companion: str  # what the `…Disc` macro holds: `rest` with each finding's disclosure text as well
 
     @property
     def inline(self) -> str:
@@ -99,7 +100,7 @@ def build_evidence(project: ProjectConfig, db: StateDB, now: datetime, *, with_m
     outcomes = [_claim(context, claim, c, generated, report) for c, claim in enumerate(claims)]
     fields = [{"disclosure": o.disclosure, "findings": list(o.findings), "state": o.state} for o in outcomes]
     document = evidence.filled(source, stamp, rows, fields)
-    macro_bytes = macros.render([macros.MacroRow(r.subject, r.macro, r.shown, r.rest)
+    macro_bytes = macros.render([macros.MacroRow(r.subject, r.macro, r.shown, r.companion)
                                  for o in outcomes for r in o.rows]) if with_macros else None
     macros_path = _macros_target(project.root) if with_macros else None
     target = project.root / evidence.FILE
@@ -192,7 +193,7 @@ def _claim(context: _Context, claim: ClaimSpec, position: int, generated: Mappin
         texts += [text for _, text in said.items]
         rows.append(RowOutcome(spec.subject, macros.macro_name(claim.id, spec.index, len(claim.rows)),
                                facts.row.value, disclosure.shown_value(facts), disclosure.inline_rest(facts, said),
-                               said.text))
+                               said.text, disclosure.inline_rest(facts, said, finding_texts=True)))
     touching = _touching(context, claim, None)
     runs = {cell.split("/")[0] for row in claim.rows for cell in row.cells}
     climbed = ladder.climb(ladder.ClaimEvidence(
