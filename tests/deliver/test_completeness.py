@@ -211,3 +211,38 @@ def test_no_grid_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["completeness", str(root)]) == 2
     assert "no [grid]" in capsys.readouterr().err
     assert not (root / "completeness.json").exists()
+
+
+async def test_the_teardown_modal_names_a_seed_the_grid_expects_that_is_only_on_the_box(tmp_path: Path) -> None:
+    """Run r1's roster (seed0, seed1) is pulled and verified, so the gate is open; the grid also expects seed2,
+    which a later job left on the box only. The modal says so; the gate stays open (it judges the roster)."""
+    from textual.widgets import Static
+
+    from remote_gpu_trainer.app import RgtApp
+    from remote_gpu_trainer.screens.teardown import TeardownScreen
+    from support.gate_helpers import box_root, project_text, verified_project
+    from support.tui_helpers import gate_open, wait_until
+
+    grid = '\n[grid]\ndims = { seed = [0, 1, 2] }\ncapsule = "r1/seed{seed}"\ntest_id = "main"\n'
+    root = await verified_project(tmp_path / "p", project_text(extra=grid))
+    late = box_root(root) / "seed2"
+    late.mkdir()
+    shutil.copyfile(CKPT, late / "best.pth")
+    session = Session.open(str(root))
+    app = RgtApp(session)
+    try:
+        async with app.run_test(size=(140, 48)) as pilot:
+            await wait_until(pilot, lambda: gate_open(app))
+            await pilot.press("t")
+            await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+            modal = app.screen
+            assert isinstance(modal, TeardownScreen) and modal.plan.gate_open
+            shown = str(modal.query_one("#teardown-lines", Static).render())
+            assert ("Grid:      seed=2 (r1/seed2): checkpoint only on this box, 2.5 KiB: pull it before teardown "
+                    "(rgt completeness lists the pull list)") in shown
+            assert "seed=0" not in shown and "seed=1 " not in shown  # pulled and sealed: nothing to say
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, TeardownScreen))
+    finally:
+        await session.close_transports()
+        session.close()
