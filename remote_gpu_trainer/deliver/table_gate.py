@@ -406,8 +406,8 @@ def _check_n(cells: Mapping[tuple[str, str], SourceCell], shown: list[Displayed]
             tables.append((table.dialect.file, [r[0] for r in table.rows], _ints(table.rows, n_at),
                            _ints(table.rows, seeds_at)))
     else:
-        v.disclose(Q5, "n and seeds are not shown in final.md / final.tex (layout.show_n = false); "
-                       "final.csv and source.csv hold them")
+        held = "final.csv and source.csv hold them" if "csv" in layout.formats else "source.csv holds them"
+        v.disclose(Q5, f"n and seeds are not shown in the table (layout.show_n = false); {held}")
     if csv_rows is not None:
         tables.append(("final.csv", [r.get("method", "") for r in csv_rows], _csv_ints(csv_rows, "n"),
                        _csv_ints(csv_rows, "seeds")))

@@ -180,8 +180,12 @@ def test_q5_a_wrong_n_and_a_hidden_n_that_is_disclosed() -> None:
     hidden = replace(LAYOUT, show_n=False)
     result = gate(render(read_source(SOURCE), hidden, DIRECTIONS), layout=hidden)
     assert (result.checks, result.passed) == (verdicts(Q5="disclosed"), True)
-    assert result.notes == ("Q5_n_shown: n and seeds are not shown in final.md / final.tex (layout.show_n = false); "
+    assert result.notes == ("Q5_n_shown: n and seeds are not shown in the table (layout.show_n = false); "
                             "final.csv and source.csv hold them",)
+    no_csv = replace(hidden, formats=("md",))
+    result = gate(render(read_source(SOURCE), no_csv, DIRECTIONS), layout=no_csv)
+    assert result.notes == ("Q5_n_shown: n and seeds are not shown in the table (layout.show_n = false); "
+                            "source.csv holds them",)
 
 
 # -- Q6 -------------------------------------------------------------------------------------------------------
