@@ -28,13 +28,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from remote_gpu_trainer.audits.verify.load import SAFE_ID
 from remote_gpu_trainer.config_verify import VerifyConfig
 from remote_gpu_trainer.toml_table import Table
 
 RECONCILE_MODES = ("rounding", "exact")
 V31 = "V31"
 MAX_GRID_POINTS = 100_000  # a grid is written by hand; more than this is a typo (a range pasted as a list)
-_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _DIM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 
@@ -136,7 +136,7 @@ def read_grid_config(top: Table) -> GridConfig | None:
     capsule = body.text("capsule", required=True, nonempty=True)
     test_id = body.text("test_id", required=True, nonempty=True)
     split = body.text("split", nonempty=True, default="test") or "test"
-    if not _SAFE_ID.match(split):
+    if not SAFE_ID.match(split):
         body.problem("split", f"{split!r} is not a split name (letters, digits, '.', '_', '-')")
     names = [name for name, _ in dims]
     ok = dims and capsule is not None and test_id is not None
@@ -208,11 +208,11 @@ def _points(body: Table, dims: tuple[tuple[str, tuple[str | int, ...]], ...], ca
         coords = tuple(zip(names, values, strict=True))
         point = GridPoint(coords, render(capsule, dict(coords)), render(test_id, dict(coords)))
         parts = point.capsule.split("/")
-        if len(parts) != 2 or not all(_SAFE_ID.match(part) for part in parts):
+        if len(parts) != 2 or not all(SAFE_ID.match(part) for part in parts):
             body.problem("capsule", f"renders {point.capsule!r} for {point.label}: it must be <run-id>/<cell>, two "
                          "safe names")
             return ()
-        if not _SAFE_ID.match(point.test_id):
+        if not SAFE_ID.match(point.test_id):
             body.problem("test_id", f"renders {point.test_id!r} for {point.label}: not a safe test id")
             return ()
         twin = seen.setdefault((point.capsule, point.test_id), point)

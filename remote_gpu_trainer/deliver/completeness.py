@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from remote_gpu_trainer.audits.verify.load import SAFE_ID
 from remote_gpu_trainer.audits.verify.model import Capsule, ProjectEvidence
 from remote_gpu_trainer.config_deliver import GridConfig, GridPoint
 
@@ -217,7 +218,8 @@ def _vis_files(capsule: Capsule | None, test_id: str, ids: Sequence[str] | None)
 
 
 def _names(raw: Any) -> list[str]:
-    return [str(x) for x in raw if isinstance(x, str | int) and "/" not in str(x)] if isinstance(raw, list) else []
+    """Condition and role names as run.json (written on the box) lists them: only safe names make a path."""
+    return [str(x) for x in raw if isinstance(x, str | int) and SAFE_ID.match(str(x))] if isinstance(raw, list) else []
 
 
 def _fit_records(evidence: ProjectEvidence, capsule: Capsule | None) -> list[Mapping[str, Any]]:

@@ -136,7 +136,7 @@ def read_selections(root: Path, paths: Sequence[str]) -> dict[str, tuple[str, ..
         body = _json_file(root, rel)
         raw = body.get("ids", body.get("items")) if isinstance(body, dict) else None
         ids = [x.get("id") if isinstance(x, dict) else x for x in raw] if isinstance(raw, list) else None
-        ok = ids is not None and all(isinstance(i, str) and i and "/" not in i for i in ids)
+        ok = ids is not None and all(isinstance(i, str) and completeness.SAFE_ID.match(i) for i in ids)
         found[rel] = tuple(str(i) for i in ids or ()) if ok else None
     return found
 

@@ -68,7 +68,8 @@ def point(body: dict[str, Any], capsule: str) -> dict[str, Any]:
     return next(p for p in body["points"] if p["capsule"] == capsule)
 
 
-VIS = {"selection_id": "main-all", "path": "selections/main-all.json", "k": 2, "conditions": ["ours"],
+# ".." is a condition name only a hostile run.json writes: it never becomes a path (4 visuals, not 6)
+VIS = {"selection_id": "main-all", "path": "selections/main-all.json", "k": 2, "conditions": ["ours", ".."],
        "roles": ["input", "pred"]}
 
 
