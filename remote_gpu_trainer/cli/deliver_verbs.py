@@ -15,6 +15,7 @@ from remote_gpu_trainer.cli.parser import BUILD_TARGETS
 from remote_gpu_trainer.errors import ConfigError
 
 if TYPE_CHECKING:
+    from remote_gpu_trainer.deliver.figures import FigureBuild
     from remote_gpu_trainer.deliver.tables import TableBuild
     from remote_gpu_trainer.services.session import Session
 
@@ -49,8 +50,58 @@ def _build_target(what: str, ident: str | None, project: str | None) -> tuple[st
 
 
 # -- one function per target: each is filled by the builder it names -----------------------------------------
+FIGURE_SCHEMA = "rgt-build-figure/v1"
+
+
 def _build_figure(figure_id: str | None, project: str | None, fmt: str) -> int:
-    raise ConfigError("rgt build figure: not built yet")
+    """`rgt build figure ID`: exit 0 built and its pixel gate passed, 1 built but a check failed or two builds
+    differed (the outputs are kept to look at) or its build.py failed, 2 bad input with nothing written
+    (docs/deliver.md §3)."""
+    from remote_gpu_trainer.cli.sessions import with_session
+
+    return with_session(project, lambda session: _figure(session, str(figure_id), fmt), writes="build figure")
+
+
+def _figure(session: Session, figure_id: str, fmt: str) -> int:
+    from remote_gpu_trainer.cli.printers import print_json
+    from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK
+    from remote_gpu_trainer.services.figures import build_figure
+
+    built = build_figure(session.project, figure_id)
+    if fmt == "json":
+        print_json(figure_document(built))
+    else:
+        _print_figure(built)
+    return EXIT_OK if built.passed else EXIT_FAILED
+
+
+def figure_document(built: FigureBuild) -> dict[str, Any]:
+    """rgt-build-figure/v1 {schema, figure_id, folder, passed: bool, deterministic: bool, qa: object,
+    source: object, outputs: [{path, sha256, px?}], disclosure: str|null}: figure.json's generated keys."""
+    document = built.document
+    return {"schema": FIGURE_SCHEMA, "figure_id": built.figure_id, "folder": str(built.folder),
+            "passed": built.passed, "deterministic": built.deterministic, "qa": document.get("qa"),
+            "source": document.get("source"), "outputs": document.get("outputs"),
+            "disclosure": document.get("disclosure")}
+
+
+def _print_figure(built: FigureBuild) -> None:
+    from remote_gpu_trainer.text import escape_control
+
+    verdict = "passed" if built.passed else "FAILED"
+    source = built.document.get("source") or {}
+    print(f"figure {built.figure_id}: QA {verdict} → {escape_control(str(built.folder))}")
+    print(f"  wrote source.csv ({source.get('rows')} rows), "
+          + ", ".join(f"{o['path']}" + (f" ({o['px'][0]}×{o['px'][1]} px)" if "px" in o else "")
+                      for o in built.document.get("outputs") or []))
+    for check, result in built.checks.items():
+        print(f"  {check:<12} {result.status:<10} {escape_control('; '.join(result.notes))}".rstrip())
+    if not built.deterministic:
+        print(f"  not deterministic: two builds from the same inputs gave different bytes "
+              f"({', '.join(built.differing)})")
+    disclosure = built.document.get("disclosure")
+    if disclosure:
+        print(f"  disclosure: {escape_control(str(disclosure))}")
 
 
 TABLE_SCHEMA = "rgt-build-table/v1"
