@@ -15,8 +15,6 @@ raises ConfigError naming the file and key, before anything is written.
 from __future__ import annotations
 
 import math
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.audits.verify import metric_registry
-from remote_gpu_trainer.audits.verify.load import SAFE_ID
 from remote_gpu_trainer.audits.verify.model import MetricRule, sha256_hex
 from remote_gpu_trainer.audits.verify.numbers import mean, sample_std
 from remote_gpu_trainer.clock import iso_z, utc_now
@@ -34,6 +31,7 @@ from remote_gpu_trainer.deliver.build_common import (
     input_entry,
     load_document,
     merge_document,
+    output_folder,
     provenance,
     resolve_input,
     source_csv,
@@ -74,31 +72,11 @@ class TableBuild:
         return self.gate.passed and self.deterministic
 
 
-def table_folder(root: Path, table_id: str) -> Path:
-    """tables/<id>/ as a plain folder inside the project, or ConfigError (an unknown or linked table)."""
-    if not SAFE_ID.match(table_id):
-        raise ConfigError(f"rgt build table: {table_id!r} is not a table id (letters, digits, . _ -)")
-    folder = root / "tables" / table_id
-    for path in (root / "tables", folder):
-        info = _lstat(path)
-        if info is None or not stat.S_ISDIR(info.st_mode):
-            raise ConfigError(f"rgt build table: no table {table_id!r} (expected the folder tables/{table_id}/ "
-                              "with a table.json, as a plain folder inside the project)")
-    return folder
-
-
-def _lstat(path: Path) -> os.stat_result | None:
-    try:
-        return os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-
-
 def build_table(root: Path, table_id: str, *, declared: Mapping[str, MetricRule] | None = None,
                 code: Mapping[str, Any] | None = None, now: datetime | None = None) -> TableBuild:
     """Build one table (see the module docstring). `declared` are rgt.toml's metric directions; `code` the
     git state of the tree (build_common.code_state, computed once per `rgt build`)."""
-    folder = table_folder(root, table_id)
+    folder = output_folder(root, "table", table_id)
     where = f"tables/{table_id}/table.json"
     user = load_document(folder / "table.json", SCHEMA, "table_id", table_id)
     spec = parse_spec(user, root, where)
@@ -110,7 +88,7 @@ def build_table(root: Path, table_id: str, *, declared: Mapping[str, MetricRule]
         for target in (stage.first, stage.second):  # two builds from the same bytes: the determinism check
             for name, data in produce(spec, readings, directions).items():
                 (target / name).write_bytes(data)
-        deterministic = stage.deterministic(names)
+        differing = stage.differing(names)
         source = (stage.first / "source.csv").read_bytes()
         gate = check_table(source, {n: (stage.first / n).read_bytes() for n in names[1:]}, spec.layout, directions)
         prov = provenance(root, [r.capsule for r in readings], command=f"rgt build table {table_id}",
@@ -121,19 +99,19 @@ def build_table(root: Path, table_id: str, *, declared: Mapping[str, MetricRule]
                        "columns": list(SOURCE_COLUMNS), "key": list(SOURCE_KEY),
                        "directions": {m: DIRECTION_WORDS.get(d or "") for m, d in directions.items()}},
             "provenance": prov, "outputs": stage.outputs(names[1:]),
-            "qa": _qa(gate, deterministic, moment),
+            "qa": _qa(gate, differing, moment),
             "disclosure": disclosure(spec, readings, gate, prov),
         }
         document = merge_document(user, generated)
         stage.install(names, "table.json", document)
-    return TableBuild(table_id, folder, document, gate, deterministic)
+    return TableBuild(table_id, folder, document, gate, not differing)
 
 
-def _qa(gate: GateResult, deterministic: bool, moment: datetime) -> dict[str, Any]:
+def _qa(gate: GateResult, differing: Sequence[str], moment: datetime) -> dict[str, Any]:
     notes = list(gate.notes)
-    if not deterministic:
-        notes.append("not deterministic: two builds from the same inputs gave different bytes")
-    return {"passed": gate.passed, "checked_at": iso_z(moment), "deterministic": deterministic,
+    if differing:
+        notes.append(f"not deterministic: two builds from the same inputs gave different {', '.join(differing)}")
+    return {"passed": gate.passed, "checked_at": iso_z(moment), "deterministic": not differing,
             "checks": dict(gate.checks), "notes": "; ".join(notes)}
 
 
