@@ -13,10 +13,14 @@ from remote_gpu_trainer.deliver.tables import TableBuild
 from remote_gpu_trainer.deliver.tables import build_table as _build
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from remote_gpu_trainer.config import ProjectConfig
 
 
-def build_table(project: ProjectConfig, table_id: str, *, code: Mapping[str, Any] | None = None) -> TableBuild:
-    """Build tables/<table_id>/ of the project. `code` is the tree's git state when the caller builds several
-    outputs at once (one `git status` for all); None computes it here."""
-    return _build(project.root, table_id, declared=project.verify.metrics, code=code)
+def build_table(project: ProjectConfig, table_id: str, *, code: Mapping[str, Any] | None = None,
+                now: datetime | None = None) -> TableBuild:
+    """Build tables/<table_id>/ of the project. `code` is the tree's git state and `now` the build's time when
+    the caller builds several outputs at once (one `git status` and one timestamp for all); None computes
+    them here."""
+    return _build(project.root, table_id, declared=project.verify.metrics, code=code, now=now)
