@@ -41,7 +41,8 @@ VERB_HELP = {
     "trust": "trust a first-contact SSH host key after comparing its fingerprint",
     "capsule": "print the path of rgt_capsule.py, the helper a training script imports to write its run capsule",
     "splits": "build a split manifest splits/ID.json (member paths and sha256) from folders, a CSV or file lists",
-    "build": "generate EVIDENCE.json values, figures, tables and LaTeX macros from the pulled evidence (all by default)",
+    "build": "generate EVIDENCE.json values, figures, tables and LaTeX macros from the pulled evidence "
+             "(all by default)",
     "reconcile": "compare the numbers in the documents of rgt.toml [deliver] docs against EVIDENCE.json",
     "completeness": "check every point of rgt.toml [grid] for its checkpoint, split, inputs and visuals; "
                     "list what to pull",
@@ -75,7 +76,8 @@ VERB_EXAMPLES = {
     "splits": ("rgt splits build main --split train=data/train --split test=data/test",
                "rgt splits build main --csv splits.csv",
                "rgt splits build text-v1 --hash-unit record --csv records.csv --fields question,context"),
-    "build": ("rgt build", "rgt build evidence", "rgt build figure main-curve", "rgt build table tab2-main --format json"),
+    "build": ("rgt build", "rgt build evidence", "rgt build figure main-curve",
+              "rgt build table tab2-main --format json"),
     "reconcile": ("rgt reconcile", "rgt reconcile --mode exact --format json"),
     "completeness": ("rgt completeness", "rgt completeness --format json"),
     "completion": ("rgt completion bash > ~/.local/share/bash-completion/completions/rgt",
@@ -290,7 +292,8 @@ def _build_arguments(parser: Parser) -> None:
     parser.add_argument("what", nargs="?", default="all", metavar="WHAT",
                         help=f"what to build: {', '.join(BUILD_TARGETS)} (default all, in the order figures, tables, "
                              "evidence, macros)")
-    parser.add_argument("id", nargs="?", metavar="ID", help="figure or table: its folder name under figures/ or tables/")
+    parser.add_argument("id", nargs="?", metavar="ID",
+                        help="figure or table: its folder name under figures/ or tables/")
     _project_argument(parser)
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="text for people (default) or json: one document with a versioned schema")

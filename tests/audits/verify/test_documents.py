@@ -49,8 +49,8 @@ def test_v31_is_registered_with_its_params() -> None:
 
 def test_without_documents_v31_is_skipped(tmp_path: Path) -> None:
     outcome = v31(project(tmp_path, {}))
-    assert (outcome.status, outcome.note) == ("skipped",
-                                              "no documents configured ([deliver] docs or [verify.reconcile] docs in rgt.toml)")
+    assert (outcome.status, outcome.note) == (
+        "skipped", "no documents configured ([deliver] docs or [verify.reconcile] docs in rgt.toml)")
 
 
 def test_a_stale_number_is_an_error_on_its_line(tmp_path: Path) -> None:
