@@ -158,7 +158,9 @@ def _read_metrics(root: Path, spec: FigureSpec, index: int, key: str, metrics: S
     readings = [metric_reading(got, metric) for metric in metrics]
     found.entries.append(input_entry(ispec, got, readings[0].split))
     if readings[0].split not in (None, "test"):
-        found.disclosures.append(f"validation-split number ({readings[0].split}): {key} {spec.test_id}")
+        note = f"{spec.series[index].label}: {readings[0].split}-split numbers, not test"
+        if note not in found.disclosures:
+            found.disclosures.append(note)
     return readings
 
 

@@ -134,7 +134,7 @@ def build_figure(root: Path, figure_id: str, *, declared: Mapping[str, MetricRul
             "source": {"path": "source.csv", "sha256": sha256_hex(first.source),
                        "rows": first.source.count(b"\n") - 1, "columns": list(SOURCE_COLUMNS), "key": list(SORT_KEY)},
             "provenance": prov, "outputs": stage.outputs(OUTPUTS, {"final.png": first.px}), "qa": qa,
-            "disclosure": disclosure_text(plan.disclosures, first.checks),
+            "disclosure": disclosure_text(plan.disclosures, first.checks, prov),
         }
         document = merge_document(user, generated)
         stage.install(FILES, "figure.json", document)
@@ -224,11 +224,14 @@ def _release(figure: Figure) -> None:
         pyplot.close(figure)
 
 
-def disclosure_text(found: Sequence[str], checks: Mapping[str, Check]) -> str | None:
-    """figure.json's `disclosure`: what the numbers need said (a validation split) and every disclosed check's
-    sentences, joined; None when there is nothing to disclose."""
-    parts = list(dict.fromkeys([*found, *(d for c in checks.values() for d in c.disclosure)]))
-    return "; ".join(parts) + "." if parts else None
+def disclosure_text(found: Sequence[str], checks: Mapping[str, Check], prov: Mapping[str, Any]) -> str | None:
+    """figure.json's `disclosure`, in the same sentences as a table's (docs/deliver.md §3): what the numbers
+    need said (a split other than test), every disclosed check's sentences, a dirty tree. None when nothing."""
+    parts = [*found, *(d for c in checks.values() for d in c.disclosure)]
+    if prov.get("git_dirty"):
+        parts.append("Built from uncommitted code")
+    sentences = [p if p.endswith(".") else p + "." for p in parts]
+    return " ".join(dict.fromkeys(sentences)) or None
 
 
 def png_provenance(png: bytes) -> dict[str, Any] | None:

@@ -368,7 +368,7 @@ def _mismatches(rows: Sequence[Mapping[str, str]], shown: Mapping[str, marks.Mar
         shown_sorted = sorted(((float(x), y) if numeric else (0.0, y) for x, y in drawn_points), key=_key)
         for (sx, sy), (dx, dy) in zip(source, shown_sorted, strict=True):
             if sy is None or not (_close(float(sx or 0.0), dx) and _close(sy, dy)):
-                fails.append(f"series {series!r}: drawn ({dx:g}, {dy!r}) but source.csv has ({sx}, {sy!r})")
+                fails.append(f"series {series!r}: drawn ({dx:g}, {dy!r}) but source.csv has ({sx:g}, {sy!r})")
                 break
     return fails
 

@@ -157,7 +157,7 @@ def test_g5_lines_going_back_or_over_different_ranges_fail(tmp_path: Path) -> No
 
 def test_g6_drawn_values_that_differ_from_source_fail(tmp_path: Path) -> None:
     assert failing(gate(tmp_path, lambda f: bars(f, heights=(0.8, 0.95)), BAR_ROWS)) == {"G6_data": (
-        "fail", ("series 'ours': drawn (1, 0.95) but source.csv has (1.0, 0.9)",))}
+        "fail", ("series 'ours': drawn (1, 0.95) but source.csv has (1, 0.9)",))}
     off_by_a_hair = lambda f: bars(f, heights=(0.8, 0.9 * (1 + 1e-12)))  # noqa: E731  within 1e-9 relative
     assert failing(gate(tmp_path, off_by_a_hair, BAR_ROWS)) == {}
     extra = [*BAR_ROWS, {"series": "third", "x": 2, "y": 0.5, "seeds": 1}]
