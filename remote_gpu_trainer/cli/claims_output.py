@@ -2,6 +2,7 @@
 and why it stopped there, and per row the number in its inline form; `--format json` is one document.
 
 rgt-build-evidence/v1  {schema, evidence: str, generated_at: str, macros: str|null,
+                        reaudited: {fixed: int, raised: int}|null,
                         claims: [{id: str, state: str, stopped: str|null, disclosure: str|null, findings: [str],
                                   rows: [{subject: str, macro: str, value: float|null, inline: str,
                                           disclosure: str|null}]}]}
@@ -26,6 +27,8 @@ def evidence_document(outcome: BuildOutcome, root: Path) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "evidence": _rel(outcome.evidence_path, root), "generated_at": outcome.generated_at,
         "macros": _rel(outcome.macros_path, root) if outcome.macros_path is not None else None,
+        "reaudited": None if outcome.reaudited is None else dict(zip(("fixed", "raised"), outcome.reaudited,
+                                                                     strict=True)),
         "claims": [{"id": c.id, "state": c.state, "stopped": c.stopped, "disclosure": c.disclosure,
                     "findings": list(c.findings),
                     "rows": [{"subject": r.subject, "macro": "\\" + r.macro, "value": r.value, "inline": r.inline,
@@ -45,6 +48,10 @@ def print_outcome(outcome: BuildOutcome, root: Path, fmt: str) -> None:
         print(f"  {claim.id}  {claim.state}{stopped}")
         for row in claim.rows:
             print(f"    \\{row.macro}  {escape_control(row.inline)}")
+    if outcome.reaudited is not None:
+        fixed, raised = outcome.reaudited
+        print(f"re-audited after writing it: {fixed} finding{'s' if fixed != 1 else ''} fixed, {raised} raised; "
+              "built again with them")
     if outcome.macros_path is not None:
         print(f"{_rel(outcome.macros_path, root)}: {rows} macro{'s' if rows != 1 else ''} with their …Disc companions")
 

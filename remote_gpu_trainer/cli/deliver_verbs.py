@@ -171,7 +171,7 @@ def _claims(project: str | None, fmt: str, *, with_macros: bool) -> int:
     from remote_gpu_trainer.services.claims import build_evidence
 
     def action(session: Session) -> int:
-        outcome = build_evidence(session.project, session.db, report_now(), with_macros=with_macros)
+        outcome = build_evidence(session.project, session.db, report_now(), with_macros=with_macros, reaudit=True)
         print_outcome(outcome, session.project.root, fmt)
         return 0
 

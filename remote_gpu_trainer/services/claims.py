@@ -12,7 +12,7 @@ reconcile (the list V31 reads), reconciled against the values being written; and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,7 @@ class BuildOutcome:
     generated_at: str
     claims: tuple[ClaimOutcome, ...]
     macros_path: Path | None = None
+    reaudited: tuple[int, int] | None = None  # (fixed, raised) when a re-audit moved findings and it built again
 
 
 @dataclass(frozen=True)
@@ -84,9 +85,23 @@ class _Context:
     seed_params: Mapping[str, Any]
 
 
-def build_evidence(project: ProjectConfig, db: StateDB, now: datetime, *, with_macros: bool = False) -> BuildOutcome:
+def build_evidence(project: ProjectConfig, db: StateDB, now: datetime, *, with_macros: bool = False,
+                   reaudit: bool = False) -> BuildOutcome:
     """Fill EVIDENCE.json's generated fields from the capsules (and, `with_macros`, write final.tex from the
-    same rows), both atomically; a bad EVIDENCE.json is refused before anything is written."""
+    same rows), both atomically; a bad EVIDENCE.json is refused before anything is written.
+
+    With `reaudit`, a project audited before is audited again when an input changed (the file just written is
+    one), and built again when that fixed or raised a finding: the checks that read EVIDENCE.json judged it
+    before its fields were generated, so the disclosures and the ladder then quote the audit of the numbers
+    written (a "missing n, seeds" finding on an unbuilt row is never disclosed beside the built row)."""
+    outcome = _build(project, db, now, with_macros)
+    audited = audit.audit_if_changed(project, db) if reaudit else None
+    if audited is None or not (audited.fixed or audited.raised):
+        return outcome
+    return replace(_build(project, db, now, with_macros), reaudited=(len(audited.fixed), len(audited.raised)))
+
+
+def _build(project: ProjectConfig, db: StateDB, now: datetime, with_macros: bool) -> BuildOutcome:
     found = audit.gather(project, db)
     claims = evidence.validate(_evidence_of(found))
     context = _context(project, db, found, claims)

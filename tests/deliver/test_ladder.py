@@ -50,12 +50,6 @@ def documents(root: Path, paper: str, notes: str = "Nothing numeric here.\n") ->
     (root / "notes.md").write_text(notes, encoding="utf-8")
 
 
-def built_and_audited(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The usual order: generate the fields, let VERIFY judge them (V05 then passes), generate again."""
-    rgt(capsys, "build", "evidence", str(root))
-    rgt(capsys, "audit", str(root))
-
-
 def test_planned_a_source_cell_has_no_metrics(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     write_evidence(project, [claim(cells=[f"{RUN}/{c}" for c in (*CELLS, "seed7")])])
     assert state(project, capsys) == ("planned", "not evaluated: no metrics.json value in r1/seed7")
@@ -77,23 +71,28 @@ def test_evaluated_a_marker_that_is_not_the_verifications(project: Path, capsys:
 
 def test_pull_verified_a_finding_touching_the_claim_is_still_open(project: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """The audit after verification judged the user's rows before any field was generated: V05 is open."""
+    """Two of the three seeds: V04 finds too few seeds for the claim, and nobody has dispositioned it."""
+    write_evidence(project, [claim(cells=[f"{RUN}/seed0", f"{RUN}/seed1"])])
     found, why = state(project, capsys)
     (record,) = read_evidence(project)["claims"][0]["findings"]
     assert (found, why) == ("pull_verified", f"open finding {record}: acknowledge, waive or fix (rgt finding ID)")
-    assert "[V05] claim:C1-main-psnr: missing n, seeds, variance.type" in rgt(capsys, "audit", str(project),
-                                                                              "--check", "V04")
+    assert f"{record} warn     open         [V04] claim:C1-main-psnr: 2 seeds < 3 (regime default)" in \
+        rgt(capsys, "audit", str(project), "--check", "V04")
+    rgt(capsys, "finding", record, str(project), "--ack", "--note", "budget", "--disclosure", "two seeds only")
+    assert state(project, capsys)[0] == "audited"
 
 
 def test_audited_no_document_quotes_it(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    built_and_audited(project, capsys)
+    """The audit after verification judged the rows before their fields existed (V05 open on them); the build
+    audits again once it wrote them, V05 passes, and the claim is built again with that audit."""
+    document = json.loads(rgt(capsys, "build", "evidence", str(project), "--format", "json"))
+    assert document["reaudited"] == {"fixed": 1, "raised": 0}
     assert state(project, capsys) == ("audited", "no documents to reconcile: name them in rgt.toml [deliver] docs")
     assert read_evidence(project)["claims"][0]["findings"] == []
 
 
 def test_audited_the_paper_quotes_a_stale_number(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     documents(project, "PSNR on Set5 31.42 dB.\n", notes="As before, PSNR on Set5 is 31.40 dB.\n")
-    built_and_audited(project, capsys)
     found, why = state(project, capsys)
     assert (found, why) == ("pull_verified", why) and why is not None and why.startswith("open finding F-")
     (finding,) = [f for f in json.loads(rgt(capsys, "audit", str(project), "--check", "V31", "--format", "json"))
@@ -107,13 +106,11 @@ def test_audited_the_paper_quotes_a_stale_number(project: Path, capsys: pytest.C
 def test_audited_quoted_only_outside_the_document_its_anchor_names(project: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     documents(project, "Results are in the notes.\n", notes="PSNR on Set5: 31.42 dB.\n")
-    built_and_audited(project, capsys)
     assert state(project, capsys) == ("audited", "C1-main-psnr not quoted in paper.md")
 
 
 def test_paper_supported_every_step_holds(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
     documents(project, "Our model reaches a PSNR on Set5 of 31.42 dB (3 seeds).\n")
-    built_and_audited(project, capsys)
     assert state(project, capsys) == ("paper_supported", None)
     written = read_evidence(project)["claims"][0]
     assert (written["disclosure"], written["findings"]) == (None, [])
