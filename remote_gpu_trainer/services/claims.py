@@ -279,8 +279,12 @@ def _not_quoted(claim: ClaimSpec, report: ReconcileReport | None) -> str | None:
 
 
 def _output(root: Path, kind: str, ident: str) -> OutputQA:
-    """D7's view of a figure or table folder: its contract's `qa`, or not built."""
-    data = read_regular(root / f"{kind}s" / ident / f"{kind}.json")
+    """D7's view of a figure or table folder: its contract's `qa`, or not built. A folder that leads out of
+    the project (a link) is not read: what it holds is no output of this project."""
+    folder = root / f"{kind}s" / ident
+    if folder.exists() and not folder.resolve().is_relative_to(root.resolve()):
+        return OutputQA(kind, ident, True, False, (("folder", "outside the project root, not read"),))
+    data = read_regular(folder / f"{kind}.json")
     if data is None:
         return OutputQA(kind, ident, built=False)
     try:

@@ -112,6 +112,18 @@ def test_d7_a_failed_figure_check_and_a_table_never_built(tmp_path: Path, capsys
                                  "table tab2-main: not built (rgt build table tab2-main)")
 
 
+def test_d7_a_figure_folder_linked_out_of_the_project_is_not_read(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "figure.json").write_text(json.dumps({"qa": {"passed": True, "checks": {"G1_blank": "pass"}}}))
+    root = files_project(tmp_path / "project", [claim(figures=["psnr-bars"])])
+    (root / "figures").mkdir()
+    (root / "figures" / "psnr-bars").symlink_to(outside)
+    row = row_of(build(root, capsys))
+    assert row["disclosure"] == "figure psnr-bars: folder outside the project root, not read"
+
+
 def test_d8_a_dirty_code_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = files_project(tmp_path, [claim()])
     dirty = {"code": {"repo": "local", "commit": "e4f5061728394a5b6c7d8e9f0a1b2c3d4e5f6071", "dirty": True,
