@@ -192,7 +192,7 @@ def provenance(root: Path, capsules: Iterable[str], *, command: str, builder: Ma
         recorded = _dig(record, "provenance", "data", "data_sha256")
         if isinstance(recorded, str):
             data.add(recorded)
-    data_sha: str | list[str] | None = None if not data else data.pop() if len(data) == 1 else sorted(data)
+    data_sha: str | list[str] | None = sorted(data) if len(data) > 1 else next(iter(data), None)
     return {**(code if code is not None else code_state(root)), "checkpoint_sha256": checkpoints,
             "data_sha256": data_sha, "command": command, "builder": dict(builder) if builder else None,
             "env": dict(env), "created_at": iso_z(now or utc_now())}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError
@@ -102,8 +102,6 @@ def parse_spec(document: Mapping[str, Any], figure_id: str, where: str, *, has_b
 
 
 def _replace(spec: FigureSpec, **changes: Any) -> FigureSpec:
-    from dataclasses import replace
-
     return replace(spec, **changes)
 
 

@@ -249,18 +249,21 @@ def _bar_baseline(ax: Any, where: str, expect: Mapping[str, Any], user: str | No
     bars = [c for c in ax.containers if isinstance(c, BarContainer)]
     vertical = all(c.orientation != "horizontal" for c in bars)
     values = [p.get_height() if vertical else p.get_width() for c in bars for p in c.patches]
+    widths = {round(p.get_width() if vertical else p.get_height(), 9) for c in bars for p in c.patches}
+    unequal = [f"{where}: bars of unequal width ({', '.join(f'{w:g}' for w in sorted(widths))})"] \
+        if len(widths) > 1 else []
     if not values or not all(math.isfinite(v) and v >= 0 for v in values):
-        return []
+        return unequal
     limits = ax.get_ylim() if vertical else ax.get_xlim()
     low = min(limits)
     if abs(low) <= REL_TOLERANCE * max(1.0, abs(max(limits) - low)):
-        return []
+        return unequal
     baseline = expect.get("baseline")
     if user and baseline not in (None, 0) and math.isclose(low, baseline, rel_tol=REL_TOLERANCE, abs_tol=1e-12):
         disclosed.append(f"{where}: the bar axis starts at {low:g} (expect.baseline), disclosed")
-        return []
-    return [f"{where}: the bar value axis starts at {low:g}, not 0 (a truncated bar axis exaggerates differences; "
-            "to keep it, set expect.baseline to it and say why in disclose.G5_axis)"]
+        return unequal
+    return [*unequal, f"{where}: the bar value axis starts at {low:g}, not 0 (a truncated bar axis exaggerates "
+                      "differences; to keep it, set expect.baseline to it and say why in disclose.G5_axis)"]
 
 
 def _line_x(ax: Any, where: str, user: str | None, disclosed: list[str]) -> list[str]:

@@ -134,6 +134,12 @@ def test_g5_scale_inversion_and_a_contradicting_arrow_fail(tmp_path: Path) -> No
         figure.axes[0].set_xscale("log")
         figure.axes[0].set_yscale("log")
 
+    def unequal(figure: Figure) -> None:
+        bars(figure)
+        figure.axes[0].patches[1].set_width(0.4)
+
+    assert failing(gate(tmp_path, unequal, BAR_ROWS))["G5_axis"] == (
+        "fail", ("axes 1: bars of unequal width (0.4, 0.8)",))
     rows = [r for r in LINE_ROWS if r["y"] > 0 and r["x"] > 0]
     assert failing(gate(tmp_path, logged, rows, kind="line"))["G5_axis"][1][0] == (
         "axes 1: the value axis is log, expect.scale is linear")
