@@ -178,8 +178,40 @@ def _claims(project: str | None, fmt: str, *, with_macros: bool) -> int:
     return with_session(project, action, writes="build macros" if with_macros else "build evidence")
 
 
+BUILD_SCHEMA = "rgt-build/v1"
+
+
 def _build_all(project: str | None, fmt: str) -> int:
-    raise ConfigError("rgt build: not built yet")
+    """`rgt build`: every figure, every table, then EVIDENCE.json and the macros (services/deliver.py), one line
+    per item with its QA as it finishes. Exit 0 all built and passed; 1 an item failed its QA or its builder
+    failed; 2 an item was refused as bad input (the others are still built) or there is nothing to build."""
+    from remote_gpu_trainer.cli.sessions import with_session
+
+    return with_session(project, lambda session: _all(session, fmt), writes="build")
+
+
+def _all(session: Session, fmt: str) -> int:
+    """rgt-build/v1 {schema, exit_code, summary, steps: [{kind, id, status, detail}]}, status one of passed,
+    qa_failed, failed, bad_input, skipped, in build order."""
+    import dataclasses
+
+    from remote_gpu_trainer.cli.printers import print_json
+    from remote_gpu_trainer.clock import report_now
+    from remote_gpu_trainer.services.deliver import build_all
+    from remote_gpu_trainer.text import escape_control
+    from remote_gpu_trainer.views import BuildStep
+
+    def progress(step: BuildStep | str) -> None:
+        if fmt == "text" and isinstance(step, BuildStep):
+            print(escape_control(step.line), flush=True)
+
+    outcome = build_all(session.project, session.db, report_now(), progress=progress)
+    if fmt == "json":
+        print_json({"schema": BUILD_SCHEMA, "exit_code": outcome.exit_code, "summary": outcome.summary,
+                    "steps": [dataclasses.asdict(step) for step in outcome.steps]})
+    else:
+        print(outcome.summary)
+    return outcome.exit_code
 
 
 def reconcile(args: argparse.Namespace) -> int:

@@ -88,7 +88,8 @@ class DeliverActions(Screen[None]):
             self.app.call_from_thread(self.query_one(DeliverPanel).show_progress, tuple(lines))
 
         try:
-            outcome = deliver.build_all(self.deliver_session.project, progress=progress)
+            session = self.deliver_session
+            outcome = deliver.build_all(session.project, session.db, session.clock(), progress=progress)
         except RgtError as exc:
             self.app.call_from_thread(self.notify, f"build failed: {exc}", severity="error", timeout=15)
         else:

@@ -15,23 +15,28 @@ import os
 import shlex
 import stat
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify.generated import GeneratedRow
-from remote_gpu_trainer.audits.verify.load import SAFE_ID, finite
+from remote_gpu_trainer.audits.verify.load import finite
 from remote_gpu_trainer.deliver import disclosure, evidence
-from remote_gpu_trainer.deliver.build_common import read_input
+from remote_gpu_trainer.deliver.build_common import code_state, output_ids, read_input
 from remote_gpu_trainer.deliver.evidence import RowSpec
-from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RgtError
 from remote_gpu_trainer.fsutil import read_regular
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.views import BuildStep, ClaimView, DeliverRow, DeliverView, DriftView, OutputView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.config import ProjectConfig
+    from remote_gpu_trainer.services.claims import BuildOutcome as ClaimsOutcome
+    from remote_gpu_trainer.state.db import StateDB
 
 KINDS = ("figure", "table")
 PASSING = ("pass", "disclosed")
@@ -123,20 +128,12 @@ def _text(value: Any) -> str:
 
 # -- figures and tables -------------------------------------------------------------------------------------
 def _outputs(read: _Read, kind: str) -> Iterable[OutputView]:
-    top = read.root / f"{kind}s"
-    if not top.is_dir() or top.is_symlink():
-        return
-    for folder in sorted(top.iterdir()):
-        if not (folder / f"{kind}.json").exists() and not (folder / f"{kind}.json").is_symlink():
-            continue  # tables/macros/ holds generated LaTeX, no table.json
-        if not SAFE_ID.match(folder.name) or folder.is_symlink():
-            read.problems.append(f"{kind}s/{folder.name}: not a plain folder name (skipped)")
-            continue
-        document = read.json(f"{kind}s/{folder.name}/{kind}.json")
+    for ident in output_ids(read.root, kind):
+        document = read.json(f"{kind}s/{ident}/{kind}.json")
         if isinstance(document, dict):
-            yield output_view(read.root, kind, folder.name, document)
+            yield output_view(read.root, kind, ident, document)
         elif document is not None:
-            read.problems.append(f"{kind}s/{folder.name}/{kind}.json: not a JSON object")
+            read.problems.append(f"{kind}s/{ident}/{kind}.json: not a JSON object")
 
 
 def output_view(root: Path, kind: str, ident: str, document: Mapping[str, Any]) -> OutputView:
@@ -301,23 +298,133 @@ def reconcile_now(project: ProjectConfig) -> str:
 
 @dataclass(frozen=True)
 class BuildOutcome:
-    """Everything `rgt build` built, in order, and what it means as an exit code (0 all built and passed,
-    1 something built with a failed QA or a builder failed)."""
+    """Everything `rgt build` built, in order, and its exit code: 2 when an item was refused as bad input (the
+    others are still built), else 1 when one was built with a failed QA or its builder failed, else 0."""
 
     steps: tuple[BuildStep, ...]
 
     @property
     def exit_code(self) -> int:
-        return 0 if all(step.status == "passed" for step in self.steps) else 1
+        if any(step.status == "bad_input" for step in self.steps):
+            return EXIT_USAGE
+        return EXIT_OK if all(step.status in ("passed", "skipped") for step in self.steps) else EXIT_FAILED
 
     @property
     def summary(self) -> str:
-        counts = {status: sum(1 for s in self.steps if s.status == status)
-                  for status in ("passed", "qa_failed", "failed")}
-        return (f"build: {counts['passed']} passed, {counts['qa_failed']} built with failed QA, "
-                f"{counts['failed']} failed")
+        counts = Counter(step.status for step in self.steps)
+        words = [f"{counts[status]} {word}" for status, word in BUILD_WORDS if counts[status]]
+        return "build: " + (", ".join(words) or "nothing to build")
 
 
-def build_all(project: ProjectConfig, progress: Callable[[BuildStep | str], None] | None = None) -> BuildOutcome:
-    """Figures, then tables, then EVIDENCE.json, then the macros, each reported as it finishes."""
-    raise ConfigError("rgt build: not built yet")
+BUILD_WORDS = (("passed", "passed"), ("qa_failed", "built with failed QA"), ("failed", "failed"),
+               ("bad_input", "refused (bad input)"), ("skipped", "skipped"))
+
+
+def build_all(project: ProjectConfig, db: StateDB, now: datetime,
+              progress: Callable[[BuildStep | str], None] | None = None) -> BuildOutcome:
+    """`rgt build` and `b`: every figure, then every table, then EVIDENCE.json, then the macros (evidence
+    reads the figures' and tables' QA; the macros are the evidence's rows), each reported as it finishes.
+    One item that fails never stops the others; nothing to build at all is bad input."""
+    root = project.root
+    figures, tables = output_ids(root, "figure"), output_ids(root, "table")
+    has_evidence = (root / EVIDENCE_FILE).exists() or (root / EVIDENCE_FILE).is_symlink()
+    if not figures and not tables and not has_evidence:
+        raise ConfigError(f"rgt build: nothing to build in {root}: no figures/<id>/figure.json, "
+                          f"tables/<id>/table.json or {EVIDENCE_FILE} (docs/deliver.md)")
+    report = progress or (lambda step: None)
+    code = code_state(root)  # one `git status` for every build
+    steps: list[BuildStep] = []
+
+    def add(step: BuildStep) -> BuildStep:
+        steps.append(step)
+        report(step)
+        return step
+
+    def run(kind: str, ident: str, build: Callable[[], BuildStep]) -> BuildStep:
+        report(f"building {' '.join(filter(None, (kind, ident)))}…")
+        return add(_attempt(kind, ident, build))
+
+    for ident in figures:
+        run("figure", ident, partial(_figure, project, ident, code, now))
+    for ident in tables:
+        run("table", ident, partial(_table, project, ident, code))
+    if not has_evidence:
+        add(BuildStep("evidence", "", "skipped", f"no {EVIDENCE_FILE}: no claims to generate"))
+        add(BuildStep("macros", "", "skipped", "no claims, no macros"))
+        return BuildOutcome(tuple(steps))
+    built: list[ClaimsOutcome] = []
+    run("evidence", "", partial(_evidence, project, db, now, built))
+    if built:
+        run("macros", "", partial(_macros, root, built[0]))
+    else:
+        add(BuildStep("macros", "", "failed", "not written: EVIDENCE.json was not built"))
+    return BuildOutcome(tuple(steps))
+
+
+def _attempt(kind: str, ident: str, build: Callable[[], BuildStep]) -> BuildStep:
+    """One item built, its failure a line: bad input names what and where; a builder's own failure, or a bug
+    in one (a dashboard worker must never take the app down), says so."""
+    try:
+        return build()
+    except ConfigError as exc:
+        return BuildStep(kind, ident, "bad_input", str(exc))
+    except RgtError as exc:
+        return BuildStep(kind, ident, "failed", str(exc))
+    except Exception as exc:  # noqa: BLE001 - one broken builder is one failed line, never a crashed build
+        return BuildStep(kind, ident, "failed", f"internal error in the builder: {type(exc).__name__}: {exc}")
+
+
+def _figure(project: ProjectConfig, ident: str, code: Mapping[str, Any], now: datetime) -> BuildStep:
+    from remote_gpu_trainer.deliver.figures import build_figure
+
+    built = build_figure(project.root, ident, declared=project.verify.metrics, code=code, now=now)
+    return _qa_step("figure", ident, built.passed, built.document, built.deterministic)
+
+
+def _table(project: ProjectConfig, ident: str, code: Mapping[str, Any]) -> BuildStep:
+    from remote_gpu_trainer.services.tables import build_table
+
+    built = build_table(project, ident, code=code)
+    return _qa_step("table", ident, built.passed, built.document, built.deterministic)
+
+
+def _qa_step(kind: str, ident: str, passed: bool, document: Mapping[str, Any], deterministic: bool) -> BuildStep:
+    """The build's line from what it wrote into figure.json / table.json `qa` (the file the panel reads)."""
+    qa = document.get("qa")
+    checks = qa.get("checks", {}) if isinstance(qa, Mapping) else {}
+    flagged = [f"{name} {result}" for name, result in checks.items() if result not in PASSING]
+    if not deterministic:
+        flagged.append("two builds differ")
+    detail = "QA passed" if passed and not flagged else "QA failed: " + (", ".join(flagged) or "not passed")
+    disclosed = [name for name, result in checks.items() if result == "disclosed"]
+    if disclosed and passed:
+        detail += f" ({', '.join(disclosed)} disclosed)"
+    return BuildStep(kind, ident, "passed" if passed else "qa_failed", f"{detail} → {kind}s/{ident}/")
+
+
+def _evidence(project: ProjectConfig, db: StateDB, now: datetime, built: list[ClaimsOutcome]) -> BuildStep:
+    """EVIDENCE.json and the macros (services/claims.py). The VERIFY checks that read EVIDENCE.json judged the
+    file as it was before; when the project has been audited, the file just written is audited too, and if
+    that raised or fixed a finding the evidence is generated again, so its disclosures quote the audit of the
+    numbers it holds (an unbuilt row's "missing n, seeds" finding is never disclosed beside the built row)."""
+    from remote_gpu_trainer.services.audit import audit_if_changed
+    from remote_gpu_trainer.services.claims import build_evidence
+
+    outcome = build_evidence(project, db, now, with_macros=True)
+    audited = audit_if_changed(project, db)
+    again = ""
+    if audited is not None and (audited.raised or audited.fixed):
+        outcome = build_evidence(project, db, now, with_macros=True)
+        again = f" (re-audited: {len(audited.fixed)} finding(s) fixed, {len(audited.raised)} raised)"
+    built.append(outcome)
+    states = ", ".join(f"{claim.id} {claim.state}" for claim in outcome.claims) or "no claims"
+    disclosed = sum(1 for claim in outcome.claims if claim.disclosure)
+    return BuildStep("evidence", "", "passed",
+                     f"{states}; {disclosed} with a disclosure{again} → {EVIDENCE_FILE}")
+
+
+def _macros(root: Path, outcome: ClaimsOutcome) -> BuildStep:
+    """Written with the evidence, from the same rows (services/claims.py); reported on its own line."""
+    rows = sum(len(claim.rows) for claim in outcome.claims)
+    where = outcome.macros_path.relative_to(root) if outcome.macros_path is not None else "?"
+    return BuildStep("macros", "", "passed", f"{rows} macro(s) with their disclosure companions → {where}")

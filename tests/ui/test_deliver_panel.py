@@ -18,78 +18,12 @@ from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.figure import FigurePathScreen, FigureScreen, image_support
 from remote_gpu_trainer.services.deliver import deliver_view
 from remote_gpu_trainer.services.session import Session
-from support.capsules import classification_items, sha256_file, write_capsule, write_json
-from support.helpers import FIXED_NOW, FixedClock, write_project
+from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
+from support.deliver_project import delivered_project, user_project
+from support.helpers import FIXED_NOW, FixedClock
 from support.tui_helpers import dashboard, notified, wait_until
 
-CAPSULES = ("r1/seed0", "r1/seed1")
 INLINE = "acc 0.81 ↑ (test, n=100 items, 2 seeds, no CI, mean ± std 0.01)"  # the inline form of deliver/disclosure
-
-
-def draw_png(path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(figsize=(2, 1.5), dpi=50)
-    axes.plot([1, 2, 3], [1.0, 0.5, 0.25])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, metadata={"Software": None})
-    plt.close(figure)
-
-
-def built_figure(root: Path, figure_id: str, checks: dict[str, str] | None = None) -> Path:
-    """figures/<id>/ as a build leaves it: final.png and source.csv, figure.json recording their sha256 and
-    the sha256 of every capsule's train.csv it read."""
-    folder = root / "figures" / figure_id
-    draw_png(folder / "final.png")
-    (folder / "source.csv").write_text("series,x,y\nours,1,1.0\n", encoding="utf-8")
-    checks = checks or {f"G{n}": "pass" for n in range(1, 7)}
-    inputs = [{"capsule": c, "file": "train.csv", "path": f"runs/{c}/train.csv",
-               "sha256": sha256_file(root / "runs" / c / "train.csv")} for c in CAPSULES]
-    write_json(folder / "figure.json", {
-        "schema": "remote-gpu-trainer/FIGURE/v1", "figure_id": figure_id, "kind": "line",
-        "supports_claims": ["C1-acc"], "inputs": inputs,
-        "source": {"path": "source.csv", "sha256": sha256_file(folder / "source.csv")},
-        "outputs": [{"path": "final.png", "sha256": sha256_file(folder / "final.png")}],
-        "qa": {"passed": all(v in ("pass", "disclosed") for v in checks.values()), "checks": checks},
-        "disclosure": None})
-    return folder
-
-
-def built_table(root: Path, table_id: str, checks: dict[str, str]) -> Path:
-    folder = root / "tables" / table_id
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "final.md").write_text("| method | acc ↑ |\n|---|---|\n| ours | 0.80 ± 0.01 |\n", encoding="utf-8")
-    inputs = [{"capsule": c, "test_id": "main", "metric": "acc", "path": f"runs/{c}/test/main/metrics.json",
-               "sha256": sha256_file(root / "runs" / c / "test" / "main" / "metrics.json")} for c in CAPSULES]
-    write_json(folder / "table.json", {
-        "schema": "remote-gpu-trainer/TABLE/v1", "table_id": table_id, "inputs": inputs,
-        "outputs": [{"path": "final.md", "sha256": sha256_file(folder / "final.md")}],
-        "qa": {"passed": all(v in ("pass", "disclosed") for v in checks.values()), "checks": checks}})
-    return folder
-
-
-def claims(state: str = "audited") -> list[dict[str, Any]]:
-    row = {"exp_id": "r1", "test_id": "main", "metric": "acc", "cells": list(CAPSULES), "precision": 2,
-           "value": 0.805, "direction": "higher_is_better", "split": "test", "n": 100, "seeds": 2,
-           "variance": {"type": "std_over_seeds", "value": 0.007}, "sources": []}
-    return [{"id": "C1-acc", "statement": "The model reaches 0.80 accuracy.", "paper_anchor": "paper.md",
-             "state": state, "disclosure": None, "findings": [], "evidence": [row]}]
-
-
-def delivered_project(root: Path) -> Session:
-    write_project(root)
-    for index, capsule in enumerate(CAPSULES):
-        run, cell = capsule.split("/")
-        write_capsule(root, run, cell, seed=index, metrics={"acc": 0.80 + 0.01 * index},
-                      items=classification_items(100, correct=80 + index))
-    write_json(root / "EVIDENCE.json", {"schema": "remote-gpu-trainer/EVIDENCE/v1", "project": "t",
-                                        "claims": claims()})
-    built_figure(root, "loss-curve")
-    built_table(root, "tab-main", {"Q1_parse_back": "pass", "Q4_bold_rule": "fail"})
-    return Session.open(str(root), clock=FixedClock(FIXED_NOW))
 
 
 def rows_of(app: RgtApp) -> dict[str, tuple[str, str, str]]:
@@ -159,8 +93,7 @@ def test_unreadable_files_are_lines_not_crashes(tmp_path: Path) -> None:
     view = deliver_view(root)
     assert [r.key for r in view.rows] == ["table:tab-main"]
     assert view.problems[0].startswith("EVIDENCE.json: not readable JSON")
-    assert view.problems[1:] == ("figures/bad name: not a plain folder name (skipped)",
-                                 "figures/loss-curve/figure.json: not a JSON object")
+    assert view.problems[1:] == ("figures/loss-curve/figure.json: not a JSON object",)  # "bad name": no id
 
 
 def test_image_support_is_read_from_the_terminal_s_own_variables() -> None:
@@ -233,4 +166,51 @@ async def test_r_reconciles_only_on_the_deliver_panel_and_shows_the_drift_line(t
         await pilot.press("1")
         await wait_until(pilot, lambda: "Reconcile" not in {
             b.binding.description for b in app.screen.active_bindings.values()})
+    session.close()
+
+
+def builds(app: RgtApp) -> list[str]:
+    return [str(n.message) for n in app._notifications if str(n.message).startswith("build")]
+
+
+BUILT_LINES = (
+    "✔ figure loss-curve: QA passed → figures/loss-curve/",
+    "✔ table tab-main: QA passed → tables/tab-main/",
+    "✔ evidence: C1-acc evaluated; 1 with a disclosure → EVIDENCE.json",
+    "✔ macros: 1 macro(s) with their disclosure companions → tables/macros/final.tex",
+)
+
+
+async def test_b_builds_everything_in_a_worker_and_the_panel_shows_the_built_state(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    session = user_project(root)
+    app = RgtApp(session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await open_deliver(pilot, app)
+        assert rows_of(app) == {
+            "claim:C1-acc": ("? not_built", "claim C1-acc", "acc: not built (rgt build evidence)"),
+            "figure:loss-curve": ("? not_built", "figure loss-curve", "not built: b builds everything"),
+            "table:tab-main": ("? not_built", "table tab-main", "not built: b builds everything"),
+        }
+        await pilot.press("b")
+        await wait_until(pilot, lambda: notified(app, "build:"), timeout=120)
+        assert builds(app) == ["build: 4 passed"]
+        await wait_until(pilot, lambda: rows_of(app)["table:tab-main"][0] == "✔ current")
+        assert app.screen.query_one(DeliverPanel).progress == BUILT_LINES
+        assert rows_of(app) == {
+            "claim:C1-acc": ("· evaluated", "claim C1-acc",
+                             "acc 0.805 ↑ (test, n=100 items, 2 seeds, no CI, mean ± std 0.007)"),
+            "figure:loss-curve": ("✔ current", "figure loss-curve", "QA passed · current"),
+            "table:tab-main": ("✔ current", "table tab-main", "QA passed · current"),
+        }
+        assert "✔ macros: 1 macro(s)" in panel_text(app, "deliver-status")
+        screen = dashboard(app)
+        screen.action_build()  # b again, and once more while that build runs: greyed, nothing started twice
+        assert screen.check_action("build", ()) is None
+        screen.action_build()
+        await wait_until(pilot, lambda: len(builds(app)) == 2 and screen.check_action("build", ()) is True,
+                         timeout=120)
+        await pilot.pause(0.5)
+        assert builds(app) == ["build: 4 passed"] * 2
+    assert (root / "tables" / "macros" / "final.tex").read_text(encoding="utf-8").count("\\newcommand") == 2
     session.close()

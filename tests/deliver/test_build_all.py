@@ -1,0 +1,85 @@
+"""`rgt build` of everything (docs/deliver.md §9) through the real CLI on real files: figures, then tables, then
+EVIDENCE.json, then the macros, one line per item with its QA; exit 0 when all built and passed, 1 when an item
+failed its QA or its builder, 2 when an item was bad input (the others still built) or nothing is buildable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from remote_gpu_trainer.cli import main
+from support.capsules import write_csv, write_json
+from support.deliver_project import user_project
+
+BUILT = [
+    "✔ figure loss-curve: QA passed → figures/loss-curve/",
+    "✔ table tab-main: QA passed → tables/tab-main/",
+    "✔ evidence: C1-acc evaluated; 1 with a disclosure → EVIDENCE.json",
+    "✔ macros: 1 macro(s) with their disclosure companions → tables/macros/final.tex",
+    "build: 4 passed",
+]
+
+
+def test_everything_is_built_in_order_with_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "p"
+    user_project(root).close()
+    assert main(["build", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines() == BUILT
+    figure = json.loads((root / "figures" / "loss-curve" / "figure.json").read_text(encoding="utf-8"))
+    assert figure["qa"]["passed"] is True and [o["path"] for o in figure["outputs"]] == [
+        "final.png", "final.svg", "final.pdf"]
+    assert (root / "tables" / "tab-main" / "final.md").read_text(encoding="utf-8").splitlines()[-1] == \
+        "| r1 | 100 | 2 | 0.805 ± 0.007 |"
+    evidence = json.loads((root / "EVIDENCE.json").read_text(encoding="utf-8"))
+    assert evidence["claims"][0]["evidence"][0]["value"] == pytest.approx(0.805, abs=1e-12)
+    macros = (root / "tables" / "macros" / "final.tex").read_text(encoding="utf-8")
+    assert "\\newcommand{\\ClaimCOneAcc}{0.805}" in macros
+
+
+def test_a_failed_check_exits_1_and_a_bad_item_exits_2_after_the_others_are_built(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "p"
+    user_project(root).close()
+    # seed1 logged at other steps than seed0: a mean curve over them would be drawn on x values one seed lacks
+    write_csv(root / "runs" / "r1" / "seed1" / "train.csv",
+              [{"step": 50 * (i + 1), "epoch": i + 1, "loss": 1.0 / (i + 1)} for i in range(10)])
+    assert main(["build", str(root)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("▲ figure loss-curve: QA failed: G5_axis fail")
+    assert lines[1:] == [BUILT[1], BUILT[2], BUILT[3], "build: 3 passed, 1 built with failed QA"]
+
+    write_json(root / "tables" / "broken" / "table.json", {"schema": "remote-gpu-trainer/TABLE/v1",
+                                                           "table_id": "broken", "colour": "red"})
+    assert main(["build", str(root), "--format", "json"]) == 2
+    document = json.loads(capsys.readouterr().out)
+    assert document["schema"] == "rgt-build/v1" and document["exit_code"] == 2
+    assert [(s["kind"], s["id"], s["status"]) for s in document["steps"]] == [
+        ("figure", "loss-curve", "qa_failed"), ("table", "broken", "bad_input"), ("table", "tab-main", "passed"),
+        ("evidence", "", "passed"), ("macros", "", "passed")]
+    assert document["steps"][1]["detail"].startswith("tables/broken/table.json: colour: unknown key")
+    assert document["summary"] == "build: 3 passed, 1 built with failed QA, 1 refused (bad input)"
+
+
+def test_nothing_to_build_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "p"
+    user_project(root).close()
+    for path in sorted(root.glob("figures/*/figure.json")) + sorted(root.glob("tables/*/table.json")):
+        path.unlink()
+    (root / "EVIDENCE.json").unlink()
+    assert main(["build", str(root)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert f"rgt build: nothing to build in {root}: no figures/<id>/figure.json" in captured.err
+
+
+def test_without_evidence_the_figures_and_tables_still_build(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "p"
+    user_project(root).close()
+    (root / "EVIDENCE.json").unlink()
+    assert main(["build", str(root)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        BUILT[0], BUILT[1], "· evidence: no EVIDENCE.json: no claims to generate", "· macros: no claims, no macros",
+        "build: 2 passed, 2 skipped"]
