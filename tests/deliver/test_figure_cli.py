@@ -85,3 +85,21 @@ def test_bad_input_exits_2_with_one_line_and_nothing_written(root: Path, args: t
     assert (result.returncode, result.stdout, result.stderr.strip()) == (2, "", message)
     for figure_id in ("bad", "gone"):
         assert [p.name for p in (root / "figures" / figure_id).iterdir()] == ["figure.json"]
+
+
+def test_two_processes_in_two_folders_write_the_same_bytes(root: Path, tmp_path: Path) -> None:
+    """No process state (hash seeds, font caches) and no path leaks into the outputs."""
+    import hashlib
+    import shutil
+
+    copy = tmp_path / "elsewhere" / "proj"
+    shutil.copytree(root, copy)
+    for project in (root, copy):
+        assert rgt(project, "loss").returncode == 0
+
+    def hashes(project: Path) -> dict[str, str]:
+        folder = project / "figures/loss"
+        return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+                for name in ("source.csv", "final.png", "final.svg", "final.pdf")}
+
+    assert hashes(root) == hashes(copy)
