@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remote_gpu_trainer.audits.verify.generated import GENERATED_ROW_FIELDS
 from remote_gpu_trainer.audits.verify.load import SAFE_ID
 from remote_gpu_trainer.errors import ConfigError
 
@@ -164,7 +163,7 @@ def _laid(obj: Mapping[str, Any], fields: Mapping[str, Any], *, before: str | No
     for key, value in obj.items():
         if key == before:
             out.update({k: fields[k] for k in fresh})
-        out[key] = fields.get(key, value) if key in fields else value
+        out[key] = fields[key] if key in fields else value
     for key in fresh:
         out.setdefault(key, fields[key])
     return out
@@ -174,7 +173,3 @@ def render(evidence: Mapping[str, Any]) -> bytes:
     """EVIDENCE.json's bytes: two-space indent, UTF-8 as written (never escaped), LF, a trailing newline."""
     return (json.dumps(evidence, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
 
-
-def row_fields(generated: Mapping[str, Any]) -> dict[str, Any]:
-    """The generated row fields in their written order (audits/verify/generated.py computes them)."""
-    return {name: generated[name] for name in GENERATED_ROW_FIELDS}
