@@ -94,9 +94,9 @@ def test_d5_an_acknowledged_findings_disclosure_rides_verbatim(tmp_path: Path,
 
 # -- D6 drift, D7 figure and table QA, D8 dirty code, D4 unknown direction ----------------------------------------
 def test_d6_a_stale_number_in_a_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    docs = {"paper.md": "PSNR on Set5 31.50 dB for the full model.\n", "notes.md": "PSNR on Set5: 31.42\n"}
+    docs = {"paper.tex": "PSNR on Set5 31.50 dB for the full model.\n", "notes.txt": "PSNR on Set5: 31.42\n"}
     row = row_of(build(files_project(tmp_path, [claim()], docs=docs), capsys))
-    assert row["disclosure"] == "cross-document drift: paper.md:1"
+    assert row["disclosure"] == "cross-document drift: paper.tex:1"
 
 
 def test_d7_a_failed_figure_check_and_a_table_never_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,7 +17,7 @@ from remote_gpu_trainer.deliver import ladder
 from support.capsules import write_evidence
 from support.claims_project import CELLS, RUN, build_verified, claim, files_project, read_evidence, verified_copy
 
-DOCS = '\n[deliver]\ndocs = ["paper.md", "notes.md"]\n'
+DOCS = '\n[deliver]\ndocs = ["paper.tex", "notes.txt"]\n'
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,8 @@ def state(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str | No
 def documents(root: Path, paper: str, notes: str = "Nothing numeric here.\n") -> None:
     with (root / "rgt.toml").open("a", encoding="utf-8") as handle:
         handle.write(DOCS)
-    (root / "paper.md").write_text(paper, encoding="utf-8")
-    (root / "notes.md").write_text(notes, encoding="utf-8")
+    (root / "paper.tex").write_text(paper, encoding="utf-8")
+    (root / "notes.txt").write_text(notes, encoding="utf-8")
 
 
 def test_planned_a_source_cell_has_no_metrics(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -97,16 +97,16 @@ def test_audited_the_paper_quotes_a_stale_number(project: Path, capsys: pytest.C
     assert (found, why) == ("pull_verified", why) and why is not None and why.startswith("open finding F-")
     (finding,) = [f for f in json.loads(rgt(capsys, "audit", str(project), "--check", "V31", "--format", "json"))
                   ["findings"] if f["status"] == "open"]
-    assert finding["subject"] == "doc:notes.md:1"
+    assert finding["subject"] == "doc:notes.txt:1"
     rgt(capsys, "finding", finding["id"], str(project), "--ack", "--note", "old draft",
-        "--disclosure", "notes.md keeps the pre-fix number")
-    assert state(project, capsys) == ("audited", "cross-document drift: notes.md:1")
+        "--disclosure", "notes.txt keeps the pre-fix number")
+    assert state(project, capsys) == ("audited", "cross-document drift: notes.txt:1")
 
 
 def test_audited_quoted_only_outside_the_document_its_anchor_names(project: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     documents(project, "Results are in the notes.\n", notes="PSNR on Set5: 31.42 dB.\n")
-    assert state(project, capsys) == ("audited", "C1-main-psnr not quoted in paper.md")
+    assert state(project, capsys) == ("audited", "C1-main-psnr not quoted in paper.tex")
 
 
 def test_paper_supported_every_step_holds(project: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -91,7 +91,7 @@ def claim(claim_id: str = "C1-main-psnr", cells: Sequence[str] = tuple(f"{RUN}/{
     body = {"exp_id": RUN, "test_id": "set5", "metric": "psnr", "aggregate": "mean_over_seeds", "cells": list(cells),
             "aliases": ["PSNR on Set5"], "precision": 2, "display_scale": 1, "figures": [], "tables": []}
     body.update(row)
-    return {"id": claim_id, "statement": "The full model reaches 31.42 dB on Set5.", "paper_anchor": "paper.md",
+    return {"id": claim_id, "statement": "The full model reaches 31.42 dB on Set5.", "paper_anchor": "paper.tex",
             "repo_implementation": "src/model.py:1", "aliases": [], "tried": 1, "evidence": [body]}
 
 
