@@ -80,7 +80,8 @@ def demo(args: argparse.Namespace) -> int:
         session.close()
     if args.no_tui:
         print(f"demo running in {folder}: `rgt watch {DEMO_RUN} {folder}`, then `rgt pull {DEMO_RUN} {folder}`,"
-              f" `rgt verify {DEMO_RUN} {folder}`, or open the TUI with `rgt {folder}`")
+              f" `rgt verify {DEMO_RUN} {folder}`, `rgt build {folder}` and `rgt reconcile {folder}` (paper.md "
+              f"quotes one stale number), or open the TUI with `rgt {folder}`")
         return EXIT_OK
     return tui(str(target), read_only=False)
 
