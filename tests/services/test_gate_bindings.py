@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -20,12 +19,17 @@ from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.session import Session
 from support.gate_helpers import (
     SIM_ID,
+    assert_refused,
+    assert_torn_down,
     box_root,
+    copy_project,
+    down,
     flip_in_place,
     launch_finished,
     local_root,
     project_text,
     pull_and_verify,
+    refused_reasons,
     relaunch_finished,
     replace_in,
     rgt,
@@ -37,42 +41,6 @@ from support.gate_helpers import (
     write_text_project,
 )
 from support.helpers import INSTANCE, RUN, wait_for_liveness
-
-
-def down(root: Path, run_id: str = RUN, confirm: str = SIM_ID):  # type: ignore[no-untyped-def]
-    return rgt("down", run_id, str(root), "--confirm", confirm, cwd=root)
-
-
-def refused_reasons(root: Path) -> list[str]:
-    """The reasons of the latest refusal, as the event log holds them."""
-    session = Session.open(str(root))
-    try:
-        refusals = session.db.events(kind="refused")
-        assert refusals, "no refusal recorded"
-        return [str(reason) for reason in refusals[-1].detail["reasons"]]
-    finally:
-        session.close()
-
-
-def assert_refused(root: Path, fragment: str, run_id: str = RUN) -> list[str]:
-    marker_before = (local_root(root) / MARKER_NAME).read_bytes() if (local_root(root) / MARKER_NAME).exists() \
-        else None
-    result = down(root, run_id)
-    assert result.returncode == 3, (result.stdout, result.stderr)
-    assert sim_disk(root).is_dir(), "a refused teardown destroyed the box"
-    reasons = refused_reasons(root)
-    assert any(fragment in reason for reason in reasons), reasons
-    if marker_before is not None:  # the refusal is not because the marker went missing
-        assert (local_root(root) / MARKER_NAME).read_bytes() == marker_before
-    return reasons
-
-
-def assert_torn_down(root: Path, run_id: str = RUN) -> None:
-    result = down(root, run_id)
-    assert result.returncode == 0, (result.stdout, result.stderr)
-    assert "terminated, confirmed by the provider" in result.stdout
-    assert not sim_disk(root).exists()
-
 
 # -- the launch ------------------------------------------------------------------------------------------
 
@@ -218,12 +186,6 @@ def verified_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import asyncio
 
     return asyncio.run(verified_project(tmp_path_factory.mktemp("template") / "proj"))
-
-
-def copy_project(template: Path, target: Path) -> Path:
-    """A copy of a verified project: its sim box, state database and evidence (all paths are relative)."""
-    shutil.copytree(template, target, symlinks=True)
-    return target
 
 
 @pytest.mark.parametrize("key", sorted(CONFIG_EDITS))

@@ -3,6 +3,7 @@ a new id with a sibling result root, and the box's gate then covers both runs.""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from remote_gpu_trainer.config import load_project
@@ -86,3 +87,31 @@ def test_a_rerun_of_a_rerun_counts_on(tmp_path: Path) -> None:
     assert rerun_id(project, "r1-r3", set()) == "r1-r4"
     (tmp_path / "runs" / "r1-r2").mkdir(parents=True)
     assert rerun_id(project, "r1", set()) == "r1-r3"
+
+
+def test_a_local_root_alone_refuses_the_id(project_dir: Path) -> None:
+    """Evidence copied in from elsewhere (or left by an older state database) holds the id, with nothing
+    recorded here and nothing on the box."""
+    assert rgt("up", RUN, cwd=project_dir).returncode == 0
+    (project_dir / "runs" / RUN / "seed0").mkdir(parents=True)
+    (project_dir / "runs" / RUN / "seed0" / "best_metrics.json").write_text('{"val_loss": 0.5}', encoding="utf-8")
+    again = rgt("run", RUN, cwd=project_dir)
+    assert again.returncode == 1
+    assert f"run {RUN} already has a local root runs/{RUN}/: run ids are append-only" in again.stderr
+    assert launches(project_dir) == []
+
+
+def test_a_recorded_manifest_alone_refuses_the_id(project_dir: Path) -> None:
+    """The verified local copy deleted (it is read-only, its folder is not) and the box emptied: the manifest the
+    state database recorded still holds the id."""
+    finished_run(project_dir)
+    assert rgt("pull", RUN, cwd=project_dir).returncode == 0
+    assert rgt("verify", RUN, cwd=project_dir).returncode == 0
+    shutil.rmtree(project_dir / "runs" / RUN)
+    box_root = project_dir / ".rgt" / "sim" / "box" / "workspace" / "rgt" / RUN
+    shutil.rmtree(box_root)
+    box_root.mkdir()
+    again = rgt("run", RUN, cwd=project_dir)
+    assert again.returncode == 1
+    assert f"run {RUN} already has a manifest recorded: run ids are append-only" in again.stderr
+    assert launches(project_dir) == [RUN]

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
+from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state.db import StateDB
 from support.helpers import FIXTURES, INSTANCE, RUN, toml_string, wait_for_liveness
@@ -196,3 +198,46 @@ def flip_in_place(path: Path) -> None:
         handle.seek(info.st_size // 2)
         handle.write(bytes([byte[0] ^ 0xFF]))
     os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+
+
+# -- teardown as a user asks for it (the gate-binding and read-only-store tests) ----------------------------
+def down(root: Path, run_id: str = RUN, confirm: str = SIM_ID) -> subprocess.CompletedProcess[str]:
+    """`rgt down RUN PROJECT --confirm ID` as a user types it."""
+    return rgt("down", run_id, str(root), "--confirm", confirm, cwd=root)
+
+
+def refused_reasons(root: Path) -> list[str]:
+    """The reasons of the latest refusal, as the event log holds them."""
+    session = Session.open(str(root))
+    try:
+        refusals = session.db.events(kind="refused")
+        assert refusals, "no refusal recorded"
+        return [str(reason) for reason in refusals[-1].detail["reasons"]]
+    finally:
+        session.close()
+
+
+def assert_refused(root: Path, fragment: str, run_id: str = RUN) -> list[str]:
+    marker_before = (local_root(root) / MARKER_NAME).read_bytes() if (local_root(root) / MARKER_NAME).exists() \
+        else None
+    result = down(root, run_id)
+    assert result.returncode == 3, (result.stdout, result.stderr)
+    assert sim_disk(root).is_dir(), "a refused teardown destroyed the box"
+    reasons = refused_reasons(root)
+    assert any(fragment in reason for reason in reasons), reasons
+    if marker_before is not None:  # the refusal is not because the marker went missing
+        assert (local_root(root) / MARKER_NAME).read_bytes() == marker_before
+    return reasons
+
+
+def assert_torn_down(root: Path, run_id: str = RUN) -> None:
+    result = down(root, run_id)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "terminated, confirmed by the provider" in result.stdout
+    assert not sim_disk(root).exists()
+
+
+def copy_project(template: Path, target: Path) -> Path:
+    """A copy of a verified project: its sim box, state database and evidence (all paths are relative)."""
+    shutil.copytree(template, target, symlinks=True)
+    return target

@@ -42,6 +42,7 @@ from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
 from remote_gpu_trainer.services.evidence.local_root import hash_fresh, walk_local_root
 from remote_gpu_trainer.services.evidence.manifest import local_manifest
 from remote_gpu_trainer.services.evidence.probe import probe_checkpoints
+from remote_gpu_trainer.services.evidence.read_only import seal_verified
 from remote_gpu_trainer.state.caches import FileKey
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.strict_json import loads_strict
@@ -138,6 +139,13 @@ async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
     checkpoints = await probe_checkpoints(root, run, manifest, hashed, per_file, db, after_hashing, probe_timeout)
     for problems in per_file.values():
         errors.extend(problems)
+    if not errors:  # every byte checked: the copy becomes read-only before its record and marker are written
+        sealed = await asyncio.to_thread(seal_verified, root, manifest, hashed, stats, db)
+        stats.update(sealed.stats)
+        for problem in sealed.changed:
+            per_file[problem.path].append(problem)
+            errors.append(problem)
+        after_hashing(sealed.line())
     return _finish(root, run, db, manifest, errors, per_file, stats, checkpoints, after_hashing)
 
 
