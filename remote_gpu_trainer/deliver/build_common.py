@@ -15,6 +15,7 @@ Public API (the figure and the table builder both use these; keep it small and s
   provenance block (git commit, dirty, dirty_diff_sha256, checkpoint_sha256 per capsule, data_sha256,
   command, builder, env, created_at).
 - `environment(packages, *, backend=None, fonts=()) -> dict`: the env part of it.
+- `mean_std(values) -> (mean, std | None)`: one point's value over its seeds, whatever doubles runs/ holds.
 - `source_csv(columns, rows, key, where) -> bytes`: UTF-8, LF, trailing newline, floats via repr, sorted by
   the declared key columns.
 - `output_folder(root, kind, ident) -> Path`, `output_ids(root, kind) -> list[str]`: `figures/<id>/` or
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify.load import SAFE_ID
 from remote_gpu_trainer.audits.verify.model import plain
+from remote_gpu_trainer.audits.verify.numbers import mean, sample_std
 from remote_gpu_trainer.clock import iso_z, utc_now
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, read_regular
@@ -246,6 +248,25 @@ def _dig(node: Any, *keys: str) -> Any:
 
 
 # -- source.csv ---------------------------------------------------------------------------------------------
+def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
+    """VERIFY's mean and sample std (audits/verify/numbers.py) of one point's per-seed values, for any doubles a
+    box wrote: finite values whose sum overflows are averaged pre-divided, a spread beyond a double is inf, and a
+    non-finite value (a diverged loss in train.csv) makes the mean inf or nan and the spread nan, so the gates
+    (G6, Q2) report it instead of the build dying inside `statistics`."""
+    listed = [float(v) for v in values]
+    if not all(math.isfinite(v) for v in listed):
+        return sum(listed) / len(listed), (math.nan if len(listed) > 1 else None)
+    try:
+        centre = mean(listed)
+    except OverflowError:
+        centre = math.fsum(v / len(listed) for v in listed)
+    try:
+        spread = sample_std(listed)
+    except OverflowError:
+        spread = math.inf
+    return centre, spread
+
+
 def source_csv(columns: Sequence[str], rows: Iterable[Mapping[str, Any]], key: Sequence[str], where: str) -> bytes:
     """The bytes of source.csv: the header, then one line per row sorted by the `key` columns; every row must
     have exactly `columns`. Floats are written with repr (full precision), None as an empty cell."""

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify import metric_registry
 from remote_gpu_trainer.audits.verify.model import MetricRule, plain
-from remote_gpu_trainer.audits.verify.numbers import mean, sample_std
-from remote_gpu_trainer.deliver.build_common import InputFile, input_entry, resolve_input
+from remote_gpu_trainer.deliver.build_common import InputFile, input_entry, mean_std, resolve_input
 from remote_gpu_trainer.deliver.figure_spec import FigureSpec, Series, arrow
 from remote_gpu_trainer.errors import ConfigError
 
@@ -55,10 +54,10 @@ def prepare(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule] | N
     return _prepare_scatter(spec, root, declared)
 
 
-def row(series: str, x: Any, y: float, values: Sequence[float], *, n: int | None, capsules: Sequence[str],
+def row(series: str, x: Any, values: Sequence[float], *, n: int | None, capsules: Sequence[str],
         test_id: str | None, metric: str) -> dict[str, Any]:
     """One source.csv row: y is the mean of `values` (one per seed), the error the sample std (none for one)."""
-    err = sample_std(list(values))
+    y, err = mean_std(values)
     return {"series": series, "x": x, "y": y, "err_lo": err, "err_hi": err, "n": n, "seeds": len(values),
             "capsules": ";".join(capsules), "test_id": test_id, "metric": metric}
 
@@ -121,7 +120,7 @@ def _curve_rows(series: Series, curves: list[tuple[str, list[tuple[Any, float]]]
     rows = []
     for x in (x for x in first if x in shared):
         values = [lookup[x] for lookup in lookups]
-        rows.append(row(series.label, x, mean(list(values)), values, n=len(values), capsules=keys, test_id=None,
+        rows.append(row(series.label, x, values, n=len(values), capsules=keys, test_id=None,
                         metric=metric))
     return rows
 
@@ -175,7 +174,7 @@ def _prepare_bar(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule
         if len(counts) > 1:
             found.problem("G6_data", f"series {series.label!r}: seeds were tested on different n "
                                      f"({', '.join(sorted(map(str, counts)))})")
-        found.rows.append(row(series.label, index, mean(list(values)), values, n=counts.pop() if len(counts) == 1
+        found.rows.append(row(series.label, index, values, n=counts.pop() if len(counts) == 1
                               else None, capsules=series.capsules, test_id=spec.test_id, metric=spec.metric))
         found.direction = found.direction or _direction(spec.metric, declared, readings[0].direction)
     return found
@@ -188,7 +187,7 @@ def _prepare_scatter(spec: FigureSpec, root: Path, declared: Mapping[str, Metric
     for index, series in enumerate(spec.series):
         for key in series.capsules:
             x, y = _read_metrics(root, spec, index, key, [spec.x, spec.y], label, found)
-            found.rows.append(row(series.label, x.value, y.value, [y.value], n=y.n, capsules=[key],
+            found.rows.append(row(series.label, x.value, [y.value], n=y.n, capsules=[key],
                                   test_id=spec.test_id, metric=label))
             found.direction = found.direction or _direction(spec.y, declared, y.direction)
     return found

@@ -23,13 +23,13 @@ from typing import Any
 
 from remote_gpu_trainer.audits.verify import metric_registry
 from remote_gpu_trainer.audits.verify.model import MetricRule, sha256_hex
-from remote_gpu_trainer.audits.verify.numbers import mean, sample_std
 from remote_gpu_trainer.clock import iso_z, utc_now
 from remote_gpu_trainer.deliver.build_common import (
     InputFile,
     environment,
     input_entry,
     load_document,
+    mean_std,
     merge_document,
     output_folder,
     provenance,
@@ -202,22 +202,6 @@ def source_rows(spec: TableSpec, readings: Sequence[Reading]) -> list[dict[str, 
                          "n": mine[0].body["n"], "seeds": len(values), "capsules": ";".join(row.capsules),
                          "test_id": row.test_id})
     return rows
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
-    """VERIFY's mean and sample std (audits/verify/numbers.py). Finite values near the double's limit can
-    overflow the sum: the mean is then taken over pre-divided values, and a spread beyond a double is inf,
-    which the gate's Q2 reports instead of the build dying."""
-    listed = list(values)
-    try:
-        centre = mean(listed)
-    except OverflowError:
-        centre = math.fsum(v / len(listed) for v in listed)
-    try:
-        spread = sample_std(listed)
-    except OverflowError:
-        spread = math.inf
-    return centre, spread
 
 
 def produce(spec: TableSpec, readings: Sequence[Reading], directions: Mapping[str, str | None]) -> dict[str, bytes]:

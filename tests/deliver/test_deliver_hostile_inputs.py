@@ -1,0 +1,41 @@
+"""DELIVER's builders against inputs that lie and folders that changed under them (docs/deliver.md §3, §4): files
+under runs/ were written by a machine we do not trust, and the user's own folders are whatever a careless hand
+left. Each case is a real file on disk that once crashed a build or left it half-written."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from remote_gpu_trainer.deliver.figures import build_figure
+from support.figures import write_cells, write_figure
+
+FILES = ("figure.json", "source.csv", "final.png", "final.svg", "final.pdf")
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    write_cells(project)
+    write_figure(project, "loss", "line", y="loss")
+    return project
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def test_a_diverged_loss_in_train_csv_fails_g6_instead_of_crashing_the_build(root: Path) -> None:
+    """`inf` in one seed's curve: the mean there is inf and the spread nan (statistics.stdev itself raises an
+    AttributeError on inf), written to source.csv and reported by G6 as the spec's non-finite values."""
+    (root / "runs/ours/seed1/train.csv").write_text(
+        "step,loss\n" + "".join(f"{100 * (k + 1)},{'inf' if k == 9 else 1.0 / (k + 1)}\n" for k in range(10)),
+        encoding="utf-8")
+    built = build_figure(root, "loss")
+    source = (root / "figures/loss/source.csv").read_text(encoding="utf-8").splitlines()
+    assert source[-1] == "ours,1000,inf,nan,nan,3,3,ours/seed0;ours/seed1;ours/seed2,,loss"
+    assert (built.checks["G6_data"].status, built.checks["G6_data"].notes) == (
+        "fail", ("non-finite values in source.csv: row 20 y=inf, row 20 err_lo=nan, row 20 err_hi=nan",))
+    assert built.passed is False
