@@ -10,6 +10,7 @@ is recorded as a problem for the gate's check, not hidden.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -93,14 +94,22 @@ def _curve(got: InputFile, x: str, y: str, found: Prepared) -> list[tuple[Any, f
     for step, value in zip(frame[x].tolist(), frame[y].tolist(), strict=True):
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
-        try:
-            pairs.append((plain(step), float(value)))
-        except (TypeError, ValueError):
-            raise ConfigError(f"{got.path}: column {y!r} holds {value!r}, not a number") from None
+        pairs.append((_number(got, x, plain(step)), float(_number(got, y, value))))
     steps = [s for s, _ in pairs]
     if any(not b > a for a, b in zip(steps, steps[1:], strict=False)):
         found.problem("G5_axis", f"{got.path}: {x} is not strictly increasing")
     return pairs
+
+
+def _number(got: InputFile, column: str, cell: Any) -> int | float:
+    """A train.csv cell as a number (pandas leaves a column with one bad cell as text); text that is not a
+    number, or true/false, is refused naming the cell, never compared or drawn as a category."""
+    if isinstance(cell, str):
+        with contextlib.suppress(ValueError):
+            return float(cell)
+    elif isinstance(cell, int | float) and not isinstance(cell, bool):
+        return cell
+    raise ConfigError(f"{got.path}: column {column!r} holds {cell!r}, not a number")
 
 
 def _curve_rows(series: Series, curves: list[tuple[str, list[tuple[Any, float]]]], metric: str,

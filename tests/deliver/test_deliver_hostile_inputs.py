@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.deliver.figures import build_figure
+from remote_gpu_trainer.errors import ConfigError
 from support.figures import write_cells, write_figure
 
 FILES = ("figure.json", "source.csv", "final.png", "final.svg", "final.pdf")
@@ -39,3 +40,18 @@ def test_a_diverged_loss_in_train_csv_fails_g6_instead_of_crashing_the_build(roo
     assert (built.checks["G6_data"].status, built.checks["G6_data"].notes) == (
         "fail", ("non-finite values in source.csv: row 20 y=inf, row 20 err_lo=nan, row 20 err_hi=nan",))
     assert built.passed is False
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("step,loss\n100,1.0\nabc,0.5\n,0.4\n300,0.3\n", "column 'step' holds 'abc', not a number"),
+    ("step,loss\n2024-01-01,1.0\n2024-01-02,0.5\n", "column 'step' holds '2024-01-01', not a number"),
+    ("step,loss\n100,True\n200,False\n", "column 'loss' holds True, not a number"),
+])
+def test_a_train_csv_cell_that_is_not_a_number_is_refused_naming_it(root: Path, text: str, message: str) -> None:
+    """pandas leaves a column with one bad cell as text: comparing it with the numbers crashed (TypeError), and
+    true/false was drawn as 1/0."""
+    (root / "runs/ours/seed1/train.csv").write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        build_figure(root, "loss")
+    assert str(caught.value) == f"runs/ours/seed1/train.csv: {message}"
+    assert sorted(p.name for p in (root / "figures/loss").iterdir()) == ["figure.json"]
