@@ -50,7 +50,7 @@ from remote_gpu_trainer.audits.verify.model import plain
 from remote_gpu_trainer.audits.verify.numbers import mean, sample_std
 from remote_gpu_trainer.clock import iso_z, utc_now
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, read_regular
+from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none, read_regular
 from remote_gpu_trainer.strict_json import loads_strict
 
 if TYPE_CHECKING:
@@ -343,15 +343,23 @@ class Stage:
         return listed
 
     def install(self, names: Sequence[str], document_name: str, document: Mapping[str, Any]) -> None:
-        """Move the finished files in (each by rename), drop `final.*` files no longer produced, then write
-        the JSON document last, so it never describes outputs that are not there yet."""
+        """Move the finished files in (each by rename), drop `final.*` files no longer produced, and move the
+        JSON document in last, so it never describes outputs that are not there yet. What can fail does so
+        before the first rename (a folder where an output goes; a full disk while the document is written, into
+        the staging folder), so a build that cannot finish leaves every previous output as it was."""
+        for name in (*names, document_name):
+            info = lstat_or_none(self.folder / name)
+            if info is not None and stat.S_ISDIR(info.st_mode):
+                raise ConfigError(f"{self.folder.parent.name}/{self.folder.name}/{name} is a folder where the "
+                                  "build writes a file: move it out of the way and build again")
+        write_document(self.first / document_name, document)
         for name in names:
             os.replace(self.first / name, self.folder / name)
         for stale in self.folder.glob("final.*"):
             if stale.name not in names and stale.is_file() and not stale.is_symlink():
                 stale.unlink()
+        os.replace(self.first / document_name, self.folder / document_name)
         fsync_dir(self.folder)
-        write_document(self.folder / document_name, document)
 
 
 @contextlib.contextmanager

@@ -55,3 +55,21 @@ def test_a_train_csv_cell_that_is_not_a_number_is_refused_naming_it(root: Path, 
         build_figure(root, "loss")
     assert str(caught.value) == f"runs/ours/seed1/train.csv: {message}"
     assert sorted(p.name for p in (root / "figures/loss").iterdir()) == ["figure.json"]
+
+
+def test_a_folder_where_an_output_goes_refuses_the_build_before_any_output_moves(root: Path) -> None:
+    """final.svg replaced by a folder by hand: the rename into it failed after source.csv and final.png had
+    already been replaced, leaving figure.json describing files that were no longer there."""
+    build_figure(root, "loss")
+    folder = root / "figures/loss"
+    (folder / "final.svg").unlink()
+    (folder / "final.svg").mkdir()
+    before = hashes(folder)
+    (root / "runs/ours/seed1/train.csv").write_text("step,loss\n" + "".join(
+        f"{100 * (k + 1)},{2.0 / (k + 1)}\n" for k in range(10)), encoding="utf-8")
+    with pytest.raises(ConfigError) as caught:
+        build_figure(root, "loss")
+    assert str(caught.value) == ("figures/loss/final.svg is a folder where the build writes a file: move it out of "
+                                 "the way and build again")
+    assert hashes(folder) == before
+    assert sorted(p.name for p in folder.iterdir()) == sorted(FILES)
