@@ -138,8 +138,12 @@ def run_cells(root: Path, run_id: str, at: str) -> list[str]:
             info = None
         if info is None or not stat.S_ISDIR(info.st_mode):
             raise ConfigError(f"{at}: runs/{run_id} is not a run folder in the project")
-    cells = sorted(e.name for e in os.scandir(folder)
-                   if e.is_dir(follow_symlinks=False) and SAFE_ID.match(e.name) and e.name not in SKIP_DIRS)
+    entries = [e for e in os.scandir(folder) if SAFE_ID.match(e.name) and e.name not in SKIP_DIRS]
+    linked = sorted(e.name for e in entries if e.is_symlink())
+    if linked:  # skipping it would average fewer seeds than the run has, without a word
+        raise ConfigError(f"{at}: runs/{run_id}/{linked[0]} is a link, not a cell folder (evidence is read only "
+                          "through plain folders inside the project): list the cells `<run>/<cell>` instead")
+    cells = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
     if not cells:
         raise ConfigError(f"{at}: runs/{run_id} holds no cell folders")
     return [f"{run_id}/{cell}" for cell in cells]

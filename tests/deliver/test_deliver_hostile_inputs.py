@@ -5,13 +5,17 @@ left. Each case is a real file on disk that once crashed a build or left it half
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pytest
 
 from remote_gpu_trainer.deliver.figures import build_figure
+from remote_gpu_trainer.deliver.tables import build_table
 from remote_gpu_trainer.errors import ConfigError
+from support.capsules import write_capsule
 from support.figures import write_cells, write_figure
+from support.tables import write_table
 
 FILES = ("figure.json", "source.csv", "final.png", "final.svg", "final.pdf")
 
@@ -73,3 +77,20 @@ def test_a_folder_where_an_output_goes_refuses_the_build_before_any_output_moves
                                  "the way and build again")
     assert hashes(folder) == before
     assert sorted(p.name for p in folder.iterdir()) == sorted(FILES)
+
+
+def test_a_linked_cell_under_a_run_a_table_row_names_is_refused_not_skipped(tmp_path: Path) -> None:
+    """`capsules: ["ours"]` means every cell of the run; a cell that is a link (here to a folder outside the
+    project) was skipped without a word, so the row averaged two seeds of three."""
+    project, outside = tmp_path / "project", tmp_path / "outside"
+    for seed, value in enumerate((33.0, 33.5, 34.0)):
+        write_capsule(project if seed < 2 else outside, "ours", f"seed{seed}", seed=seed, test_id="set5", n=5,
+                      metrics={"psnr": value})
+    os.symlink(outside / "runs/ours/seed2", project / "runs/ours/seed2")
+    write_table(project, "main", [{"method": "ours", "capsules": ["ours"]}])
+    with pytest.raises(ConfigError) as caught:
+        build_table(project, "main")
+    assert str(caught.value) == (
+        "tables/main/table.json: rows[0].capsules[0]: runs/ours/seed2 is a link, not a cell folder (evidence is "
+        "read only through plain folders inside the project): list the cells `<run>/<cell>` instead")
+    assert sorted(p.name for p in (project / "tables/main").iterdir()) == ["table.json"]
