@@ -325,14 +325,63 @@ async def settle_demo(pilot: Pilot[None]) -> None:
 @pytest.mark.parametrize("which", ["demo", "flawed"])
 def test_demo_checklist(snap_compare: Any, demo_projects: dict[str, Path], size: tuple[int, int],
                         which: str) -> None:
-    """[VERIFY] the demo's checklist after verification: every check's answer (real passes for the clean demo);
-    with --flawed, the planted findings (V26 critical, V14 error, V04 info) first, worst first."""
+    """[VERIFY] the demo's checklist after verification: every check's answer (real passes for the clean demo,
+    but V05's two warnings: EVIDENCE.json's claims are not built yet, which b on the Deliver panel does); with
+    --flawed, the planted findings (V26 critical, V14 error, V04 info) first, worst first."""
     session = Session.open(str(demo_projects[which]), clock=FixedClock(FIXED_NOW))
 
     async def run_before(pilot: Pilot[None]) -> None:
         await settle_demo(pilot)
         await pilot.press("4")
         await wait_for(pilot, panel_shown("panel-checklist"), "the checklist panel after 4")
+        await pilot.pause()
+
+    assert snap_compare(still_app(session), terminal_size=size, run_before=run_before)
+    session.close()
+
+
+def delivered_session(root: Path) -> Session:
+    """support/deliver_project's project built (figure, table, EVIDENCE.json, macros) and reconciled against a
+    paper.md quoting one stale number, all before the app opens, on the fixed clock: the Deliver panel's rows
+    are the same on every machine (no run, no box, no path on screen)."""
+    from remote_gpu_trainer.services.deliver import build_all
+    from remote_gpu_trainer.services.reconcile import reconcile_project
+    from support.deliver_project import user_project
+
+    user_project(root).close()
+    toml = root / "rgt.toml"
+    toml.write_text(toml.read_text(encoding="utf-8") + '\n[deliver]\ndocs = ["paper.md"]\n', encoding="utf-8")
+    (root / "paper.md").write_text("# Results\n\nOur model reaches acc 0.83 on the test set.\n", encoding="utf-8")
+    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    built = build_all(session.project, session.db, FIXED_NOW)
+    assert built.exit_code == 0, [step.line for step in built.steps]
+    assert reconcile_project(session.project).report.exit_code == 1
+    return session
+
+
+def deliver_shown(rows: int) -> Callable[[Pilot[None]], bool]:
+    def ready(pilot: Pilot[None]) -> bool:
+        screen = pilot.app.screen
+        return isinstance(screen, DashboardScreen) and screen.overview is not None and \
+            screen.deliver_view is not None and panel_shown("panel-deliver")(pilot) and \
+            screen.query_one("#deliver", DataTable).row_count == rows and \
+            all(sized(table) for table in screen.query(DataTable))
+    return ready
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_deliver_panel(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """[deliver] 5: the claim with its ladder state and number, the figure and the table current with their QA,
+    the drift reconcile found in paper.md; b and r (reconcile) in the footer."""
+    session = delivered_session(tmp_path / "p")
+
+    async def run_before(pilot: Pilot[None]) -> None:
+        await wait_for(pilot, lambda p: isinstance(p.app.screen, DashboardScreen) and
+                       p.app.screen.overview is not None, "the first overview")
+        await pilot.press("5")
+        await wait_for(pilot, deliver_shown(4), "the Deliver panel after 5")
+        pilot.app.clear_notifications()
+        await pilot.wait_for_scheduled_animations()
         await pilot.pause()
 
     assert snap_compare(still_app(session), terminal_size=size, run_before=run_before)
