@@ -49,7 +49,7 @@ from remote_gpu_trainer.audits.verify.load import SAFE_ID
 from remote_gpu_trainer.audits.verify.model import plain
 from remote_gpu_trainer.audits.verify.numbers import mean, sample_std
 from remote_gpu_trainer.clock import iso_z, utc_now
-from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none, read_regular
 from remote_gpu_trainer.strict_json import loads_strict
 
@@ -364,15 +364,23 @@ class Stage:
 
 @contextlib.contextmanager
 def staging(folder: Path) -> Iterator[Stage]:
-    first = Path(tempfile.mkdtemp(prefix=".rgt-build-", dir=folder))
+    """The two temp folders of a build, removed whatever happens. A folder the build cannot write (read-only,
+    a full disk) fails it in one line naming the folder (exit 1), not as an internal error of rgt."""
     try:
-        second = Path(tempfile.mkdtemp(prefix=".rgt-build-", dir=folder))
-        try:
+        with _temp_folder(folder) as first, _temp_folder(folder) as second:
             yield Stage(folder, first, second)
-        finally:
-            shutil.rmtree(second, ignore_errors=True)
+    except OSError as exc:
+        raise VerbFailed(f"{folder.parent.name}/{folder.name}/: cannot write the build "
+                         f"({exc.strerror or type(exc).__name__})") from None
+
+
+@contextlib.contextmanager
+def _temp_folder(folder: Path) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=".rgt-build-", dir=folder))
+    try:
+        yield path
     finally:
-        shutil.rmtree(first, ignore_errors=True)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def output_folder(root: Path, kind: str, ident: str) -> Path:

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from remote_gpu_trainer.deliver.figures import build_figure
 from remote_gpu_trainer.deliver.tables import build_table
-from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from support.capsules import write_capsule
 from support.figures import write_cells, write_figure
 from support.tables import write_table
@@ -94,3 +96,45 @@ def test_a_linked_cell_under_a_run_a_table_row_names_is_refused_not_skipped(tmp_
         "tables/main/table.json: rows[0].capsules[0]: runs/ours/seed2 is a link, not a cell folder (evidence is "
         "read only through plain folders inside the project): list the cells `<run>/<cell>` instead")
     assert sorted(p.name for p in (project / "tables/main").iterdir()) == ["table.json"]
+
+
+@pytest.fixture()
+def mounted(root: Path) -> Iterator[Path]:
+    """figures/acc/ as its own 1 MiB tmpfs holding the user's figure.json: a real file system that can be made
+    read-only or full under the build (tests and CI run as root, as the disk-full tests need)."""
+    folder = root / "figures/acc"
+    folder.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs for the read-only and disk-full tests (needs root): {done.stderr}")
+    try:
+        write_figure(root, "acc", "bar", test_id="main", metric="acc")
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def remount(folder: Path, options: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{options}", str(folder)], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize(("options", "reason"), [("ro", "Read-only file system"), ("size=", "No space left on device")])
+def test_a_read_only_or_full_figure_folder_fails_the_build_in_one_line_and_keeps_the_last_one(
+        root: Path, mounted: Path, options: str, reason: str) -> None:
+    """Either was an `internal error: PermissionError / OSError (run again with --debug)`; now it names the folder,
+    exits 1, and the outputs of the last build stay, with no temp folder left behind."""
+    build_figure(root, "acc")
+    before = hashes(mounted)
+    if options == "size=":  # room for the files already there and less than one more build of them
+        used = sum(p.stat().st_size for p in mounted.iterdir())
+        options = f"size={used + 64 * 1024}"
+    remount(mounted, options)
+    (root / "runs/ours/seed1/test/main/metrics.json").write_text(
+        (root / "runs/ours/seed1/test/main/metrics.json").read_text(encoding="utf-8").replace("0.93", "0.95"),
+        encoding="utf-8")
+    with pytest.raises(VerbFailed) as caught:
+        build_figure(root, "acc")
+    assert str(caught.value) == f"figures/acc/: cannot write the build ({reason})"
+    assert hashes(mounted) == before
+    assert sorted(p.name for p in mounted.iterdir()) == sorted(FILES)
