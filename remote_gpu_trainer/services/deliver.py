@@ -403,22 +403,16 @@ def _qa_step(kind: str, ident: str, passed: bool, document: Mapping[str, Any], d
 
 
 def _evidence(project: ProjectConfig, db: StateDB, now: datetime, built: list[ClaimsOutcome]) -> BuildStep:
-    """EVIDENCE.json and the macros (services/claims.py). The VERIFY checks that read EVIDENCE.json judged the
-    file as it was before; when the project has been audited, the file just written is audited too, and if
-    that raised or fixed a finding the evidence is generated again, so its disclosures quote the audit of the
-    numbers it holds (an unbuilt row's "missing n, seeds" finding is never disclosed beside the built row)."""
-    from remote_gpu_trainer.services.audit import audit_if_changed
+    """EVIDENCE.json and the macros from the same rows (services/claims.py), re-audited: the checks that read
+    EVIDENCE.json judged the file as it was before, so the disclosures quote the audit of the numbers written."""
     from remote_gpu_trainer.services.claims import build_evidence
 
-    outcome = build_evidence(project, db, now, with_macros=True)
-    audited = audit_if_changed(project, db)
-    again = ""
-    if audited is not None and (audited.raised or audited.fixed):
-        outcome = build_evidence(project, db, now, with_macros=True)
-        again = f" (re-audited: {len(audited.fixed)} finding(s) fixed, {len(audited.raised)} raised)"
+    outcome = build_evidence(project, db, now, with_macros=True, reaudit=True)
     built.append(outcome)
     states = ", ".join(f"{claim.id} {claim.state}" for claim in outcome.claims) or "no claims"
     disclosed = sum(1 for claim in outcome.claims if claim.disclosure)
+    again = "" if outcome.reaudited is None else \
+        f" (re-audited: {outcome.reaudited[0]} finding(s) fixed, {outcome.reaudited[1]} raised)"
     return BuildStep("evidence", "", "passed",
                      f"{states}; {disclosed} with a disclosure{again} → {EVIDENCE_FILE}")
 
