@@ -20,6 +20,9 @@ CHECK_IDS = ("G1_blank", "G2_glyphs", "G3_clipped", "G4_overlap", "G5_axis", "G6
 DISCLOSABLE = ("G5_axis", "G6_data")
 DEFAULT_FIGSIZE = (6.4, 4.0)
 DEFAULT_DPI = 150
+#: the most pixels a figure may have: the gate holds the PNG as floats (~70 bytes a pixel at its peak, twice
+#: rendered), so figsize 40×40 in at 600 dpi (576 MP) would take tens of GB, inside the TUI's process too
+MAX_MEGAPIXELS = 40
 EXPECT_KEYS = ("rows", "value_axis", "direction", "baseline", "scale", "inverted", "error_bars")
 
 
@@ -89,6 +92,7 @@ def parse_spec(document: Mapping[str, Any], figure_id: str, where: str, *, has_b
         ylabel=read.text("ylabel"), figsize=_figsize(read), dpi=int(read.number(document.get("dpi", DEFAULT_DPI),
                                                                                 "dpi", 50, 600)),
         expect=_expect(read), disclose=_disclose(read))
+    _pixels(read, spec)
     if kind == "custom":
         return _replace(spec, inputs=_inputs(read))
     series = _series(read)
@@ -110,6 +114,13 @@ def _figsize(read: _Reader) -> tuple[float, float]:
     if not isinstance(value, list) or len(value) != 2:
         raise read.fail("figsize", f"{value!r} is not [width, height] in inches")
     return (read.number(value[0], "figsize[0]", 1, 40), read.number(value[1], "figsize[1]", 1, 40))
+
+
+def _pixels(read: _Reader, spec: FigureSpec) -> None:
+    width, height = round(spec.figsize[0] * spec.dpi), round(spec.figsize[1] * spec.dpi)
+    if width * height > MAX_MEGAPIXELS * 1_000_000:
+        raise read.fail("figsize", f"{spec.figsize[0]:g}×{spec.figsize[1]:g} in at {spec.dpi} dpi is {width}×{height}"
+                        f" px, more than {MAX_MEGAPIXELS} megapixels: lower figsize or dpi")
 
 
 def _expect(read: _Reader) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from remote_gpu_trainer.deliver.figure_spec import parse_spec
 from remote_gpu_trainer.deliver.figures import build_figure
 from remote_gpu_trainer.deliver.tables import build_table
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
@@ -138,3 +139,15 @@ def test_a_read_only_or_full_figure_folder_fails_the_build_in_one_line_and_keeps
     assert str(caught.value) == f"figures/acc/: cannot write the build ({reason})"
     assert hashes(mounted) == before
     assert sorted(p.name for p in mounted.iterdir()) == sorted(FILES)
+
+
+def test_a_figure_size_that_would_take_tens_of_gigabytes_is_refused_before_any_render() -> None:
+    """figsize and dpi are each in range, but 40×40 in at 600 dpi is 576 MP: the two renders and the gate's float
+    copies of the PNG would take tens of GB (the TUI builds in its own process). Parsed only: never rendered."""
+    document = {"kind": "bar", "test_id": "main", "metric": "acc", "series": [{"label": "a", "capsules": ["r/s"]}],
+                "figsize": [40, 40], "dpi": 600}
+    with pytest.raises(ConfigError) as caught:
+        parse_spec(document, "big", "figures/big/figure.json", has_builder=False)
+    assert str(caught.value) == ("figures/big/figure.json: figsize: 40×40 in at 600 dpi is 24000×24000 px, more than "
+                                 "40 megapixels: lower figsize or dpi")
+    assert parse_spec({**document, "figsize": [13, 8]}, "big", "w", has_builder=False).dpi == 600  # 7800×4800 px
