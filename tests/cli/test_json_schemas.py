@@ -37,6 +37,19 @@ INFO = {"schema": (str,), "version": (str,), "python": (dict,), "packages": (dic
         "terminal": (dict,)}
 WATCH = {"schema": (str,), "run": (str,), "at": (str,), "state": (str,), "detail": (str,), "alerts": (list,)}
 ALERT = {"severity": (str,), "title": (str,), "message": (str,), "fix": (str,), "signature": (str,)}
+# the report's `results` key (rgt-report/v1, added with DELIVER: docs/formats.md)
+RESULTS = {"runs": (list,), "claims": (list,), "evidence_note": (str,)}
+RESULT_RUN = {"id": (str,), "status": (str,), "cells": (int,), "metrics": (list,), "started_at": (str, NONE),
+              "finished_at": (str, NONE), "wall_s": (float, NONE), "wall_source": (str, NONE), "cost": (dict,),
+              "trackers": (list,)}
+RESULT_METRIC = {"test_id": (str,), "split": (str, NONE), "metric": (str,), "direction": (str, NONE),
+                 "arrow": (str,), "unit": (str, NONE), "mean": (float,), "std": (float, NONE), "seeds": (int,),
+                 "n": (int, NONE), "cells": (list,), "curve": (str, NONE), "best": (float, NONE),
+                 "last": (float, NONE), "note": (str,)}
+RESULT_COST = {"amount": (float, NONE), "currency": (str,), "estimate": (bool,), "shared_with": (list,),
+               "note": (str,)}
+RESULT_CLAIM = {"id": (str,), "statement": (str,), "state": (str,), "numbers": (list,), "disclosure": (str, NONE),
+                "findings": (list,)}
 SECRET = "rgt-test-SECRET-41c9e7d2"
 
 
@@ -189,3 +202,43 @@ def test_json_strings_are_escaped_like_the_report(tmp_path: Path) -> None:
     assert "\x1b" not in raw and "\x07" not in raw and "\\u001b" not in raw
     notes = [e["detail"].get("note") for e in json.loads(raw)["events"] if e["kind"] == "checklist"]
     assert notes == ["ok\\x1b]0;pwned\\x07"]  # shown escaped, as `rgt events` and the report show it
+
+
+def test_report_results_json_schema(arc: tuple[Rgt, dict[str, Any]]) -> None:
+    """The finished, pulled and verified run: its legacy cells' numbers, its wall time from the launch record and
+    the box's exit stamp, and its share of what the box billed meanwhile (at most the box's whole bill)."""
+    rgt, _ = arc
+    report = rgt.json("--report")
+    assert list(report)[:4] == ["schema", "generated_at", "project", "results"]
+    results = report["results"]
+    assert_shape(results, RESULTS)
+    assert results["claims"] == [] and results["evidence_note"] == "no EVIDENCE.json: no claims written yet"
+    (run,) = results["runs"]
+    assert_shape(run, RESULT_RUN)
+    assert (run["id"], run["status"], run["cells"], run["wall_source"]) == (RUN, "results", 2, "launch")
+    assert ISO_Z.match(run["started_at"]) and ISO_Z.match(run["finished_at"]) and run["wall_s"] >= 0
+    (metric,) = run["metrics"]
+    assert_shape(metric, RESULT_METRIC)
+    assert {k: metric[k] for k in ("test_id", "split", "metric", "direction", "arrow", "seeds", "cells")} == {
+        "test_id": "best_metrics", "split": "val", "metric": "val_loss", "direction": "lower_is_better",
+        "arrow": "↓", "seeds": 2, "cells": [f"{RUN}/seed0", f"{RUN}/seed1"]}
+    assert metric["mean"] == (0.5 + 0.4) / 2 and metric["curve"] is None
+    assert_shape(run["cost"], RESULT_COST)
+    (box,) = report["instances"]
+    # the box billed its price all along, so the run's share is that price over its wall window (whole seconds
+    # here: the job takes less than one), and never more than the box's whole bill
+    assert run["cost"]["amount"] == round(box["price_per_hour"] * run["wall_s"] / 3600, 6) <= box["cost_so_far"]
+    assert run["cost"]["currency"] == "USD" and run["cost"]["estimate"] is False
+    assert run["trackers"] == []
+
+    evidence = rgt.root / "EVIDENCE.json"
+    evidence.write_text(json.dumps({"schema": "remote-gpu-trainer/EVIDENCE/v1", "project": "t", "claims": [
+        {"id": "C1", "statement": "val_loss is low", "evidence": [
+            {"exp_id": RUN, "test_id": "best_metrics", "metric": "val_loss", "cells": metric["cells"]}]}]}),
+        encoding="utf-8")
+    try:
+        (claim,) = rgt.json("--report")["results"]["claims"]
+    finally:
+        evidence.unlink()
+    assert_shape(claim, RESULT_CLAIM)
+    assert (claim["id"], claim["state"], claim["disclosure"], len(claim["numbers"])) == ("C1", "not_built", None, 1)

@@ -41,3 +41,18 @@ def test_version_loads_no_verb_module_and_no_session(project_dir: Path) -> None:
     assert "remote_gpu_trainer.cli.main" in loaded
     verbs = [name for name in loaded if name.startswith("remote_gpu_trainer.cli.") and name.endswith("_verbs")]
     assert verbs == [] and "remote_gpu_trainer.services.session" not in loaded
+
+
+def test_the_report_reads_capsules_without_pandas_scipy_or_matplotlib(project_dir: Path) -> None:
+    """Results first (docs/deliver.md §8) reads run.json, metrics.json and train.csv with json and csv; a project
+    without runs/ does not even load the reader."""
+    from support.capsules import write_evidence
+    from support.results import three_seeds
+
+    before = imported(["--report", str(project_dir)], project_dir)
+    assert "remote_gpu_trainer.deliver.results" not in before
+    three_seeds(project_dir)
+    write_evidence(project_dir, [])
+    loaded = imported(["--report", str(project_dir), "--format", "json"], project_dir)
+    assert "remote_gpu_trainer.deliver.results" in loaded and "remote_gpu_trainer.services.deliver" in loaded
+    assert [name for name in ("pandas", "scipy", "numpy", "matplotlib", "pyarrow", *HEAVY) if name in loaded] == []
