@@ -51,4 +51,6 @@ class RgtApp(App[None]):
                 yield SystemCommand("Teardown…", f"Terminate the instance after typing its id (t){reason}",
                                     screen.action_teardown)
         yield SystemCommand("Filter log", "Filter the log (/)", screen.action_filter)
+        yield SystemCommand("Deliver", "Claims, figures and tables; b builds them, r reconciles the documents (5)",
+                            lambda: screen.action_panel(4))
         yield SystemCommand("Help", "Keys and glossary (?)", self.action_help)

@@ -214,3 +214,20 @@ async def test_b_builds_everything_in_a_worker_and_the_panel_shows_the_built_sta
         assert builds(app) == ["build: 4 passed"] * 2
     assert (root / "tables" / "macros" / "final.tex").read_text(encoding="utf-8").count("\\newcommand") == 2
     session.close()
+
+
+async def test_the_command_palette_opens_the_deliver_panel(tmp_path: Path) -> None:
+    """In the wide layout there is no tab to see: the palette lists the panel with its keys."""
+    session = delivered_project(tmp_path / "p")
+    app = RgtApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        command = next(c for c in app.get_system_commands(app.screen) if c.title == "Deliver")
+        command.callback()
+        await wait_until(pilot, lambda: dashboard(app).has_class("-deliver") and bool(rows_of(app)))
+        assert app.screen.query_one("#panel-deliver").region.width == 160
+        assert app.screen.query_one("#panel-instances").region.area == 0
+        await pilot.press("1")
+        await wait_until(pilot, lambda: app.screen.query_one("#panel-instances").region.area > 0)
+        assert not dashboard(app).has_class("-deliver")
+    session.close()
