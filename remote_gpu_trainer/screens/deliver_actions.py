@@ -61,7 +61,12 @@ class DeliverActions(Screen[None]):
 
     @work(group="deliver-view", thread=True)
     def _deliver_view_worker(self, generation: int) -> None:
-        view = deliver.deliver_view(self.deliver_session.project.root)
+        try:
+            view = deliver.deliver_view(self.deliver_session.project.root)
+        except Exception as exc:  # noqa: BLE001 - a bug in the view is a toast, never a dashboard taken down
+            self.app.call_from_thread(self.notify, f"the Deliver panel could not be read: {type(exc).__name__}: "
+                                      f"{exc}", severity="error", timeout=15)
+            return
         self.app.call_from_thread(self._show_deliver, view, generation)
 
     def _show_deliver(self, view: DeliverView, generation: int) -> None:

@@ -231,3 +231,27 @@ async def test_the_command_palette_opens_the_deliver_panel(tmp_path: Path) -> No
         await wait_until(pilot, lambda: app.screen.query_one("#panel-instances").region.area > 0)
         assert not dashboard(app).has_class("-deliver")
     session.close()
+
+
+async def test_text_from_the_files_is_shown_escaped(tmp_path: Path) -> None:
+    """A statement, a drift's context and a folder name come from files anyone could write: a colour code is
+    shown as text and `[bold]` is not markup."""
+    root = tmp_path / "p"
+    session = delivered_project(root)
+    evidence = json.loads((root / "EVIDENCE.json").read_text(encoding="utf-8"))
+    evidence["claims"][0]["statement"] = "\x1b[31mred[bold] claim\x07"
+    (root / "EVIDENCE.json").write_text(json.dumps(evidence), encoding="utf-8")
+    (root / "reconcile.json").write_text(json.dumps({"drifts": [{
+        "doc": "p\x1b[2J.md", "line": 1, "col": 1, "claim_ids": ["C1-acc"], "metric": "acc", "reported_text": "0.9",
+        "expected": "0.8", "context": "[red]x\x1b[0m"}], "missing_from_docs": []}), encoding="utf-8")
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await open_deliver(pilot, app)
+        assert panel_text(app, "deliver-summary").splitlines()[0] == "C1-acc: \\x1b[31mred[bold] claim\\x07"
+        assert rows_of(app)["drift:0"][2] == "p\\x1b[2J.md:1 acc 0.9 ≠ 0.8"
+        table = app.screen.query_one("#deliver", DataTable)
+        table.move_cursor(row=3)
+        await wait_until(pilot, lambda: "[red]x" in panel_text(app, "deliver-summary"))
+        assert panel_text(app, "deliver-summary") == ("p\\x1b[2J.md:1:1: the document says 0.9, the evidence 0.8 "
+                                                      "(C1-acc): [red]x\\x1b[0m")
+    session.close()
