@@ -94,8 +94,3 @@ def _drop_write_bits(path: Path) -> tuple[os.stat_result, os.stat_result]:
         return before, os.fstat(fd)
     finally:
         os.close(fd)
-
-
-def is_read_only(path: Path) -> bool:
-    """No write bit set for anyone (what `seal_verified` leaves)."""
-    return not os.lstat(path).st_mode & WRITE_BITS
