@@ -15,6 +15,8 @@ One module per step; import each name from the module that holds it (this packag
 - `pull_batches`: the small-file path, many small files down one command.
 - `verify`: local verification and the PULL_VERIFIED marker (`verify`, `VerifyResult`, `FileStatus`), and
   `checkpoint_statuses`, the cheap view of the last verification for dashboards.
+- `read_only`: the verified copy made read-only before its record and marker are written (`seal_verified`),
+  a guard for the evidence store (docs/deliver.md §1), never what the gate trusts.
 - `probe`: load-verifying checkpoints in a pool of long-lived probe processes (`ProbePool`,
   `probe_environment`); torch is never imported in this process.
 - `verbs`: `rgt pull` and `rgt verify` as every face calls them (`pull_run`, `verify_run`): the run's lock
