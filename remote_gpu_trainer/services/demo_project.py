@@ -10,9 +10,9 @@ same except that one test item is a renamed copy of a training item; the flawed 
 its last checkpoint while recording the best one.
 
 The demo delivers too (docs/deliver.md §9): it writes the user's half of DELIVER from assets/demo/deliver/ (a
-loss-curve figure over the three seeds, a mean ± std table, the claims of EVIDENCE.json and a short paper.md
+loss-curve figure over the three seeds, a mean ± std table, the claims of EVIDENCE.json and a short paper
 listed in `[deliver] docs`), so after verification `rgt build` and `rgt reconcile` (b and r on the Deliver panel)
-work on it. paper.md quotes one number typed by hand, a test accuracy of 0.9701, which no run of the demo can
+work on it. The paper quotes one number typed by hand, a test accuracy of 0.9701, which no run of the demo can
 produce: each seed's accuracy is k/128 (128 test items), so their mean is a multiple of 1/384, and 0.9701 is
 0.0013 away from the nearest one, far outside what four decimals allow. Reconcile reports it with its line.
 """

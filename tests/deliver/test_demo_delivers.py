@@ -1,6 +1,6 @@
 """The demo delivers (docs/deliver.md §9): `rgt demo`'s project, trained on the sim box, pulled and verified, then
 `rgt build` and `rgt reconcile` through the real CLI: the loss curve with its seed band, the mean ± std table,
-the macros, and exactly one drift, the accuracy paper.md typed by hand, with its line."""
+the macros, and exactly one drift, the accuracy the demo's paper typed by hand, with its line."""
 
 from __future__ import annotations
 

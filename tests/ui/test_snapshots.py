@@ -342,7 +342,7 @@ def test_demo_checklist(snap_compare: Any, demo_projects: dict[str, Path], size:
 
 def delivered_session(root: Path) -> Session:
     """support/deliver_project's project built (figure, table, EVIDENCE.json, macros) and reconciled against a
-    paper.md quoting one stale number, all before the app opens, on the fixed clock: the Deliver panel's rows
+    paper quoting one stale number, all before the app opens, on the fixed clock: the Deliver panel's rows
     are the same on every machine (no run, no box, no path on screen)."""
     from remote_gpu_trainer.services.deliver import build_all
     from remote_gpu_trainer.services.reconcile import reconcile_project
@@ -372,7 +372,7 @@ def deliver_shown(rows: int) -> Callable[[Pilot[None]], bool]:
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 def test_deliver_panel(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
     """[deliver] 5: the claim with its ladder state and number, the figure and the table current with their QA,
-    the drift reconcile found in paper.md; b and r (reconcile) in the footer."""
+    the drift reconcile found in the paper; b and r (reconcile) in the footer."""
     session = delivered_session(tmp_path / "p")
 
     async def run_before(pilot: Pilot[None]) -> None:
