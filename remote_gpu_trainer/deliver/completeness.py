@@ -38,6 +38,9 @@ HERE = "here"  # where an artifact is: here, or one of MISSING, REMOTE_ONLY, UNK
 RANK = {OK: 0, NOT_APPLICABLE: 0, REMOTE_ONLY: 1, UNKNOWN: 2, MISSING: 3, MISMATCH: 4}  # the worst one speaks
 STATES = ("complete", "pull", "unknown", "incomplete")
 CHECKPOINT = "best.pth"
+#: the most visuals one point may declare (conditions × roles × ids): run.json is written on the box, and a few
+#: kB of names would otherwise make rgt list, stat and ask the box for billions of paths
+MAX_VISUALS = 100_000
 COVERAGE_WORDS = {MISSING: "are nowhere", UNKNOWN: "are not here (the box did not answer)",
                   REMOTE_ONLY: "are only on the box"}
 
@@ -211,10 +214,14 @@ def _vis_block(capsule: Capsule | None, test_id: str) -> Mapping[str, Any] | Non
 def _vis_files(capsule: Capsule | None, test_id: str, ids: Sequence[str] | None) -> list[str]:
     """test/<t>/vis/<condition>/<role>/<id>.png for every declared condition, role and selection id."""
     vis = _vis_block(capsule, test_id)
-    if vis is None or ids is None:
+    if vis is None or ids is None or _vis_count(vis, ids) > MAX_VISUALS:
         return []
     conditions, roles = _names(vis.get("conditions")), _names(vis.get("roles"))
     return [f"test/{test_id}/vis/{c}/{r}/{i}.png" for c in conditions for r in roles for i in ids]
+
+
+def _vis_count(vis: Mapping[str, Any], ids: Sequence[str]) -> int:
+    return len(_names(vis.get("conditions"))) * len(_names(vis.get("roles"))) * len(ids)
 
 
 def _names(raw: Any) -> list[str]:
@@ -343,6 +350,10 @@ def visuals_answer(point: GridPoint, evidence: ProjectEvidence, inventory: Inven
         ids = inventory.selections.get(selection) if isinstance(selection, str) else None
         if ids is None:
             answers.append(Answer(MISSING, f"the selection {selection!r} run.json names for the visuals is not here"))
+        elif _vis_count(vis, ids) > MAX_VISUALS:
+            answers.append(Answer(MISMATCH, f"run.json declares {_vis_count(vis, ids)} visuals for test "
+                                            f"{point.test_id} (conditions × roles × ids), more than {MAX_VISUALS}: "
+                                            "not counted"))
         else:
             files = [capsule_file(point, rel, "VISUALS") for rel in _vis_files(capsule, point.test_id, ids)]
             answers += _coverage(files, inventory)

@@ -169,6 +169,27 @@ def test_visuals_are_checked_only_for_points_a_figure_draws(tmp_path: Path, caps
         "the selection 'selections/main-all.json' run.json names for the visuals is not here")
 
 
+def test_a_run_json_declaring_more_visuals_than_can_be_counted_is_a_mismatch_not_a_listing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """run.json is written on the box: 60,000 condition names (a few hundred kB) × 1 role × 2 ids were 120,000
+    paths listed, stat'ed here and asked of the box per point (3,000 × 3,000 names: billions, never finishing)."""
+    many = {**VIS, "conditions": [f"c{i}" for i in range(60_000)], "roles": ["input"]}
+    root = make_project(tmp_path / "p", vis=many)
+    write_json(root / "selections" / "main-all.json", {"selection_id": "main-all", "ids": ["x1", "x2"]})
+    write_json(root / "figures" / "bars" / "figure.json",
+               {"schema": "remote-gpu-trainer/FIGURE/v1", "figure_id": "bars", "kind": "bar", "test_id": "main",
+                "metric": "acc", "series": [{"label": "ours", "capsules": ["r/seed0"]}]})
+    (root / "figures" / "bars" / "source.csv").write_text(
+        "series,x,y,err_lo,err_hi,n,seeds,capsules,test_id,metric\nours,0,0.5,,,2,1,r/seed0,main,acc\n",
+        encoding="utf-8")
+    code, body = completeness(root, capsys)
+    assert code == 1
+    assert (point(body, "r/seed0")["VISUALS"], point(body, "r/seed0")["details"]["VISUALS"]) == (
+        "mismatch", "run.json declares 120000 visuals for test main (conditions × roles × ids), more than 100000: "
+                    "not counted")
+    assert point(body, "r/seed1")["VISUALS"] == "n/a" and body["pull_list"] == []
+
+
 def test_uniform_compares_outputs_and_the_checkpoint_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_project(tmp_path / "p", metrics={"seed0": {"acc": 0.5}, "seed1": {"acc": 0.5, "f1": 0.4}},
                         extra="")
