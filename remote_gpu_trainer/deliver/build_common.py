@@ -52,10 +52,15 @@ from remote_gpu_trainer.clock import iso_z, utc_now
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none, read_regular
 from remote_gpu_trainer.strict_json import loads_strict
+from remote_gpu_trainer.text import size
 
 if TYPE_CHECKING:
     import pandas as pd
 
+#: an evidence file is read whole into memory, and a box chooses its size: above these it is refused unread
+#: (parsing JSON takes ~15 times its size in memory; a metrics.json is a summary of a few kB)
+MAX_INPUT_BYTES = 1 << 30
+MAX_JSON_BYTES = 64 << 20
 TEST_FILES = ("metrics.json", "results.parquet", "results.csv")
 CAPSULE_FILES = ("train.csv",)
 #: the keys of an inputs[] entry the user writes; path, sha256 and split are generated
@@ -73,6 +78,9 @@ class InputFile:
     sha256: str
 
     def json(self) -> Any:
+        if len(self.data) > MAX_JSON_BYTES:
+            raise ConfigError(f"{self.path}: {size(len(self.data))} of JSON, more than the {size(MAX_JSON_BYTES)} rgt "
+                              "parses (per-item rows belong in results.parquet or results.csv)")
         try:
             return loads_strict(self.data)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -103,10 +111,14 @@ def read_input(root: Path, rel: str, where: str) -> InputFile:
             fds.append(_open_step(part, fds[-1], os.O_DIRECTORY, rel, where))
         fd = _open_step(parts[-1], fds[-1], 0, rel, where)
         fds.append(fd)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise ConfigError(f"{where}: {rel} is not a regular file")
         with os.fdopen(os.dup(fd), "rb") as handle:
-            data = handle.read()
+            data = handle.read(MAX_INPUT_BYTES + 1) if info.st_size <= MAX_INPUT_BYTES else b""
+        if info.st_size > MAX_INPUT_BYTES or len(data) > MAX_INPUT_BYTES:
+            raise ConfigError(f"{where}: {rel} is {size(max(info.st_size, len(data)))}, more than the "
+                              f"{size(MAX_INPUT_BYTES)} an evidence file may have to be read whole")
     finally:
         for fd in fds:
             os.close(fd)

@@ -151,3 +151,27 @@ def test_a_figure_size_that_would_take_tens_of_gigabytes_is_refused_before_any_r
     assert str(caught.value) == ("figures/big/figure.json: figsize: 40×40 in at 600 dpi is 24000×24000 px, more than "
                                  "40 megapixels: lower figsize or dpi")
     assert parse_spec({**document, "figsize": [13, 8]}, "big", "w", has_builder=False).dpi == 600  # 7800×4800 px
+
+
+def test_a_metrics_json_too_big_to_parse_is_refused_unparsed(root: Path) -> None:
+    """A box chooses a metrics.json's size and parsing JSON takes ~15 times it in memory (a 124 MB file took
+    1.8 GB): more than 64 MiB is refused before parsing. Valid JSON padded with spaces, so without the limit
+    it would simply build."""
+    write_figure(root, "acc", "bar", test_id="main", metric="acc")
+    path = root / "runs/ours/seed1/test/main/metrics.json"
+    path.write_bytes(path.read_bytes() + b" " * (65 << 20))
+    with pytest.raises(ConfigError) as caught:
+        build_figure(root, "acc")
+    assert str(caught.value) == ("runs/ours/seed1/test/main/metrics.json: 65.0 MiB of JSON, more than the 64.0 MiB "
+                                 "rgt parses (per-item rows belong in results.parquet or results.csv)")
+    assert sorted(p.name for p in (root / "figures/acc").iterdir()) == ["figure.json"]
+
+
+def test_an_evidence_file_bigger_than_can_be_read_whole_is_refused_unread(root: Path) -> None:
+    """A sparse 2 GiB train.csv (no disk used): refused from its size, never read into memory."""
+    with (root / "runs/ours/seed1/train.csv").open("r+b") as handle:
+        handle.truncate(2 << 30)
+    with pytest.raises(ConfigError) as caught:
+        build_figure(root, "loss")
+    assert str(caught.value) == ("series[1].capsules (ours/seed1): runs/ours/seed1/train.csv is 2.0 GiB, more than "
+                                 "the 1.0 GiB an evidence file may have to be read whole")
