@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -175,3 +177,42 @@ def test_an_evidence_file_bigger_than_can_be_read_whole_is_refused_unread(root: 
         build_figure(root, "loss")
     assert str(caught.value) == ("series[1].capsules (ours/seed1): runs/ours/seed1/train.csv is 2.0 GiB, more than "
                                  "the 1.0 GiB an evidence file may have to be read whole")
+
+
+MATPLOTLIBRC = """font.family: serif
+font.size: 20
+lines.linewidth: 5
+axes.prop_cycle: cycler('color', ['r', 'g', 'b'])
+figure.dpi: 50
+savefig.dpi: 50
+svg.fonttype: none
+svg.hashsalt: mine
+path.simplify: True
+figure.autolayout: True
+axes.unicode_minus: False
+"""
+
+
+def test_a_user_matplotlibrc_timezone_locale_and_cwd_change_no_byte(root: Path, tmp_path: Path) -> None:
+    """The same project built in another folder from another working directory, under another TZ and locale, with
+    a matplotlibrc in MPLCONFIGDIR and one in the project (matplotlib reads both at import): the house style
+    replaces every setting that draws, so all four files keep their bytes."""
+    write_figure(root, "acc", "bar", test_id="main", metric="acc")
+    (root / "rgt.toml").write_text('[project]\nname = "figures"\n', encoding="utf-8")
+    copy = shutil.copytree(root, tmp_path / "elsewhere" / "deeper" / "project")
+    config = tmp_path / "mplconfig"
+    config.mkdir()
+    for folder in (config, copy):
+        (folder / "matplotlibrc").write_text(MATPLOTLIBRC, encoding="utf-8")
+    plain = {**os.environ, "TZ": "UTC", "LC_ALL": "C"}
+    odd = {**os.environ, "TZ": "Asia/Kolkata", "LC_ALL": "C.UTF-8", "MPLCONFIGDIR": str(config)}
+    for project, env, cwd in ((root, plain, root), (copy, odd, copy)):
+        for figure_id in ("acc", "loss"):
+            done = subprocess.run([sys.executable, "-m", "remote_gpu_trainer", "build", "figure", figure_id,
+                                   str(project)], cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, done.stderr
+    for figure_id in ("acc", "loss"):
+        mine, theirs = hashes(root / "figures" / figure_id), hashes(copy / "figures" / figure_id)
+        assert {k: v for k, v in mine.items() if k != "figure.json"} == \
+            {k: v for k, v in theirs.items() if k != "figure.json"}
+        assert len(mine) == 5
