@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.services.claims import BuildOutcome as ClaimsOutcome
     from remote_gpu_trainer.state.db import StateDB
 
-KINDS = ("figure", "table")
 PASSING = ("pass", "disclosed")
 RECONCILE_FILE = "reconcile.json"
 EVIDENCE_FILE = "EVIDENCE.json"
@@ -72,9 +71,8 @@ def deliver_view(root: Path) -> DeliverView:
     tables = tuple(_outputs(read, "table"))
     drifts, reconcile_line = _reconcile(read)
     rows = _rows(claims, figures, tables, drifts)
-    caption = " · ".join(part for part in (
-        f"{len(claims)} claim(s)", f"{len(figures)} figure(s)", f"{len(tables)} table(s)",
-        f"{sum(1 for o in (*figures, *tables) if o.status == 'current')} current") if part)
+    current = sum(1 for output in (*figures, *tables) if output.status == "current")
+    caption = f"{len(claims)} claim(s) · {len(figures)} figure(s) · {len(tables)} table(s) · {current} current"
     return DeliverView(claims, figures, tables, drifts, reconcile_line, tuple(read.problems), rows, caption)
 
 
@@ -98,16 +96,16 @@ def _claims(document: Any, read: _Read) -> tuple[ClaimView, ...]:
     for claim in document["claims"]:
         spec = specs[claim["id"]]
         stored = claim.get("evidence") or []
+        findings = _strings(claim.get("findings"))
         views.append(ClaimView(
             id=spec.id, statement=_text(claim.get("statement")),
             state=_text(claim.get("state")) or "not_built",
-            numbers=tuple(_inline(row, stored[row.index], claim.get("findings")) for row in spec.rows),
-            disclosure=_text(claim.get("disclosure")),
-            findings=tuple(f for f in claim.get("findings") or () if isinstance(f, str))))
+            numbers=tuple(_inline(row, stored[row.index], findings) for row in spec.rows),
+            disclosure=_text(claim.get("disclosure")), findings=findings))
     return tuple(views)
 
 
-def _inline(spec: RowSpec, stored: Mapping[str, Any], findings: Any) -> str:
+def _inline(spec: RowSpec, stored: Mapping[str, Any], findings: tuple[str, ...]) -> str:
     """A row's number with its disclosure in the inline form of deliver/disclosure.py, from the generated
     fields `rgt build evidence` stored (the findings and drifts it weighed are in the claim's disclosure)."""
     if not isinstance(stored.get("seeds"), int):
@@ -117,13 +115,22 @@ def _inline(spec: RowSpec, stored: Mapping[str, Any], findings: Any) -> str:
                        split=_text(stored.get("split")) or None,
                        n=stored["n"] if isinstance(stored.get("n"), int) else None, seeds=stored["seeds"],
                        variance=variance if isinstance(variance, dict) else None, sources=())
-    notes = tuple(disclosure.FindingNote(f, "") for f in findings or () if isinstance(f, str))
+    notes = tuple(disclosure.FindingNote(finding, "") for finding in findings)
     facts = disclosure.RowFacts(spec, row, findings=notes)
     return f"{spec.metric} {disclosure.inline(facts, disclosure.disclose(facts))}"
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    """The strings of a JSON list; anything else (a hand-edited string, a number) holds none."""
+    return tuple(item for item in value if isinstance(item, str)) if isinstance(value, list) else ()
 
 
 # -- figures and tables -------------------------------------------------------------------------------------
@@ -158,13 +165,13 @@ def stale_reasons(root: Path, kind: str, ident: str, document: Mapping[str, Any]
     from the sha256 recorded at the build, or that is gone. Empty when the build is current."""
     folder = f"{kind}s/{ident}"
     recorded: list[tuple[str, Any]] = []
-    for entry in document.get("inputs") or ():
+    for entry in _list(document.get("inputs")):
         if isinstance(entry, dict):
             recorded.append((_text(entry.get("path")), entry.get("sha256")))
     source = document.get("source")
     if isinstance(source, dict):
         recorded.append((f"{folder}/{_text(source.get('path'))}", source.get("sha256")))
-    for entry in document.get("outputs") or ():
+    for entry in _list(document.get("outputs")):
         if isinstance(entry, dict):
             recorded.append((f"{folder}/{_text(entry.get('path'))}", entry.get("sha256")))
     for rel, sha in recorded:
@@ -217,12 +224,11 @@ def _reconcile(read: _Read) -> tuple[tuple[DriftView, ...], str]:
     found = read.json(RECONCILE_FILE)
     if found is None:
         return (), "not reconciled yet: r reconciles the documents of rgt.toml [deliver] docs"
-    drifts = tuple(_drift(d) for d in found.get("drifts") or () if isinstance(d, dict)) \
-        if isinstance(found, dict) else ()
     if not isinstance(found, dict):
         read.problems.append(f"{RECONCILE_FILE}: not a JSON object")
         return (), "reconcile.json unreadable: r reconciles again"
-    missing = [m for m in found.get("missing_from_docs") or () if m]
+    drifts = tuple(_drift(entry) for entry in _list(found.get("drifts")) if isinstance(entry, dict))
+    missing = _list(found.get("missing_from_docs"))
     words = f"{len(drifts)} drift(s)" if drifts else "no drift"
     return drifts, f"reconciled: {words}, {len(missing)} claim(s) missing from the documents"
 
@@ -237,7 +243,7 @@ def _drift(entry: Mapping[str, Any]) -> DriftView:
         return repr(value) if isinstance(value, int | float) and not isinstance(value, bool) else "?"
 
     return DriftView(doc=_text(entry.get("doc")), line=whole(entry.get("line")), col=whole(entry.get("col")),
-                     claims=tuple(str(c) for c in entry.get("claim_ids") or () if isinstance(c, str)),
+                     claims=_strings(entry.get("claim_ids")),
                      metric=_text(entry.get("metric")),
                      reported=number_text(entry.get("reported_text"), entry.get("reported")),
                      expected=number_text(entry.get("expected"), entry.get("authoritative")),
