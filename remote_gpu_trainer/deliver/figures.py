@@ -32,6 +32,7 @@ from remote_gpu_trainer.deliver.build_common import (
     merge_document,
     output_folder,
     provenance,
+    read_source_csv,
     source_csv,
     stable_provenance,
     staging,
@@ -132,7 +133,8 @@ def build_figure(root: Path, figure_id: str, *, declared: Mapping[str, MetricRul
         generated = {
             "inputs": plan.entries,
             "source": {"path": "source.csv", "sha256": sha256_hex(first.source),
-                       "rows": first.source.count(b"\n") - 1, "columns": list(SOURCE_COLUMNS), "key": list(SORT_KEY)},
+                       "rows": len(read_source_csv(first.source)), "columns": list(SOURCE_COLUMNS),
+                       "key": list(SORT_KEY)},
             "provenance": prov, "outputs": stage.outputs(OUTPUTS, {"final.png": first.px}), "qa": qa,
             "disclosure": disclosure_text(plan.disclosures, first.checks, prov),
         }

@@ -216,3 +216,14 @@ def test_a_user_matplotlibrc_timezone_locale_and_cwd_change_no_byte(root: Path, 
         assert {k: v for k, v in mine.items() if k != "figure.json"} == \
             {k: v for k, v in theirs.items() if k != "figure.json"}
         assert len(mine) == 5
+
+
+def test_source_rows_counts_csv_rows_not_lines_when_a_series_label_holds_a_newline(root: Path) -> None:
+    """A legend label may span two lines; source.csv quotes it, so the file has more lines than rows, and
+    figure.json said 3 rows for 2 while G6 (which parses) passed expect.rows = 2."""
+    series = [{"label": "base\nline", "capsules": ["base/seed0", "base/seed1"]},
+              {"label": 'ours, "v2"', "capsules": ["ours/seed0", "ours/seed1", "ours/seed2"]}]
+    write_figure(root, "acc", "bar", test_id="main", metric="acc", series=series, expect={"rows": 2})
+    built = build_figure(root, "acc")
+    assert (built.document["source"]["rows"], built.checks["G6_data"].status) == (2, "pass")
+    assert (root / "figures/acc/source.csv").read_bytes().count(b"\n") == 4
