@@ -109,7 +109,7 @@ def read_input(root: Path, rel: str, where: str) -> InputFile:
     try:
         for part in parts[:-1]:
             fds.append(_open_step(part, fds[-1], os.O_DIRECTORY, rel, where))
-        fd = _open_step(parts[-1], fds[-1], 0, rel, where)
+        fd = _open_step(parts[-1], fds[-1], os.O_NONBLOCK, rel, where)  # a FIFO would block open() for ever
         fds.append(fd)
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

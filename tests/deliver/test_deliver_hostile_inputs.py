@@ -4,11 +4,13 @@ left. Each case is a real file on disk that once crashed a build or left it half
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,3 +229,33 @@ def test_source_rows_counts_csv_rows_not_lines_when_a_series_label_holds_a_newli
     built = build_figure(root, "acc")
     assert (built.document["source"]["rows"], built.checks["G6_data"].status) == (2, "pass")
     assert (root / "figures/acc/source.csv").read_bytes().count(b"\n") == 4
+
+
+def test_a_fifo_where_a_metrics_json_should_be_is_refused_without_blocking(tmp_path: Path) -> None:
+    """open() of a FIFO for reading waits for a writer: the build (and `rgt build`, and the Deliver panel's b)
+    hung for ever. The build runs in a thread; the finally opens the FIFO's other end so a hung reader ends."""
+    project = tmp_path / "project"
+    for seed, value in enumerate((33.0, 33.5)):
+        write_capsule(project, "ours", f"seed{seed}", seed=seed, test_id="set5", n=5, metrics={"psnr": value})
+    fifo = project / "runs/ours/seed1/test/set5/metrics.json"
+    fifo.unlink()
+    os.mkfifo(fifo)
+    write_table(project, "main", [{"method": "ours", "capsules": ["ours"]}])
+    outcome: dict[str, str] = {}
+
+    def attempt() -> None:
+        try:
+            build_table(project, "main")
+        except ConfigError as exc:
+            outcome["refused"] = str(exc)
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    try:
+        worker.join(60)
+        assert outcome == {"refused": "tables/main/table.json: rows[0].capsules[1]: runs/ours/seed1/test/set5/"
+                                      "metrics.json is not a regular file"}
+    finally:
+        with contextlib.suppress(OSError):  # ENXIO when nobody is waiting on the FIFO: nothing hung
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(60)
