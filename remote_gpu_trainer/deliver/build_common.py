@@ -61,6 +61,9 @@ if TYPE_CHECKING:
 #: (parsing JSON takes ~15 times its size in memory; a metrics.json is a summary of a few kB)
 MAX_INPUT_BYTES = 1 << 30
 MAX_JSON_BYTES = 64 << 20
+#: PULL_MANIFEST.json lists every file of a run (about 200 bytes each): the pull's own limit for it applies
+#: (services/evidence/manifest.py MANIFEST_MAX_BYTES), so provenance reads every seal a pull accepted
+MAX_MANIFEST_BYTES = 256 << 20
 TEST_FILES = ("metrics.json", "results.parquet", "results.csv")
 CAPSULE_FILES = ("train.csv",)
 #: the keys of an inputs[] entry the user writes; path, sha256 and split are generated
@@ -77,9 +80,9 @@ class InputFile:
     data: bytes
     sha256: str
 
-    def json(self) -> Any:
-        if len(self.data) > MAX_JSON_BYTES:
-            raise ConfigError(f"{self.path}: {size(len(self.data))} of JSON, more than the {size(MAX_JSON_BYTES)} rgt "
+    def json(self, limit: int = MAX_JSON_BYTES) -> Any:
+        if len(self.data) > limit:
+            raise ConfigError(f"{self.path}: {size(len(self.data))} of JSON, more than the {size(limit)} rgt "
                               "parses (per-item rows belong in results.parquet or results.csv)")
         try:
             return loads_strict(self.data)
@@ -200,7 +203,8 @@ def provenance(root: Path, capsules: Iterable[str], *, command: str, builder: Ma
     for key in keys:
         run_id, cell = key.split("/", 1)
         if run_id not in manifests:
-            manifests[run_id] = _manifest_shas(_json_or_none(root, f"runs/{run_id}/PULL_MANIFEST.json"))
+            manifests[run_id] = _manifest_shas(_json_or_none(root, f"runs/{run_id}/PULL_MANIFEST.json",
+                                                             MAX_MANIFEST_BYTES))
         record = _json_or_none(root, f"runs/{key}/run.json") or {}
         checkpoints[key] = manifests[run_id].get(f"{cell}/best.pth") or _dig(record, "checkpoints", "best", "sha256")
         recorded = _dig(record, "provenance", "data", "data_sha256")
@@ -239,10 +243,10 @@ def environment(packages: Sequence[str], *, backend: str | None = None,
     return env
 
 
-def _json_or_none(root: Path, rel: str) -> Any:
+def _json_or_none(root: Path, rel: str, limit: int = MAX_JSON_BYTES) -> Any:
     """A JSON file that provenance reads when present; absent, linked or malformed reads as None."""
     try:
-        return read_input(root, rel, rel).json()
+        return read_input(root, rel, rel).json(limit)
     except ConfigError:
         return None
 

@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from remote_gpu_trainer.deliver.build_common import provenance
 from remote_gpu_trainer.deliver.figure_spec import parse_spec
 from remote_gpu_trainer.deliver.figures import build_figure
 from remote_gpu_trainer.deliver.tables import build_table
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
-from support.capsules import write_capsule
+from support.capsules import write_capsule, write_json
 from support.figures import write_cells, write_figure
 from support.tables import write_table
 
@@ -259,3 +260,15 @@ def test_a_fifo_where_a_metrics_json_should_be_is_refused_without_blocking(tmp_p
         with contextlib.suppress(OSError):  # ENXIO when nobody is waiting on the FIFO: nothing hung
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         worker.join(60)
+
+
+def test_provenance_still_reads_a_seal_bigger_than_a_metrics_json_may_be(tmp_path: Path) -> None:
+    """The 64 MiB JSON limit is for metrics files; a PULL_MANIFEST.json of some 300,000 files is larger and the
+    pull accepts it (256 MiB), so the checkpoint hash still comes from the seal, not from run.json."""
+    write_capsule(tmp_path, "r1", "seed0", metrics={"acc": 0.5})
+    manifest = write_json(tmp_path / "runs/r1/PULL_MANIFEST.json",
+                          {"files": [{"path": "seed0/best.pth", "sha256": "cd" * 32, "bytes": 1}]})
+    manifest.write_bytes(manifest.read_bytes() + b" " * (65 << 20))
+    prov = provenance(tmp_path, ["r1/seed0"], command="c", builder=None, env={},
+                      code={"git_commit": None, "git_dirty": False, "dirty_diff_sha256": None})
+    assert prov["checkpoint_sha256"] == {"r1/seed0": "cd" * 32}  # run.json says "ab" * 32
