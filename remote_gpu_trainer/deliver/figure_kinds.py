@@ -64,7 +64,7 @@ def row(series: str, x: Any, values: Sequence[float], *, n: int | None, capsules
 
 
 def _direction(name: str, declared: Mapping[str, MetricRule] | None, stated: Any = None) -> str | None:
-    short = metric_registry.to_short(stated) or metric_registry.direction(name, declared)
+    short = metric_registry.stated_or_registered(name, (stated,), declared)
     return metric_registry.DIRECTION_WORDS.get(short or "")
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.audits.verify.load import SAFE_ID, SKIP_DIRS, numbers_of
-from remote_gpu_trainer.audits.verify.metric_registry import DIRECTION_WORDS, direction, normalise, to_short
+from remote_gpu_trainer.audits.verify.metric_registry import DIRECTION_WORDS, normalise, stated_or_registered
 from remote_gpu_trainer.audits.verify.model import Capsule, MetricRule, Number, ProjectEvidence, TestArtifacts
 from remote_gpu_trainer.audits.verify.numbers import SeedValue, mean, sample_std, seed_values
 from remote_gpu_trainer.clock import parse_iso
@@ -209,7 +209,7 @@ def _row(number: Number, values: list[SeedValue], cells: Mapping[str, CellResult
 def metric_direction(metric: str, block: Mapping[str, Any], declared: Mapping[str, MetricRule]) -> str | None:
     """`higher_is_better` / `lower_is_better`: metrics.json's own word first, then rgt.toml [metrics] and the
     shipped registry; None when none of them knows (the report shows `?`, never a guess)."""
-    short = to_short(block.get("direction")) or direction(metric, declared)
+    short = stated_or_registered(metric, (block.get("direction"),), declared)
     return DIRECTION_WORDS.get(short or "")
 
 

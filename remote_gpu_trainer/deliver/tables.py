@@ -170,16 +170,13 @@ def _whole(value: Any) -> int | None:
 
 def table_directions(metrics: Sequence[str], readings: Sequence[Reading],
                      declared: Mapping[str, MetricRule]) -> dict[str, str | None]:
-    """`max`/`min` per metric, or None: the metric registry (rgt.toml [metrics], then the shipped table) wins;
-    a metrics.json `direction` counts only when the registry has no row; `monitor` has no better side."""
+    """`max`/`min` per metric, or None, by the one rule of metric_registry.stated_or_registered (the metrics.json
+    files' word, else rgt.toml [metrics], else the shipped table); `monitor` has no better side."""
     found: dict[str, str | None] = {}
     for metric in metrics:
-        rule = metric_registry.resolve(metric, declared)
-        if rule is not None:
-            found[metric] = rule.direction if rule.direction in DIRECTION_WORDS else None
-            continue
-        stated = (metric_registry.to_short(_block(r.body, metric).get("direction")) for r in readings)
-        found[metric] = next((d for d in stated if d in DIRECTION_WORDS), None)
+        short = metric_registry.stated_or_registered(
+            metric, (_block(r.body, metric).get("direction") for r in readings), declared)
+        found[metric] = short if short in DIRECTION_WORDS else None
     return found
 
 

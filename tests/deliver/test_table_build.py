@@ -126,9 +126,9 @@ def test_a_bare_run_id_means_every_cell_of_the_run(root: Path) -> None:
     assert files(root, "short")["source.csv"] == files(root)["source.csv"]
 
 
-def test_the_registry_decides_the_direction_before_metrics_json(root: Path) -> None:
-    """psnr is higher-is-better in the shipped registry whatever metrics.json says; a metric the registry
-    lacks takes metrics.json's word; rgt.toml [metrics] beats both; no word at all is disclosed, no arrow."""
+def test_directions_follow_declared_then_metrics_json_then_the_shipped_table(root: Path) -> None:
+    """metrics.json's word beats the shipped table's name match (psnr said lower-is-better stays ↓, which V10
+    reports); rgt.toml [metrics] beats both; no word at all is disclosed, no arrow."""
     for seed in range(3):
         write_capsule(root, "odd", f"seed{seed}", seed=seed, test_id="set5", n=5,
                       metrics={"psnr": 20.0 + seed, "sharpness_idx": 1.0 + seed, "blurb_q": 2.0 + seed},
@@ -136,13 +136,14 @@ def test_the_registry_decides_the_direction_before_metrics_json(root: Path) -> N
                                   "blurb_q": "unknown"})
     write_table(root, "dirs", [{"method": "odd", "capsules": ["odd"]}],
                 layout={"columns": ["psnr", "sharpness_idx", "blurb_q"]})
-    header = "| method | n | seeds | psnr ↑ | sharpness\\_idx ↓ | blurb\\_q |"
+    header = "| method | n | seeds | psnr ↓ | sharpness\\_idx ↓ | blurb\\_q |"
     built = build(root, "dirs")
     assert files(root, "dirs")["final.md"].decode().splitlines()[0] == header
     assert (built.gate.checks["Q6_direction_marked"], built.passed) == ("disclosed", True)
     assert built.document["disclosure"] == ("the direction of blurb_q is unknown (declare it in rgt.toml "
                                             "[metrics]): no arrow.")
-    declared = {"sharpness_idx": MetricRule("sharpness_idx", "max"), "blurb_q": MetricRule("blurb_q", "min")}
+    declared = {"psnr": MetricRule("psnr", "max"), "sharpness_idx": MetricRule("sharpness_idx", "max"),
+                "blurb_q": MetricRule("blurb_q", "min")}
     build(root, "dirs", declared=declared)
     assert files(root, "dirs")["final.md"].decode().splitlines()[0] == \
         "| method | n | seeds | psnr ↑ | sharpness\\_idx ↑ | blurb\\_q ↓ |"

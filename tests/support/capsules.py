@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from remote_gpu_trainer.audits.verify import metric_registry
 from remote_gpu_trainer.audits.verify.load import Declarations, load_project
 from remote_gpu_trainer.audits.verify.model import ProjectEvidence
 
@@ -85,6 +86,13 @@ def run_record(run_id: str, cell: str, *, seed: int = 0, provenance_hash: str | 
     return record
 
 
+def _shipped_direction(metric: str) -> str:
+    """The direction a careful evaluation script writes: the shipped registry's word (lpips is lower-is-better),
+    higher-is-better for a metric the registry does not know."""
+    short = metric_registry.direction(metric)
+    return metric_registry.DIRECTION_WORDS.get(short or "", "higher_is_better")
+
+
 def write_capsule(root: Path, run_id: str, cell: str, *, seed: int = 0,
                   config: Mapping[str, Any] | None = None,
                   metrics: Mapping[str, float] | None = None,
@@ -111,7 +119,7 @@ def write_capsule(root: Path, run_id: str, cell: str, *, seed: int = 0,
     for index, row in enumerate(rows):
         row.setdefault("item_id", f"item{index:04d}")
         row.setdefault("split", split)
-    blocks = {name: {"value": value, "direction": (directions or {}).get(name, "higher_is_better"),
+    blocks = {name: {"value": value, "direction": (directions or {}).get(name, _shipped_direction(name)),
                      "unit": None, "aggregate": "mean", "column": name}
               for name, value in (metrics or {}).items()}
     body: dict[str, Any] = {

@@ -74,13 +74,10 @@ def shared_targets(project: ProjectEvidence, comparison: Comparison) -> list[tup
 
 def metric_direction(project: ProjectEvidence, capsules: Iterable[Capsule], test_id: str, metric: str) -> str | None:
     """`max`, `min`, `monitor` or None: what metrics.json says, else the registry (docs/verify.md §6)."""
-    for capsule in capsules:
-        test = capsule.tests.get(test_id)
-        block = test.metric_block(metric) if test is not None else None
-        short = metric_registry.to_short(block.get("direction")) if block is not None else None
-        if short is not None:
-            return short
-    return metric_registry.direction(metric, project.metrics)
+    blocks = (capsule.tests[test_id].metric_block(metric) if test_id in capsule.tests else None
+              for capsule in capsules)
+    return metric_registry.stated_or_registered(metric, (b.get("direction") for b in blocks if b is not None),
+                                                project.metrics)
 
 
 def claims_touching(project: ProjectEvidence, runs: Iterable[str]) -> tuple[str, ...]:

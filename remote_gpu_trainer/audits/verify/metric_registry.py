@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import cache
 
 from remote_gpu_trainer.audits.verify.catalogue import CATALOGUE_PATH
@@ -54,6 +54,23 @@ def direction(name: str, declared: Mapping[str, MetricRule] | None = None) -> st
     """`max`, `min`, `monitor`, or None when unknown."""
     rule = resolve(name, declared)
     return rule.direction if rule is not None else None
+
+
+def stated_or_registered(name: str, stated: Iterable[object],
+                         declared: Mapping[str, MetricRule] | None = None) -> str | None:
+    """A metric's direction (`max`, `min`, `monitor`, or None) as every face of rgt decides it
+    (docs/verify.md §6): rgt.toml [metrics] first (the user's declaration), then the first direction a
+    metrics.json states, then the shipped table (a match on the key's name, the weakest evidence). One rule, so a
+    table's arrow, a figure's axis, the report, EVIDENCE.json and VERIFY never disagree; V10 flags a file that
+    contradicts the registry."""
+    declared_rule = _match(normalise(name), _declared(declared or {}))
+    if declared_rule is not None:
+        return declared_rule.direction
+    for word in stated:
+        short = to_short(word)
+        if short is not None:
+            return short
+    return direction(name)
 
 
 def to_short(word: object) -> str | None:
