@@ -19,7 +19,8 @@ Public API (the figure and the table builder both use these; keep it small and s
 - `source_csv(columns, rows, key, where) -> bytes`: UTF-8, LF, trailing newline, floats via repr, sorted by
   the declared key columns.
 - `output_folder(root, kind, ident) -> Path`, `output_ids(root, kind) -> list[str]`: `figures/<id>/` or
-  `tables/<id>/` as a plain folder, and the ids a project has.
+  `tables/<id>/` as a plain folder, and the ids a project has; `linked_outputs(root, kind) -> list[str]` and
+  `linked_refusal(kind, rel) -> str`: the linked folders a build refuses, and the line that says so.
 - `staging(folder) -> Stage` (a context manager): two temp build folders; `Stage.deterministic(names)`,
   `Stage.differing(names)`, `Stage.outputs(names, px)`, `Stage.install(names, document_name, document)`.
 - `load_document(path, schema, id_key, ident) -> dict`, `merge_document(user, generated) -> dict`.
@@ -426,6 +427,27 @@ def output_ids(root: Path, kind: str) -> list[str]:
         entries = []
     return sorted(e.name for e in entries if SAFE_ID.match(e.name) and e.is_dir(follow_symlinks=False)
                   and (top / e.name / f"{kind}.json").is_file())
+
+
+def linked_outputs(root: Path, kind: str) -> list[str]:
+    """Where a figure (table) folder would be but a symlink to a folder is: `figures/` itself, else each
+    `figures/<id>`, project-relative and sorted. output_ids never lists them, so nothing reads through them;
+    `rgt build` and the Deliver panel name each one (linked_refusal) instead of passing it over in silence."""
+    top = root / f"{kind}s"
+    info = lstat_or_none(top)
+    if info is not None and stat.S_ISLNK(info.st_mode):
+        return [f"{kind}s/"] if top.is_dir() else []
+    try:
+        entries = list(os.scandir(top)) if info is not None and stat.S_ISDIR(info.st_mode) else []
+    except OSError:
+        entries = []
+    return sorted(f"{kind}s/{e.name}" for e in entries if e.is_symlink() and e.is_dir())
+
+
+def linked_refusal(kind: str, rel: str) -> str:
+    """The one line that refuses a linked_outputs entry."""
+    return (f"{rel} is a symlink: refused, never read through (a {kind} is built only from a plain folder "
+            "inside the project)")
 
 
 # -- the JSON document --------------------------------------------------------------------------------------

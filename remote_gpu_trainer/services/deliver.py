@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 from remote_gpu_trainer.audits.verify.generated import GeneratedRow
 from remote_gpu_trainer.audits.verify.load import finite
 from remote_gpu_trainer.deliver import disclosure, evidence
-from remote_gpu_trainer.deliver.build_common import code_state, output_ids, read_input
+from remote_gpu_trainer.deliver.build_common import code_state, linked_outputs, linked_refusal, output_ids, read_input
 from remote_gpu_trainer.deliver.evidence import RowSpec
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RgtError
-from remote_gpu_trainer.fsutil import read_regular
+from remote_gpu_trainer.fsutil import lstat_or_none
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.views import BuildStep, ClaimView, DeliverRow, DeliverView, DriftView, OutputView
 
@@ -52,9 +52,14 @@ class _Read:
     problems: list[str] = field(default_factory=list)
 
     def json(self, rel: str) -> Any:
-        """A JSON file of the project, or None (absent: silently; unreadable: one problem line)."""
-        data = read_regular(self.root / rel)
-        if data is None:
+        """A JSON file of the project, or None (absent: silently; unreadable: one problem line). Read like
+        evidence (build_common.read_input): a symlink at any step of the path is refused, never read through."""
+        if lstat_or_none(self.root / rel) is None:
+            return None
+        try:
+            data = read_input(self.root, rel, "Deliver panel").data
+        except ConfigError as exc:
+            self.problems.append(str(exc))
             return None
         try:
             return loads_strict(data)
@@ -135,6 +140,7 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 # -- figures and tables -------------------------------------------------------------------------------------
 def _outputs(read: _Read, kind: str) -> Iterable[OutputView]:
+    read.problems.extend(linked_refusal(kind, rel) for rel in linked_outputs(read.root, kind))
     for ident in output_ids(read.root, kind):
         document = read.json(f"{kind}s/{ident}/{kind}.json")
         if isinstance(document, dict):
@@ -330,11 +336,13 @@ def build_all(project: ProjectConfig, db: StateDB, now: datetime,
               progress: Callable[[BuildStep | str], None] | None = None) -> BuildOutcome:
     """`rgt build` and `b`: every figure, then every table, then EVIDENCE.json, then the macros (evidence
     reads the figures' and tables' QA; the macros are the evidence's rows), each reported as it finishes.
-    One item that fails never stops the others; nothing to build at all is bad input."""
+    One item that fails never stops the others; nothing to build at all is bad input, and so is a symlink where
+    a figure or table folder goes (its own line: skipping it in silence would exit 0 on a build not done)."""
     root = project.root
     figures, tables = output_ids(root, "figure"), output_ids(root, "table")
+    linked = {kind: linked_outputs(root, kind) for kind in ("figure", "table")}
     has_evidence = (root / EVIDENCE_FILE).exists() or (root / EVIDENCE_FILE).is_symlink()
-    if not figures and not tables and not has_evidence:
+    if not figures and not tables and not has_evidence and not any(linked.values()):
         raise ConfigError(f"rgt build: nothing to build in {root}: no figures/<id>/figure.json, "
                           f"tables/<id>/table.json or {EVIDENCE_FILE} (docs/deliver.md)")
     report = progress or (lambda step: None)
@@ -352,8 +360,12 @@ def build_all(project: ProjectConfig, db: StateDB, now: datetime,
 
     for ident in figures:
         run("figure", ident, partial(_figure, project, ident, code, now))
+    for rel in linked["figure"]:
+        add(BuildStep("figure", rel.partition("/")[2], "bad_input", linked_refusal("figure", rel)))
     for ident in tables:
         run("table", ident, partial(_table, project, ident, code))
+    for rel in linked["table"]:
+        add(BuildStep("table", rel.partition("/")[2], "bad_input", linked_refusal("table", rel)))
     if not has_evidence:
         add(BuildStep("evidence", "", "skipped", f"no {EVIDENCE_FILE}: no claims to generate"))
         add(BuildStep("macros", "", "skipped", "no claims, no macros"))

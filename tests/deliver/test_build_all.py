@@ -5,11 +5,13 @@ failed its QA or its builder, 2 when an item was bad input (the others still bui
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from remote_gpu_trainer.cli import main
+from remote_gpu_trainer.services.deliver import deliver_view
 from support.capsules import write_csv, write_json
 from support.deliver_project import user_project
 
@@ -83,3 +85,47 @@ def test_without_evidence_the_figures_and_tables_still_build(tmp_path: Path,
     assert capsys.readouterr().out.splitlines() == [
         BUILT[0], BUILT[1], "· evidence: no EVIDENCE.json: no claims to generate", "· macros: no claims, no macros",
         "build: 2 passed, 2 skipped"]
+
+
+LINKED = "is a symlink: refused, never read through (a {} is built only from a plain folder inside the project)"
+
+
+@pytest.mark.parametrize(("link", "kind", "refused", "at"), [
+    ("figures/loss-curve", "figure", "✖ figure loss-curve: figures/loss-curve", 0),
+    ("figures", "figure", "✖ figure: figures/", 0),
+    ("tables/tab-main", "table", "✖ table tab-main: tables/tab-main", 1),
+])
+def test_a_linked_figure_or_table_folder_is_refused_on_its_own_line_and_the_others_are_built(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], link: str, kind: str, refused: str, at: int) -> None:
+    """A folder moved out of the project and linked back is refused (exit 2), not passed over with exit 0; the
+    Deliver panel names it too and reads nothing through it."""
+    root = tmp_path / "p"
+    user_project(root).close()
+    outside = tmp_path / "elsewhere"
+    shutil.move(root / link, outside)
+    (root / link).symlink_to(outside)
+    before = sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*"))
+    assert main(["build", str(root)]) == 2
+    refusal = f"{refused} {LINKED.format(kind)}"
+    expected = BUILT[:4]
+    expected[at] = refusal
+    assert capsys.readouterr().out.splitlines() == [*expected, "build: 3 passed, 1 refused (bad input)"]
+    assert sorted(p.relative_to(outside).as_posix() for p in outside.rglob("*")) == before
+    view = deliver_view(root)
+    assert view.problems == (refusal.split(": ", 1)[1],)
+    assert [r.key for r in view.rows] == ["claim:C1-acc", "table:tab-main" if kind == "figure" else "figure:loss-curve"]
+
+
+def test_the_panel_refuses_a_figure_json_that_is_a_link(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "p"
+    user_project(root).close()
+    document = root / "figures" / "loss-curve" / "figure.json"
+    outside = tmp_path / "elsewhere.json"
+    shutil.move(document, outside)
+    document.symlink_to(outside)
+    view = deliver_view(root)
+    assert view.problems == ("Deliver panel: figures/loss-curve/figure.json goes through a symlink (refused: "
+                             "evidence is read only through regular files inside the project)",)
+    assert [r.key for r in view.rows] == ["claim:C1-acc", "table:tab-main"]
+    assert main(["build", "figure", "loss-curve", str(root)]) == 2
+    assert "figures/loss-curve/figure.json: missing (or not a regular file)" in capsys.readouterr().err
