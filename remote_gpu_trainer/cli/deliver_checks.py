@@ -44,6 +44,9 @@ def print_reconcile(report: ReconcileReport, written: str) -> None:
             f"{drift.reported_text} where EVIDENCE.json has {drift.expected} ({drift.authoritative!r}){others}"))
         print(f"      | {escape_control(drift.context)}")
     for note in report.warnings:
+        if note.kind != "ambiguous_anchor":
+            print(escape_control(f"warning: {', '.join(note.claim_ids)}: {note.detail}"))
+            continue
         print(escape_control(f"warning: anchor {note.anchor!r} is shared by {', '.join(note.claim_ids)} with "
                              "different values: give each claim its own alias"))
     for missing in report.missing_from_docs:

@@ -172,6 +172,19 @@ def test_zero_scalar_claims_or_no_evidence_is_exit_2(tmp_path: Path, capsys: pyt
     assert not (root / "reconcile.json").exists()
 
 
+def test_a_value_beyond_a_double_once_scaled_is_a_warning_not_an_internal_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ev = evidence(claim("C1", row("psnr", 31.42)), claim("C2", row("acc", 1e308, display_scale=100)))
+    root = project(tmp_path / "p", {"paper.txt": "PSNR 31.50, acc 91\n"}, ev)
+    code, out, err = rgt_reconcile(root, capsys)
+    assert (code, err) == (1, "")
+    assert out.splitlines()[3:] == [
+        "warning: C2: value 1e+308 × display_scale 100 is beyond a double: skipped as non-numeric, not reconciled",
+        "info: C1 (psnr = 31.42) appears in no document", "coverage: 0/1 scalar claim(s) quoted consistently",
+        "wrote reconcile.json: 1 drift(s)"]
+    assert written(root)["warnings"][0]["claim_ids"] == ["C2"]
+
+
 def test_malformed_evidence_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = project(tmp_path / "p", {"paper.txt": "PSNR 31.42\n"}, None)
     (root / "EVIDENCE.json").write_text('{"claims": [], "claims": []}', encoding="utf-8")

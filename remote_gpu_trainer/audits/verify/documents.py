@@ -41,6 +41,7 @@ CHECK, NAME = "V31", "reconcile"
 NO_DOCS = "no documents configured ([deliver] docs or [verify.reconcile] docs in rgt.toml)"
 DRIFT_FIX = "Update the line from EVIDENCE.json (or generate it: a macro from tables/macros), never the reverse."
 ALIAS_FIX = "Give each claim its own alias in EVIDENCE.json (e.g. \"PSNR on Set5\") so a number names its claim."
+RANGE_FIX = "Store the value in its own unit so that value × display_scale is a number a document can show."
 STRING_FIX = "Spell names, version and authors as EVIDENCE.json's strings declare them."
 
 
@@ -124,9 +125,16 @@ def _claim_of(report: ReconcileReport, scalar_id: str) -> str:
 
 def ambiguity_findings(report: ReconcileReport, evidence_ref: EvidenceRef) -> list[Finding]:
     """A `warn` per anchor shared by claims with different values: a number after it is accepted when it
-    fits any of them, so it cannot show which one it reports."""
+    fits any of them, so it cannot show which one it reports; and one per row whose scaled value is beyond a
+    double (skipped, so not reconciled)."""
     findings = []
     for note in report.warnings:
+        if note.kind != "ambiguous_anchor":
+            findings.append(Finding(CHECK, f"claim:{note.claim_ids[0]}", "warn",
+                                    f"{note.claim_ids[0]}: {note.detail}", values={"kind": note.kind},
+                                    evidence=(evidence_ref,), fix=RANGE_FIX,
+                                    claims=(note.claim_ids[0].partition("#")[0],)))
+            continue
         claims = tuple(dict.fromkeys(_claim_of(report, cid) for cid in note.claim_ids))
         findings.append(Finding(
             CHECK, f"claim:{note.claim_ids[0]}", "warn",

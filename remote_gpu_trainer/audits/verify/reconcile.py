@@ -93,7 +93,8 @@ class Drift:
 
 @dataclass(frozen=True)
 class Note:
-    """A warning (`ambiguous_anchor`) or an info (`anchor_without_number`, `coarser_than_declared`)."""
+    """A warning (`ambiguous_anchor`, `value_out_of_range`) or an info (`anchor_without_number`,
+    `coarser_than_declared`). `detail` says in words what a `value_out_of_range` row holds."""
 
     kind: str
     claim_ids: tuple[str, ...] = ()
@@ -104,6 +105,7 @@ class Note:
     reported: float | None = None
     decimals: int | None = None
     precision: int | None = None
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,7 @@ class ReconcileReport:
 
 NOTE_FIELDS = {
     "ambiguous_anchor": ("kind", "claim_ids", "anchor"),
+    "value_out_of_range": ("kind", "claim_ids", "detail"),
     "anchor_without_number": ("kind", "claim_ids", "anchor", "doc", "line", "col"),
     "coarser_than_declared": ("kind", "claim_ids", "anchor", "doc", "line", "col", "reported", "decimals",
                               "precision"),
@@ -188,8 +191,10 @@ def _note_dict(note: Note) -> dict[str, Any]:
 
 # --- scalar claims and anchors -------------------------------------------------------------------------------
 
-def scalar_claims(evidence: Mapping[str, Any]) -> list[ScalarClaim]:
-    """One claim per evidence row whose value converts to a finite number; other rows are not reconciled."""
+def scalar_claims(evidence: Mapping[str, Any], skipped: list[Note] | None = None) -> list[ScalarClaim]:
+    """One claim per evidence row whose value converts to a finite number; other rows are not reconciled. A
+    row whose value × display_scale is beyond a double (1e308 × 100) cannot be shown by any build either: it
+    is skipped like a non-numeric row, with a `value_out_of_range` warning naming it appended to `skipped`."""
     found: list[ScalarClaim] = []
     claims = evidence.get("claims")
     for position, claim in enumerate(claims if isinstance(claims, list) else []):
@@ -201,15 +206,23 @@ def scalar_claims(evidence: Mapping[str, Any]) -> list[ScalarClaim]:
         for index, row in enumerate(rows):
             scalar = _scalar(claim, row, f"{claim_id}#{index}" if len(rows) > 1 else claim_id, claim_id) \
                 if isinstance(row, Mapping) else None
-            if scalar is not None:
+            if isinstance(scalar, Note):
+                if skipped is not None:
+                    skipped.append(scalar)
+            elif scalar is not None:
                 found.append(scalar)
     return found
 
 
-def _scalar(claim: Mapping[str, Any], row: Mapping[str, Any], scalar_id: str, claim_id: str) -> ScalarClaim | None:
+def _scalar(claim: Mapping[str, Any], row: Mapping[str, Any], scalar_id: str,
+            claim_id: str) -> ScalarClaim | Note | None:
     value, scale = _number(row.get("value")), _number(row.get("display_scale", 1) or 1)
     if value is None or scale is None:
         return None
+    shown = float(value) * float(scale)
+    if not math.isfinite(shown):
+        return Note("value_out_of_range", (scalar_id,), detail=(
+            f"value {value:g} × display_scale {scale:g} is beyond a double: skipped as non-numeric, not reconciled"))
     metric = str(row.get("metric") or claim.get("metric") or "")
     aliases = _aliases(row.get("aliases")) + _aliases(claim.get("aliases"))
     anchors = tuple(dict.fromkeys(aliases)) or _generic_anchor(metric)
@@ -218,7 +231,7 @@ def _scalar(claim: Mapping[str, Any], row: Mapping[str, Any], scalar_id: str, cl
     precision = row.get("precision")
     paper_anchor = claim.get("paper_anchor")
     return ScalarClaim(
-        id=scalar_id, claim=claim_id, metric=metric, target=value * scale, shown=float(value) * float(scale),
+        id=scalar_id, claim=claim_id, metric=metric, target=value * scale, shown=shown,
         precision=precision if isinstance(precision, int) and not isinstance(precision, bool) else None,
         anchors=anchors, generic=not aliases,
         paper_anchor=paper_anchor if isinstance(paper_anchor, str) and paper_anchor else None)
@@ -444,7 +457,8 @@ def reconcile(evidence: Mapping[str, Any], documents: Sequence[Document], *, pro
     """Every document against every scalar claim of EVIDENCE.json; the answer `reconcile.json` holds."""
     if mode not in MODES:
         raise ValueError(f"reconcile mode {mode!r} is not one of {', '.join(MODES)}")
-    claims = scalar_claims(evidence)
+    out_of_range: list[Note] = []
+    claims = scalar_claims(evidence, out_of_range)
     index = anchor_index(claims)
     tally = _Tally(coverage={c.id: [] for c in claims})
     for doc in documents:
@@ -459,7 +473,7 @@ def reconcile(evidence: Mapping[str, Any], documents: Sequence[Document], *, pro
         Missing(c.id, c.claim, c.metric, float(c.target), "warn" if c.paper_anchor else "info", c.paper_anchor)
         for c in claims if c.id not in covered)
     return ReconcileReport(
-        drifts=tuple(tally.drifts), warnings=tuple(ambiguous_anchors(index)), infos=tuple(tally.infos),
+        drifts=tuple(tally.drifts), warnings=(*out_of_range, *ambiguous_anchors(index)), infos=tuple(tally.infos),
         missing_from_docs=missing, coverage={k: tuple(v) for k, v in tally.coverage.items()},
         claims=tuple(claims), documents=tuple(d.path for d in documents), problems=tuple(problems), mode=mode)
 

@@ -92,6 +92,14 @@ def test_a_shared_generic_anchor_is_a_warning(tmp_path: Path) -> None:
         ("claim:C-set5", "warn", ("C-set5", "C-set14"))]
 
 
+def test_a_value_beyond_a_double_once_scaled_is_a_warning_on_its_claim(tmp_path: Path) -> None:
+    claims = [*CLAIMS, {"id": "C3-huge", "evidence": [{"metric": "fid", "value": 1e308, "display_scale": 100}]}]
+    outcome = v31(project(tmp_path, {"paper.tex": PAPER.replace("31.38", "31.42")}, claims), docs=["paper.tex"])
+    assert [(f.subject, f.severity, f.message, f.claims) for f in outcome.findings] == [
+        ("claim:C3-huge", "warn", "C3-huge: value 1e+308 × display_scale 100 is beyond a double: skipped as "
+                                  "non-numeric, not reconciled", ("C3-huge",))]
+
+
 def test_an_unreadable_or_outside_document_is_a_warning(tmp_path: Path) -> None:
     outcome = v31(project(tmp_path, {"paper.tex": PAPER.replace("31.38", "31.42")}),
                   docs=["paper.tex", "missing.tex", "../elsewhere.tex"])

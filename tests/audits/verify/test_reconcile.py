@@ -168,6 +168,20 @@ def test_several_rows_of_one_claim_are_numbered_and_non_numeric_rows_skipped() -
         ("C1#0", "psnr", Decimal("31.42")), ("C1#5", "rmse", Decimal("0.25"))]
 
 
+def test_a_value_beyond_a_double_once_scaled_is_skipped_with_a_warning_naming_its_row() -> None:
+    """1e308 × display_scale 100 has no float: it was a crash (decimal.InvalidOperation) at the first drift."""
+    ev = evidence(claim("C1", row("psnr", 31.42)),
+                  claim("C2", row("acc", 1e308, display_scale=100), row("acc", 0.9, display_scale=100)))
+    report = one("p.txt", "PSNR 31.50 and acc 95", ev)
+    assert [c.id for c in report.claims] == ["C1", "C2#1"]
+    assert [(d.claim_ids, d.expected, d.reported) for d in report.drifts] == [
+        (("C1",), "31.42", 31.5), (("C2#1",), "90", 95.0)]
+    assert json.loads(report.to_json())["warnings"] == [
+        {"kind": "value_out_of_range", "claim_ids": ["C2#0"],
+         "detail": "value 1e+308 × display_scale 100 is beyond a double: skipped as non-numeric, not reconciled"}]
+    assert report.exit_code == 1
+
+
 def test_exit_codes() -> None:
     assert one("p.txt", "PSNR 31.42", PSNR).exit_code == 0
     assert one("p.txt", "PSNR 31.50", PSNR).exit_code == 1
