@@ -1,5 +1,6 @@
 """File-system helpers that more than one service needs, one copy of each: the per-run lock, the atomic write
-(temp file, fsync, rename, fsync of the folder), and the safe lstat and read that never follow a link.
+(temp file, fsync, rename, fsync of the folder), the safe lstat and read that never follow a link, and the
+open that never blocks on a FIFO (open_regular).
 
 One writer per run: pull, verify and teardown of a run each hold the run's lock, so a second rgt process
 (or a second worker in the same one) never races on the same `.part` files, markers or provider calls. The
@@ -102,6 +103,40 @@ def lstat_or_none(path: Path) -> os.stat_result | None:
         return None
     except NotADirectoryError:
         return None
+
+
+class NotRegularFile(OSError):
+    """What open_regular refuses: `kind` says what is there instead (a folder, a FIFO, a socket, a device)."""
+
+    def __init__(self, path: str | Path, kind: str) -> None:
+        super().__init__(f"{path}: not a regular file ({kind})")
+        self.kind = kind
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular entry is, in a word a message can use."""
+    for test, word in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"), (stat.S_ISLNK, "a symlink")):
+        if test(mode):
+            return word
+    return "not a file"
+
+
+def open_regular(path: str | Path, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> int:
+    """A read-only fd of `path` when it is a regular file, and never a wait: a plain open() of a FIFO blocks
+    until some writer opens it (for ever, when none does), so the open is O_NONBLOCK, and what was opened is
+    then judged by fstat (an lstat beforehand could be raced by a swap). NotRegularFile otherwise; the errors
+    of os.open as they are (FileNotFoundError, ELOOP for a link when not following). The caller closes it."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
+    fd = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(path, file_kind(mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def read_regular(path: Path) -> bytes | None:

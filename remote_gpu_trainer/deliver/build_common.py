@@ -51,7 +51,7 @@ from remote_gpu_trainer.audits.verify.model import plain
 from remote_gpu_trainer.audits.verify.numbers import mean, sample_std
 from remote_gpu_trainer.clock import iso_z, utc_now
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
-from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none, read_regular
+from remote_gpu_trainer.fsutil import NotRegularFile, atomic_write, fsync_dir, lstat_or_none, open_regular, read_regular
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.text import size
 
@@ -112,12 +112,10 @@ def read_input(root: Path, rel: str, where: str) -> InputFile:
     fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
     try:
         for part in parts[:-1]:
-            fds.append(_open_step(part, fds[-1], os.O_DIRECTORY, rel, where))
-        fd = _open_step(parts[-1], fds[-1], os.O_NONBLOCK, rel, where)  # a FIFO would block open() for ever
+            fds.append(_open_step(part, fds[-1], rel, where))
+        fd = _open_step(parts[-1], fds[-1], rel, where, last=True)
         fds.append(fd)
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ConfigError(f"{where}: {rel} is not a regular file")
         with os.fdopen(os.dup(fd), "rb") as handle:
             data = handle.read(MAX_INPUT_BYTES + 1) if info.st_size <= MAX_INPUT_BYTES else b""
         if info.st_size > MAX_INPUT_BYTES or len(data) > MAX_INPUT_BYTES:
@@ -129,9 +127,15 @@ def read_input(root: Path, rel: str, where: str) -> InputFile:
     return InputFile(rel, data, hashlib.sha256(data).hexdigest())
 
 
-def _open_step(name: str, parent: int, flags: int, rel: str, where: str) -> int:
+def _open_step(name: str, parent: int, rel: str, where: str, *, last: bool = False) -> int:
+    """One step of the walk: a folder, or (`last`) the regular file itself, opened without ever waiting on a
+    FIFO (fsutil.open_regular)."""
     try:
-        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | flags, dir_fd=parent)
+        if last:
+            return open_regular(name, dir_fd=parent, follow_symlinks=False)
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=parent)
+    except NotRegularFile:
+        raise ConfigError(f"{where}: {rel} is not a regular file") from None
     except FileNotFoundError:
         raise ConfigError(f"{where}: {rel} is missing") from None
     except OSError as exc:  # ELOOP (a file) or ENOTDIR (a folder): a symlink is refused whatever it points at

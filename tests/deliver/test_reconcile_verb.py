@@ -136,6 +136,22 @@ def test_a_configured_document_that_is_gone_is_exit_2(tmp_path: Path, capsys: py
     assert not (root / "reconcile.json").exists()
 
 
+def test_a_fifo_named_as_a_document_is_refused_unread_not_waited_on(tmp_path: Path) -> None:
+    """In its own process, so that the old behaviour (open() waiting for a writer for ever) fails on the timeout
+    instead of hanging the suite."""
+    root = project(tmp_path / "p", {"paper.txt": "PSNR 31.42\n"}, PSNR)
+    (root / "rgt.toml").write_text('[project]\nname = "p"\n\n[deliver]\ndocs = ["paper.txt", "pipe.md"]\n',
+                                   encoding="utf-8")
+    os.mkfifo(root / "pipe.md")
+    done = subprocess.run([sys.executable, "-m", "remote_gpu_trainer", "reconcile", str(root)], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ))
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == [
+        "rgt: pipe.md: not a regular file (a FIFO): refused unread; not reconciled ([deliver] docs in "
+        f"{root / 'rgt.toml'})"]
+    assert not (root / "reconcile.json").exists()
+
+
 def test_a_glob_reaching_outside_through_a_link_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.audits.verify.model import sha256_hex
+from remote_gpu_trainer.fsutil import NotRegularFile, open_regular
 
 WINDOW = 60  # characters after an anchor in which its number is looked for
 MODES = ("rounding", "exact")
@@ -528,14 +529,17 @@ def _inside(base: Path, path: Path) -> bool:
 
 
 def _read_one(root: Path, rel: str, documents: list[Document], problems: list[DocumentProblem]) -> None:
-    path = root / rel
+    """A document read only when it is a regular file: a FIFO named in [deliver] docs made the read wait
+    for a writer for ever (fsutil.open_regular never waits)."""
     try:
-        data = path.read_bytes()
+        with os.fdopen(open_regular(root / rel), "rb") as handle:
+            data = handle.read()
         text = data.decode("utf-8-sig")
     except FileNotFoundError:
         problems.append(DocumentProblem(rel, "no such file"))
-    except IsADirectoryError:
-        problems.append(DocumentProblem(rel, "is a folder, not a document"))
+    except NotRegularFile as exc:
+        problems.append(DocumentProblem(rel, "is a folder, not a document" if exc.kind == "a folder" else
+                                        f"not a regular file ({exc.kind}): refused unread"))
     except UnicodeDecodeError as exc:
         problems.append(DocumentProblem(rel, f"not UTF-8 text ({exc.reason} at byte {exc.start})"))
     except OSError as exc:

@@ -4,8 +4,12 @@ through the catalogue so the check's registration and its params in assets/verif
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from remote_gpu_trainer.audits.verify.catalogue import functions, run_check, specs
 from remote_gpu_trainer.audits.verify.model import CheckResult
@@ -106,6 +110,22 @@ def test_an_unreadable_or_outside_document_is_a_warning(tmp_path: Path) -> None:
     assert [(f.subject, f.severity, f.message) for f in outcome.findings] == [
         ("doc:missing.tex", "warn", "missing.tex: no such file; not reconciled"),
         ("doc:../elsewhere.tex", "warn", "../elsewhere.tex: outside the project root; refused; not reconciled")]
+
+
+def test_a_fifo_among_the_documents_is_a_warning_and_the_others_are_still_reconciled(tmp_path: Path) -> None:
+    root = project(tmp_path, {"paper.tex": PAPER})
+    os.mkfifo(root / "pipe.tex")
+    found: list[CheckResult] = []
+    worker = threading.Thread(target=lambda: found.append(v31(root, docs=["pipe.tex", "paper.tex"])), daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():  # it waits for a writer: be one, so the thread ends, and fail
+        os.close(os.open(root / "pipe.tex", os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("V31 waited on a FIFO named in its docs")
+    assert [(f.subject, f.severity, f.message) for f in found[0].findings] == [
+        ("doc:paper.tex:3", "error", "paper.tex:3 reads 31.38 where EVIDENCE.json has psnr = 31.42 (C1-main-psnr: "
+                                     "31.4238)"),
+        ("doc:pipe.tex", "warn", "pipe.tex: not a regular file (a FIFO): refused unread; not reconciled")]
 
 
 def test_a_deprecated_name_is_a_warning_and_the_current_one_is_not(tmp_path: Path) -> None:
