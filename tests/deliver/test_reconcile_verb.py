@@ -136,6 +136,14 @@ def test_a_configured_document_that_is_gone_is_exit_2(tmp_path: Path, capsys: py
     assert not (root / "reconcile.json").exists()
 
 
+def test_doc_line_is_the_line_an_editor_shows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = project(tmp_path / "p", {"paper.md": "# Results\u2028\x0c\x1c\r\nOur PSNR 31.50 dB.\r\n"}, PSNR)
+    code, out, _ = rgt_reconcile(root, capsys)
+    assert code == 1
+    assert "DRIFT paper.md:2:10  C1 psnr: reads 31.50 where EVIDENCE.json has 31.42 (31.42)" in out.splitlines()
+    assert [(d["line"], d["col"]) for d in written(root)["drifts"]] == [(2, 10)]
+
+
 def test_a_fifo_named_as_a_document_is_refused_unread_not_waited_on(tmp_path: Path) -> None:
     """In its own process, so that the old behaviour (open() waiting for a writer for ever) fails on the timeout
     instead of hanging the suite."""

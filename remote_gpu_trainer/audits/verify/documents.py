@@ -33,6 +33,7 @@ from remote_gpu_trainer.audits.verify.reconcile import (
     DocumentProblem,
     Drift,
     ReconcileReport,
+    lines,
     read_documents,
     reconcile,
 )
@@ -165,7 +166,7 @@ def problem_findings(problems: Sequence[DocumentProblem]) -> list[Finding]:
 def judged_subjects(report: ReconcileReport, documents: Sequence[Document], strings: bool) -> list[str]:
     """Every line of every document read and every claim: a drift fixed on a line, or a claim now shown,
     passes, so its record can be marked fixed."""
-    subjects = [f"doc:{d.path}:{n}" for d in documents for n in range(1, len(d.text.splitlines()) + 1)]
+    subjects = [f"doc:{d.path}:{n}" for d in documents for n in range(1, len(lines(d.text)) + 1)]
     subjects += [f"claim:{c.id}" for c in report.claims]
     return subjects + (["project"] if strings else [])
 
@@ -221,7 +222,7 @@ def _deprecated_uses(spec: ExpectedString, doc: Document, ref: EvidenceRef) -> l
     """Lines using a deprecated spelling as a whole word, outside an occurrence of the current one (an old
     name inside the new one, `SRNet` in `SRNet-v2`, is not a use)."""
     findings = []
-    for number, line in enumerate(doc.text.splitlines(), 1):
+    for number, line in enumerate(lines(doc.text), 1):
         current = [m.span() for v in spec.values for m in re.finditer(re.escape(v), line)]
         used = [old for old in spec.deprecated for m in _word(old).finditer(line)
                 if not any(a <= m.start() and m.end() <= b for a, b in current)]

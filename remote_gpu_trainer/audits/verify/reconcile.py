@@ -377,7 +377,7 @@ def readings(doc: Document, anchors: Iterable[str],
     """(anchor, line, 1-based column, reading) for every anchor occurrence in the document, in reading order;
     the reading is None when no number starts within `window` characters after the anchor."""
     anchor_list = list(anchors)
-    for number, raw in enumerate(doc.text.splitlines(), 1):
+    for number, raw in enumerate(lines(doc.text), 1):
         line, origin = preprocess(doc.path, raw)
         for start, anchor in anchor_occurrences(line, anchor_list):
             begin = start + len(anchor)
@@ -389,6 +389,16 @@ def readings(doc: Document, anchors: Iterable[str],
             col = origin[token[0]]
             yield anchor, number, col + 1, Reading(doc.path, number, col + 1, anchor, token[1], value, decimals,
                                                    _context(raw, col))
+
+
+def lines(text: str) -> list[str]:
+    """The document's lines as an editor numbers them: split on `\n` only (one `\r` before it dropped, for
+    CRLF). str.splitlines also breaks at U+2028, U+2029, form feed, NEL and \x1c-\x1e, which would put every
+    `doc:line` after such a character on a line no editor shows."""
+    parts = text.split("\n")
+    if parts[-1] == "":
+        parts.pop()  # the newline ending the last line starts no line of its own
+    return [part[:-1] if part.endswith("\r") else part for part in parts]
 
 
 def _context(raw: str, col: int) -> str:

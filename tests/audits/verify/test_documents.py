@@ -128,6 +128,20 @@ def test_a_fifo_among_the_documents_is_a_warning_and_the_others_are_still_reconc
         ("doc:pipe.tex", "warn", "pipe.tex: not a regular file (a FIFO): refused unread; not reconciled")]
 
 
+def test_finding_lines_are_the_editor_s_lines(tmp_path: Path) -> None:
+    """A form feed or U+2028 inside a line does not start a new one, for drifts, deprecated names and the lines
+    V31 judged alike."""
+    text = "\x0cPSNR 31.50 \u2028 by SRNet\r\nPSNR 31.42 \u2029 by SR-Net\n"
+    outcome = v31(project(tmp_path, {"paper.txt": text}, strings={"method": {"value": "SR-Net",
+                                                                             "deprecated": ["SRNet"]}}),
+                  docs=["paper.txt"])
+    assert [(f.subject, f.severity, f.message) for f in outcome.findings] == [
+        ("doc:paper.txt:1", "error", "paper.txt:1 reads 31.50 where EVIDENCE.json has psnr = 31.42 (C1-main-psnr: "
+                                     "31.4238); paper.txt:1 uses the deprecated method 'SRNet' (now 'SR-Net')"),
+        ("claim:C2-acc", "info", "C2-acc (acc = 91.23) appears in no configured document")]
+    assert [s for s in outcome.subjects if s.startswith("doc:")] == ["doc:paper.txt:1", "doc:paper.txt:2"]
+
+
 def test_a_deprecated_name_is_a_warning_and_the_current_one_is_not(tmp_path: Path) -> None:
     strings = {"method": {"value": "SR-Net v2", "deprecated": ["SRNet"]}, "authors": ["A. Smith", "B. Jones"]}
     text = ("# SR-Net v2\n"

@@ -182,6 +182,15 @@ def test_a_value_beyond_a_double_once_scaled_is_skipped_with_a_warning_naming_it
     assert report.exit_code == 1
 
 
+def test_lines_are_numbered_as_an_editor_does_split_on_newline_only() -> None:
+    """U+2028, U+2029, form feed, NEL and \\x1c-\\x1e are characters of a line, not breaks; CRLF is one break."""
+    text = "a\u2028b\u2029c\x0cd\x85e\x1cf\x1dg\x1eh PSNR 31.50\r\nPSNR 31.60\r\n\nPSNR 31.70"
+    report = one("p.txt", text, PSNR)
+    assert [(d.line, d.col, d.reported_text, d.context) for d in report.drifts] == [
+        (1, 22, "31.50", "a\u2028b\u2029c\x0cd\x85e\x1cf\x1dg\x1eh PSNR 31.50"), (2, 6, "31.60", "PSNR 31.60"),
+        (4, 6, "31.70", "PSNR 31.70")]
+
+
 def test_exit_codes() -> None:
     assert one("p.txt", "PSNR 31.42", PSNR).exit_code == 0
     assert one("p.txt", "PSNR 31.50", PSNR).exit_code == 1
