@@ -29,6 +29,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from remote_gpu_trainer.audits.verify.load import SAFE_ID
+from remote_gpu_trainer.audits.verify.reconcile import GLOB_CHARS, rgt_own_file
 from remote_gpu_trainer.config_verify import VerifyConfig
 from remote_gpu_trainer.toml_table import Table
 
@@ -114,12 +115,17 @@ def read_deliver_config(top: Table, verify: VerifyConfig) -> tuple[DeliverConfig
 
 def _doc_paths(body: Table) -> tuple[str, ...]:
     """Project-relative paths or globs: an absolute path or one climbing out with `..` names no document of
-    the project, so it is refused here with its line rather than at every reconcile."""
+    the project, nor does a literal path naming one of rgt's own files (EVIDENCE.json, runs/…), so each is
+    refused here with its line rather than at every reconcile."""
     docs = body.strings("docs", nonempty=True) or ()
     kept = []
     for entry in docs:
         if entry.startswith("/") or os.path.isabs(entry) or ".." in PurePosixPath(entry).parts:
             body.problem("docs", f"{entry!r} is outside the project: use a path or glob relative to the project root")
+            continue
+        if not any(char in entry for char in GLOB_CHARS) and rgt_own_file(os.path.normpath(entry)):
+            body.problem("docs", f"{entry!r} is rgt's own file, never a document (docs/deliver.md §6): name the "
+                                 "paper, README or model card that quotes the numbers")
             continue
         kept.append(entry)
     return tuple(kept)

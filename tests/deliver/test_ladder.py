@@ -131,3 +131,24 @@ def test_each_step_needs_its_own_evidence_never_the_next_ones() -> None:
     assert ladder.climb(unaudited) == ladder.Ladder("pull_verified", unaudited.audit_gap)
     assert ladder.climb(ladder.ClaimEvidence(rows=1, not_quoted="no paper_anchor: the claim names no document "
                                                                 "that asserts it")).state == "audited"
+
+
+def test_a_doc_glob_never_reads_evidence_json_so_v31_stays_put_across_builds_and_audits(
+        project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`docs = ["paper.md", "*.json"]`: the glob once swept in EVIDENCE.json, whose disclosure quotes the claim's
+    number, so each build raised "appears in no configured document" and each audit fixed it again."""
+    write_evidence(project, [claim(aliases=[])])
+    with (project / "rgt.toml").open("a", encoding="utf-8") as handle:
+        handle.write('\n[deliver]\ndocs = ["paper.md", "*.json"]\n')
+    (project / "paper.md").write_text("Nothing numeric here.\n", encoding="utf-8")
+    (project / "card.json").write_text('{"model": "SR-Net"}\n', encoding="utf-8")
+    missing = "C1-main-psnr (psnr = 31.42) appears in no configured document"
+    for _ in range(2):
+        found, why = state(project, capsys)
+        assert (found, why) == ("pull_verified", why) and why is not None and why.startswith("open finding F-")
+        (disclosure,) = [c["disclosure"] for c in read_evidence(project)["claims"]]
+        assert disclosure.startswith(f"{missing} [F-")
+        audit = rgt(capsys, "audit", str(project), "--check", "V31").splitlines()
+        assert audit[-1] == "0 pass, 1 with findings, 0 skipped; 0 raised, 0 fixed. `rgt finding ID` shows one."
+        assert [line.split(maxsplit=3)[1:] for line in audit if line.startswith("F-")] == [
+            ["info", "open", f"[V31] claim:C1-main-psnr: {missing}"]]

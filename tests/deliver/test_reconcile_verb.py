@@ -184,6 +184,23 @@ def test_a_path_out_of_the_project_in_rgt_toml_is_a_config_error_with_its_line(
     assert "rgt.toml:5: deliver.docs: '../escape.md' is outside the project" in err
 
 
+def test_a_literal_path_to_rgt_s_own_file_is_a_config_error_naming_it(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    root = project(tmp_path / "p", {"paper.txt": "PSNR 31.42\n", "runs/r1/notes.md": "PSNR 31.42\n"}, PSNR)
+    (root / "rgt.toml").write_text('[project]\nname = "p"\n\n[deliver]\ndocs = ["paper.txt", "./EVIDENCE.json"]\n',
+                                   encoding="utf-8")
+    code, out, err = rgt_reconcile(root, capsys)
+    assert (code, out) == (2, "")
+    assert "rgt.toml:5: deliver.docs: './EVIDENCE.json' is rgt's own file, never a document" in err
+    (root / "rgt.toml").write_text('[project]\nname = "p"\n\n[deliver]\ndocs = ["paper.txt"]\n\n'
+                                   '[verify.reconcile]\ndocs = ["runs/r1/notes.md"]\n', encoding="utf-8")
+    code, out, err = rgt_reconcile(root, capsys)
+    assert (code, out) == (2, "")
+    assert err == ("rgt: runs/r1/notes.md: rgt's own file, never a document; refused; not reconciled ([deliver] "
+                   f"docs in {root / 'rgt.toml'})\n")
+    assert not (root / "reconcile.json").exists()
+
+
 @pytest.mark.parametrize(("ev", "message"), [
     (evidence(claim("C1", row("psnr", "n/a"))), "no evidence row holds a numeric value"),
     (None, "EVIDENCE.json: no such file"),

@@ -20,7 +20,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation, localcontext
-from pathlib import Path
+from fnmatch import fnmatchcase
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from remote_gpu_trainer.audits.verify.model import sha256_hex
@@ -33,6 +34,11 @@ NUMBER = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?|\.\d+)(?:[eE][
 SIGNS = "+-−"
 NON_ALNUM = re.compile(r"[^0-9A-Za-z]+")
 GLOB_CHARS = "*?["
+#: rgt's own files, never documents (docs/deliver.md §6): a glob passes over them, a literal path naming one is
+#: refused. EVIDENCE.json in a glob made V31's "appears in no configured document" find its own disclosure.
+OWN_FOLDERS = ("runs", ".rgt")
+OWN_FILES = ("EVIDENCE.json", "reconcile.json", "completeness.json", "figures/*/figure.json", "tables/*/table.json",
+             "figures/*/source.csv", "tables/*/source.csv")
 # The Markdown and LaTeX rewrites; each turns one source sequence into what a reader sees.
 MD_RULES = (("*", ""), ("`", ""))
 TEX_RULES = (("\\%", "%"), ("\\,", " "), ("~", " "), ("$", ""), ("\\pm", "±"))
@@ -517,17 +523,34 @@ def read_documents(root: Path, paths: Iterable[Any]) -> tuple[list[Document], li
 
 
 def _candidates(root: Path, base: Path, entry: str) -> list[tuple[str, str]]:
-    """(project-relative path, problem or "") for a configured entry; a glob expands in sorted order."""
+    """(project-relative path, problem or "") for a configured entry; a glob expands in sorted order, passing
+    over rgt's own files."""
     if Path(entry).is_absolute() or Path(os.path.normpath(entry)).parts[:1] == ("..",):
         return [(entry, "outside the project root; refused")]
     if any(char in entry for char in GLOB_CHARS):
         matches = sorted(p for p in root.glob(entry) if p.is_file())
         if not matches:
             return [(entry, "matches no file")]
-        rels = [p.relative_to(root).as_posix() for p in matches]
+        rels = [rel for rel in (p.relative_to(root).as_posix() for p in matches) if not rgt_own_file(rel)]
+        if not rels:
+            return [(entry, "matches no document, only rgt's own files")]
     else:
         rels = [Path(os.path.normpath(entry)).as_posix()]
+        if rgt_own_file(rels[0]):
+            return [(rels[0], "rgt's own file, never a document; refused")]
     return [(rel, "" if _inside(base, root / rel) else "outside the project root; refused") for rel in rels]
+
+
+def rgt_own_file(rel: str) -> bool:
+    """Whether a project-relative path is one of rgt's own files (OWN_FOLDERS, OWN_FILES, or a `.rgt-` temp
+    file or build folder), which no document list may name: what rgt writes is not what a paper says."""
+    parts = PurePosixPath(rel).parts
+    if not parts:
+        return False
+    if parts[0] in OWN_FOLDERS or any(part.startswith(".rgt-") for part in parts):
+        return True
+    return any(len(parts) == len(shape) and all(map(fnmatchcase, parts, shape))
+               for shape in (pattern.split("/") for pattern in OWN_FILES))
 
 
 def _inside(base: Path, path: Path) -> bool:

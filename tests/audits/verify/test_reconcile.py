@@ -250,3 +250,19 @@ def test_read_documents_reports_unreadable_inputs_as_problems(tmp_path: Path) ->
         ("missing.txt", "no such file"), ("latin1.txt", "not UTF-8 text"), ("folder", "is a folder, not a document"),
         ("*.csv", "matches no file"), ("", "not a path")]
     assert reconcile(PSNR, docs, problems=problems).exit_code == 2
+
+
+def test_globs_pass_over_rgt_s_own_files_and_a_literal_one_is_refused(tmp_path: Path) -> None:
+    own = ["EVIDENCE.json", "reconcile.json", "completeness.json", "runs/r1/seed0/notes.md", ".rgt/state.md",
+           "figures/acc/figure.json", "figures/acc/source.csv", "tables/tab/table.json", "tables/tab/source.csv",
+           ".rgt-tmp-EVIDENCE.json.77", "figures/acc/.rgt-build-x/notes.md"]
+    documents = ["paper.md", "docs/EVIDENCE.json", "figures/acc/caption.md", "figures/source.csv"]
+    for rel in own + documents:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("PSNR 31.42\n", encoding="utf-8")
+    docs, problems = read_documents(tmp_path, ["**/*", "EVIDENCE.json", "runs/r1/seed0/notes.md", "*.json"])
+    assert [d.path for d in docs] == sorted(documents)
+    assert [(p.path, p.message) for p in problems] == [
+        ("EVIDENCE.json", "rgt's own file, never a document; refused"),
+        ("runs/r1/seed0/notes.md", "rgt's own file, never a document; refused"),
+        ("*.json", "matches no document, only rgt's own files")]
