@@ -65,6 +65,13 @@ VECTORS = [
                  expect(covered={"C1": ["paper.tex:1"]}), id="tex math, thin space, comment: ok"),
     pytest.param(PARAMS, "paper.txt", "params: 1,250,000",
                  expect(covered={"C-params": ["paper.txt:1"]}), id="thousands commas: ok"),
+    pytest.param(PARAMS, "paper.tex", r"params: $1\,250\,000$",
+                 expect(covered={"C-params": ["paper.tex:1"]}), id="LaTeX thin-space thousands: ok"),
+    pytest.param(PARAMS, "paper.txt", "params: 1\u2009250\u202f000",
+                 expect(covered={"C-params": ["paper.txt:1"]}), id="U+2009/U+202F thousands: ok"),
+    pytest.param(PARAMS, "paper.tex", r"params: $1\,2500\,000$",
+                 expect(drifts=[("paper.tex", 1, 1.0, ("C-params",))], missing=["C-params"]),
+                 id="a thin space before four digits separates numbers: drift"),
     pytest.param(WITH_LPIPS, "paper.txt", "PSNR 31.42",
                  expect(missing=["C-lpips"], covered={"C1": ["paper.txt:1"]}), id="lpips absent: missing_from_docs"),
 ]

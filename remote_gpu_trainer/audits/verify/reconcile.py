@@ -42,6 +42,10 @@ OWN_FILES = ("EVIDENCE.json", "reconcile.json", "completeness.json", "figures/*/
 # The Markdown and LaTeX rewrites; each turns one source sequence into what a reader sees.
 MD_RULES = (("*", ""), ("`", ""))
 TEX_RULES = (("\\%", "%"), ("\\,", " "), ("~", " "), ("$", ""), ("\\pm", "±"))
+# A thin space (U+2009, U+202F; `\,` in LaTeX) between a digit and a group of exactly three digits separates
+# thousands, as a comma does (`1\,250\,000` is 1250000): it is read as a comma before tokenising.
+GROUPS = re.compile(r"(?<=[0-9])[\u2009\u202f](?=[0-9]{3}(?![0-9]))")
+TEX_GROUPS = re.compile(r"(?<=[0-9])(?:\\,|[\u2009\u202f])(?=[0-9]{3}(?![0-9]))")
 
 
 @dataclass(frozen=True)
@@ -299,13 +303,14 @@ def preprocess(path: str, line: str) -> tuple[str, list[int]]:
     """The line as a reader sees it, with, for every character kept, its column in the source line.
 
     LaTeX loses its comments (an unescaped `%` to the end of the line) and typesetting (`\\%`, `\\,`, `~`, `$`,
-    `\\pm`); Markdown loses emphasis and code marks. Other formats are read as they are."""
+    `\\pm`); Markdown loses emphasis and code marks. In every format a thin space between digit groups becomes
+    a thousands comma (GROUPS)."""
     lowered = path.lower()
     if lowered.endswith(".tex"):
-        return _rewrite(_drop_tex_comment(line), TEX_RULES)
+        return _rewrite(_drop_tex_comment(line), TEX_RULES, TEX_GROUPS)
     if lowered.endswith((".md", ".markdown")):
-        return _rewrite(line, MD_RULES)
-    return line, list(range(len(line)))
+        return _rewrite(line, MD_RULES, GROUPS)
+    return _rewrite(line, (), GROUPS)
 
 
 def _drop_tex_comment(line: str) -> str:
@@ -318,12 +323,14 @@ def _drop_tex_comment(line: str) -> str:
     return line
 
 
-def _rewrite(line: str, rules: Sequence[tuple[str, str]]) -> tuple[str, list[int]]:
+def _rewrite(line: str, rules: Sequence[tuple[str, str]], groups: re.Pattern[str]) -> tuple[str, list[int]]:
     out: list[str] = []
     origin: list[int] = []
     at = 0
     while at < len(line):
-        rule = next(((src, dst) for src, dst in rules if line.startswith(src, at)), None)
+        separator = groups.match(line, at)
+        rule = ((separator.group(), ",") if separator else
+                next(((src, dst) for src, dst in rules if line.startswith(src, at)), None))
         if rule is None:
             out.append(line[at])
             origin.append(at)

@@ -105,9 +105,19 @@ def test_markdown_marks_are_dropped_and_the_column_is_the_source_one() -> None:
     ("a.tex", r"done.\\% PSNR 30.10", "done.\\\\"),
     (f"a{MD}", "**PSNR** `31.42`", "PSNR 31.42"),
     ("a.txt", "**PSNR** $31.42$ % x", "**PSNR** $31.42$ % x"),
+    ("a.tex", r"$1\,250\,000$ and $12\,3456$, $31.42\,$dB", "1,250,000 and 12 3456, 31.42 dB"),
+    (f"a{MD}", "n = **1\u202f250** and 0.123\u2009456\u20097", "n = 1,250 and 0.123,456\u20097"),
+    ("a.txt", "1\u2009000\u2009000 params, not 1\u20091000", "1,000,000 params, not 1\u20091000"),
 ])
 def test_preprocess_per_format(doc: str, line: str, seen: str) -> None:
     assert preprocess(doc, line)[0] == seen
+
+
+def test_a_number_with_thin_space_groups_is_one_number_at_its_source_column() -> None:
+    line = r"Params~of the model: $1\,250\,001$."
+    report = one("paper.tex", line, evidence(claim("C-params", row("params", 1250000))))
+    assert [(d.col, d.reported, d.reported_text, d.expected) for d in report.drifts] == [
+        (line.index("1\\,") + 1, 1250001.0, "1,250,001", "1250000")]
 
 
 def test_a_number_in_a_tex_comment_is_not_read_but_the_same_text_in_plain_text_is() -> None:
