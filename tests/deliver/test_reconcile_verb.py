@@ -226,6 +226,20 @@ def test_a_value_beyond_a_double_once_scaled_is_a_warning_not_an_internal_error(
     assert written(root)["warnings"][0]["claim_ids"] == ["C2"]
 
 
+def test_numbers_a_double_cannot_hold_are_no_number_and_a_long_one_is_a_drift_not_an_internal_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    long = "1." + "0" * 120
+    root = project(tmp_path / "p", {"paper.txt": f"PSNR 5e900\nPSNR {long}\nPSNR 2e-1000000000\n"}, PSNR)
+    code, out, err = rgt_reconcile(root, capsys)
+    assert (code, err) == (1, "")
+    body = written(root)
+    assert [(d["line"], d["reported"], d["expected"]) for d in body["drifts"]] == [
+        (2, 1.0, f"{31.42:.120f}")]
+    assert [(i["kind"], i["line"]) for i in body["infos"]] == [("anchor_without_number", 1),
+                                                                ("anchor_without_number", 3)]
+    assert "Infinity" not in (root / "reconcile.json").read_text(encoding="utf-8")
+
+
 def test_malformed_evidence_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = project(tmp_path / "p", {"paper.txt": "PSNR 31.42\n"}, None)
     (root / "EVIDENCE.json").write_text('{"claims": [], "claims": []}', encoding="utf-8")

@@ -28,6 +28,9 @@ from remote_gpu_trainer.audits.verify.model import sha256_hex
 from remote_gpu_trainer.fsutil import NotRegularFile, open_regular
 
 WINDOW = 60  # characters after an anchor in which its number is looked for
+# the decimals a written number may have to be compared (_double): a double's exact expansion ends by 1074
+# decimals, and none rounds to a nonzero multiple of 1e400
+DECIMALS_MIN, DECIMALS_MAX = -400, 1100
 MODES = ("rounding", "exact")
 CONTEXT_CHARS = 120
 NUMBER = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?%?")
@@ -399,14 +402,24 @@ def readings(doc: Document, anchors: Iterable[str],
                 yield anchor, number, origin[start] + 1, None
                 continue
             value, decimals = parse_token(token[1])
+            if not _double(value, decimals):
+                yield anchor, number, origin[start] + 1, None
+                continue
             col = origin[token[0]]
             yield anchor, number, col + 1, Reading(doc.path, number, col + 1, anchor, token[1], value, decimals,
                                                    _context(raw, col))
 
 
+def _double(value: Decimal, decimals: int) -> bool:
+    """Whether a written number is one a double can be compared with: `5e900` is beyond one, and a number
+    written past DECIMALS_MAX decimals (or rounded above 1e-DECIMALS_MIN) says more than any double holds;
+    either read as no number at all, where exact decimal arithmetic on it would overflow."""
+    return DECIMALS_MIN <= decimals <= DECIMALS_MAX and math.isfinite(float(value))
+
+
 def lines(text: str) -> list[str]:
-    """The document's lines as an editor numbers them: split on `\n` only (one `\r` before it dropped, for
-    CRLF). str.splitlines also breaks at U+2028, U+2029, form feed, NEL and \x1c-\x1e, which would put every
+    """The document's lines as an editor numbers them: split on `\\n` only (one `\\r` before it dropped, for
+    CRLF). str.splitlines also breaks at U+2028, U+2029, form feed, NEL and \\x1c-\\x1e, which would put every
     `doc:line` after such a character on a line no editor shows."""
     parts = text.split("\n")
     if parts[-1] == "":
@@ -441,7 +454,7 @@ def expected_text(claim: ScalarClaim, decimals: int) -> str:
     """The claim at `decimals` as the build's formatter writes it: the float it holds, rounded half-even on
     its exact binary value, which is what `f"{v:.{d}f}"` does (decimals < 0: to tens, hundreds, ...)."""
     with localcontext() as context:
-        context.prec = 100
+        context.prec = 1500  # every digit of a double (309 before the point) to DECIMALS_MAX decimals
         rounded = Decimal(claim.shown).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_EVEN)
     return format(rounded, "f") if decimals >= 0 else str(rounded)
 
