@@ -29,7 +29,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from remote_gpu_trainer.audits.verify.load import SAFE_ID
-from remote_gpu_trainer.audits.verify.reconcile import GLOB_CHARS, rgt_own_file
+from remote_gpu_trainer.audits.verify.reconcile_files import GLOB_CHARS, rgt_own_file
 from remote_gpu_trainer.config_verify import VerifyConfig
 from remote_gpu_trainer.toml_table import Table
 

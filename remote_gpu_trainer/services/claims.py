@@ -21,7 +21,8 @@ from remote_gpu_trainer.audits.gate import evaluate_evidence_only
 from remote_gpu_trainer.audits.verify.catalogue import params_for, specs
 from remote_gpu_trainer.audits.verify.generated import GeneratedRow, generate_row
 from remote_gpu_trainer.audits.verify.model import Number, ProjectEvidence
-from remote_gpu_trainer.audits.verify.reconcile import ReconcileReport, read_documents, reconcile
+from remote_gpu_trainer.audits.verify.reconcile import ReconcileReport, reconcile
+from remote_gpu_trainer.audits.verify.reconcile_files import read_documents
 from remote_gpu_trainer.audits.verify.statistics import required_seeds
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.config import ProjectConfig, run_config_from_record

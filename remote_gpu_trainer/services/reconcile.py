@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.audits.verify.reconcile import MODES, WINDOW, ReconcileReport, read_documents, reconcile
+from remote_gpu_trainer.audits.verify.reconcile import MODES, WINDOW, ReconcileReport, reconcile
+from remote_gpu_trainer.audits.verify.reconcile_files import read_documents
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import atomic_write, lstat_or_none, read_regular
 from remote_gpu_trainer.strict_json import loads_strict

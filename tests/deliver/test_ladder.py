@@ -135,12 +135,12 @@ def test_each_step_needs_its_own_evidence_never_the_next_ones() -> None:
 
 def test_a_doc_glob_never_reads_evidence_json_so_v31_stays_put_across_builds_and_audits(
         project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`docs = ["paper.md", "*.json"]`: the glob once swept in EVIDENCE.json, whose disclosure quotes the claim's
+    """`docs = ["paper.tex", "*.json"]`: the glob once swept in EVIDENCE.json, whose disclosure quotes the claim's
     number, so each build raised "appears in no configured document" and each audit fixed it again."""
     write_evidence(project, [claim(aliases=[])])
     with (project / "rgt.toml").open("a", encoding="utf-8") as handle:
-        handle.write('\n[deliver]\ndocs = ["paper.md", "*.json"]\n')
-    (project / "paper.md").write_text("Nothing numeric here.\n", encoding="utf-8")
+        handle.write('\n[deliver]\ndocs = ["paper.tex", "*.json"]\n')
+    (project / "paper.tex").write_text("Nothing numeric here.\n", encoding="utf-8")
     (project / "card.json").write_text('{"model": "SR-Net"}\n', encoding="utf-8")
     missing = "C1-main-psnr (psnr = 31.42) appears in no configured document"
     for _ in range(2):

@@ -34,9 +34,9 @@ from remote_gpu_trainer.audits.verify.reconcile import (
     Drift,
     ReconcileReport,
     lines,
-    read_documents,
     reconcile,
 )
+from remote_gpu_trainer.audits.verify.reconcile_files import read_documents
 
 CHECK, NAME = "V31", "reconcile"
 NO_DOCS = "no documents configured ([deliver] docs or [verify.reconcile] docs in rgt.toml)"

@@ -16,10 +16,10 @@ from remote_gpu_trainer.audits.verify.reconcile import (
     ReconcileReport,
     consistent,
     preprocess,
-    read_documents,
     reconcile,
     scalar_claims,
 )
+from remote_gpu_trainer.audits.verify.reconcile_files import read_documents
 from support.reconcile_vectors import (
     PSNR,
     PSNR_PRECISE,
