@@ -374,6 +374,10 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
     rgt("finding", "F-000001", proj)
     rgt("capsule")
     rgt("splits", "build", "main", proj, "--split", "test=no-such-folder")  # refused: nothing to list
+    rgt("build", proj)  # nothing to build here: refused, and the refusal leaks nothing
+    rgt("build", "evidence", proj, "--format", "json")
+    rgt("reconcile", proj)  # no [deliver] docs: refused
+    rgt("completeness", proj)  # no [grid]: refused
     rgt("down", "c1", proj, "--confirm", "WRONGID")
     rgt("down", "c1", proj, "--confirm", "WRONGID", "--debug")
     rgt("down", "c1", proj, "--confirm", "p1", "--stop")

@@ -134,10 +134,12 @@ def _seed_finding(project: ProjectEvidence, number: Number, params: Mapping[str,
 
 # -- V05 variance_reported ------------------------------------------------------------------------------------
 def check_variance_reported(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
-    """V05: every EVIDENCE number carries n, seeds and a variance type; few items need few decimals."""
-    claimed = [n for n in project.numbers if n.claim is not None]
+    """V05: every EVIDENCE number carries n, seeds and a variance type; few items need few decimals. A row with
+    no value yet (written by the user, not yet built by `rgt build evidence`) states no number to judge."""
+    claimed = [n for n in project.numbers if n.claim is not None and n.stated.get("value") is not None]
     if not claimed:
-        return skipped("V05", "variance_reported", "no EVIDENCE.json claims with evidence rows (EVIDENCE.json)")
+        return skipped("V05", "variance_reported", "no EVIDENCE.json claims with a value (rgt build evidence "
+                                                   "fills them)")
     findings = [f for n in claimed if (f := _variance_finding(project, n, params)) is not None]
     return result("V05", "variance_reported", findings, [n.subject for n in claimed])
 

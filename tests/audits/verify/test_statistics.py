@@ -127,8 +127,10 @@ def test_v04_skips_without_numbers(tmp_path: Path) -> None:
 
 # -- V05 ------------------------------------------------------------------------------------------------------
 def claim_row(**row: Any) -> dict[str, Any]:
+    """A claim stating a number (V05 judges only rows with a value: an unbuilt row states nothing yet)."""
     return {"id": "C1", "evidence": [{"test_id": "main", "metric": "acc", "cells": ["ours/seed0", "ours/seed1",
-                                                                                   "ours/seed2"], **row}]}
+                                                                                   "ours/seed2"], "value": 0.91,
+                                      **row}]}
 
 
 def test_v05_missing_variance_warns(tmp_path: Path) -> None:
@@ -164,6 +166,18 @@ def test_v05_skips_without_claims(tmp_path: Path) -> None:
     seeds(tmp_path, "ours", [0.9])
     res = run("V05", load(tmp_path))
     assert res.status == "skipped" and "EVIDENCE.json" in res.note
+
+
+def test_v05_does_not_judge_a_row_not_yet_built(tmp_path: Path) -> None:
+    """A claim the user wrote whose value `rgt build evidence` has not filled states no number yet: nothing to
+    warn about (the demo's fresh claims raised two V05 warnings before its first build)."""
+    seeds(tmp_path, "ours", [0.90, 0.91, 0.92])
+    write_evidence(tmp_path, [{"id": "C1", "evidence": [{"test_id": "main", "metric": "acc",
+                                                         "cells": ["ours/seed0", "ours/seed1", "ours/seed2"]}]}])
+    res = run("V05", load(tmp_path))
+    assert res.status == "skipped" and "rgt build evidence" in res.note
+    write_evidence(tmp_path, [claim_row()])
+    assert [f.message for f in run("V05", load(tmp_path)).findings] == ["missing n, seeds, variance.type"]
 
 
 # -- V06 ------------------------------------------------------------------------------------------------------
@@ -414,7 +428,7 @@ def test_garbage_inputs_give_findings_or_skips_never_exceptions(tmp_path: Path) 
     (tmp_path / "runs/base/seed0/run.json").write_text("{not json", encoding="utf-8")
     write_evidence(tmp_path, [{"id": "C1", "tried": "many", "evidence": [
         {"test_id": "main", "metric": "acc", "cells": ["ours/seed0", "ghost/seed0"], "tables": "tab2",
-         "variance": "std", "n": "lots", "precision": None, "published": "high"}]}])
+         "variance": "std", "n": "lots", "precision": None, "published": "high", "value": "0.9"}]}])
     project = load(tmp_path, Declarations(comparisons=(Comparison("ours", "base", vary=("lr",)),)))
     results = {cid: check(project, specs()[cid].params)
                for table in (comparability.CHECKS, CHECKS) for cid, check in table.items()}
