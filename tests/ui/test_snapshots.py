@@ -325,9 +325,9 @@ async def settle_demo(pilot: Pilot[None]) -> None:
 @pytest.mark.parametrize("which", ["demo", "flawed"])
 def test_demo_checklist(snap_compare: Any, demo_projects: dict[str, Path], size: tuple[int, int],
                         which: str) -> None:
-    """[VERIFY] the demo's checklist after verification: every check's answer (real passes for the clean demo,
-    but V05's two warnings: EVIDENCE.json's claims are not built yet, which b on the Deliver panel does); with
-    --flawed, the planted findings (V26 critical, V14 error, V04 info) first, worst first."""
+    """[VERIFY] the demo's checklist after verification: every check's answer (real passes for the clean demo;
+    V05 does not judge EVIDENCE.json's claims before b on the Deliver panel builds them); with --flawed, the
+    planted findings (V26 critical, V14 error, V04 info) first, worst first."""
     session = Session.open(str(demo_projects[which]), clock=FixedClock(FIXED_NOW))
 
     async def run_before(pilot: Pilot[None]) -> None:

@@ -23,9 +23,18 @@ import sys
 import time
 from pathlib import Path
 
-import rgt_capsule  # type: ignore[import-not-found]  # pushed beside this script (remote/rgt_capsule.py)
-import torch
-from torch import nn
+# The same numbers, to the last bit, on every x86 machine: torch's generic kernels instead of the ones picked
+# for this CPU's vector width, MKL's CPU-independent code path, and one thread (sums in one order). The demo is
+# tiny, so the cost is nothing, and its checkpoints (whose sha256 the dashboard shows) are the same bytes
+# wherever it runs.
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "default")
+os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import rgt_capsule  # type: ignore[import-not-found]  # noqa: E402  # pushed beside this script (remote/rgt_capsule.py)
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
