@@ -149,7 +149,7 @@ def missing_findings(report: ReconcileReport, evidence_ref: EvidenceRef) -> list
     """An `info` per claim no document shows consistently (docs/verify.md §2 sets info for V31, whatever
     reconcile.json's own severity for a claim with a paper anchor)."""
     return [Finding(CHECK, f"claim:{m.claim_id}", "info",
-                    f"{m.claim_id} ({m.metric} = {m.authoritative!r}) appears in no configured document",
+                    f"{m.claim_id} ({m.metric} = {m.authoritative!r}) is quoted consistently in no configured document",
                     values={"metric": m.metric, "authoritative": m.authoritative, "paper_anchor": m.paper_anchor},
                     evidence=(evidence_ref,), integrity_class="negligence", claims=(m.claim,))
             for m in report.missing_from_docs]

@@ -138,7 +138,7 @@ def test_finding_lines_are_the_editor_s_lines(tmp_path: Path) -> None:
     assert [(f.subject, f.severity, f.message) for f in outcome.findings] == [
         ("doc:paper.txt:1", "error", "paper.txt:1 reads 31.50 where EVIDENCE.json has psnr = 31.42 (C1-main-psnr: "
                                      "31.4238); paper.txt:1 uses the deprecated method 'SRNet' (now 'SR-Net')"),
-        ("claim:C2-acc", "info", "C2-acc (acc = 91.23) appears in no configured document")]
+        ("claim:C2-acc", "info", "C2-acc (acc = 91.23) is quoted consistently in no configured document")]
     assert [s for s in outcome.subjects if s.startswith("doc:")] == ["doc:paper.txt:1", "doc:paper.txt:2"]
 
 
