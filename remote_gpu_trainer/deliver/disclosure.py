@@ -83,8 +83,10 @@ def disclose(facts: RowFacts) -> Disclosure:
         ("D1", _d1(facts)), ("D2", _d2(facts.row)), ("D3", _d3(facts)), ("D4", _d4(facts.row)))
         if text]
     items += [("D5", f"{note.text} [{note.id}]") for note in facts.findings]
-    if facts.drifts:
-        items.append(("D6", "cross-document drift: " + ", ".join(facts.drifts)))
+    # a drift V31 already raised as a finding is disclosed once, by that finding (with its id)
+    drifts = [where for where in facts.drifts if not any(where in note.text for note in facts.findings)]
+    if drifts:
+        items.append(("D6", "cross-document drift: " + ", ".join(drifts)))
     items += [("D7", text) for text in (_d7(output) for output in facts.outputs) if text]
     if facts.dirty:
         items.append(("D8", f"built from uncommitted code ({', '.join(facts.dirty)})"))

@@ -99,6 +99,15 @@ def test_d6_a_stale_number_in_a_document(tmp_path: Path, capsys: pytest.CaptureF
     assert row["disclosure"] == "cross-document drift: paper.tex:1"
 
 
+def test_d6_a_drift_that_v31_raised_is_disclosed_once(tmp_path: Path) -> None:
+    """After an audit, the drift is both V31's finding (D5) and reconcile's drift (D6): said once, with the id."""
+    root = files_project(tmp_path, [claim()])
+    finding = FindingNote("F-000004", "cross-document drift: paper.tex:1")
+    facts = facts_for(root, findings=(finding,), drifts=("paper.tex:1", "notes.txt:3"))
+    assert disclosure.disclose(facts).text == ("cross-document drift: paper.tex:1 [F-000004]; "
+                                               "cross-document drift: notes.txt:3")
+
+
 def test_d7_a_failed_figure_check_and_a_table_never_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = files_project(tmp_path, [claim(figures=["psnr-bars"], tables=["tab2-main"])])
     figure = root / "figures" / "psnr-bars"
