@@ -45,6 +45,7 @@ class OutputQA:
     passed: bool = True
     flagged: tuple[tuple[str, str], ...] = ()  # (check, result) of every check that is not `pass`
     notes: str = ""
+    disclosure: str = ""  # the folder's own disclosure (its JSON's `disclosure`: single seed, a disclosed axis...)
 
 
 @dataclass(frozen=True)

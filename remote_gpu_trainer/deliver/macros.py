@@ -35,6 +35,15 @@ class MacroRow:
     disclosure: str  # the inline form after the number
 
 
+@dataclass(frozen=True)
+class Caption:
+    """What a figure's or table's caption must disclose: `\\Figure<Id>Disc` / `\\Table<Id>Disc`."""
+
+    subject: str  # figure:<id> or table:<id>
+    name: str  # without the backslash
+    text: str
+
+
 def spelled(text: str) -> str:
     """Letters kept with the first capitalised, each digit as its word: `C1-main-psnr` → `COneMainPsnr`."""
     return "".join(DIGITS[int(t)] if t.isdigit() else t[0].upper() + t[1:] for t in _TOKEN.findall(text))
@@ -44,22 +53,31 @@ def macro_name(claim_id: str, row: int, rows: int) -> str:
     return "Claim" + spelled(claim_id) + (f"Row{spelled(str(row))}" if rows > 1 else "")
 
 
+def caption_name(kind: str, ident: str) -> str:
+    """`figure`, `loss-curve` → `FigureLossCurveDisc`: the caption companion of a figure or table folder."""
+    return kind.capitalize() + spelled(ident) + "Disc"
+
+
 def latex_escape(text: str) -> str:
     """Text as LaTeX typesets it literally: specials escaped, control characters and line breaks as spaces."""
     return "".join(_LATEX.get(char, " " if ord(char) < 32 or ord(char) == 127 else char) for char in text)
 
 
-def render(rows: Sequence[MacroRow]) -> bytes:
-    """final.tex: the header, then per row a comment naming it, the number and its companion; LF, UTF-8."""
+def render(rows: Sequence[MacroRow], captions: Sequence[Caption] = ()) -> bytes:
+    """final.tex: the header, then per row a comment naming it, the number and its companion, then per figure
+    and table its caption companion; LF, UTF-8."""
     seen: dict[str, str] = {}
-    for row in rows:
-        for name in (row.name, row.name + "Disc"):
-            if name in seen:
-                raise ConfigError(f"EVIDENCE.json: {row.subject} and {seen[name]} both make the macro \\{name}: "
-                                  "rename one claim (its id's letters and digits must differ)")
-            seen[name] = row.subject
+    names = [(name, row.subject) for row in rows for name in (row.name, row.name + "Disc")]
+    for name, subject in names + [(caption.name, caption.subject) for caption in captions]:
+        if name in seen:
+            raise ConfigError(f"EVIDENCE.json: {subject} and {seen[name]} both make the macro \\{name}: "
+                              "rename one (its id's letters and digits must differ)")
+        seen[name] = subject
     lines = [HEADER]
     for row in rows:
         lines.append(f"% {row.subject}\n\\newcommand{{\\{row.name}}}{{{latex_escape(row.value)}}}\n"
                      f"\\newcommand{{\\{row.name}Disc}}{{{latex_escape(row.disclosure)}}}\n")
+    for caption in captions:
+        lines.append(f"% {caption.subject}: what its caption discloses\n"
+                     f"\\newcommand{{\\{caption.name}}}{{{latex_escape(caption.text)}}}\n")
     return "".join(lines).encode("utf-8")

@@ -117,7 +117,8 @@ def _build(project: ProjectConfig, db: StateDB, now: datetime, with_macros: bool
     fields = [{"disclosure": o.disclosure, "findings": list(o.findings), "state": o.state} for o in outcomes]
     document = evidence.filled(source, stamp, rows, fields)
     macro_bytes = macros.render([macros.MacroRow(r.subject, r.macro, r.shown, r.companion)
-                                 for o in outcomes for r in o.rows]) if with_macros else None
+                                 for o in outcomes for r in o.rows],
+                                _captions(project.root, claims, outcomes)) if with_macros else None
     macros_path = _macros_target(project.root) if with_macros else None
     target = project.root / evidence.FILE
     atomic_write(target, evidence.render(document))
@@ -298,7 +299,26 @@ def _output(root: Path, kind: str, ident: str) -> OutputQA:
     checks = qa.get("checks")
     checks = checks if isinstance(checks, dict) else {}
     flagged = tuple((str(name), str(status)) for name, status in sorted(checks.items()) if status != "pass")
-    return OutputQA(kind, ident, True, qa.get("passed") is True, flagged, str(qa.get("notes") or ""))
+    own = body.get("disclosure")
+    return OutputQA(kind, ident, True, qa.get("passed") is True, flagged, str(qa.get("notes") or ""),
+                    own if isinstance(own, str) else "")
+
+
+def _captions(root: Path, claims: Sequence[ClaimSpec], outcomes: Sequence[ClaimOutcome]) -> list[macros.Caption]:
+    """Each figure and table an evidence row names gets the disclosures its caption must carry (docs/deliver.md
+    §5): the folder's own, then every number it shows in the inline form, `C1-main-psnr: psnr 31.42 dB ↑ (...)`."""
+    shown: dict[tuple[str, str], list[str]] = {}
+    for claim, outcome in zip(claims, outcomes, strict=True):
+        for spec, row in zip(claim.rows, outcome.rows, strict=True):
+            for kind, ids in (("figure", spec.figures), ("table", spec.tables)):
+                for ident in ids:
+                    shown.setdefault((kind, ident), []).append(f"{claim.id}: {spec.metric} {row.inline}")
+    captions = []
+    for (kind, ident), numbers in sorted(shown.items()):
+        own = _output(root, kind, ident).disclosure
+        captions.append(macros.Caption(f"{kind}:{ident}", macros.caption_name(kind, ident),
+                                       "; ".join(([own] if own else []) + numbers)))
+    return captions
 
 
 def _macros_target(root: Path) -> Path:

@@ -57,6 +57,29 @@ def test_the_file_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "\\newcommand{\\ClaimCTwoAblationRowOneDisc}{dB $\\uparrow$ (test, n=5, single seed --- no variance band)}\n")
 
 
+def test_each_figure_and_table_a_row_names_gets_its_caption_companion(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The per-number disclosure rides in captions too (docs/deliver.md §5): `\\Table<Id>Disc` holds every number
+    the table shows in the inline form, `\\Figure<Id>Disc` the figure's own disclosure first."""
+    root = files_project(tmp_path, [claim(figures=["psnr-bars"], tables=["tab2-main"]),
+                                    claim("C2-solo", cells=[f"{RUN}/seed2"], aggregate="single",
+                                          tables=["tab2-main"])])
+    figure = root / "figures" / "psnr-bars"
+    figure.mkdir(parents=True)
+    (figure / "figure.json").write_text(json.dumps({
+        "schema": "remote-gpu-trainer/FIGURE/v1", "figure_id": "psnr-bars", "disclosure": "The bar axis starts at 30.",
+        "qa": {"passed": True, "checks": {"G5_axis": "disclosed"}}}), encoding="utf-8")
+    assert main(["build", "macros", str(root)]) == 0
+    capsys.readouterr()
+    text = (root / "tables" / "macros" / "final.tex").read_text(encoding="utf-8")
+    figure_disc = ("C1-main-psnr: psnr 31.42 dB $\\uparrow$ (test, n=5 items, 3 seeds, mean $\\pm$ std 0.08; figure "
+                   "psnr-bars: G5\\_axis disclosed; table tab2-main: not built (rgt build table tab2-main))")
+    assert ("% figure:psnr-bars: what its caption discloses\n"
+            f"\\newcommand{{\\FigurePsnrBarsDisc}}{{The bar axis starts at 30.; {figure_disc}}}\n") in text
+    assert (f"\\newcommand{{\\TableTabTwoMainDisc}}{{{figure_disc}; C2-solo: psnr 31.50 dB $\\uparrow$ (test, n=5, "
+            "single seed --- no variance band; table tab2-main: not built (rgt build table tab2-main))}\n") in text
+
+
 def test_a_unit_written_by_the_box_cannot_inject_tex(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = files_project(tmp_path, [claim()])
     for cell in CELLS:
@@ -80,5 +103,5 @@ def test_two_claims_making_one_macro_are_refused_with_nothing_written(tmp_path: 
     assert main(["build", "macros", str(root)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == ("rgt: EVIDENCE.json: claim:C1Row1 and claim:C1#1 both make the macro "
-                                 "\\ClaimCOneRowOne: rename one claim (its id's letters and digits must differ)\n")
+                                 "\\ClaimCOneRowOne: rename one (its id's letters and digits must differ)\n")
     assert (root / "EVIDENCE.json").read_bytes() == before and not (root / "tables").exists()

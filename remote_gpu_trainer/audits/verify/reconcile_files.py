@@ -18,7 +18,8 @@ from remote_gpu_trainer.fsutil import NotRegularFile, open_regular
 
 GLOB_CHARS = "*?["
 #: rgt's own files, never documents (docs/deliver.md §6): a glob passes over them, a literal path naming one is
-#: refused. EVIDENCE.json in a glob made V31's "is quoted consistently in no configured document" find its own disclosure.
+#: refused. EVIDENCE.json in a glob made V31's "is quoted consistently in no configured document" find its own
+#: disclosure.
 OWN_FOLDERS = ("runs", ".rgt")
 OWN_FILES = ("EVIDENCE.json", "reconcile.json", "completeness.json", "figures/*/figure.json", "tables/*/table.json",
              "figures/*/source.csv", "tables/*/source.csv")
