@@ -46,6 +46,7 @@ class OutputQA:
     flagged: tuple[tuple[str, str], ...] = ()  # (check, result) of every check that is not `pass`
     notes: str = ""
     disclosure: str = ""  # the folder's own disclosure (its JSON's `disclosure`: single seed, a disclosed axis...)
+    deterministic: bool = True  # qa.deterministic: two builds gave the same bytes
 
 
 @dataclass(frozen=True)
@@ -134,9 +135,12 @@ def _d4(row: GeneratedRow) -> str:
 def _d7(output: OutputQA) -> str:
     if not output.built:
         return f"{output.kind} {output.id}: not built (rgt build {output.kind} {output.id})"
-    if output.passed and not output.flagged:
+    if output.passed and not output.flagged and output.deterministic:
         return ""
-    checks = ", ".join(f"{check} {result}" for check, result in output.flagged) or "qa failed"
+    flagged = [f"{check} {result}" for check, result in output.flagged]
+    if not output.deterministic:
+        flagged.append("not deterministic (two builds gave different bytes)")
+    checks = ", ".join(flagged) or "qa failed"
     return f"{output.kind} {output.id}: {checks}" + (f" — {output.notes}" if output.notes else "")
 
 

@@ -301,7 +301,7 @@ def _output(root: Path, kind: str, ident: str) -> OutputQA:
     flagged = tuple((str(name), str(status)) for name, status in sorted(checks.items()) if status != "pass")
     own = body.get("disclosure")
     return OutputQA(kind, ident, True, qa.get("passed") is True, flagged, str(qa.get("notes") or ""),
-                    own if isinstance(own, str) else "")
+                    own if isinstance(own, str) else "", deterministic=qa.get("deterministic") is not False)
 
 
 def _captions(root: Path, claims: Sequence[ClaimSpec], outcomes: Sequence[ClaimOutcome]) -> list[macros.Caption]:

@@ -121,6 +121,18 @@ def test_d7_a_failed_figure_check_and_a_table_never_built(tmp_path: Path, capsys
                                  "table tab2-main: not built (rgt build table tab2-main)")
 
 
+def test_d7_a_build_whose_two_renders_differed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """qa.deterministic false (the build-twice check of docs/deliver.md §3 found different bytes) is disclosed
+    even when every gate check passed."""
+    root = files_project(tmp_path, [claim(figures=["psnr-bars"])])
+    figure = root / "figures" / "psnr-bars"
+    figure.mkdir(parents=True)
+    qa = {"passed": True, "deterministic": False, "checks": {"G1_blank": "pass"}, "notes": "final.svg differed"}
+    (figure / "figure.json").write_text(json.dumps({"schema": "remote-gpu-trainer/FIGURE/v1", "qa": qa}))
+    assert row_of(build(root, capsys))["disclosure"] == (
+        "figure psnr-bars: not deterministic (two builds gave different bytes) — final.svg differed")
+
+
 def test_d7_a_figure_folder_linked_out_of_the_project_is_not_read(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     outside = tmp_path / "elsewhere"
