@@ -8,6 +8,7 @@ what they need from the project's state. A build that did not fully succeed exit
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,32 +58,52 @@ def _build_figure(figure_id: str | None, project: str | None, fmt: str) -> int:
     """`rgt build figure ID`: exit 0 built and its pixel gate passed, 1 built but a check failed or two builds
     differed (the outputs are kept to look at) or its build.py failed, 2 bad input with nothing written
     (docs/deliver.md §3)."""
-    from remote_gpu_trainer.cli.sessions import with_session
-
-    return with_session(project, lambda session: _figure(session, str(figure_id), fmt), writes="build figure")
+    return _build_output("figure", str(figure_id), project, fmt)
 
 
-def _figure(session: Session, figure_id: str, fmt: str) -> int:
+def _build_table(table_id: str | None, project: str | None, fmt: str) -> int:
+    """`rgt build table ID`: exit 0 built and its parse gate passed, 1 built but a check failed (or two builds
+    differed), 2 bad input with nothing written (docs/deliver.md §4)."""
+    return _build_output("table", str(table_id), project, fmt)
+
+
+def _build_output(kind: str, ident: str, project: str | None, fmt: str) -> int:
+    """One figure or one table: the same session, exit codes and two faces (text, json) for both."""
     from remote_gpu_trainer.cli.printers import print_json
+    from remote_gpu_trainer.cli.sessions import with_session
     from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK
-    from remote_gpu_trainer.services.figures import build_figure
 
-    built = build_figure(session.project, figure_id)
-    if fmt == "json":
-        print_json(figure_document(built))
-    else:
-        _print_figure(built)
-    return EXIT_OK if built.passed else EXIT_FAILED
+    def action(session: Session) -> int:
+        if kind == "figure":
+            from remote_gpu_trainer.services.figures import build_figure
+
+            figure = build_figure(session.project, ident)
+            passed, show = figure.passed, lambda: _print_figure(figure)
+            document = output_document(kind, ident, figure.folder, passed, figure.deterministic, figure.document)
+        else:
+            from remote_gpu_trainer.services.tables import build_table
+
+            table = build_table(session.project, ident)
+            passed, show = table.passed, lambda: _print_table(table)
+            document = output_document(kind, ident, table.folder, passed, table.deterministic, table.document)
+        if fmt == "json":
+            print_json(document)
+        else:
+            show()
+        return EXIT_OK if passed else EXIT_FAILED
+
+    return with_session(project, action, writes=f"build {kind}")
 
 
-def figure_document(built: FigureBuild) -> dict[str, Any]:
-    """rgt-build-figure/v1 {schema, figure_id, folder, passed: bool, deterministic: bool, qa: object,
-    source: object, outputs: [{path, sha256, px?}], disclosure: str|null}: figure.json's generated keys."""
-    document = built.document
-    return {"schema": FIGURE_SCHEMA, "figure_id": built.figure_id, "folder": str(built.folder),
-            "passed": built.passed, "deterministic": built.deterministic, "qa": document.get("qa"),
-            "source": document.get("source"), "outputs": document.get("outputs"),
-            "disclosure": document.get("disclosure")}
+def output_document(kind: str, ident: str, folder: Path, passed: bool, deterministic: bool,
+                    document: Mapping[str, Any]) -> dict[str, Any]:
+    """rgt-build-figure/v1 and rgt-build-table/v1 {schema, figure_id|table_id, folder, passed: bool,
+    deterministic: bool, qa: object, source: object, outputs: [{path, sha256, px?}], disclosure: str|null}: the
+    folder's generated keys (docs/formats.md)."""
+    schema = FIGURE_SCHEMA if kind == "figure" else TABLE_SCHEMA
+    return {"schema": schema, f"{kind}_id": ident, "folder": str(folder), "passed": passed,
+            "deterministic": deterministic, "qa": document.get("qa"), "source": document.get("source"),
+            "outputs": document.get("outputs"), "disclosure": document.get("disclosure")}
 
 
 def _print_figure(built: FigureBuild) -> None:
@@ -105,37 +126,6 @@ def _print_figure(built: FigureBuild) -> None:
 
 
 TABLE_SCHEMA = "rgt-build-table/v1"
-
-
-def _build_table(table_id: str | None, project: str | None, fmt: str) -> int:
-    """`rgt build table ID`: exit 0 built and its parse gate passed, 1 built but a check failed (or two builds
-    differed), 2 bad input with nothing written (docs/deliver.md §4)."""
-    from remote_gpu_trainer.cli.sessions import with_session
-
-    return with_session(project, lambda session: _table(session, str(table_id), fmt), writes="build table")
-
-
-def _table(session: Session, table_id: str, fmt: str) -> int:
-    from remote_gpu_trainer.cli.printers import print_json
-    from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK
-    from remote_gpu_trainer.services.tables import build_table
-
-    built = build_table(session.project, table_id)
-    if fmt == "json":
-        print_json(table_document(built))
-    else:
-        _print_table(built)
-    return EXIT_OK if built.passed else EXIT_FAILED
-
-
-def table_document(built: TableBuild) -> dict[str, Any]:
-    """rgt-build-table/v1 {schema, table_id, folder, passed: bool, deterministic: bool, qa: object,
-    source: object, outputs: [{path, sha256}], disclosure: str|null}: table.json's generated keys."""
-    document = built.document
-    return {"schema": TABLE_SCHEMA, "table_id": built.table_id, "folder": str(built.folder),
-            "passed": built.passed, "deterministic": built.deterministic, "qa": document.get("qa"),
-            "source": document.get("source"), "outputs": document.get("outputs"),
-            "disclosure": document.get("disclosure")}
 
 
 def _print_table(built: TableBuild) -> None:

@@ -455,17 +455,30 @@ def linked_refusal(kind: str, rel: str) -> str:
 
 
 # -- the JSON document --------------------------------------------------------------------------------------
+def read_json_object(path: Path, missing: str) -> dict[str, Any]:
+    """A user-written JSON object (figure.json, table.json, EVIDENCE.json) read as a regular file only (a link
+    could point anywhere) and strictly (NaN, Infinity and duplicate keys are no evidence); every way it can fail
+    is one line naming the file. `missing` says what to do when it is absent."""
+    if lstat_or_none(path) is None:
+        raise ConfigError(f"{path}: no such file: {missing}")
+    try:
+        raw = read_regular(path)
+    except OSError as exc:
+        raise ConfigError(f"{path}: unreadable: {exc.strerror or exc}") from None
+    if raw is None:
+        raise ConfigError(f"{path}: not a regular file (a link or a folder): refused unread")
+    try:
+        document = loads_strict(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: malformed JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise ConfigError(f"{path}: not a JSON object")
+    return document
+
+
 def load_document(path: Path, schema: str, id_key: str, ident: str) -> dict[str, Any]:
     """figure.json / table.json as the user wrote it; a wrong schema or id is refused naming the key."""
-    data = read_regular(path)
-    if data is None:
-        raise ConfigError(f"{path}: missing (or not a regular file)")
-    try:
-        document = loads_strict(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: malformed JSON ({exc})") from None
-    if not isinstance(document, dict):
-        raise ConfigError(f"{path}: is not a JSON object")
+    document = read_json_object(path, f"write it (docs/formats.md), then `rgt build {id_key.split('_')[0]} {ident}`")
     if document.get("schema") != schema:
         raise ConfigError(f"{path}: schema: {document.get('schema')!r}, expected {schema!r}")
     if document.get(id_key, ident) != ident:

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.audits.verify.reconcile import MODES, WINDOW, ReconcileReport, reconcile
 from remote_gpu_trainer.audits.verify.reconcile_files import read_documents
+from remote_gpu_trainer.deliver.build_common import read_json_object
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.fsutil import atomic_write, lstat_or_none, read_regular
-from remote_gpu_trainer.strict_json import loads_strict
+from remote_gpu_trainer.fsutil import atomic_write
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.config import ProjectConfig
@@ -63,23 +63,8 @@ def reconcile_project(project: ProjectConfig, mode: str | None = None) -> Reconc
 def read_evidence(root: Path) -> dict[str, object]:
     """EVIDENCE.json as a JSON object, read only as a regular file (a link could point anywhere), strictly
     (NaN, Infinity and duplicate keys are not evidence)."""
-    path = root / EVIDENCE_NAME
-    info = lstat_or_none(path)
-    if info is None:
-        raise ConfigError(f"{path}: no such file: write the claims (docs/deliver.md §2), then `rgt build evidence`")
-    try:
-        raw = read_regular(path)
-    except OSError as exc:
-        raise ConfigError(f"{path}: unreadable: {exc.strerror or exc}") from None
-    if raw is None:
-        raise ConfigError(f"{path}: not a regular file (a link or a folder): refused unread")
-    try:
-        data = loads_strict(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: malformed JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: not a JSON object (the claims map of docs/deliver.md §2)")
-    return data
+    return read_json_object(root / EVIDENCE_NAME,
+                            "write the claims (docs/deliver.md §2), then `rgt build evidence`")
 
 
 def _window(project: ProjectConfig) -> int:

@@ -128,4 +128,5 @@ def test_the_panel_refuses_a_figure_json_that_is_a_link(tmp_path: Path, capsys: 
                              "evidence is read only through regular files inside the project)",)
     assert [r.key for r in view.rows] == ["claim:C1-acc", "table:tab-main"]
     assert main(["build", "figure", "loss-curve", str(root)]) == 2
-    assert "figures/loss-curve/figure.json: missing (or not a regular file)" in capsys.readouterr().err
+    assert "figures/loss-curve/figure.json: not a regular file (a link or a folder): refused unread" in \
+        capsys.readouterr().err

@@ -118,9 +118,9 @@ def test_merge_keeps_the_user_keys_as_written_and_replaces_generated_ones() -> N
 def test_load_document_names_the_bad_key(tmp_path: Path) -> None:
     path = tmp_path / "figure.json"
     for body, message in [
-        ("{", f"{path}: malformed JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
-              "(char 1))"),
-        ("[]", f"{path}: is not a JSON object"),
+        ("{", f"{path}: malformed JSON: Expecting property name enclosed in double quotes: line 1 column 2 "
+              "(char 1)"),
+        ("[]", f"{path}: not a JSON object"),
         ('{"schema": "x"}', f"{path}: schema: 'x', expected 'remote-gpu-trainer/FIGURE/v1'"),
         ('{"schema": "remote-gpu-trainer/FIGURE/v1", "figure_id": "g"}',
          f"{path}: figure_id: 'g' is not the folder's name 'f'"),

@@ -50,10 +50,10 @@ def test_the_demo_builds_its_figure_table_and_macros_and_reconcile_finds_the_sta
     assert [line.split(":")[0] for line in lines[:4]] == [
         "✔ figure loss-curve", "✔ table tab-demo", "✔ evidence", "✔ macros"]
     assert lines[4] == "build: 4 passed"
-    # verification audited EVIDENCE.json before its numbers existed (V05: n, seeds missing); the build audits the
-    # file it wrote: V05 fixed, V31 raises the drift and the two claims no document quotes consistently
+    # verification audited EVIDENCE.json before its numbers existed (nothing to judge yet); the build audits the
+    # file it wrote: V31 raises the drift and the two claims no document quotes consistently
     assert lines[2] == ("✔ evidence: C1-demo-acc pull_verified, C2-demo-nll pull_verified; 2 with a disclosure "
-                        "(re-audited: 2 finding(s) fixed, 3 raised) → EVIDENCE.json")
+                        "(re-audited: 0 finding(s) fixed, 3 raised) → EVIDENCE.json")
 
     figure = json.loads((folder / "figures" / "loss-curve" / "figure.json").read_text(encoding="utf-8"))
     assert figure["qa"]["passed"] is True and figure["qa"]["deterministic"] is True
