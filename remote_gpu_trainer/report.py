@@ -18,6 +18,7 @@ from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.text import duration, escape_all, money, short_hash, size
 from remote_gpu_trainer.views import (
     AuditView,
+    ClaimView,
     Overview,
     ResultRowView,
     ResultsView,
@@ -60,7 +61,8 @@ def results_dict(results: ResultsView) -> dict[str, Any]:
     return {
         "runs": [_run_results_dict(run) for run in results.runs],
         "claims": [{"id": c.id, "statement": c.statement, "state": c.state, "numbers": list(c.numbers),
-                    "disclosure": c.disclosure or None, "findings": list(c.findings)} for c in results.claims],
+                    "disclosure": c.disclosure or None, "findings": list(c.findings),
+                    "disclosures": [dict(items) or None for items in c.items]} for c in results.claims],
         "evidence_note": results.evidence_note,
     }
 
@@ -268,7 +270,11 @@ def _results_text(results: ResultsView) -> list[str]:
         out.append(f"  {results.evidence_note}")
     for claim in results.claims:
         out.append(f"  {claim.id} [{claim.state}] {claim.statement}")
-        out.extend(f"    {line}" for line in claim.numbers)
+        lines = claim.item_lines()
+        for index, number in enumerate(claim.numbers):
+            out.append(f"    {number}")
+            if index < len(lines) and lines[index] is not None:
+                out.append(f"      {lines[index]}")
         if claim.disclosure:
             out.append(f"    disclosure: {claim.disclosure}")
         if claim.findings:
@@ -298,7 +304,7 @@ def _results_markdown(results: ResultsView) -> list[str]:
     if results.claims:
         out += ["| claim | state | statement | numbers | disclosure | findings |", "|---|---|---|---|---|---|"]
         out.extend(f"| {_cell(c.id)} | {_cell(c.state)} | {_cell(c.statement)} | "
-                   f"{'<br>'.join(_cell(n) for n in c.numbers)} | {_cell(c.disclosure)} | "
+                   f"{'<br>'.join(_cell(n) for n in _with_items(c))} | {_cell(c.disclosure)} | "
                    f"{_cell(', '.join(c.findings))} |" for c in results.claims)
         out.append("")
     return out
@@ -368,3 +374,10 @@ def _markdown(o: Overview) -> str:
         out.extend(f"| {f.severity} | {f.status} | {f.id} | {f.check} {f.check_name} | {_cell(f.subject)} | "
                    f"{_cell(f.message)} | {_cell(f.disclosure)} |" for f in shown)
     return "\n".join(out) + "\n"
+
+
+def _with_items(claim: ClaimView) -> list[str]:
+    """Each number, then its D1–D8 line when the claim was built."""
+    lines = claim.item_lines()
+    return [text for i, number in enumerate(claim.numbers)
+            for text in (number, *(line for line in lines[i:i + 1] if line is not None))]

@@ -342,6 +342,17 @@ class ClaimView:
     numbers: tuple[str, ...]  # one inline form per evidence row
     disclosure: str
     findings: tuple[str, ...] = ()
+    # per number, D1…D8 with each item's text (None: nothing to disclose), as `rgt build evidence` stored them
+    items: tuple[tuple[tuple[str, str | None], ...], ...] = ()
+
+    def item_lines(self) -> tuple[str | None, ...]:
+        """One line per number: the D-items that disclose something, or that nothing does; None for a number
+        whose items were never recorded (not built, or built before rgt recorded them)."""
+        lines: list[str | None] = []
+        for items in self.items:
+            said = [f"{code} {text}" for code, text in items if text]
+            lines.append(("D1–D8: " + ("; ".join(said) if said else "nothing to disclose")) if items else None)
+        return tuple(lines)
 
 
 @dataclass(frozen=True)

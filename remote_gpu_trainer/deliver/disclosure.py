@@ -64,6 +64,9 @@ class RowFacts:
     dirty: tuple[str, ...] = ()  # cells whose run.json says the code tree was dirty
 
 
+ITEMS = ("D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8")
+
+
 @dataclass(frozen=True)
 class Disclosure:
     items: tuple[tuple[str, str], ...]  # (D1..D8, text) of the items that disclose, in that order
@@ -73,6 +76,14 @@ class Disclosure:
     def text(self) -> str | None:
         """The joined texts; None when there is nothing to disclose."""
         return "; ".join(text for _, text in self.items) or None
+
+    def by_item(self) -> dict[str, str | None]:
+        """D1…D8 each with its text, or None when it has nothing to disclose: EVIDENCE.json's per-row
+        `disclosures` and what the report lists for every number."""
+        said: dict[str, list[str]] = {}
+        for code, text in self.items:
+            said.setdefault(code, []).append(text)
+        return {code: "; ".join(said[code]) if code in said else None for code in ITEMS}
 
 
 def format_value(value: float, precision: int | None, display_scale: float = 1.0) -> str:

@@ -49,6 +49,7 @@ class RowOutcome:
     rest: str  # the inline form after the number
     disclosure: str | None  # the row's joined D-texts
     companion: str  # what the `…Disc` macro holds: `rest` with each finding's disclosure text as well
+    items: Mapping[str, str | None]  # D1…D8: each item's text, None when it has nothing to disclose
 
     @property
     def inline(self) -> str:
@@ -115,6 +116,9 @@ def _build(project: ProjectConfig, db: StateDB, now: datetime, with_macros: bool
     report = _reconciled(project, draft)
     outcomes = [_claim(context, claim, c, generated, report) for c, claim in enumerate(claims)]
     fields = [{"disclosure": o.disclosure, "findings": list(o.findings), "state": o.state} for o in outcomes]
+    for c, outcome in enumerate(outcomes):
+        for r, row in enumerate(outcome.rows):
+            rows[(c, r)] = {**rows[(c, r)], "disclosures": dict(row.items)}
     document = evidence.filled(source, stamp, rows, fields)
     macro_bytes = macros.render([macros.MacroRow(r.subject, r.macro, r.shown, r.companion)
                                  for o in outcomes for r in o.rows],
@@ -210,7 +214,7 @@ def _claim(context: _Context, claim: ClaimSpec, position: int, generated: Mappin
         texts += [text for _, text in said.items]
         rows.append(RowOutcome(spec.subject, macros.macro_name(claim.id, spec.index, len(claim.rows)),
                                facts.row.value, disclosure.shown_value(facts), disclosure.inline_rest(facts, said),
-                               said.text, disclosure.inline_rest(facts, said, finding_texts=True)))
+                               said.text, disclosure.inline_rest(facts, said, finding_texts=True), said.by_item()))
     touching = _touching(context, claim, None)
     runs = {cell.split("/")[0] for row in claim.rows for cell in row.cells}
     climbed = ladder.climb(ladder.ClaimEvidence(

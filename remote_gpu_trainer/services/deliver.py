@@ -106,7 +106,8 @@ def _claims(document: Any, read: _Read) -> tuple[ClaimView, ...]:
             id=spec.id, statement=_text(claim.get("statement")),
             state=_text(claim.get("state")) or "not_built",
             numbers=tuple(_inline(row, stored[row.index], findings) for row in spec.rows),
-            disclosure=_text(claim.get("disclosure")), findings=findings))
+            disclosure=_text(claim.get("disclosure")), findings=findings,
+            items=tuple(_items(stored[row.index]) for row in spec.rows)))
     return tuple(views)
 
 
@@ -123,6 +124,15 @@ def _inline(spec: RowSpec, stored: Mapping[str, Any], findings: tuple[str, ...])
     notes = tuple(disclosure.FindingNote(finding, "") for finding in findings)
     facts = disclosure.RowFacts(spec, row, findings=notes)
     return f"{spec.metric} {disclosure.inline(facts, disclosure.disclose(facts))}"
+
+
+def _items(stored: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...]:
+    """The row's D1…D8 as `rgt build evidence` stored them (empty before the first build)."""
+    said = stored.get("disclosures")
+    if not isinstance(said, Mapping):
+        return ()
+    return tuple((code, text if isinstance(text, str) else None) for code, text in said.items()
+                 if isinstance(code, str))
 
 
 def _text(value: Any) -> str:

@@ -49,7 +49,7 @@ RESULT_METRIC = {"test_id": (str,), "split": (str, NONE), "metric": (str,), "dir
 RESULT_COST = {"amount": (float, NONE), "currency": (str,), "estimate": (bool,), "shared_with": (list,),
                "note": (str,)}
 RESULT_CLAIM = {"id": (str,), "statement": (str,), "state": (str,), "numbers": (list,), "disclosure": (str, NONE),
-                "findings": (list,)}
+                "findings": (list,), "disclosures": (list,)}
 SECRET = "rgt-test-SECRET-41c9e7d2"
 
 
@@ -242,3 +242,4 @@ def test_report_results_json_schema(arc: tuple[Rgt, dict[str, Any]]) -> None:
         evidence.unlink()
     assert_shape(claim, RESULT_CLAIM)
     assert (claim["id"], claim["state"], claim["disclosure"], len(claim["numbers"])) == ("C1", "not_built", None, 1)
+    assert claim["disclosures"] == [None]  # never built: no D1–D8 recorded

@@ -152,6 +152,9 @@ def test_d8_a_dirty_code_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     stage_capsule(root, RUN, "seed1", PSNR["seed1"], seed=1, record={"provenance": dirty})
     row = row_of(build(root, capsys))
     assert row["disclosure"] == "built from uncommitted code (r1/seed1)"
+    stored = read_evidence(root)["claims"][0]["evidence"][0]["disclosures"]  # every item, recorded per number
+    assert stored == {"D1": None, "D2": None, "D3": None, "D4": None, "D5": None, "D6": None, "D7": None,
+                      "D8": "built from uncommitted code (r1/seed1)"}
     assert row["inline"] == ("31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08; built from uncommitted code "
                              "(r1/seed1))")
 

@@ -63,7 +63,7 @@ def test_every_generated_field_is_the_exact_number_the_metrics_files_give(tmp_pa
                                            "tried", "disclosure", "findings", "state", "evidence"]
     assert list(row) == ["exp_id", "test_id", "metric", "aggregate", "cells", "aliases", "precision",
                          "display_scale", "figures", "tables", "value", "direction", "split", "n", "seeds",
-                         "variance", "sources"]
+                         "variance", "sources", "disclosures"]
     assert document["claims"][0]["state"] == "evaluated"  # nothing pulled or verified by rgt here
     assert "C1-main-psnr  evaluated" in out and "31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08)" in out
 

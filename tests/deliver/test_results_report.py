@@ -38,7 +38,9 @@ CLAIM = {"id": "C1-acc", "statement": "Seeds agree on acc.", "state": "pull_veri
          "evidence": [{"exp_id": "r1", "test_id": "main", "metric": "acc",
                        "cells": ["r1/seed0", "r1/seed1", "r1/seed2"], "precision": 2, "value": 0.75,
                        "direction": "higher_is_better", "split": "test", "n": 4, "seeds": 3,
-                       "variance": {"type": "std_over_seeds", "value": 0.25}}]}
+                       "variance": {"type": "std_over_seeds", "value": 0.25},
+                       "disclosures": {**dict.fromkeys(("D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8")),
+                                       "D3": "3 seeds, no CI"}}]}
 
 
 def second_run(root: Path, run_id: str = "r2") -> None:
@@ -71,7 +73,7 @@ def test_the_text_report_opens_with_each_runs_results_then_the_evidence(project:
     assert lines[:start] == [lines[0], lines[1], ""] and lines[1].startswith("meter: ")
     wall = f"wall {duration(WALL_S)} (run.json created_at to closed_at)"
     (number,) = claim_views(project)[0][0].numbers  # the Deliver panel's inline form, the same in both faces
-    assert lines[start:start + 16] == [
+    assert lines[start:start + 17] == [
         "RESULTS",
         f"  run r1: {wall} · cost — ({NEVER})",
         ACC_LINE,
@@ -83,11 +85,12 @@ def test_the_text_report_opens_with_each_runs_results_then_the_evidence(project:
         "EVIDENCE",
         "  C1-acc [pull_verified] Seeds agree on acc.",
         f"    {number}",
+        "      D1–D8: D3 3 seeds, no CI",  # every number with its per-number gate (docs/deliver.md §5)
         "    disclosure: 3 seeds, no CI",
         "    findings: F-000007",
         "",
         "INSTANCES",
-        lines[start + 15],
+        lines[start + 16],
     ]
     assert text.index("INSTANCES") < text.index("RUN r1 on box") < text.index("checklist:") < text.index("VERIFY ·")
 
@@ -135,7 +138,7 @@ def test_the_json_report_has_results_first_at_full_precision(project: Path) -> N
     (claim,) = document["results"]["claims"]
     assert claim == {"id": "C1-acc", "statement": "Seeds agree on acc.", "state": "pull_verified",
                      "numbers": list(claim_views(project)[0][0].numbers), "disclosure": "3 seeds, no CI",
-                     "findings": ["F-000007"]}
+                     "findings": ["F-000007"], "disclosures": [CLAIM["evidence"][0]["disclosures"]]}
     assert document["results"]["evidence_note"] == ""
 
 
