@@ -284,6 +284,8 @@ class DashboardScreen(DeliverActions):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("build", "reconcile"):
             return self.deliver_allowed(action)
+        if action == "filter" and self.deliver_active():
+            return False  # the log's filter: its footer room goes to b and r, so q and ? still show at 80 columns
         if action in ("teardown", "stop") and self.rgt.session.read_only:
             return False
         if self.busy_with(action):
