@@ -175,20 +175,22 @@ def inline_rest(facts: RowFacts, disclosure: Disclosure, *, finding_texts: bool 
     head = " ".join(part for part in (row.unit or "", arrow) if part)
     hidden = ("D3",) if finding_texts else NOT_SHOWN_INLINE
     others = [text for code, text in disclosure.items if code not in hidden]
-    body = ", ".join(_statistics(facts)) + ("; " + "; ".join(others) if others else "")
+    seeds_said = next((text for code, text in disclosure.items if code == "D3"), "")
+    body = ", ".join(_statistics(facts, seeds_said)) + ("; " + "; ".join(others) if others else "")
     ids = f" [{', '.join(disclosure.finding_ids)}]" if disclosure.finding_ids and not finding_texts else ""
     return f"{head} ({body}){ids}" if head else f"({body}){ids}"
 
 
-def _statistics(facts: RowFacts) -> list[str]:
+def _statistics(facts: RowFacts, seeds_said: str) -> list[str]:
     """split, n, seeds and variance: `n=5 items` when a seed count follows (two counts side by side), `n=5`
-    when the single-seed disclosure takes the seed count's place."""
+    when the single-seed disclosure takes the seed count's place. `seeds_said` is the disclosure's D3 (read from
+    the Disclosure, so a stored one prints as it was built, whatever the seed regime)."""
     row, spec = facts.row, facts.spec
     n = "?" if row.n is None else str(row.n)
     parts = [row.split or "split ?"]
     if row.seeds <= 1:
-        return parts + [f"n={n}"] + ([SINGLE_SEED] if _d3(facts) == SINGLE_SEED else [])
-    parts += [f"n={n} items", _d3(facts) or f"{row.seeds} seeds"]
+        return parts + [f"n={n}"] + ([SINGLE_SEED] if seeds_said == SINGLE_SEED else [])
+    parts += [f"n={n} items", seeds_said or f"{row.seeds} seeds"]
     variance = row.variance or {}
     if variance.get("type") == STD_OVER_SEEDS and isinstance(variance.get("value"), float):
         label = STAT_LABELS.get(spec.aggregate, "std")

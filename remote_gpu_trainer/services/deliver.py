@@ -123,7 +123,10 @@ def _inline(spec: RowSpec, stored: Mapping[str, Any], findings: tuple[str, ...])
                        variance=variance if isinstance(variance, dict) else None, sources=())
     notes = tuple(disclosure.FindingNote(finding, "") for finding in findings)
     facts = disclosure.RowFacts(spec, row, findings=notes)
-    return f"{spec.metric} {disclosure.inline(facts, disclosure.disclose(facts))}"
+    stored_items = _items(stored)
+    said = disclosure.Disclosure(tuple((code, text) for code, text in stored_items if text), findings) \
+        if stored_items else disclosure.disclose(facts)  # as built; recomputed only for a file that lacks them
+    return f"{spec.metric} {disclosure.inline(facts, said)}"
 
 
 def _items(stored: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...]:
