@@ -8,7 +8,6 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +16,11 @@ import pytest
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.services.evidence.manifest import build_manifest, builder_stdin
-from support.evidence_helpers import Env, keep_probe_verdicts, make_env, write_run
+from support.evidence_helpers import Env, make_env, write_run
 
 BUILDER = Path(__file__).parents[3] / "remote_gpu_trainer" / "remote" / "build_manifest.py"
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    made = make_env(tmp_path)
-    write_run(made.box)
-    yield made
-    keep_probe_verdicts(made)
 
 
 async def run_builder(env: Env, **overrides: Any) -> tuple[int, str, str]:

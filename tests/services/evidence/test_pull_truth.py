@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,19 +19,9 @@ from remote_gpu_trainer.services.evidence.verify import verify
 from remote_gpu_trainer.services.gate import gather_gate_inputs
 from remote_gpu_trainer.state.caches import FileKey
 from remote_gpu_trainer.state.db import StateDB
-from support.evidence_helpers import Env, flip_byte, keep_probe_verdicts, make_env, truncate, write_run
+from support.evidence_helpers import Env, flip_byte, truncate
 from support.helpers import RUN
 from support.helpers import run_rgt as rgt
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    made = make_env(tmp_path)
-    write_run(made.box)
-    yield made
-    keep_probe_verdicts(made)
-
-
 
 
 def edit_in_place_keeping_mtime(path: Path) -> None:

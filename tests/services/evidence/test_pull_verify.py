@@ -9,7 +9,7 @@ import hashlib
 import json
 import os
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -31,21 +31,10 @@ from support.evidence_helpers import (
     INSTANCE_ID,
     Env,
     flip_byte,
-    keep_probe_verdicts,
-    make_env,
     status_of,
     truncate,
     write_cell,
-    write_run,
 )
-
-
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    made = make_env(tmp_path)
-    write_run(made.box)
-    yield made
-    keep_probe_verdicts(made)
 
 
 def gate_open(env: Env) -> tuple[bool, list[str]]:

@@ -12,11 +12,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-
-import pytest
 
 from remote_gpu_trainer.audits.gate import Approval, evaluate_gate
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, Manifest
@@ -32,18 +29,12 @@ from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses, ver
 from remote_gpu_trainer.services.gate import gather_gate_inputs
 from remote_gpu_trainer.state.caches import FileKey
 from support.capsules import load
-from support.evidence_helpers import INSTANCE_ID, Env, keep_probe_verdicts, make_env, status_of, write_run
+from support.evidence_helpers import INSTANCE_ID, Env, status_of
 from support.gate_helpers import flip_in_place
 
 CHECKPOINT = "seed1/best.pth"
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> Iterator[Env]:
-    made = make_env(tmp_path)
-    write_run(made.box)
-    yield made
-    keep_probe_verdicts(made)
 
 
 def manifest(env: Env) -> Manifest:
