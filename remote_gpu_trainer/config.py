@@ -156,6 +156,13 @@ def user_config_dir() -> Path:
     return Path(base) / "rgt"
 
 
+def user_state_dir() -> Path:
+    """Where user-wide state lives (the registry of opened projects): $XDG_STATE_HOME/rgt, else
+    ~/.local/state/rgt."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "rgt"
+
+
 def find_project_file(start: Path) -> Path | None:
     """Nearest rgt.toml from `start` upward; `start` may itself be the file."""
     start = start.resolve()

@@ -21,6 +21,7 @@ pytest_plugins = ["support.sshd_fixtures", "support.slurm_fixtures"]
 def isolated_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The developer's own ~/.config/rgt (signatures.d, ...) never changes a test's result."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "user-config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "user-state"))  # the registry of opened projects
 
 
 @pytest.fixture

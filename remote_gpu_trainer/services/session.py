@@ -30,7 +30,7 @@ from remote_gpu_trainer.profiles import Profile
 from remote_gpu_trainer.providers.base import InstanceStatus, Transport
 from remote_gpu_trainer.providers.registry import provider_for
 from remote_gpu_trainer.services import env_audit as env
-from remote_gpu_trainer.services import instances, run_logs
+from remote_gpu_trainer.services import instances, project_registry, run_logs
 from remote_gpu_trainer.services import launch as runner
 from remote_gpu_trainer.services import liveness as watcher
 from remote_gpu_trainer.services.evidence import verbs as evidence_verbs
@@ -73,6 +73,7 @@ class Session:
     @classmethod
     def open(cls, project_arg: str | None, *, clock: Clock = utc_now, read_only: bool = False) -> Session:
         session = cls(load_project(resolve_project_file(project_arg)), clock=clock, read_only=read_only)
+        project_registry.remember(session.project.root, clock)  # so `rgt status --all` finds it later
         if session.project.signatures or (user_config_dir() / "signatures.d").is_dir():
             try:
                 session.catalogue()  # a bad user signature is a configuration error now, not a silent miss later

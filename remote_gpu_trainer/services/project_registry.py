@@ -1,0 +1,92 @@
+"""Every project this user has opened, so `rgt status --all` and `rgt watch --all` find them without being told.
+
+A small JSON file under the XDG state directory ($XDG_STATE_HOME/rgt/projects.json): one entry per project
+folder, added when a session opens the project. It is an index, not evidence: a folder that no longer holds
+an rgt.toml is reported as gone by the readers and never deleted silently; `forget()` drops an entry on the
+user's word. Writers take a file lock and replace the file atomically, so two rgt processes opening projects
+at once never lose an entry or leave half a file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from remote_gpu_trainer.clock import Clock, iso_z, utc_now
+from remote_gpu_trainer.config import user_state_dir
+from remote_gpu_trainer.fsutil import atomic_write
+
+SCHEMA = "rgt-projects/v1"
+LOCK_WAIT_S = 5.0
+
+
+@dataclass(frozen=True)
+class KnownProject:
+    """One registered project folder and when rgt last opened it."""
+
+    root: Path
+    last_opened: str
+
+    @property
+    def present(self) -> bool:
+        """Whether the folder still holds a project (a moved or deleted project is shown, never dropped)."""
+        return (self.root / "rgt.toml").is_file()
+
+
+def registry_path() -> Path:
+    return user_state_dir() / "projects.json"
+
+
+def known_projects() -> list[KnownProject]:
+    """The registered projects, in the order they were first opened; an unreadable registry reads as empty
+    (it is an index that the next open rebuilds, never a reason to fail a status)."""
+    return [KnownProject(Path(root), str(seen)) for root, seen in _read(registry_path()).items()]
+
+
+def remember(root: Path, clock: Clock = utc_now) -> bool:
+    """Record that the project at `root` was opened now; False when the registry could not be written (a
+    read-only home or a lock held too long): opening the project goes on either way."""
+    def add(entries: dict[str, str]) -> None:
+        entries[str(root.resolve())] = iso_z(clock())
+
+    return _update(add)
+
+
+def forget(root: Path) -> bool:
+    """Drop the project at `root` from the registry (the user's word); False when it was not there."""
+    key = str(root.resolve())
+    found: list[bool] = []
+
+    def drop(entries: dict[str, str]) -> None:
+        found.append(entries.pop(key, None) is not None)
+
+    return _update(drop) and bool(found and found[0])
+
+
+def _update(change: Callable[[dict[str, str]], None]) -> bool:
+    path = registry_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(path) + ".lock", timeout=LOCK_WAIT_S):
+            entries = _read(path)
+            change(entries)
+            data = json.dumps({"schema": SCHEMA, "projects": entries}, indent=2, sort_keys=True) + "\n"
+            atomic_write(path, data.encode(), mode=0o600)
+    except (OSError, Timeout):
+        return False
+    return True
+
+
+def _read(path: Path) -> dict[str, str]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    projects = data.get("projects") if isinstance(data, dict) and data.get("schema") == SCHEMA else None
+    if not isinstance(projects, dict):
+        return {}
+    return {str(k): str(v) for k, v in projects.items() if isinstance(k, str)}
