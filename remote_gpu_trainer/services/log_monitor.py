@@ -31,6 +31,7 @@ from remote_gpu_trainer.audits.log.metrics import MetricParser
 from remote_gpu_trainer.audits.log.progress import TrainingProgress
 from remote_gpu_trainer.audits.log.samples import Hit, Sample, severity_rank
 from remote_gpu_trainer.audits.log.signatures import Catalogue
+from remote_gpu_trainer.audits.log.thinning import SeriesThinner
 from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys
 from remote_gpu_trainer.services.launch import CELL_STARTED
 from remote_gpu_trainer.services.log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
@@ -50,6 +51,7 @@ CHART_POINTS = 600  # the chart is thinned to about this many points
 NOTIFY_FROM = "warn"  # info rows go to the findings list only
 INLINE_LINES = 500  # smaller chunks are digested on the event loop: a thread hop would cost more
 BACKFILL_BYTES = 256 << 10  # what a newly opened log view shows of lines read before it opened
+STORE_AFTER_S = 30.0  # a caught-up poll stores a thinning bucket opened this long ago (a slow log's samples)
 
 
 @dataclass(frozen=True)
@@ -144,13 +146,19 @@ class RunLogMonitor:
         self.loss = ThinnedSeries()
         self.nonfinite_step: int | None = None
         self.cell: str | None = None  # the roster cell the log is at (the wrapper's marker line says)
-        self.saved = 0  # samples of this run stored so far: a cell boundary is recorded as a count
+        self.saved = 0  # sample rows of this run stored so far: a cell boundary is recorded as a count
+        self.thinner = SeriesThinner()  # which samples are stored (dense series downsampled on the way in)
         self.scrubber = KeyScrubber(known_keys())  # read once per monitor: keys set later need a new session
         self._restore()
         # what other tasks read while a poll digests in its thread: replaced whole, never mutated
         self.snapshot = self._snapshot(self.now())
 
     def close(self) -> None:
+        """Store what the thinner still holds (its open buckets), then let go of the connection."""
+        rows = self.thinner.flush()
+        if rows and not self.db.read_only:
+            self.db.save_log_progress(self.run_id, self.follower.cursor, rows, [])
+            self.saved += len(rows)
         if self._owns_db:
             self.db.close()
 
@@ -167,6 +175,7 @@ class RunLogMonitor:
         since = self.db.metric_sample_seq(self.run_id, boundary) if boundary else 0
         if since is None:
             return  # the current cell has no sample yet
+        self.thinner.resume(self.db.metric_counts(self.run_id, since))
         for key in self.db.metric_keys(self.run_id):
             self._remember(self.db.metric_samples(self.run_id, key, first=FIRST_WINDOW, from_seq=since))
             self.series.pop(key, None)
@@ -213,23 +222,26 @@ class RunLogMonitor:
         if self.scrubber:
             chunk = dataclasses.replace(chunk, lines=tuple(self._redacted(chunk.lines)))
         hits = self.detector.feed_lines([line.text for line in chunk.lines], chunk.first_line_no, t)
-        samples: list[Sample] = []
+        rows: list[Sample] = []  # what is stored: the thinner's pick of the parsed samples
         for cell, lines in _cells(chunk.lines):
             if cell is not None:
-                self._new_cell(cell, t, self.saved + len(samples))
+                rows.extend(self.thinner.flush())  # the old cell's open buckets, before its boundary
+                self._new_cell(cell, t, self.saved + len(rows))
             parsed = self._parse(lines, t)
             if parsed:
                 self._remember(parsed)
                 self.progress.observe(parsed)
                 self._chart_add([s for s in parsed if s.key == "loss"])
-                samples.extend(parsed)
+                rows.extend(self.thinner.add(parsed))
+        if not chunk.more:
+            rows.extend(self.thinner.flush(opened_before=t - STORE_AFTER_S))
         kept = [(chunk.first_line_no + i, line.text) for i, line in enumerate(chunk.lines) if not line.redraw]
         self.tail.extend(text for _, text in kept[-TAIL_LINES:])
         if chunk.lines:
             self.last_line_t = t
         level = worst_by_line(hits)
         views = [LogLineView(line_no, text, level.get(line_no)) for line_no, text in kept]
-        alerts = self._record(hits, samples)
+        alerts = self._record(hits, rows)
         self.snapshot = self._snapshot(t)
         return views, alerts
 
@@ -256,6 +268,7 @@ class RunLogMonitor:
         series, progress and chart start afresh (otherwise seed1's first steps read as a step regression
         and a loss spike of seed0). The boundary is recorded so a restarted rgt restores this cell only."""
         self.parser = MetricParser()
+        self.thinner = SeriesThinner()
         self.progress = TrainingProgress(total_steps=self.progress.configured_total)
         self.series.clear()
         self.first_series.clear()

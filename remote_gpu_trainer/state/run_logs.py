@@ -80,6 +80,12 @@ class RunLogTables(Store):
     def metric_sample_count(self, run_id: str) -> int:
         return int(self._conn.execute("SELECT COUNT(*) FROM metric_samples WHERE run_id = ?", (run_id,)).fetchone()[0])
 
+    def metric_counts(self, run_id: str, from_seq: int = 0) -> dict[str, int]:
+        """Stored rows per key from `from_seq` on (a restarted thinner resumes from them)."""
+        rows = self._conn.execute("SELECT key, COUNT(*) FROM metric_samples WHERE run_id = ? AND seq >= ?"
+                                  " GROUP BY key", (run_id, from_seq)).fetchall()
+        return {str(key): int(count) for key, count in rows}
+
     def metric_sample_seq(self, run_id: str, ordinal: int) -> int | None:
         """The row id of the run's `ordinal`-th stored sample (0-based), in storing order."""
         row = self._conn.execute("SELECT seq FROM metric_samples WHERE run_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
