@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # annotations only; audits import this module, so it imports nothing above audits
     from remote_gpu_trainer.audits.gpu_health import GpuSample
+    from remote_gpu_trainer.views import BoxView, OrphanView
 
 T = TypeVar("T")
 
@@ -191,3 +192,23 @@ def describe_gpus(samples: list[GpuSample] | None) -> str:
     if temp is not None:
         parts.append(f"{temp:.0f}°C")
     return f"{len({s.index for s in samples})}× " + " · ".join(parts)
+
+
+# `rgt status` and the TUI's all-boxes screen print the same cells (docs/remote-ops.md §9.3)
+BOX_COLUMNS = ("PROJECT", "INSTANCE", "PROVIDER", "ID", "STATE", "BURN", "COST", "IDLE", "RUNS")
+ORPHAN_COLUMNS = ("PROVIDER", "ID", "NAME", "STATE", "PRICE", "")
+
+
+def box_cells(box: BoxView) -> tuple[str, ...]:
+    """One instance's row: every text from a box or a project escaped; `~` marks an estimated cost."""
+    runs = ", ".join(f"{r.id} {r.liveness}" for r in box.runs) or "no run"
+    cost = money(box.cost_so_far, box.currency) + ("~" if box.estimate else "")
+    return tuple(escape_control(cell) for cell in (
+        box.project, box.name, box.provider, box.id or "?", box.state, f"{money(box.burn_per_hour, box.currency)}/h",
+        cost, duration(box.idle_s), runs))
+
+
+def orphan_cells(orphan: OrphanView) -> tuple[str, ...]:
+    shown = "?" if orphan.price_per_hour is None else f"{price(orphan.price_per_hour, orphan.currency)}/h"
+    return tuple(escape_control(cell) for cell in (
+        orphan.provider, orphan.id, orphan.name, orphan.state, shown, orphan.mark))

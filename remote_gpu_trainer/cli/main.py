@@ -33,7 +33,7 @@ PROJECT_VERBS: dict[str, tuple[str, str]] = {
     "accept": ("accept_verbs", "accept"),
     "capsule": ("evidence_tools", "capsule"), "splits": ("evidence_tools", "splits"),
     "build": ("deliver_verbs", "build"), "reconcile": ("deliver_verbs", "reconcile"),
-    "completeness": ("deliver_verbs", "completeness"),
+    "completeness": ("deliver_verbs", "completeness"), "status": ("status_verbs", "status"),
 }
 RUN_VERBS: dict[str, tuple[str, str]] = {
     "up": ("launch_verbs", "up"), "push": ("launch_verbs", "push"), "run": ("launch_verbs", "run"),

@@ -19,7 +19,7 @@ from remote_gpu_trainer.errors import ConfigError
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "probe",
          "accept", "tick", "events", "trust", "capsule", "splits", "build", "reconcile", "completeness", "completion",
-         "help")
+         "help", "status")
 # One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
 VERB_HELP = {
     "demo": "write the demo project and launch its run on a simulated rented box, then open the TUI",
@@ -48,6 +48,8 @@ VERB_HELP = {
                     "list what to pull",
     "completion": "print a shell completion script for rgt, generated from this parser (bash, zsh or tcsh)",
     "help": "show the help of rgt, or of one verb (rgt help VERB)",
+    "status": "list every box of the project (--all: of every project you opened) with its burn, cost and idle "
+              "time, and the boxes your cloud accounts bill that no project names",
 }
 # At least one example per verb, shown under `example:` in its --help.
 VERB_EXAMPLES = {
@@ -83,6 +85,7 @@ VERB_EXAMPLES = {
     "completion": ("rgt completion bash > ~/.local/share/bash-completion/completions/rgt",
                    "rgt completion zsh > ~/.zfunc/_rgt"),
     "help": ("rgt help down",),
+    "status": ("rgt status", "rgt status --all", "rgt status --all --format json --timeout 10"),
 }
 SHELLS = ("bash", "zsh", "tcsh")
 FORMATS = ("text", "json")  # of the verbs that print a result; --report has markdown as well
@@ -314,6 +317,16 @@ def _completeness_arguments(parser: Parser) -> None:
                         help="text for people (default) or json: completeness.json as written")
 
 
+def _status_arguments(parser: Parser) -> None:
+    _project_argument(parser)
+    parser.add_argument("--all", action="store_true", help="every project this user opened (the registry under "
+                        "$XDG_STATE_HOME/rgt), not only PROJECT")
+    parser.add_argument("--timeout", type=float, default=20.0, metavar="S",
+                        help="seconds each box and each cloud account may take to answer (default 20)")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text for people (default) or json: one document with a versioned schema")
+
+
 def _run_arguments(parser: Parser) -> None:
     """The verbs that act on one run: up, push, run, watch, pull, verify, down."""
     parser.add_argument("run", help="the run id in rgt.toml")
@@ -355,6 +368,7 @@ _ARGUMENTS: dict[str, Callable[[Parser], None]] = {
     "tick": _tick_arguments, "audit": _audit_arguments, "finding": _finding_arguments, "probe": _probe_arguments,
     "accept": _accept_arguments, "capsule": _capsule_arguments, "splits": _splits_arguments,
     "build": _build_arguments, "reconcile": _reconcile_arguments, "completeness": _completeness_arguments,
+    "status": _status_arguments,
 }
 _RUN_OPTIONS: dict[str, Callable[[Parser], None]] = {
     "down": _down_options, "run": _launch_options, "up": _up_options, "watch": _watch_options,

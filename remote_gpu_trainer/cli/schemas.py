@@ -17,10 +17,19 @@ rgt-info/v1     {schema, version: str, python: {version: str, executable: str}, 
                  simulated_disks: str|null, terminal: {TERM: str, NO_COLOR: bool, ESCDELAY: str|null}}
 rgt-watch/v1    {schema, run: str, at: str, state: str, detail: str, alerts: [{severity: str, title: str,
                  message: str, fix: str, signature: str}]}
+rgt-status/v1   {schema, generated_at: str, currency: str, burn_per_hour: float, complete: bool,
+                 instances: [{project: str, root: str, name: str, provider: str, id: str, state: str,
+                 burn_per_hour: float, cost_so_far: float, currency: str, estimate: bool, idle_s: float|null,
+                 runs: [{id: str, liveness: str, detail: str}], note: str}],
+                 orphans: [{provider: str, account: str, id: str, name: str, state: str,
+                 price_per_hour: float|null, price_source: str, currency: str, bills: bool, mark: str}],
+                 projects: [{root: str, name: str|null, status: str, detail: str, instances: int}],
+                 errors: [str]}
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,12 +43,14 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.services.evidence.verify import VerifyResult
     from remote_gpu_trainer.services.log_monitor import Alert
     from remote_gpu_trainer.state.events import Event
+    from remote_gpu_trainer.views import FleetView
 
 EVENTS_SCHEMA = "rgt-events/v1"
 VERIFY_SCHEMA = "rgt-verify/v1"
 PULL_SCHEMA = "rgt-pull/v1"
 INFO_SCHEMA = "rgt-info/v1"
 WATCH_SCHEMA = "rgt-watch/v1"
+STATUS_SCHEMA = "rgt-status/v1"
 
 
 def events_document(events: Sequence[Event], run_id: str | None) -> dict[str, Any]:
@@ -89,6 +100,20 @@ def watch_document(run_id: str, at: str, liveness: Liveness, alerts: Sequence[Al
         "detail": liveness.detail,
         "alerts": [{"severity": a.severity, "title": a.title, "message": a.message, "fix": a.fix,
                     "signature": a.signature} for a in alerts],
+    }
+
+
+def status_document(view: FleetView) -> dict[str, Any]:
+    """`rgt status --format json`: the view's fields in a fixed order (docs/formats.md)."""
+    return {
+        "schema": STATUS_SCHEMA, "generated_at": iso_z(view.generated_at), "currency": view.currency,
+        "burn_per_hour": float(view.burn_per_hour), "complete": view.complete,
+        "instances": [{**dataclasses.asdict(box), "burn_per_hour": float(box.burn_per_hour),
+                       "cost_so_far": float(box.cost_so_far)} for box in view.instances],
+        "orphans": [{**dataclasses.asdict(orphan), "price_per_hour": None if orphan.price_per_hour is None
+                     else float(orphan.price_per_hour)} for orphan in view.orphans],
+        "projects": [dataclasses.asdict(project) for project in view.projects],
+        "errors": list(view.errors),
     }
 
 

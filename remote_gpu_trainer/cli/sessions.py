@@ -53,11 +53,13 @@ def on_run(verb: str, args: argparse.Namespace, action: RunVerb) -> int:
     database) is created; a read-only folder allows `watch` only."""
     from remote_gpu_trainer.config import load_project, resolve_project_file
     from remote_gpu_trainer.providers.box_identity import check_distinct_boxes
+    from remote_gpu_trainer.services import project_registry
     from remote_gpu_trainer.services.session import Session
 
     project = load_project(resolve_project_file(args.project))
     check_distinct_boxes(project)
     project.run(args.run)  # an unknown run is refused before anything is created
+    project_registry.remember(project.root)  # as Session.open does: so `rgt status --all` finds it later
     session = Session(project)
     if session.folder_read_only and verb != "watch":
         session.close()

@@ -90,7 +90,7 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
 async def build(session: Session, seen: Observation) -> Overview:
     """The Overview from an observation and the state it left: reads only (the gate's inputs may seed the
     hash cache), records nothing."""
-    views = [_instance_view(session, name, status, seen) for name, status in seen.statuses.items()]
+    views = instance_views(session, seen)
     # gathering the gate's inputs may hash files the cache does not know: never on the event loop
     verified = await asyncio.to_thread(audit.audit_view, session.project.root, session.db, seen.at)
     runs = await asyncio.to_thread(
@@ -106,6 +106,11 @@ async def build(session: Session, seen: Observation) -> Overview:
         total=sum(i.cost_so_far for i in views), burn_per_hour=sum(i.burn_per_hour for i in views),
         instances=tuple(views), runs=tuple(runs), read_only=session.read_only, alerts=alerts, verify=verified,
     )
+
+
+def instance_views(session: Session, seen: Observation) -> list[InstanceView]:
+    """Every instance's row from one observation: what build() shows, and what `rgt status` lists."""
+    return [_instance_view(session, name, status, seen) for name, status in seen.statuses.items()]
 
 
 def _instance_view(session: Session, name: str, status: InstanceStatus, seen: Observation) -> InstanceView:
@@ -158,6 +163,7 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         eta_s=progress.eta(session.clock().timestamp()) if progress and running else None,
         teardown=actions.action_view(session, run.instance, status.state, "terminate", view.reasons),
         stop=actions.action_view(session, run.instance, status.state, "stop", view.reasons),
+        sentinel=state.sentinel or "",
     )
 
 
@@ -200,7 +206,12 @@ def with_cost_to_finish(instance: InstanceView, runs: list[RunView]) -> Instance
     if not etas:
         return instance
     eta = max(etas)
-    return dataclasses.replace(instance, eta_s=eta, cost_to_finish=instance.burn_per_hour * eta / 3600)
+    return dataclasses.replace(instance, eta_s=eta, cost_to_finish=cost_to_finish(instance.burn_per_hour, eta))
+
+
+def cost_to_finish(burn_per_hour: float, eta_s: float) -> float:
+    """The money the remaining training costs at the current burn rate (burn × ETA)."""
+    return burn_per_hour * eta_s / 3600
 
 
 def other_notes(instances: list[InstanceView], own: str) -> tuple[str, ...]:
@@ -209,21 +220,32 @@ def other_notes(instances: list[InstanceView], own: str) -> tuple[str, ...]:
                  if i.state == "unknown" and i.note and i.name != own)[:MAX_NOTES]
 
 
-def idle_burn_alerts(instances: list[InstanceView], runs: list[RunView]) -> list[str]:
-    """A finished or dead job on a box that still bills: one line with the money and the next step."""
-    alerts = []
+def idle_billing(instances: list[InstanceView], runs: list[RunView]) -> list[tuple[InstanceView, RunView]]:
+    """The boxes idle and billing, each with its first ended run: burn > 0, a run on it finished or dead, and
+    none running or stalled. The one rule behind the dashboard's $ BURN alert and the patrol's exit 1."""
+    found = []
     for instance in instances:
         if instance.burn_per_hour <= 0:
             continue
         idle = [r for r in runs if r.instance == instance.name and r.liveness in ("finished", "dead")]
         busy = [r for r in runs if r.instance == instance.name and r.liveness in ("running", "stalled")]
         if idle and not busy:
-            run = idle[0]
-            here = run.checkpoints and all(c.status not in ("pending", "missing") for c in run.checkpoints)
-            step = "teardown (t)" if run.gate.open else ("verify (v)" if here else "pull (p) → verify (v)")
-            alerts.append(
-                f"$ BURN {instance.name}: job {run.liveness}, box still billing "
-                f"{money(instance.burn_per_hour)}/h ({money(instance.since_finished)} since it finished) "
-                f"→ next: {step}"
-            )
-    return alerts
+            found.append((instance, idle[0]))
+    return found
+
+
+def next_step(run: RunView) -> str:
+    """What an ended run needs next: "teardown" once the gate is open, "verify" when every checkpoint is
+    here, else "pull"."""
+    here = run.checkpoints and all(c.status not in ("pending", "missing") for c in run.checkpoints)
+    return "teardown" if run.gate.open else ("verify" if here else "pull")
+
+
+_STEP_KEYS = {"teardown": "teardown (t)", "verify": "verify (v)", "pull": "pull (p) → verify (v)"}
+
+
+def idle_burn_alerts(instances: list[InstanceView], runs: list[RunView]) -> list[str]:
+    """A finished or dead job on a box that still bills: one line with the money and the next step."""
+    return [f"$ BURN {instance.name}: job {run.liveness}, box still billing "
+            f"{money(instance.burn_per_hour)}/h ({money(instance.since_finished)} since it finished) "
+            f"→ next: {_STEP_KEYS[next_step(run)]}" for instance, run in idle_billing(instances, runs)]

@@ -15,7 +15,7 @@ from support.helpers import run_rgt
 # written out here, not read from the parser: a verb dropped from VERBS must fail this file
 EXPECTED_VERBS = {"demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick",
                   "audit", "finding", "probe", "accept", "events", "trust", "capsule", "splits", "completion", "help",
-                  "build", "reconcile", "completeness"}
+                  "build", "reconcile", "completeness", "status"}
 OPTIONS_OF = {"down": ("--confirm", "--stop"), "watch": ("--once", "--interval", "--format"),
               "verify": ("--format",), "pull": ("--format",), "events": ("--run", "--format"),
               "info": ("--format",), "up": ("--approve-price",), "run": ("--ack", "--rerun"),
@@ -24,6 +24,7 @@ OPTIONS_OF = {"down": ("--confirm", "--stop"), "watch": ("--once", "--interval",
               "probe": ("--cell", "--here", "--on", "--format"),
               "accept": ("--on", "--here", "--compare", "--format"),
               "capsule": ("--write", "--force"),
+              "status": ("--all", "--timeout", "--format"),
               "splits": ("--split", "--split-list", "--csv", "--jsonl", "--hash-unit", "--fields", "--method")}
 
 

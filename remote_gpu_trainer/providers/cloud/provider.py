@@ -235,19 +235,33 @@ class CloudProvider(Provider, WaitsGone):
             return {"ssh_reachable": False, "ssh_error": str(exc)}
         return {"ssh_reachable": True}
 
-    async def list_instances(self) -> list[InstanceStatus]:
-        """Every instance the account has, named by the provider's label; [] where the API cannot list."""
+    async def list_instances(self, *, strict: bool = False) -> list[InstanceStatus]:
+        """Every instance the account has, named by the provider's label; [] where the API cannot list,
+        unless `strict` (`rgt status`: an account it cannot list is said, never read as empty)."""
         if self._ssh is not None:
             return []
         try:
             found = await self.client().list_instances()
         except UnsupportedAction:
+            if strict:
+                raise
             return []
         statuses = []
         for item in found:
             instance = InstanceConfig(name=item.name or item.provider_id, provider=self.name, id=item.provider_id)
             statuses.append(await self._seen(instance, item, check_ssh=False))  # one SSH check per box is get's
         return statuses
+
+    def account(self) -> tuple[str, str] | None:
+        """The account this adapter speaks for: (API base URL, where its key came from), never the key, so
+        `rgt status` lists each account once; None for a console-only profile without a key (an SSH box)."""
+        if self._ssh is not None:
+            return None
+        return self.api.resolved_base_url(self.api_base, os.environ), self._find_key().source
+
+    def redact(self, text: str) -> str:
+        """`text` (an error's) with this account's key taken out, as the HTTP layer redacts its own."""
+        return self._client.http.redact(text) if self._client is not None else text
 
     # -- SSH ------------------------------------------------------------------------------------------------
 

@@ -1,0 +1,60 @@
+"""`rgt status [PROJECT] [--all]`: every box in one view, with the orphans of the cloud accounts
+(docs/remote-ops.md §9.3). services/fleet.py gathers it; this prints it and picks the exit code:
+0 when everything was asked and no orphan bills, 1 when a project or an account could not be asked or an
+orphan bills, 2 for bad usage."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from collections.abc import Sequence
+
+from remote_gpu_trainer.cli import printers, schemas
+from remote_gpu_trainer.clock import iso_z
+from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError
+from remote_gpu_trainer.text import BOX_COLUMNS, ORPHAN_COLUMNS, box_cells, escape_control, money, orphan_cells
+from remote_gpu_trainer.views import FleetView
+
+
+def status(args: argparse.Namespace) -> int:
+    from remote_gpu_trainer.config import resolve_project_file
+    from remote_gpu_trainer.services import fleet, project_registry
+
+    if args.all and args.project is not None:
+        raise ConfigError("rgt status: give PROJECT or --all, not both (see rgt status --help)")
+    if args.timeout <= 0:
+        raise ConfigError(f"rgt status: --timeout must be more than 0 seconds, not {args.timeout:g}")
+    if args.all:
+        roots = fleet.registered_roots()
+    else:
+        roots = [resolve_project_file(args.project).parent]
+        project_registry.remember(roots[0])  # opened: `rgt status --all` lists it from now on
+    view = asyncio.run(fleet.fleet_view(roots, timeout_s=args.timeout, known_roots=fleet.registered_roots()))
+    if args.format == "json":
+        printers.print_json(schemas.status_document(view))
+    else:
+        print("\n".join(status_lines(view)))
+    return EXIT_OK if view.complete else EXIT_FAILED
+
+
+def status_lines(view: FleetView) -> list[str]:
+    """The instances table, the boxes' notes, the orphans, the projects, the accounts that were not listed."""
+    lines = [f"rgt status · {iso_z(view.generated_at)} · {len(view.projects)} project(s) · "
+             f"{len(view.instances)} instance(s) · burning {money(view.burn_per_hour, view.currency)}/h"]
+    lines += table(BOX_COLUMNS, [box_cells(box) for box in view.instances]) if view.instances else ["no instances"]
+    lines += [escape_control(f"  {b.project}/{b.name}: {b.note}") for b in view.instances if b.note]
+    if view.orphans:
+        lines += ["", "orphans (listed by a cloud account, named by no project):"]
+        lines += table(ORPHAN_COLUMNS, [orphan_cells(o) for o in view.orphans])
+    lines += ["", "projects:"] + [escape_control(f"  {p.status:<10} {p.root}  {p.name or '?'}: {p.detail}")
+                                  for p in view.projects]
+    if view.account_errors:
+        lines += ["", "accounts not listed:"] + [escape_control(f"  ✖ {error}") for error in view.account_errors]
+    return lines
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Columns as wide as their widest cell, two spaces apart; the last column is not padded."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in [header, *rows]]
