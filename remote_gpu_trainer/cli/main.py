@@ -93,6 +93,8 @@ def dispatch(argv: list[str]) -> int:
 
 def run_verb(verb: str, argv: list[str]) -> int:
     args = parse_verb(verb, argv, interactive=interactive())
+    if verb == "watch" and args.all:  # the patrol: every project, no one run
+        return int(verb_function(("patrol_verbs", "patrol"))(args))
     if verb in PROJECT_VERBS:
         project_verb: Callable[[argparse.Namespace], int] = verb_function(PROJECT_VERBS[verb])
         return project_verb(args)

@@ -28,7 +28,8 @@ VERB_HELP = {
     "up": "start (or rent, with --approve-price) the run's instance and audit its environment",
     "push": "copy the run's `push` files into its workdir on the instance",
     "run": "audit the instance (phase 0) and launch the run detached on it",
-    "watch": "print the run's state changes and log alerts until it finishes or dies",
+    "watch": "print the run's state changes, alerts and progress until it ends; --all: one line per run of every "
+             "project, for cron",
     "pull": "pull the run's results into runs/RUN/, resumable and hashed while copying",
     "verify": "verify the pulled copy: file set, sizes, sha256, and every checkpoint loads",
     "down": "tear down the run's instance once the gate is open and the instance id is typed",
@@ -59,7 +60,9 @@ VERB_EXAMPLES = {
     "up": ("rgt up r1", "rgt up r1 --approve-price 1.49"),
     "push": ("rgt push r1",),
     "run": ("rgt run r1", 'rgt run r1 --ack "smoke test on a CPU box"'),
-    "watch": ("rgt watch r1", "rgt watch r1 --once --format json"),
+    "watch": ("rgt watch r1", "rgt watch r1 --once --format json", "rgt watch r1 --progress-every 300",
+              "rgt watch --all --once                (cron: 3,33 * * * *; exit 1 while a box idles and bills)",
+              "rgt watch --all ~/proj-a ~/proj-b --interval 600 --notify"),
     "pull": ("rgt pull r1", "rgt pull r1 --format json"),
     "verify": ("rgt verify r1", "rgt verify r1 --format json"),
     "down": ("rgt down r1                        (at a terminal: shows the plan, then asks for the id)",
@@ -154,8 +157,8 @@ def parse_verb(verb: str, argv: Sequence[str], *, interactive: bool) -> argparse
     args = parser.parse_args(list(argv))
     if verb == "down" and args.confirm is None and not interactive:
         parser.error("the following arguments are required: --confirm")
-    if verb == "watch" and args.format == "json" and not args.once:
-        parser.error("--format json prints one document: add --once")
+    if verb == "watch":
+        _watch_rules(parser, args)
     return args
 
 
@@ -353,9 +356,46 @@ def _up_options(parser: Parser) -> None:
                              "approval to rent the instance (without it the plan is shown and nothing rented)")
 
 
+def _watch_arguments(parser: Parser) -> None:
+    parser.add_argument("run", nargs="?", help="the run id in rgt.toml (with --all: the first PROJECT)")
+    parser.add_argument("project", nargs="*", metavar="PROJECT",
+                        help="project folder or rgt.toml (default: the nearest upward; with --all: every project "
+                             "you opened)")
+
+
 def _watch_options(parser: Parser) -> None:
     parser.add_argument("--once", action="store_true", help="print the state once and return")
-    parser.add_argument("--interval", type=float, default=2.0, help="seconds between polls (default 2)")
+    parser.add_argument("--interval", type=float, default=None,
+                        help="seconds between polls (default 2; with --all 1800)")
+    parser.add_argument("--all", action="store_true", help="the patrol: one plain line per run of every project "
+                        "per tick, even when nothing changed; exit 1 while a box idles and bills (docs/remote-ops.md "
+                        "§9.2)")
+    parser.add_argument("--notify", action="store_true", help="with --all: send each new event once through "
+                        "apprise, to the URLs in the file rgt.toml [notify] apprise_file names")
+    parser.add_argument("--progress-every", type=float, default=60.0, metavar="SECONDS",
+                        help="at most one progress line (step, loss, ETA, cost to finish) per SECONDS (default 60)")
+
+
+def _watch_rules(parser: Parser, args: argparse.Namespace) -> None:
+    """`rgt watch RUN [PROJECT]` or `rgt watch --all [PROJECT ...]`; the options each form takes."""
+    if args.interval is not None and args.interval < 0 or args.progress_every < 0:
+        parser.error("--interval and --progress-every are seconds >= 0")
+    if args.all:
+        args.projects = ([args.run] if args.run else []) + list(args.project)
+        args.interval = 1800.0 if args.interval is None else args.interval
+        if args.format == "json":
+            parser.error("--all prints one line per run: --format json is for rgt watch RUN --once")
+        return
+    if args.run is None:
+        parser.error("the following arguments are required: run (or --all)")
+    if len(args.project) > 1:
+        parser.error(f"one PROJECT per run (got {len(args.project)}); several projects: rgt watch --all P1 P2")
+    if args.notify:
+        parser.error("--notify is for the patrol: rgt watch --all --notify")
+    args.project = args.project[0] if args.project else None
+    args.interval = 2.0 if args.interval is None else args.interval
+    if args.format == "json" and not args.once:
+        parser.error("--format json prints one document: add --once")
 
 
 def _no_options(parser: Parser) -> None:
@@ -368,7 +408,7 @@ _ARGUMENTS: dict[str, Callable[[Parser], None]] = {
     "tick": _tick_arguments, "audit": _audit_arguments, "finding": _finding_arguments, "probe": _probe_arguments,
     "accept": _accept_arguments, "capsule": _capsule_arguments, "splits": _splits_arguments,
     "build": _build_arguments, "reconcile": _reconcile_arguments, "completeness": _completeness_arguments,
-    "status": _status_arguments,
+    "status": _status_arguments, "watch": _watch_arguments,
 }
 _RUN_OPTIONS: dict[str, Callable[[Parser], None]] = {
     "down": _down_options, "run": _launch_options, "up": _up_options, "watch": _watch_options,

@@ -51,6 +51,8 @@ class EventKind(StrEnum):
     FINDING_STATUS = "finding_status"  # a VERIFY finding record changed status (raised, acknowledged, fixed, ...)
     PROBE = "probe"  # a model probe's answer was stored for a VERIFY check
     ACCEPTANCE = "acceptance"  # a pulled bundle was accepted (re-hashed, load-checked) on a second machine
+    NOTIFIED = "notified"  # the local patrol sent one event of a run through apprise (rgt watch --notify)
+    AUTO_FOLLOW = "auto_follow"  # a watcher started, or finished, the automatic pull/verify of a finished run
 
 
 @dataclass(frozen=True)
@@ -384,3 +386,26 @@ def instance_rented(db: EventLog, *, over_budget: bool, run_id: str, instance: s
         instance=instance, actor="rgt",
         detail={"provider_id": provider_id, "state": state, "raw_state": raw_state, "price_per_hour": price_per_hour,
                 "price_source": price_source, "config_line": config_line})
+
+
+# -- watching without the laptop: the patrol's notifications and automatic follow-ups (docs/remote-ops.md §9.2) --
+
+def notified(db: EventLog, *, run_id: str, instance: str, launch_seq: int, event: str, channels: int,
+             actor: str) -> Event:
+    """NOTIFIED, written once the patrol sent `event` of one launch of a run through apprise: the patrol sends
+    each (launch, event) once, across processes. Payload: `launch_seq`, `event` and how many `channels` took
+    it; never a URL."""
+    return db.append_event(EventKind.NOTIFIED, f"notified: run {run_id} {event.replace('_', ' ')}", run_id=run_id,
+                           instance=instance, actor=actor,
+                           detail={"launch_seq": launch_seq, "event": event, "channels": channels})
+
+
+def auto_follow(db: EventLog, *, run_id: str, instance: str, launch_seq: int, outcome: str, steps: Sequence[str],
+                summary: str, actor: str) -> Event:
+    """AUTO_FOLLOW, written when a watcher takes the automatic follow-up of one launch (`outcome` "started")
+    and when it ended ("verified", "pulled", "failed", or "interrupted": the next watcher takes it again).
+    Payload: `launch_seq`, `outcome`, the `steps` and the `summary` in words."""
+    return db.append_event(EventKind.AUTO_FOLLOW, f"auto follow-up of run {run_id}: {summary}", run_id=run_id,
+                           instance=instance, actor=actor,
+                           detail={"launch_seq": launch_seq, "outcome": outcome, "steps": list(steps),
+                                   "summary": summary})

@@ -1,0 +1,137 @@
+"""The patrol's own notifications (docs/remote-ops.md §9.2): `rgt watch --all --notify` on a machine that stays
+up (a jump host) sends each event of each run once, through apprise, to any of its channels.
+
+The words are audits/notice.py's, the same the box's sentinel sends. The URLs are secrets: they come from the
+local file `[notify] apprise_file` names (one apprise URL a line, `#` comments), or, without it, from the
+sentinel's `webhook_file` turned into apprise's spelling (`json`: http → json://, https → jsons://; `ntfy`:
+http → ntfy://, https → ntfys://; Slack and Discord webhook URLs are apprise URLs as they are). A URL never
+reaches an argument list, a log, an event, the state database, a report or an exception's text: apprise's
+own logger is silenced, and every problem names the file and the key, never what the file holds.
+
+Each (launch, event) of a run is sent once across processes and ticks: the NOTIFIED event records it, and
+the check and the send happen under a per-run lock, so two patrols racing send it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.audits.notice import Notice, next_commands, notice_text
+from remote_gpu_trainer.config_notify import NotifyConfig, read_webhook_url
+from remote_gpu_trainer.errors import ConfigError, VerbFailed
+from remote_gpu_trainer.fsutil import run_lock
+from remote_gpu_trainer.state import events
+from remote_gpu_trainer.state.events import EventKind
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
+
+MAX_FILE_BYTES = 64 << 10
+ACTOR = "patrol"
+LOCK_PREFIX = "notify"  # .rgt/locks/notify/<run>.lock: one sender per run at a time, across processes
+# what a run's liveness means as a notification; "running" and "unknown" are not events
+LIVENESS_EVENTS = {"finished": "finished", "dead": "died", "stalled": "stalled"}
+_SCHEMES = {"json": {"http": "json", "https": "jsons"}, "ntfy": {"http": "ntfy", "https": "ntfys"}}
+
+
+@dataclass(frozen=True)
+class Channels:
+    """Where notifications go: apprise URLs (secret) and the file they came from (safe to name)."""
+
+    urls: tuple[str, ...]
+    source: str
+
+    def __repr__(self) -> str:  # never the URLs, even in a traceback's locals
+        return f"Channels({len(self.urls)} URL(s) from {self.source})"
+
+
+def channels(root: Path, notify: NotifyConfig) -> Channels | None:
+    """The project's apprise URLs; None when `[notify]` names neither file. A file that cannot be read or
+    holds something else is a ConfigError naming the key and the file."""
+    if notify.apprise_file is not None:
+        path = Path(notify.apprise_file).expanduser()
+        path = path if path.is_absolute() else root / path
+        where = f"[notify] apprise_file: {path}"
+        try:
+            data = path.read_bytes()[:MAX_FILE_BYTES + 1]
+            text = data.decode("utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where}: is not UTF-8 text") from None
+        urls = tuple(line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
+        if len(data) > MAX_FILE_BYTES or not urls or not all("://" in url and " " not in url for url in urls):
+            raise ConfigError(f"{where}: must hold apprise URLs, one a line (nothing else)")
+        return Channels(urls, where)
+    if notify.webhook_file is None:
+        return None
+    url = read_webhook_url(root, notify)
+    return Channels((apprise_url(url, notify.kind),), "[notify] webhook_file")
+
+
+def apprise_url(webhook: str, kind: str) -> str:
+    """The sentinel's webhook URL in apprise's spelling (Slack and Discord webhooks are apprise URLs as they
+    are)."""
+    scheme, _, rest = webhook.partition("://")
+    mapped = _SCHEMES.get(kind, {}).get(scheme)
+    return f"{mapped}://{rest}" if mapped else webhook
+
+
+async def send(found: Channels, title: str, body: str) -> int:
+    """Send one message to every channel; how many took it (0: none, retried at the next tick)."""
+    return await asyncio.to_thread(_send, found.urls, title, body)
+
+
+def _send(urls: tuple[str, ...], title: str, body: str) -> int:
+    import apprise  # only the patrol with --notify needs it
+
+    quiet = logging.getLogger("apprise")
+    quiet.disabled, quiet.propagate = True, False  # its messages can hold the URL
+    sent = 0
+    for url in urls:
+        try:
+            target = apprise.Apprise()
+            if target.add(url) and target.notify(title=title, body=body):
+                sent += 1
+        except Exception:  # noqa: BLE001 - a channel's failure is a count, never a message that could hold its URL
+            continue
+    return sent
+
+
+def already_notified(session: Session, run_id: str, launch_seq: int, event: str) -> bool:
+    return any(e.detail.get("launch_seq") == launch_seq and e.detail.get("event") == event
+               for e in session.db.events(run_id=run_id, kind=EventKind.NOTIFIED))
+
+
+async def notify_once(session: Session, found: Channels, notice: Notice, launch_seq: int) -> bool:
+    """Send `notice` unless this launch's event was sent already (by any process); True when sent now. A
+    send that no channel took is not recorded, so the next tick tries again."""
+    stack = contextlib.ExitStack()
+    try:
+        stack.enter_context(run_lock(session.project.state_dir, f"{LOCK_PREFIX}/{notice.run}", "notifying"))
+    except VerbFailed:
+        return False  # another patrol is sending this run's events now
+    with stack:
+        if already_notified(session, notice.run, launch_seq, notice.event):
+            return False
+        title, body = notice_text(notice)
+        taken = await send(found, title, body)
+        if taken == 0:
+            return False
+        events.notified(session.db, run_id=notice.run, instance=notice.instance, launch_seq=launch_seq,
+                        event=notice.event, channels=taken, actor=ACTOR)
+    return True
+
+
+def notice_for(session: Session, run_id: str, event: str, detail: str, instance_id: str, burn_per_hour: float,
+               currency: str) -> Notice:
+    """One event of a run as audits/notice.py words it, with the commands that act on it."""
+    run = session.run_config(run_id)
+    return Notice(run=run_id, instance=run.instance, instance_id=instance_id, event=event, detail=detail,
+                  burn_per_hour=burn_per_hour, currency=currency,
+                  next=next_commands(run_id, instance_id, str(session.project.root)))
