@@ -41,19 +41,24 @@ class Matcher:
     prefilter: re.Pattern[str] | None
     rows_by_trigger: Mapping[str, frozenset[int]]  # trigger → indexes into `rows`
     always: frozenset[int]
-    gates: tuple[re.Pattern[str], ...] = ()  # over many lines at once: which lines can hit anything (see gate)
+    gate_words: re.Pattern[str] | None = None  # over many lines at once: which lines can hit anything (see gate)
+    gate_requires: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()  # (a row's words, its triggers)
 
     def gate(self, lowered: str, starts: Sequence[int]) -> set[int] | None:
         """Indexes of the lines (of `lowered`, lines joined by newlines, starting at `starts`) that may hit a
         row, found by C-level scans of the whole chunk; None when every line must be looked at. A row with
         `requires` gates only lines holding its trigger *and* one of those words: S08's `loss` is on nearly
         every metric line, `nan`/`inf` on almost none of them."""
-        if self.always or not self.gates:
+        if self.always or self.gate_words is None:
             return None
-        lines: set[int] = set()
-        for gate in self.gates:
-            for found in gate.finditer(lowered):
-                lines.add(bisect_right(starts, found.start()) - 1)
+        lines = {bisect_right(starts, found.start()) - 1 for found in self.gate_words.finditer(lowered)}
+        for words, triggers in self.gate_requires:
+            near = {bisect_right(starts, at) - 1 for word in words for at in _occurrences(lowered, word)} - lines
+            for index in near:
+                end = starts[index + 1] if index + 1 < len(starts) else len(lowered)
+                line = lowered[starts[index]:end]
+                if any(trigger in line for trigger in triggers):
+                    lines.add(index)
         return lines
 
     def matching(self, text: str) -> list[Signature]:
@@ -89,6 +94,16 @@ def _row_matches(row: _Row, text: str, lowered: str | None) -> bool:
     return False
 
 
+def _occurrences(text: str, word: str) -> list[int]:
+    """Every offset of `word` in `text`: str.find's C search, faster than `re` for a few short words."""
+    found: list[int] = []
+    at = text.find(word)
+    while at >= 0:
+        found.append(at)
+        at = text.find(word, at + 1)
+    return found
+
+
 def build_matcher(signatures: Sequence[Signature]) -> Matcher:
     rows: list[_Row] = []
     wanted: dict[str, set[int]] = {}
@@ -108,24 +123,49 @@ def build_matcher(signatures: Sequence[Signature]) -> Matcher:
     by_trigger = {m: frozenset(i for word, idx in wanted.items() if word.startswith(m) for i in idx) for m in minimal}
     prefilter = re.compile(_trie(minimal)) if minimal else None
     return Matcher(tuple(rows), prefilter, MappingProxyType(by_trigger), frozenset(always),
-                    _chunk_gates(rows, by_trigger))
+                   *_chunk_gates(rows, by_trigger))
 
 
 CHUNK_ALWAYS = ("traceback (most recent call last):", "exitcode")  # block starts and torchrun exits
 
 
-def _chunk_gates(rows: Sequence[_Row], by_trigger: Mapping[str, frozenset[int]]) -> tuple[re.Pattern[str], ...]:
-    """One pattern for the triggers of plain rows (plus what opens a traceback or names an exit code), and
-    one per row with `requires`: that row's trigger and one of its words on the same line."""
+def _chunk_gates(rows: Sequence[_Row], by_trigger: Mapping[str, frozenset[int]]
+                 ) -> tuple[re.Pattern[str], tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]]:
+    """The chunk gate: one pattern for the triggers of plain rows (plus what opens a traceback or names an
+    exit code), and per row with `requires` the pattern of its words with the triggers its line must hold.
+
+    The gate only has to let through a superset of the lines that can hit (each then goes through the
+    full matcher), so each trigger is searched by its tail from its rarest letter (`_rare_tail`): `re`
+    tries the pattern only at positions holding one of the few letters the tails start with, instead of
+    at nearly every letter of the chunk (the ~130 whole triggers start with 27 different characters)."""
     words = {*(t for t, indexes in by_trigger.items() if any(not rows[i].requires for i in indexes)), *CHUNK_ALWAYS}
-    minimal = sorted(w for w in words if not any(w.startswith(o) for o in words if o != w))
-    gates = [re.compile(_trie(minimal))]  # a trie, not a flat alternation: `re` would try every branch everywhere
+    tails = {_rare_tail(word) for word in words}
+    minimal = sorted(w for w in tails if not any(w.startswith(o) for o in tails if o != w))
+    plain = re.compile(_trie(minimal))  # a trie, not a flat alternation: `re` would try every branch everywhere
+    requires = []
     for index, row in enumerate(rows):
         if row.requires:
-            own = [t for t, indexes in by_trigger.items() if index in indexes]
-            gates.append(re.compile(
-                rf"(?m)^(?=[^\n]*{_trie(sorted(own))})[^\n]*?{_trie(sorted(row.requires))}"))
-    return tuple(gates)
+            own = tuple(sorted(t for t, indexes in by_trigger.items() if index in indexes))
+            requires.append((tuple(_minimal(row.requires)), own))
+    return plain, tuple(requires)
+
+
+# Letters by how often they occur in training logs, most frequent first; anything absent is rarer still.
+_COMMON = " e0123456789taoinsrl.:/=,_-|[]()'\"hdcumpfgwybkv"
+_RARITY = {char: len(_COMMON) - rank for rank, char in enumerate(_COMMON)}
+
+
+def _rare_tail(word: str) -> str:
+    """The part of `word` from its rarest character on (at least MIN_LITERAL long): a line holding `word`
+    holds this tail, and few positions of a log start it."""
+    if len(word) <= MIN_LITERAL:
+        return word
+    start = min(range(len(word) - MIN_LITERAL + 1), key=lambda i: (_RARITY.get(word[i], 0), i))
+    return word[start:]
+
+
+def _minimal(words: Sequence[str]) -> list[str]:
+    return sorted(w for w in set(words) if not any(w.startswith(o) for o in words if o != w))
 
 
 def _trie(words: Sequence[str]) -> str:
