@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from remote_gpu_trainer.config_deliver import DeliverConfig, GridConfig, read_deliver_config, read_grid_config
+from remote_gpu_trainer.config_notify import NotifyConfig, read_notify_config
 from remote_gpu_trainer.config_verify import VerifyConfig, read_verify_config
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
@@ -38,13 +39,15 @@ _SECRET_VALUE = re.compile(
     r"^(sk-|rpa_|ghp_|gho_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}$|^[A-Za-z0-9_\-]{32,}$"
 )
 
-_TOP_KEYS = {"project", "instances", "runs", "signatures", "metrics", "verify", "deliver", "grid"}
+_TOP_KEYS = {"project", "instances", "runs", "signatures", "metrics", "verify", "deliver", "grid", "notify"}
 _PROJECT_KEYS = {"name"}
-_INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour", "teardown_command", "launch"}
+_INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour", "teardown_command", "launch",
+                  "mtbp_hours"}
 _RUN_KEYS = {
     "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
     "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after", "gpus", "total_steps",
-    "smoke", "smoke_timeout",
+    "smoke", "smoke_timeout", "notify", "auto",
+    "auto_resume", "network", "cache_dir", "mtbp_hours", "disk_budget",
 }
 _LAUNCH_KEYS = {"gpu", "count", "max_price_per_hour", "image", "disk_gb", "region", "interruptible", "ssh_keys"}
 # Providers whose API can create an instance (`rgt up` launches them), and what each one's create call needs.
@@ -91,6 +94,7 @@ class InstanceConfig:
     price_per_hour: float | None = None
     teardown_command: str | None = None  # ssh: run here (no shell) after the gate, e.g. a provider CLI call
     launch: LaunchConstraint | None = None  # runpod, vastai, lambda: what `rgt up` rents when there is no id
+    mtbp_hours: float | None = None  # mean time between preemptions here (beats the profile's [preemption])
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,13 @@ class RunConfig:
     total_steps: int = 0  # planned optimizer steps for the ETA when the log does not say; 0 = from the log
     smoke: str | None = None  # a local CPU check (argv, no shell, in the project root) `rgt up` runs before renting
     smoke_timeout: float = DEFAULT_SMOKE_TIMEOUT_S
+    notify: bool = True  # false: launched without the sentinel even when [notify] is set (config_notify.py)
+    auto: tuple[str, ...] = ()  # follow-ups a watcher starts once the run finished: "pull", then "verify"
+    auto_resume: bool = False  # true: a preempted run may be relaunched on its still-billing box (--resume)
+    network: str | None = None  # an environment profile in assets/networks/ (e.g. "china"), exported by the wrapper
+    cache_dir: str | None = None  # where that profile puts the HF/torch/pip caches (default: <workdir>/.cache)
+    mtbp_hours: float | None = None  # mean time between preemptions for Young/Daly (beats the instance's)
+    disk_budget: int | None = None  # bytes free before each cell (0: no gate; None: previous cell's size × 1.2)
 
 
 @dataclass(frozen=True)
@@ -128,6 +139,7 @@ class ProjectConfig:
     verify: VerifyConfig = field(default_factory=VerifyConfig)  # [metrics], [verify.*] (config_verify.py)
     deliver: DeliverConfig = field(default_factory=DeliverConfig)  # [deliver] (config_deliver.py)
     grid: GridConfig | None = None  # [grid]: the expected experiment grid (config_deliver.py)
+    notify: NotifyConfig = field(default_factory=NotifyConfig)  # [notify]: the sentinel's receiver
 
     @property
     def state_dir(self) -> Path:
@@ -238,6 +250,7 @@ class _ProjectReader:
         verify = read_verify_config(top)
         deliver, verify = read_deliver_config(top, verify)  # one document list for reconcile and V31
         grid = read_grid_config(top)
+        notify = read_notify_config(top)
         name = "project"
         project = top.table("project") if top.has("project") else self.table(("project",), {})
         if project is not None:
@@ -256,7 +269,7 @@ class _ProjectReader:
         return ProjectConfig(
             root=self.path.parent.resolve(), file=self.path.resolve(), name=name,
             instances=instances, runs=runs, signatures=tuple(signatures), verify=verify,
-            deliver=deliver, grid=grid,
+            deliver=deliver, grid=grid, notify=notify,
         )
 
     def _instances(self, raw: Any) -> dict[str, InstanceConfig]:
@@ -303,6 +316,7 @@ class _ProjectReader:
         return InstanceConfig(
             name=name, provider=provider, host=host, id=ident, api_base=api_base, price_per_hour=price,
             teardown_command=teardown_command, launch=launch,
+            mtbp_hours=body.number("mtbp_hours", above=True, message="must be a number of hours > 0"),
         )
 
     def _same_provider_id(self, instances: dict[str, InstanceConfig]) -> None:
@@ -415,7 +429,8 @@ def _run(run_id: str, body: Table, instances: dict[str, InstanceConfig]) -> RunC
         metric=metric, push=push,
         checkpoint_globs=globs, state_keys=state_keys, allowed_globals=allowed_globals,
         python=python_set or "python3", python_explicit=python_set is not None,
-        smoke=smoke, **numbers,
+        smoke=smoke, notify=body.flag("notify", True), auto=_auto(body), **numbers, **_resilience(body),
+        disk_budget=_disk_budget(body),
     )
 
 
@@ -448,6 +463,22 @@ def _push(body: Table) -> tuple[str, ...]:
     return push
 
 
+AUTO_STEPS = ("pull", "verify")  # the only follow-ups a watcher may start on its own, in this order
+
+
+def _auto(body: Table) -> tuple[str, ...]:
+    """`auto`: "pull" and/or "verify", each once, in that order (docs/formats.md); teardown never is."""
+    steps = body.strings("auto") or ()
+    if any(step not in AUTO_STEPS for step in steps):
+        body.problem("auto", 'teardown never starts automatically: only "pull" and "verify" may be listed, '
+                     f"not {next(s for s in steps if s not in AUTO_STEPS)!r}")
+        return ()
+    if len(set(steps)) != len(steps) or list(steps) != sorted(steps, key=AUTO_STEPS.index):
+        body.problem("auto", 'must list "pull" and/or "verify", each once, in that order')
+        return ()
+    return steps
+
+
 def _run_numbers(body: Table) -> dict[str, Any]:
     """gpus, total_steps, stall_after and smoke_timeout, each back to its default when it is wrong."""
     return {
@@ -457,6 +488,42 @@ def _run_numbers(body: Table) -> dict[str, Any]:
         "smoke_timeout": body.number("smoke_timeout", DEFAULT_SMOKE_TIMEOUT_S, above=True,
                                      message="must be a number of seconds > 0"),
     }
+
+
+def _resilience(body: Table) -> dict[str, Any]:
+    """auto_resume, network, cache_dir and mtbp_hours (docs/remote-ops.md §10, §12), each checked here."""
+    from remote_gpu_trainer.networks import network_ids
+
+    cache_dir = body.text("cache_dir", nonempty=True)
+    if cache_dir is not None and not cache_dir.startswith("/"):
+        body.problem("cache_dir", "must be an absolute path on the instance")
+        cache_dir = None
+    return {
+        "auto_resume": body.flag("auto_resume", False),
+        "network": body.text("network", nonempty=True, choices=network_ids()),
+        "cache_dir": cache_dir,
+        "mtbp_hours": body.number("mtbp_hours", above=True, message="must be a number of hours > 0"),
+    }
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)?\s*$")
+_SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+               "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def _disk_budget(body: Table) -> int | None:
+    """runs.<id>.disk_budget: whole bytes, or a string with a unit ("20GB", "512 MiB"); 0 turns the gate off."""
+    raw = body.value("disk_budget")
+    if raw is None:
+        return None
+    if _whole(raw) and raw >= 0:
+        return int(raw)
+    found = _SIZE.match(raw) if isinstance(raw, str) else None
+    if found is None:
+        body.problem("disk_budget", 'must be a whole number of bytes >= 0 or a size like "20GB" or "512MiB" '
+                                    "(units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+        return None
+    return int(float(found.group(1)) * _SIZE_UNITS[found.group(2)])
 
 
 def _smoke(body: Table) -> str | None:

@@ -137,6 +137,7 @@ def _run_dict(run: RunView) -> dict[str, Any]:
         "step": run.step,
         "total_steps": run.total_steps,
         "eta_s": _round(run.eta_s),
+        "sentinel": run.sentinel or None,
     }
 
 
@@ -192,6 +193,8 @@ def _text(o: Overview) -> str:
         out.append("")
         out.append(f"RUN {run.id} on {run.instance}: {run.evidence_state} · liveness {run.liveness}"
                    f" ({run.liveness_detail})")
+        if run.sentinel:
+            out.append(f"  sentinel: {run.sentinel}")
         gate = "OPEN" if run.gate.open else "CLOSED"
         out.append(f"  gate {gate}: {run.gate.action}")
         out.extend(f"    - {reason}" for reason in run.gate.reasons)
@@ -351,7 +354,7 @@ def _markdown(o: Overview) -> str:
     for run in o.runs:
         out += ["", f"## Run {run.id}", "",
                 f"Instance {run.instance}; evidence state **{run.evidence_state}**; liveness **{run.liveness}** "
-                f"({run.liveness_detail}).", "",
+                f"({run.liveness_detail}).{f' Sentinel: {run.sentinel}.' if run.sentinel else ''}", "",
                 f"Gate: **{'open' if run.gate.open else 'closed'}** — {run.gate.action}", ""]
         out.extend(f"- {reason}" for reason in run.gate.reasons)
         if run.findings:

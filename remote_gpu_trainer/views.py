@@ -48,6 +48,21 @@ class CheckpointView:
 
 
 @dataclass(frozen=True)
+class CadenceView:
+    """The Young/Daly checkpoint interval of a run on a box that can be preempted (docs/remote-ops.md §10)."""
+
+    interval_s: float  # W = sqrt(2 · μ · C)
+    write_s: float  # C, one checkpoint's write time
+    write_source: str  # "log" | "file times"
+    mtbp_s: float  # μ, the mean time between preemptions
+    mtbp_source: str  # where μ came from (rgt.toml key or profile)
+    iterations: int | None = None  # W in iterations, rounded down; None when s/iteration is unknown
+    s_per_iteration: float | None = None
+    newest_age_s: float | None = None  # the newest checkpoint's age
+    overdue: bool = False  # newest_age_s > 2 × W (S94)
+
+
+@dataclass(frozen=True)
 class GateView:
     open: bool
     action: str
@@ -145,6 +160,7 @@ class RunView:
     other_notes: tuple[str, ...] = ()  # why other boxes read unknown, shown under the instances table
     checklist_rows: tuple[ChecklistRow, ...] = ()  # the checklist panel's rows (services/checklist.py)
     sentinel: str = ""  # the on-box sentinel: alive, silent since T, exited after E; "" when notifications are off
+    checkpoint_cadence: CadenceView | None = None  # Young/Daly W; None when the box is not preemptible or C unknown
 
     def sorted_findings(self) -> list[FindingView]:
         """Worst first, then by id (docs/ux.md §8): the same order in every report format and in the TUI."""

@@ -6,11 +6,15 @@ finished) → stalled (alive, log and checkpoints silent too long) → running. 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
+from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.text import span
 
 T_LOG_S = 15 * 60
+DISK_GATE_EXIT = 75  # the job wrapper's own status when its disk-budget gate refuses a cell (docs/remote-ops.md §11)
 T_CKPT_S = 30 * 60
 
 
@@ -25,9 +29,12 @@ class ProbeResult:
     log_size: int = 0
     log_mtime: float | None = None
     newest_ckpt_mtime: float | None = None
+    newest_ckpt_birth: float | None = None  # its creation time where the file system keeps one (stat %W; 0: none)
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
+    sentinel_beat: float | None = None  # mtime of the sentinel's heartbeat (docs/remote-ops.md §9.1)
+    sentinel_exit: str | None = None  # the event after which the sentinel exited
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,27 @@ def _exit_detail(code: int) -> str:
         return "exit 137 (SIGKILL: out of memory or killed)"
     if code == 143:
         return "exit 143 (SIGTERM: stopped or preempted)"
+    if code == DISK_GATE_EXIT:
+        return f"exit {code} (disk budget: the next cell was not started, too little free space on the result root)"
     return f"exit {code}"
 
 
+
+
+SENTINEL_GRACE_S = 5.0  # beyond three polls: a slow disk or a busy box delays a heartbeat, not a dead sentinel
+_EVENT_WORD = re.compile(r"^[a-z_]{1,32}$")
+
+
+def sentinel_state(probe: ProbeResult, poll_s: float) -> str:
+    """The on-box sentinel's own liveness, in words: `alive` while its heartbeat is fresher than three polls,
+    `exited after finished` once it ended on an event, `silent since T` otherwise (nobody will be notified),
+    `unknown` when the probe failed. The exit word is text from the box: anything but a plain word is ignored."""
+    if probe.error is not None:
+        return "unknown"
+    if probe.sentinel_exit is not None and _EVENT_WORD.match(probe.sentinel_exit):
+        return f"exited after {probe.sentinel_exit}"
+    if probe.sentinel_beat is None:
+        return "not started"
+    if probe.now - probe.sentinel_beat <= 3 * poll_s + SENTINEL_GRACE_S:
+        return "alive"
+    return f"silent since {iso_z(datetime.fromtimestamp(probe.sentinel_beat, UTC))}"

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
 from remote_gpu_trainer.config import ProjectConfig, RunConfig, load_project, run_config_record
-from remote_gpu_trainer.errors import ConfigError, VerbFailed
+from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
+from remote_gpu_trainer.services import launch_guards as guards
+from remote_gpu_trainer.services import sentinel
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 
@@ -65,9 +67,11 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
         "child=0",
         'trap \'[ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null; rc=143\' TERM INT HUP',
         f"cd {q(transport.resolve(run.workdir))} || {{ echo 127 > \"$CTL/exit_code\"; exit 127; }}",
+        *guards.mem_monitor_start(run),
     ]
     for cell in run.roster:
         out = q(transport.resolve(f"{run.remote_root.rstrip('/')}/{cell}"))
+        lines += guards.disk_gate(run, transport, cell)
         lines += [
             'if [ "$rc" -eq 0 ]; then',
             f"  mkdir -p {out}",
@@ -86,6 +90,7 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
         for cell in run.roster for name in run.required
     )
     lines += [
+        *guards.mem_monitor_stop(),
         'date -u +%Y-%m-%dT%H:%M:%S+00:00 > "$CTL/finished_at"',
         'echo "$rc" > "$CTL/exit_code.tmp" && mv "$CTL/exit_code.tmp" "$CTL/exit_code"',
         'if [ "$rc" -eq 0 ]; then',
@@ -113,7 +118,8 @@ async def push(project: ProjectConfig, run: RunConfig, transport: Transport) -> 
 
 async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,
                  clock: Clock = utc_now, *, actor: str = "user", method: str = "setsid",
-                 batch: BatchJobs | None = None, box: str | None = None) -> dict[str, object]:
+                 batch: BatchJobs | None = None, box: str | None = None,
+                 notify: sentinel.SentinelPlan | None = None) -> dict[str, object]:
     """Push, then start the wrapper detached (`setsid`) or as a batch job (`sbatch`, submitted through
     `batch`, the provider's batch-job verbs); refuses while a recorded launch is still alive, so the inputs
     of a live run are never rewritten."""
@@ -132,9 +138,11 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
         "command": run.command, "started_at": iso_offset(started), "method": method,
     }
     await transport.put_bytes((json.dumps(launch_json, indent=2) + "\n").encode(), f"{ctl}/launch.json")
+    await transport.put_bytes(guards.mem_monitor_source(), f"{ctl}/{guards.MEM_MONITOR}")
     detail: dict[str, object] = {"ctl_dir": ctl, "log": log_path(run), "started_at": iso_offset(started),
                                  "method": method, "pushed": pushed,
-                                 "log_offset": log_before.size if log_before is not None else 0}
+                                 "log_offset": log_before.size if log_before is not None else 0,
+                                 **guards.relaunch_detail(db, run.id)}
     if method == "sbatch" and batch is not None:
         wrapper = f"{ctl}/wrapper.sh"
         await transport.put_bytes(wrapper_script(run, transport).encode(), wrapper, mode=0o700)
@@ -144,26 +152,54 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
         detail["pid"] = None
     else:
         detail["pid"] = await transport.launch_detached(wrapper_script(run, transport), ctl)
+    unwatched = await _start_sentinel(notify, run, transport, detail, started.timestamp())
     db.record_launch(run.id, run.instance, detail, box=box, config=run_config_record(run))
     handle = f"Slurm job {detail['slurm_job']}" if method == "sbatch" else f"pid {detail['pid']}"
     events.run_launched(db, run_id=run.id, instance=run.instance, handle=handle, detail=detail, actor=actor)
+    if unwatched is not None:
+        raise VerbFailed(f"run {run.id} was launched ({handle}), but its sentinel did not start: {unwatched}; "
+                         "nothing is notified while rgt is not running")
     return detail
 
 
-async def launch_run(session: Session, run_id: str, actor: str = "user") -> dict[str, Any]:
+async def _start_sentinel(notify: sentinel.SentinelPlan | None, run: RunConfig, transport: Transport,
+                          detail: dict[str, object], started: float) -> str | None:
+    """The sentinel beside the started job (docs/remote-ops.md §9.1); its facts go into the launch record.
+    Returns why it did not start: the job runs anyway, and the launch is recorded before the verb fails."""
+    if notify is None:
+        return None
+    try:
+        detail["sentinel"] = await sentinel.start(notify, run, transport, ctl=ctl_dir(run), log=log_path(run),
+                                                  started=started, slurm_job=_text(detail.get("slurm_job")))
+    except RgtError as exc:
+        detail["sentinel"] = {"error": str(exc)[:300]}
+        return str(exc)
+    return None
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value is not None else None
+
+
+async def launch_run(session: Session, run_id: str, actor: str = "user", *, resume: bool = False) -> dict[str, Any]:
     """`rgt run`: refuse a run that is still running or whose id already holds results, then launch it
-    detached and start its log where this launch's lines begin."""
+    detached and start its log where this launch's lines begin. `resume` (services/resume.py, which has
+    checked preemption and auto_resume) relaunches on the results already there."""
     # liveness.py reads this module's control-file layout, so its names are imported here, not at the top
+    from remote_gpu_trainer.audits.liveness import Liveness
+    from remote_gpu_trainer.services import recovery
     from remote_gpu_trainer.services.gate import session_box_key
     from remote_gpu_trainer.services.liveness import run_state
 
     session.require_writable("launching a run")
     run = session.run_config(run_id)
+    notify = sentinel.plan(session, run)  # a bad [notify] webhook_file stops the launch before anything runs
     current = await run_state(session, run_id)
     if current.liveness.state in ("running", "stalled"):
         raise VerbFailed(f"run {run_id} is already {current.liveness.state} ({current.liveness.detail}): "
                          "its inputs are not touched")
-    await refuse_reused_id(session, run)
+    if not resume:
+        await refuse_reused_id(session, run)
     primitive = str(session.profile(run.instance).raw.get("detach", {}).get("primitive", "setsid"))
     stale = session.monitors.pop(run_id, None)
     if stale is not None:
@@ -172,10 +208,11 @@ async def launch_run(session: Session, run_id: str, actor: str = "user") -> dict
     detail = await launch(session.project, run, await session.remote(run.instance), session.db, session.clock,
                           actor=actor, method="sbatch" if primitive == "sbatch" else "setsid",
                           batch=provider if isinstance(provider, BatchJobs) else None,
-                          box=await session_box_key(session, run.instance))
+                          box=await session_box_key(session, run.instance), notify=notify)
     # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
     # would otherwise replay the previous launch's crashes as this one's)
     session.db.reset_log_state(run_id, int(str(detail.get("log_offset", 0))))
+    recovery.refresh(session, run_id, Liveness("running", "launched"))
     return detail
 
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.audits.liveness import Liveness, ProbeResult, classify
+from remote_gpu_trainer.audits import preemption
+from remote_gpu_trainer.audits.checkpoint_cadence import write_time_from_file
+from remote_gpu_trainer.audits.liveness import Liveness, ProbeResult, classify, sentinel_state
 from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
@@ -45,10 +47,12 @@ echo "PID_STATE=$state"
 [ -f "$CTL/DONE" ] && echo "DONE=1"
 if [ -f "$LOG" ]; then echo "LOG=$(stat -c '%s %Y' "$LOG")"; fi
 [ -f "$CTL/launch.json" ] && echo "STARTED=$(stat -c '%Y' "$CTL/launch.json")"
+[ -f "$CTL/sentinel.heartbeat" ] && echo "SENTINEL=$(stat -c '%Y' "$CTL/sentinel.heartbeat")"
+[ -f "$CTL/sentinel.exited" ] && echo "SENTINEL_EXIT=$(head -c 64 "$CTL/sentinel.exited" | tr -d '\n')"
 if [ -d "$ROOT" ]; then
   newest=$(find "$ROOT" -type f \( -name '*.pth' -o -name '*.pt' -o -name '*.ckpt' -o -name '*.safetensors' \) \
-    -printf '%T@\n' 2>/dev/null | sort -n | tail -n 1)
-  [ -n "$newest" ] && echo "CKPT=${newest%.*}"
+    -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1)
+  [ -n "$newest" ] && echo "CKPT=${newest%% *}" && echo "CKPT_BIRTH=$(stat -c '%W' -- "${newest#* }" 2>/dev/null)"
 fi
 exit 0
 """
@@ -90,9 +94,16 @@ def parse_probe(text: str) -> ProbeResult:
         log_size=int(log_size) if log_size is not None and log_mtime is not None else 0,
         log_mtime=log_mtime if log_size is not None else None,
         newest_ckpt_mtime=_number(values.get("CKPT")),
+        newest_ckpt_birth=_number(values.get("CKPT_BIRTH")),
         started_at=_number(values.get("STARTED")),
         finished_at=_number(values.get("FINISHED")),
+        sentinel_beat=_number(values.get("SENTINEL")),
+        sentinel_exit=values.get("SENTINEL_EXIT") or None,
     )
+
+
+def _age(now: float, then: float | None) -> float | None:
+    return max(0.0, now - then) if then is not None else None
 
 
 def _number(text: str | None) -> float | None:
@@ -117,6 +128,9 @@ class RunState:
     walltime: str | None = None  # a batch job's `elapsed / limit`, for the meter
     exit_code: int | None = None
     started_at: float | None = None  # epoch seconds of the launch the probe saw
+    sentinel: str | None = None  # the on-box sentinel's liveness (audits/liveness.sentinel_state); None: not used
+    newest_ckpt_age_s: float | None = None  # age of the newest checkpoint under remote_root, on the box's clock
+    ckpt_write_s: float | None = None  # its creation-to-last-write gap: one checkpoint's write time (§10)
 
 
 WAITING_RUN = RunState(Liveness("unknown", "waiting for the box's answer"), None)
@@ -144,8 +158,13 @@ async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> 
     judged = classify(probed, launched=launch is not None, t_log=run.stall_after, t_ckpt=2 * run.stall_after)
     if job is not None:
         judged = batch_liveness(job, judged)
+    plan = session.instance(instance_name).launch  # rented interruptible: exit 143 is preemption (§10)
+    judged = preemption.refine(judged, exit_code=probed.exit_code,
+                               interruptible=plan is not None and plan.interruptible)
     return RunState(judged, finished, job.walltime() if job is not None and job.state else None,
-                    exit_code=probed.exit_code, started_at=probed.started_at)
+                    exit_code=probed.exit_code, started_at=probed.started_at,
+                    sentinel=_sentinel(probed, launch), newest_ckpt_age_s=_age(probed.now, probed.newest_ckpt_mtime),
+                    ckpt_write_s=write_time_from_file(probed.newest_ckpt_birth, probed.newest_ckpt_mtime))
 
 
 async def bounded_run_state(session: Session, run_id: str) -> RunState:
@@ -157,12 +176,23 @@ async def bounded_run_state(session: Session, run_id: str) -> RunState:
         return RunState(Liveness("unknown", f"the box gave no answer within {session.provider_timeout_s:g} s"), None)
 
 
+def _sentinel(probed: ProbeResult, launch: dict[str, Any] | None) -> str | None:
+    """The sentinel's state when this launch started one (its record holds the poll interval)."""
+    started = launch.get("sentinel") if launch else None
+    if not isinstance(started, dict):
+        return None
+    if "error" in started:
+        return "did not start"
+    poll = started.get("poll_s")
+    return sentinel_state(probed, float(poll) if isinstance(poll, int | float) else 30.0)
+
+
 def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
     """A batch job: Slurm says whether it is queued, running or ended; once ended, the wrapper's files
     (exit code and artifacts) decide finished versus incomplete, as for any detached job."""
     state, detail = slurm.liveness_of(job)
     if state == "finished":
         return files if files.state in ("finished", "dead") else Liveness("unknown", "ended; no exit code file")
-    if state == "dead" and files.state == "dead" and files.detail.startswith("exit"):
+    if state == "dead" and files.state == "dead" and files.detail.startswith("exit") and detail != "preempted":
         return files
     return Liveness(state, f"Slurm job {job.job_id}: {detail}")

@@ -23,12 +23,14 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus
-from remote_gpu_trainer.services import actions, audit, checklist, findings, gate, instances, meter, run_logs
+from remote_gpu_trainer.services import actions, audit, checklist, findings, gate, instances, meter, recovery, run_logs
 from remote_gpu_trainer.services import env_audit as env
 from remote_gpu_trainer.services import launch as runner
+from remote_gpu_trainer.services.checkpoint_cadence import cadence_view, run_cadence
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.liveness import WAITING_RUN, RunState, bounded_run_state
 from remote_gpu_trainer.services.meter import MeterReading
+from remote_gpu_trainer.services.resume import with_provider_word
 from remote_gpu_trainer.text import money
 from remote_gpu_trainer.views import NO_AUDIT, AuditView, CheckpointView, GateView, InstanceView, Overview, RunView
 
@@ -83,7 +85,9 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
         readings[name] = reading
     for run_id, state in run_states.items():
         if state is not WAITING_RUN:  # rules judge fresh answers only
+            state = run_states[run_id] = with_provider_word(state, statuses.get(session.project.runs[run_id].instance))
             await run_logs.evaluate_rules(session, run_id, state)
+            recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when it changed
     return Observation(now, statuses, run_states, gpus, readings)
 
 
@@ -164,6 +168,7 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         teardown=actions.action_view(session, run.instance, status.state, "terminate", view.reasons),
         stop=actions.action_view(session, run.instance, status.state, "stop", view.reasons),
         sentinel=state.sentinel or "",
+        checkpoint_cadence=cadence_view(run_cadence(session, run_id, state, status.detail), state),
     )
 
 

@@ -47,6 +47,8 @@ class CheckpointsPanel(Vertical):
             self.summary = f"{run.evidence_state} · no manifest yet: p pulls once the job finished"
         else:
             self.summary = f"{run.evidence_state} · {verified}/{len(run.checkpoints)} verified · p pull · v verify"
+        if run.sentinel:  # the on-box sentinel that notifies while rgt is not running (docs/remote-ops.md §9.1)
+            self.summary += f" · sentinel {run.sentinel}"
         summary.update(plain(self.summary))
 
     @on(DataTable.RowHighlighted, "#checkpoints")

@@ -16,14 +16,18 @@ from remote_gpu_trainer.providers.base import Transport
 PID_WAIT_S = 10.0
 
 
+def detached_command(transport: Transport, argv: list[str], ctl_dir: str, log_name: str) -> str:
+    """`argv` started in its own session from the control folder, all three descriptors redirected (stdout
+    and stderr appended to `log_name` there): the one way rgt starts anything that must outlive it."""
+    ctl = shlex.quote(transport.resolve(ctl_dir))
+    program = " ".join(shlex.quote(arg) for arg in argv)
+    return f"cd {ctl}; setsid -f {program} </dev/null >>{ctl}/{shlex.quote(log_name)} 2>&1"
+
+
 async def launch_with_setsid(transport: Transport, script: str, ctl_dir: str) -> int:
     wrapper = f"{ctl_dir}/wrapper.sh"
     await transport.put_bytes(script.encode(), wrapper, mode=0o700)
-    ctl = shlex.quote(transport.resolve(ctl_dir))
-    command = (
-        f"cd {ctl}; setsid -f bash {shlex.quote(transport.resolve(wrapper))}"
-        f" </dev/null >>{ctl}/launch.log 2>&1"
-    )
+    command = detached_command(transport, ["bash", transport.resolve(wrapper)], ctl_dir, "launch.log")
     result = await transport.run(command, timeout=30)
     if result.rc != 0:
         raise TransportError(f"detached launch failed in {ctl_dir}: {result.error_text.strip()[:200]}")

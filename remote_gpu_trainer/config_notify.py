@@ -1,0 +1,89 @@
+"""rgt.toml `[notify]`: where the box's sentinel sends its notifications (docs/remote-ops.md §9.1).
+
+```toml
+[notify]
+webhook_file = "~/.config/rgt/webhook"   # a local file holding the receiver's URL (never the URL itself)
+kind = "json"                             # json | ntfy | slack | discord
+poll_seconds = 30                         # how often the sentinel looks (optional)
+apprise_file = "~/.config/rgt/apprise"   # the local patrol's apprise URL(s), one a line (rgt watch --all --notify)
+
+[runs.r1]
+notify = false                            # this run is launched without a sentinel
+```
+
+The URL stays in its file: rgt.toml is committed, printed and recorded, so it names only where the URL is. The
+file is read when a run with notifications is launched (`read_webhook_url`), and what it holds goes to the box
+over the transport's stdin, never into a config object, an event or a report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from remote_gpu_trainer.audits.notice import KINDS
+from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.toml_table import Table
+
+DEFAULT_POLL_S = 30.0
+MAX_URL_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """`[notify]`; `webhook_file` None means notifications are off for every run."""
+
+    webhook_file: str | None = None
+    kind: str = "json"
+    poll_seconds: float = DEFAULT_POLL_S
+    apprise_file: str | None = None  # `rgt watch --notify` (services/local_notify.py); None: derived from webhook_file
+
+    @property
+    def enabled(self) -> bool:
+        return self.webhook_file is not None
+
+
+def read_notify_config(top: Table) -> NotifyConfig:
+    body = top.table("notify") if top.has("notify") else None
+    if body is None:
+        return NotifyConfig()
+    body.expect({"webhook_file", "kind", "poll_seconds", "apprise_file"})
+    body.done()
+    apprise_file = body.text("apprise_file", nonempty=True)
+    if apprise_file is not None and "://" in apprise_file:
+        body.problem("apprise_file", "looks like a URL: put the apprise URL(s) in a file (chmod 600) and name that "
+                     "file here; rgt.toml is committed and printed, the URLs must not be")
+        apprise_file = None
+    webhook_file = body.text("webhook_file", required=not body.has("apprise_file"), nonempty=True)
+    if webhook_file is not None and "://" in webhook_file:
+        body.problem("webhook_file", "looks like a URL: put the URL in a file (chmod 600) and name that file "
+                     "here; rgt.toml is committed and printed, the URL must not be")
+        webhook_file = None
+    kind = body.text("kind", choices=KINDS, default="json") or "json"
+    poll = body.number("poll_seconds", DEFAULT_POLL_S, above=True, message="must be a number of seconds > 0")
+    return NotifyConfig(webhook_file=webhook_file, kind=kind, poll_seconds=poll or DEFAULT_POLL_S,
+                        apprise_file=apprise_file)
+
+
+def webhook_path(root: Path, notify: NotifyConfig) -> Path:
+    """The file `webhook_file` names: `~` is the user's home, a relative path is under the project."""
+    path = Path(notify.webhook_file or "").expanduser()
+    return path if path.is_absolute() else root / path
+
+
+def read_webhook_url(root: Path, notify: NotifyConfig) -> str:
+    """The receiver's URL from its file: one line, http or https. Every problem is a ConfigError naming the key
+    and the file, never echoing what the file holds."""
+    path = webhook_path(root, notify)
+    where = f"[notify] webhook_file: {path}"
+    try:
+        data = path.read_bytes()[:MAX_URL_BYTES + 1]
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    try:
+        url = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: is not UTF-8 text holding one URL") from None
+    if len(data) > MAX_URL_BYTES or not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+        raise ConfigError(f"{where}: must hold one http:// or https:// URL on one line (nothing else)")
+    return url

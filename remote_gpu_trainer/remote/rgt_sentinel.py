@@ -1,0 +1,302 @@
+"""rgt's sentinel: watches one run on the box and sends one notification per event (docs/remote-ops.md §9.1).
+
+Started detached beside the job wrapper (its own session, every descriptor redirected), so it outlives the
+connection and rgt: nobody needs to be watching for a finished, dead or stalled run to be noticed.
+
+    python3 rgt_sentinel.py CONFIG SECRET
+
+CONFIG is the non-secret JSON rgt wrote into the run's control folder (paths, thresholds and the notification
+bodies rgt rendered at launch); SECRET is the 0600 file holding the receiver's URL, streamed over the
+transport's stdin. Only paths travel on the command line, so no process list shows the URL, and nothing this
+program writes contains it.
+
+Each poll reads the wrapper's control files (pid and its start time, exit_code, DONE), the log's mtime, the newest
+checkpoint's mtime and the durable disk's use, writes a heartbeat, and sends what `decide` says is new: finished,
+died, stalled or disk_full, each at most once, remembered in `sentinel.sent.json` so a restart never sends one
+again. It exits after finished or died. It never stops, kills or deletes anything.
+
+Standard library only, Python 3.8 syntax: it runs under whatever interpreter the box has.
+"""
+
+import base64
+import fnmatch
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+VERSION = 1
+DETAIL = "@@RGT_DETAIL@@"  # where the event's detail goes in the bodies rgt rendered
+RETRY_DELAYS_S = (2, 5, 15, 30, 60, 120)  # a failing receiver: this many retries, then give up on that event
+SEND_TIMEOUT_S = 20
+MAX_WALK = 20000  # files looked at for the newest checkpoint: a huge result tree must not stall the poll
+FINAL = ("finished", "died")
+
+
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def mtime(path):
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def write_atomic(path, text, mode=0o644):
+    temp = path + ".tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temp, path)
+
+
+def pid_state(ctl):
+    """alive, gone or zombie: the recorded pid, guarded against reuse by its recorded start time (as rgt's
+    liveness probe does); None when the wrapper has not written its pid yet."""
+    pid = read_text(os.path.join(ctl, "pid"))
+    if not pid or not pid.isdigit():
+        return None
+    stat = read_text(f"/proc/{pid}/stat")
+    if stat is None:
+        return "gone"
+    fields = stat.rsplit(")", 1)[-1].split()
+    recorded = read_text(os.path.join(ctl, "pid_start"))
+    if recorded and len(fields) > 19 and fields[19] != recorded:
+        return "gone"
+    return "zombie" if fields and fields[0] in ("Z", "X") else "alive"
+
+
+def job_state(job):
+    """A batch job on Slurm: alive while squeue lists it, gone once it no longer does; None when squeue
+    cannot be asked (unknown is never taken for gone)."""
+    try:
+        answer = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if answer.returncode != 0:
+        return None
+    return "alive" if answer.stdout.strip() else "gone"
+
+
+def newest_checkpoint(root, globs):
+    newest, seen = None, 0
+    for folder, _, names in os.walk(root):
+        for name in names:
+            seen += 1
+            if seen > MAX_WALK:
+                return newest
+            if any(fnmatch.fnmatch(name, pattern) for pattern in globs):
+                stamp = mtime(os.path.join(folder, name))
+                if stamp is not None and (newest is None or stamp > newest):
+                    newest = stamp
+    return newest
+
+
+def disk_percent(path):
+    """Use of the file system holding `path` (its nearest existing folder), as df computes it."""
+    while path and not os.path.exists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return None
+    used = (info.f_blocks - info.f_bfree) * info.f_frsize
+    usable = used + info.f_bavail * info.f_frsize
+    return 100.0 * used / usable if usable > 0 else None
+
+
+def observe(config, now):
+    """The facts `decide` judges, read from the box."""
+    ctl = config["ctl"]
+    job = config.get("slurm_job")
+    process = job_state(job) if job else pid_state(ctl)
+    exit_code = read_text(os.path.join(ctl, "exit_code"))
+    return {
+        "now": now,
+        "process": process,
+        "exit_code": int(exit_code) if exit_code and exit_code.lstrip("-").isdigit() else None,
+        "done": os.path.exists(os.path.join(ctl, "DONE")),
+        "log_mtime": mtime(config["log"]),
+        "ckpt_mtime": newest_checkpoint(config["root"], config.get("checkpoint_globs", ["*.pt"])),
+        "disk_percent": disk_percent(config["durable"]),
+    }
+
+
+def decide(facts, config, sent):
+    """The events these facts show that were not sent yet, as (event, detail), final events last.
+
+    finished: the wrapper is gone, exit 0 and DONE. died: gone with a nonzero exit code, exit 0 without DONE,
+    or no exit code at all (killed -9, the box rebooted). stalled: alive, the log silent longer than
+    stall_after, no checkpoint within twice that, and launched longer ago than stall_after. disk_full: the
+    durable disk at or above the threshold. A process state that could not be read decides nothing."""
+    events = []
+    percent = facts.get("disk_percent")
+    if percent is not None and percent >= config.get("disk_full_percent", 95) and "disk_full" not in sent:
+        events.append(("disk_full", f"{config['durable']} at {int(percent)} % used"))
+    process = facts.get("process")
+    if process == "alive":
+        now, stall = facts["now"], float(config["stall_after"])
+        log_age = now - facts["log_mtime"] if facts.get("log_mtime") is not None else None
+        ckpt_age = now - facts["ckpt_mtime"] if facts.get("ckpt_mtime") is not None else None
+        silent = log_age is None or log_age > stall
+        stale = ckpt_age is None or ckpt_age > 2 * stall
+        if silent and stale and now - float(config["started_at"]) > stall and "stalled" not in sent:
+            events.append(("stalled", f"log last written {age(log_age)}, newest checkpoint {age(ckpt_age)}"))
+    elif process in ("gone", "zombie"):
+        code = facts.get("exit_code")
+        if code == 0 and facts.get("done"):
+            event, detail = "finished", "exit 0"
+        elif code == 0:
+            event, detail = "died", "incomplete: exit 0 but required files missing"
+        elif code is not None:
+            event, detail = "died", exit_detail(code)
+        else:
+            event, detail = "died", "no exit code: the job was killed or the box rebooted"
+        if not any(name in sent for name in FINAL):
+            events.append((event, detail))
+    return events
+
+
+def exit_detail(code):
+    if code == 137:
+        return "exit 137 (SIGKILL: out of memory or killed)"
+    if code == 143:
+        return "exit 143 (SIGTERM: stopped or preempted)"
+    return f"exit {code}"
+
+
+def age(seconds):
+    if seconds is None:
+        return "never"
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return f"{int(seconds)} s ago"
+
+
+class Sentinel:
+    def __init__(self, config_path, secret_path):
+        self.config_path = config_path
+        self.config = json.loads(read_text(config_path) or "{}")
+        if self.config.get("version") != VERSION:
+            raise SystemExit(f"sentinel: config version {self.config.get('version')!r} is not {VERSION}")
+        self.url = read_text(secret_path) or ""
+        if not self.url.startswith(("http://", "https://")):
+            raise SystemExit("sentinel: the secrets file holds no http(s) URL")
+        ctl = self.config["ctl"]
+        self.paths = {name: os.path.join(ctl, "sentinel." + name)
+                      for name in ("heartbeat", "sent.json", "log", "exited", "pid")}
+        self.sent = json.loads(read_text(self.paths["sent.json"]) or "{}")
+
+    def log(self, message):
+        """A short record of what the sentinel did; the URL never appears in it."""
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        line = f"{stamp} {message.replace(self.url, '<url>')}\n"
+        with open(self.paths["log"], "a", encoding="utf-8") as handle:
+            handle.write(line)
+
+    def replaced(self):
+        """The run was launched again (its control folder reset) or removed: this sentinel's job is over."""
+        current = read_text(self.config_path)
+        try:
+            return current is None or json.loads(current).get("started_at") != self.config["started_at"]
+        except ValueError:
+            return True
+
+    def run(self):
+        write_atomic(self.paths["pid"], f"{os.getpid()}\n")
+        self.log(f"watching run {self.config['run']} (poll {self.config['poll_s']:g} s)")
+        ended = [event for event in FINAL if event in self.sent]
+        if ended:  # restarted after the run's end was already sent: nothing is sent twice
+            write_atomic(self.paths["exited"], ended[0] + "\n")
+            self.log(f"{ended[0]} was already sent: exiting")
+            return
+        while True:
+            if self.replaced():
+                self.log("the run's control folder was reset: exiting")
+                return
+            try:
+                final = self.tick()
+            except Exception as exc:  # one bad poll never ends the watch
+                self.log(f"poll failed: {type(exc).__name__}")
+                final = None
+            if final is not None:
+                write_atomic(self.paths["exited"], final + "\n")
+                self.log(f"exiting after {final}")
+                return
+            time.sleep(float(self.config["poll_s"]))
+
+    def tick(self):
+        now = time.time()
+        facts = observe(self.config, now)
+        write_atomic(self.paths["heartbeat"], f"{int(now)} {facts.get('process') or 'unknown'}\n")
+        final = None
+        for event, detail in decide(facts, self.config, self.sent):
+            self.notify(event, detail)
+            if event in FINAL:
+                final = event
+        return final
+
+    def notify(self, event, detail):
+        payload = self.config["payloads"][event]
+        body = render(base64.b64decode(payload["body"]), detail, self.config["kind"])
+        attempts, outcome = 0, "gave up"
+        for delay in (0,) + RETRY_DELAYS_S:
+            time.sleep(delay)
+            attempts += 1
+            status, error = post(self.url, body, payload["headers"])
+            if status is not None and 200 <= status < 300:
+                outcome = "sent"
+                break
+            self.log(f"{event}: the receiver answered {error} (attempt {attempts})")
+        self.sent[event] = {"at": int(time.time()), "outcome": outcome, "attempts": attempts, "detail": detail}
+        write_atomic(self.paths["sent.json"], json.dumps(self.sent, sort_keys=True) + "\n")
+        self.log(f"{event} ({detail}): {outcome} after {attempts} attempt(s)")
+
+
+def render(body, detail, kind):
+    """The detail into a body rendered at launch: JSON-escaped inside JSON bodies, as text in plain ones."""
+    text = json.dumps(detail)[1:-1] if kind != "ntfy" else detail
+    return body.replace(DETAIL.encode("ascii"), text.encode("utf-8"))
+
+
+def post(url, body, headers):
+    """(HTTP status, None) or (status or None, a short reason without the URL)."""
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=SEND_TIMEOUT_S) as answer:
+            return answer.status, None
+    except urllib.error.HTTPError as exc:
+        return exc.code, f"HTTP {exc.code}"
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        return None, type(reason).__name__ if isinstance(reason, BaseException) else "unreachable"
+    except (OSError, ValueError) as exc:
+        return None, type(exc).__name__
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.stderr.write("usage: rgt_sentinel.py CONFIG SECRET\n")
+        return 2
+    Sentinel(argv[1], argv[2]).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
