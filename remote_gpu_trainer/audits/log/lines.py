@@ -70,8 +70,11 @@ class LineSplitter:
         if not text:
             return []
         self._dirty = self._dirty or has_control(text, line_breaks_ok=True)  # one scan per chunk, not per line
-        lines: list[Line] = []
         segments = text.split("\n")  # str.split is C-fast; '\r' inside a segment is a redrawn frame
+        if not (self._dirty or self._head or self._dropped or "\x1b" in text or "\x00" in text
+                or max(map(len, segments)) > self.max_chars):
+            return self._split_clean(segments)
+        lines: list[Line] = []
         last = len(segments) - 1
         for index, segment in enumerate(segments):
             if index < last and segment.endswith("\r"):
@@ -85,6 +88,26 @@ class LineSplitter:
                 lines.append(self._make(self._head, redraw=position < final))
                 self._head, self._dropped = "", 0
         self._dirty = self._dirty and has_control(self._head)
+        return lines
+
+    def _split_clean(self, segments: list[str]) -> list[Line]:
+        """`_split` for the common chunk: no escape, control or NUL character, no over-long line and no
+        held half line, so every segment is a line as it stands (built here without a call per line)."""
+        lines: list[Line] = []
+        append = lines.append
+        unfinished = segments.pop()
+        for segment in segments:
+            if "\r" in segment:
+                frames = (segment[:-1] if segment.endswith("\r") else segment).split("\r")
+                lines.extend([Line(frame, True) for frame in frames[:-1]])
+                append(Line(frames[-1]))
+            else:
+                append(Line(segment))
+        if "\r" in unfinished:
+            frames = unfinished.split("\r")
+            lines.extend([Line(frame, True) for frame in frames[:-1]])
+            unfinished = frames[-1]
+        self._head = unfinished
         return lines
 
     def _append(self, piece: str) -> None:

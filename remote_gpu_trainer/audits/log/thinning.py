@@ -20,7 +20,7 @@ A bucket still open holds four samples of aggregates, never its samples: memory 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from remote_gpu_trainer.audits.log.samples import Sample
@@ -71,7 +71,7 @@ class _Bucket:
         return [kept[index] for index in sorted(kept)]
 
 
-def _index_of(values: list[float], pick: type[min] | type[max]) -> int | None:
+def _index_of(values: list[float], pick: Callable[[list[float]], float]) -> int | None:
     """Index of the smallest/largest finite value (NaN stands in for the non-finite ones); None if none."""
     clean = [v for v in values if v == v]
     return values.index(pick(clean)) if clean else None
