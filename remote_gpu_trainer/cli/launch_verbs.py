@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer import text
 from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.clock import iso_z
-from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, VerbFailed
+from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
-from remote_gpu_trainer.services import env_audit
+from remote_gpu_trainer.services import auto_follow, env_audit, recovery
+from remote_gpu_trainer.services.progress_line import ProgressTicker, progress_line
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
@@ -55,6 +56,8 @@ async def run(session: Session, args: argparse.Namespace) -> int:
     from remote_gpu_trainer.services import launch as runner
 
     run = session.run_config(args.run)
+    if getattr(args, "resume", False):
+        return await _resume(session, args)
     if args.rerun:
         args.run = runner.add_rerun(session, args.run, actor="cli")
         run = session.run_config(args.run)
@@ -81,6 +84,7 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
         printers.print_json(schemas.watch_document(run_id, iso_z(session.clock()), state.liveness, alerts))
         return EXIT_OK
     last: tuple[str, str] | None = None
+    ticker = ProgressTicker(args.progress_every)
     while True:
         state, alerts = await _watch_pass(session, run_id)
         printers.print_alerts(alerts, iso_z(session.clock()))
@@ -89,13 +93,40 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
             print(f"{iso_z(session.clock())} run {run_id}: {state.liveness.state} "
                   f"({escape_control(state.liveness.detail)})", flush=True)
             last = current
+        followed = await _progress_or_follow_up(session, run_id, state, ticker)
         if args.once:
-            return EXIT_OK
+            return EXIT_OK if followed else EXIT_FAILED
         if state.liveness.state in ("finished", "dead"):
-            return EXIT_OK if state.liveness.state == "finished" else EXIT_FAILED
+            return EXIT_OK if state.liveness.state == "finished" and followed else EXIT_FAILED
         if state.liveness.detail == "not launched":
             raise VerbFailed(f"run {run_id} was never launched: `rgt run {run_id}` first")
         await asyncio.sleep(args.interval)
+
+
+async def _resume(session: Session, args: argparse.Namespace) -> int:
+    """`rgt run RUN --resume`: a preempted run relaunched on its still-billing box (services/resume.py)."""
+    from remote_gpu_trainer.services.resume import resume_run
+
+    if args.rerun:
+        raise ConfigError("--resume relaunches RUN under its own id and --rerun under a new one: pick one")
+    detail = await resume_run(session, args.run, actor="cli")
+    print(f"resumed {args.run} on {session.run_config(args.run).instance}: pid {detail['pid']}, log {detail['log']}")
+    return EXIT_OK
+
+
+async def _progress_or_follow_up(session: Session, run_id: str, state: RunState, ticker: ProgressTicker) -> bool:
+    """A training run's progress line when one is due; a finished run's automatic pull and verification
+    (rgt.toml `auto`, services/auto_follow.py) when no watcher took them yet. False when that follow-up failed."""
+    if state.liveness.state in ("running", "stalled"):
+        line = await progress_line(session, run_id, ticker)
+        if line is not None:
+            print(line, flush=True)
+        return True
+    done = await auto_follow.follow_up(session, run_id, state.liveness.state)
+    if done is not None:
+        print(f"{iso_z(session.clock())} run {run_id}: auto follow-up {done.outcome}: "
+              f"{escape_control(done.summary)}", flush=True)
+    return done is None or done.ok
 
 
 async def _watch_pass(session: Session, run_id: str) -> tuple[RunState, list[Alert]]:
@@ -106,6 +137,7 @@ async def _watch_pass(session: Session, run_id: str) -> tuple[RunState, list[Ale
         alerts.extend(update.alerts)
     state = await session.run_state(run_id)
     await session.evaluate_rules(run_id, state)
+    recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when the state changed
     alerts.extend(session.take_alerts())
     return state, alerts
 

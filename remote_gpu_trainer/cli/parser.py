@@ -59,7 +59,8 @@ VERB_EXAMPLES = {
     "info": ("rgt info", "rgt info --format json"),
     "up": ("rgt up r1", "rgt up r1 --approve-price 1.49"),
     "push": ("rgt push r1",),
-    "run": ("rgt run r1", 'rgt run r1 --ack "smoke test on a CPU box"'),
+    "run": ("rgt run r1", 'rgt run r1 --ack "smoke test on a CPU box"',
+            "rgt run r1 --resume                (a preempted run, with runs.r1.auto_resume = true)"),
     "watch": ("rgt watch r1", "rgt watch r1 --once --format json", "rgt watch r1 --progress-every 300",
               "rgt watch --all --once                (cron: 3,33 * * * *; exit 1 while a box idles and bills)",
               "rgt watch --all ~/proj-a ~/proj-b --interval 600 --notify"),
@@ -348,6 +349,9 @@ def _launch_options(parser: Parser) -> None:
     parser.add_argument("--rerun", action="store_true",
                         help="launch RUN again under a new id RUN-rN (its table is copied in rgt.toml with a "
                              "sibling remote_root): run ids are append-only")
+    parser.add_argument("--resume", action="store_true",
+                        help="relaunch a preempted RUN on its still-billing box (needs runs.RUN.auto_resume = true; "
+                             "never rents: a new box needs `rgt up`)")
 
 
 def _up_options(parser: Parser) -> None:

@@ -17,7 +17,7 @@ import dataclasses
 import math
 import re
 from collections import deque
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,7 +32,9 @@ from remote_gpu_trainer.audits.log.progress import TrainingProgress
 from remote_gpu_trainer.audits.log.samples import Hit, Sample, severity_rank
 from remote_gpu_trainer.audits.log.signatures import Catalogue
 from remote_gpu_trainer.audits.log.thinning import SeriesThinner
+from remote_gpu_trainer.audits.rules.signals import GpuReading
 from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys
+from remote_gpu_trainer.services.host_signals import HostHistory
 from remote_gpu_trainer.services.launch import CELL_STARTED
 from remote_gpu_trainer.services.log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
 from remote_gpu_trainer.state import events
@@ -142,6 +144,7 @@ class RunLogMonitor:
         self.first_series: dict[str, list[Sample]] = {}
         self.last_line_t: float | None = None
         self.pending_alerts: list[Alert] = []  # from the stateful rules, taken by the UI or `rgt watch`
+        self.host = HostHistory()  # the host rules' inputs across ticks (services/host_signals.py)
         self._lock = asyncio.Lock()  # one poll or rule evaluation at a time: they share the parser state
         self.loss = ThinnedSeries()
         self.nonfinite_step: int | None = None
@@ -277,14 +280,17 @@ class RunLogMonitor:
         self.cell = cell
         events.cell_started(self.db, run_id=self.run_id, cell=cell, t=t, samples_before=samples_before)
 
-    async def evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample], t_log: float,
-                       started_at: float | None, exit_code: int | None) -> list[Alert]:
+    async def evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample | GpuReading], t_log: float,
+                       started_at: float | None, exit_code: int | None,
+                       more: Mapping[str, Any] | None = None) -> list[Alert]:
         async with self._lock:
-            return self._evaluate(liveness, gpu, t_log, started_at, exit_code)
+            return self._evaluate(liveness, gpu, t_log, started_at, exit_code, more)
 
-    def _evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample], t_log: float,
-                 started_at: float | None, exit_code: int | None) -> list[Alert]:
-        """The stateful rows (process, metric, GPU) over what has been gathered so far."""
+    def _evaluate(self, liveness: Liveness | None, gpu: Sequence[GpuSample | GpuReading], t_log: float,
+                 started_at: float | None, exit_code: int | None,
+                 more: Mapping[str, Any] | None = None) -> list[Alert]:
+        """The stateful rows (process, metric, GPU) over what has been gathered so far; `more` holds further
+        RunSignals fields the caller gathered (e.g. the checkpoint cadence's)."""
         flushed: list[Hit] = []
         if liveness is not None and liveness.state in ("finished", "dead"):
             flushed = self.detector.flush(self.now())  # the log is complete: close an open traceback block
@@ -298,7 +304,7 @@ class RunLogMonitor:
         signals = run_rules.RunSignals(
             now=self.now(), t_log=t_log, started_at=started_at, liveness=liveness, exit_code=exit_code,
             log_tail=tuple(self.tail), last_log_line_t=self.last_line_t, samples=all_samples,
-            planned_steps=self.progress.total_steps, gpu_samples=tuple(gpu),
+            planned_steps=self.progress.total_steps, gpu_samples=tuple(gpu), **(more or {}),
         )
         return self._record([*flushed, *run_rules.evaluate(signals)], [])
 

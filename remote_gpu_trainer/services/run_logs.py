@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.services import host_signals
 from remote_gpu_trainer.services.log_monitor import Alert, ChartData, LogUpdate
 from remote_gpu_trainer.views import LogLineView
 
@@ -52,6 +53,17 @@ def loss_chart(session: Session, run_id: str) -> ChartData | None:
     return monitor.chart() if monitor is not None else None
 
 
+def cadence_signals(session: Session, run_id: str, state: RunState) -> dict[str, float | None]:
+    """S94's inputs: the Young/Daly W and the newest checkpoint's time on the monitor's clock (the probe
+    measured its age on the box's clock, so clock skew does not age it)."""
+    from remote_gpu_trainer.services.checkpoint_cadence import run_cadence
+
+    found = run_cadence(session, run_id, state)
+    age = state.newest_ckpt_age_s
+    return {"ckpt_interval_s": found.interval_s if found else None,
+            "newest_ckpt_mtime": session.clock().timestamp() - age if age is not None else None}
+
+
 def take_alerts(session: Session) -> list[Alert]:
     """Alerts raised by the stateful rules since the last call (the log's own come with each update)."""
     alerts: list[Alert] = []
@@ -67,6 +79,8 @@ async def evaluate_rules(session: Session, run_id: str, state: RunState) -> None
     if monitor is None:
         return
     run = session.run_config(run_id)
+    host = await host_signals.tick(session, run, monitor, session.db.launch(run_id), state)
+    gpu = host.gpu_readings or session.gpu_samples.get(run.instance, [])  # timed readings when the box gave them
     monitor.pending_alerts.extend(await monitor.evaluate(
-        state.liveness, session.gpu_samples.get(run.instance, []), t_log=run.stall_after,
-        started_at=state.started_at, exit_code=state.exit_code))
+        state.liveness, gpu, t_log=run.stall_after, started_at=host.started_at, exit_code=state.exit_code,
+        more={**cadence_signals(session, run_id, state), **host.fields()}))

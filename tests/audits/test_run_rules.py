@@ -262,12 +262,15 @@ CASES: dict[str, tuple[RunSignals, RunSignals]] = {
                   compute_apps=snapshots(1, tuple(ComputeApp(pid, 0, 9000.0) for pid in (10, 11, 12, 13)))),
             alive(started_at=NOW - 600, declared_gpus=4, trainer_pids=(10, 11, 12, 13),
                   compute_apps=snapshots(1, tuple(ComputeApp(10 + i, i, 9000.0) for i in range(4))))),
+    # W = 805 s (C 30 s, μ 3 h): a checkpoint 1611 s old is past 2 × W; 1609 s is not
+    "S94": (alive(newest_ckpt_mtime=NOW - 1611, ckpt_interval_s=805.0),
+            alive(newest_ckpt_mtime=NOW - 1609, ckpt_interval_s=805.0)),
 }
 
 
 def test_every_rule_row_has_a_rule_and_a_case() -> None:
-    expected = {f"S{n}" for n in range(58, 94)}
-    assert len(expected) == 36
+    expected = {f"S{n}" for n in range(58, 95)}
+    assert len(expected) == 37
     assert set(CASES) == set(RULES) == expected
 
 
@@ -616,3 +619,12 @@ def test_derive_t_log() -> None:
     assert derive_t_log([]) == T_LOG
     assert derive_t_log([NOW + 10 * i for i in range(100)]) == T_LOG
     assert derive_t_log([NOW + 600 * i for i in range(100)]) == 1800.0
+
+
+def test_s94_names_the_age_and_the_limit_and_stays_silent_without_w_or_when_dead() -> None:
+    match = CASES["S94"][0]
+    assert RULES["S94"](match)[0].evidence == ("newest checkpoint 1611 s old, over 2 × W = 1610 s (Young/Daly W "
+                                               "805 s): a preemption now loses that much work")
+    assert RULES["S94"](replace(match, ckpt_interval_s=None)) == []
+    assert RULES["S94"](replace(match, newest_ckpt_mtime=None)) == []
+    assert RULES["S94"](replace(match, liveness=Liveness("dead", "exit 1"))) == []

@@ -44,6 +44,7 @@ ROW_SEVERITY = {
     "S76": "warn", "S77": "warn", "S78": "error", "S79": "warn", "S80": "warn", "S81": "warn",
     "S82": "warn", "S83": "warn", "S84": "warn", "S85": "warn", "S86": "info", "S87": "warn",
     "S88": "critical", "S89": "warn", "S90": "warn", "S91": "warn", "S92": "error", "S93": "warn",
+    "S94": "warn",
 }
 
 

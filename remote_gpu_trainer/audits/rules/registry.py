@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from remote_gpu_trainer.audits.log.samples import Hit
-from remote_gpu_trainer.audits.rules import gpu, host, loss, metric, proc
+from remote_gpu_trainer.audits.rules import cadence, gpu, host, loss, metric, proc
 from remote_gpu_trainer.audits.rules.signals import RunSignals
 
 RULES: dict[str, Callable[[RunSignals], list[Hit]]] = {
@@ -18,6 +18,7 @@ RULES: dict[str, Callable[[RunSignals], list[Hit]]] = {
     "S83": metric.rule_s83, "S84": metric.rule_s84, "S85": metric.rule_s85,
     "S86": gpu.rule_s86, "S87": gpu.rule_s87, "S88": gpu.rule_s88, "S89": gpu.rule_s89, "S90": gpu.rule_s90,
     "S91": gpu.rule_s91, "S92": gpu.rule_s92, "S93": gpu.rule_s93,
+    "S94": cadence.rule_s94,
 }
 
 

@@ -125,6 +125,7 @@ class RunSignals:
     boot_id_changed: bool | None = None
     last_log_line_t: float | None = None
     newest_ckpt_mtime: float | None = None
+    ckpt_interval_s: float | None = None  # the Young/Daly W (audits/checkpoint_cadence.py); S94 fires past 2 × W
     claimed_saves: Sequence[ClaimedSave] = ()
     watched_files: Sequence[WatchedFile] = ()
     relaunch_at: float | None = None  # when the run was relaunched (None: every sample is after it)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
 from remote_gpu_trainer.errors import RgtError, VerbFailed
 from remote_gpu_trainer.fsutil import read_regular, run_lock
-from remote_gpu_trainer.services import audit
+from remote_gpu_trainer.services import audit, recovery
 from remote_gpu_trainer.services.evidence import pull as evidence_pull
 from remote_gpu_trainer.services.evidence import verify as evidence_verify
 from remote_gpu_trainer.services.liveness import run_state
@@ -48,6 +48,7 @@ async def pull_run(session: Session, run_id: str,
     else:
         events.pull_incomplete(session.db, run_id=run_id, instance=run.instance, detail=detail,
                                failed=len(result.failed), actor=actor)
+    recovery.refresh(session, run_id, state.liveness)
     return result
 
 
@@ -61,6 +62,7 @@ async def verify_run(session: Session, run_id: str,
         result = await evidence_verify.verify(session.project, run, session.db, progress)
     events.verified(session.db, run_id=run_id, instance=run.instance, ok=result.ok, problems=len(result.errors),
                     errors=[e.__dict__ for e in result.errors[:50]], actor=actor)
+    recovery.refresh(session, run_id)
     await asyncio.to_thread(audit.run_audit, session.project, session.db, actor=actor)
     return result
 

@@ -45,7 +45,7 @@ EXPECTED_ROWS = {
     "S81": ("metric", "warn"), "S82": ("metric", "warn"), "S83": ("metric", "warn"), "S84": ("metric", "warn"),
     "S85": ("metric", "warn"), "S86": ("gpu", "info"), "S87": ("gpu", "warn"), "S88": ("gpu", "critical"),
     "S89": ("gpu", "warn"), "S90": ("gpu", "warn"), "S91": ("gpu", "warn"), "S92": ("gpu", "error"),
-    "S93": ("gpu", "warn"),
+    "S93": ("gpu", "warn"), "S94": ("proc", "warn"),
 }
 IGNORE_CASE = {"S08", "S38"}
 # The rows whose backslashes and quotes are easiest to mangle in TOML, exactly as in the spec.
@@ -109,14 +109,14 @@ def test_detector_fires_on_every_example_and_on_no_counter_example(row) -> None:
 
 def test_catalogue_holds_exactly_the_spec_rows_with_their_sources_and_severities() -> None:
     assert {row_id: (row.source, row.severity) for row_id, row in CATALOGUE.rows.items()} == EXPECTED_ROWS
-    assert list(CATALOGUE.rows) == [f"S{n:02d}" for n in range(1, 94)]
+    assert list(CATALOGUE.rows) == [f"S{n:02d}" for n in range(1, 95)]  # S94: rgt's checkpoint cadence row
 
 
 def test_regex_rows_and_rule_rows_are_where_the_spec_puts_them() -> None:
     rule_ids = {row.id for row in CATALOGUE.rows.values() if row.rule is not None}
-    assert rule_ids == {"S03"} | {f"S{n}" for n in range(58, 94)}
+    assert rule_ids == {"S03"} | {f"S{n}" for n in range(58, 95)}
     assert all(CATALOGUE[row_id].pattern is None for row_id in rule_ids)
-    assert [row.id for row in CATALOGUE.rule_rows()] == [f"S{n}" for n in range(58, 94)]
+    assert [row.id for row in CATALOGUE.rule_rows()] == [f"S{n}" for n in range(58, 95)]
     assert [row.id for row in CATALOGUE.log_rows("log(dmesg)")] == ["S05", "S43", "S44"]
     assert [row.id for row in CATALOGUE.log_rows("log(ssh)")] == ["S49"]
     assert {row.id for row in REGEX_ROWS if row.ignore_case} == IGNORE_CASE
@@ -347,7 +347,7 @@ def test_user_rows_from_a_directory_and_from_rgt_toml_load_and_fire(tmp_path: Pa
     direct = {"id": "U02", "source": "log", "severity": "warn", "pattern": "(?i)eval skipped",
               "match": ["EVAL SKIPPED: no val split"], "nomatch": ["eval done"], "cause": "c", "fix": "f"}
     catalogue = load_catalogue(user_dirs=[tmp_path / "signatures.d", tmp_path / "absent"], user_rows=[direct])
-    assert list(catalogue.rows)[-2:] == ["U01", "U02"] and len(catalogue) == 95
+    assert list(catalogue.rows)[-2:] == ["U01", "U02"] and len(catalogue) == 96
     hits = run_detector(["my_dataset: shard 7 is corrupt", "Eval Skipped for epoch 3", "all fine"], catalogue)
     assert triples(hits) == {("U01", "error", 1), ("U02", "warn", 2)}
 

@@ -1,0 +1,105 @@
+"""Recovery notes (docs/remote-ops.md §9.4): `.rgt/recovery/<run-id>.md` after launch, after the finish observe()
+saw, after pull and verify; exact in the parts that matter, untouched while nothing changes, never under runs/."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from remote_gpu_trainer.services.overview import observe
+from remote_gpu_trainer.services.recovery import note_path
+from remote_gpu_trainer.services.session import Session
+from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, copy_command, wait_for_liveness, write_project
+
+
+def section(text: str, title: str) -> list[str]:
+    """The bullet lines under `## title`."""
+    lines = text.split("\n")
+    start = lines.index(f"## {title}") + 2
+    end = next((i for i in range(start, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return [line for line in lines[start:end] if line]
+
+
+async def test_note_follows_launch_finish_pull_and_verify(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    write_project(root)
+    clock = FixedClock(FIXED_NOW)
+    session = Session.open(str(root), clock=clock)
+    box = root / ".rgt" / "sim" / INSTANCE
+    ctl = f"{box}/workspace/job/.rgt/{RUN}"
+    try:
+        await session.create_instance(INSTANCE)
+        detail = await session.launch(RUN)
+        path = note_path(session.project, RUN)
+        assert path == root / ".rgt" / "recovery" / f"{RUN}.md"
+        text = path.read_text()
+        assert text.startswith(f"# Recovery note: run {RUN}\n")
+        assert section(text, "Where the job is") == [
+            f"- instance: {INSTANCE} (sim sim-{INSTANCE})",
+            f"- job: pid {detail['pid']}, started {detail['started_at']}",
+            "- workdir: `/workspace/job`",
+            f"- results (remote_root): `/workspace/rgt/{RUN}`",
+            "- log: `/workspace/job/train.log`",
+            f"- control folder: `/workspace/job/.rgt/{RUN}`",
+            *[f"  - `/workspace/job/.rgt/{RUN}/{name}`"
+              for name in ("pid", "pid_start", "exit_code", "DONE", "finished_at", "launch.json", "wrapper.sh")],
+        ]
+        assert section(text, "How it was started") == [
+            f"- each cell runs: `{copy_command()}`",
+            f"- rgt started the wrapper with: `cd {ctl}; setsid -f bash {ctl}/wrapper.sh </dev/null "
+            f">>{ctl}/launch.log 2>&1`",
+        ]
+        assert section(text, "Last known state") == ["- running, seen by rgt since 2026-11-29T12:00:00Z"]
+        assert f"First: `cd {root.resolve()} && rgt watch {RUN} --once` (probes the box again), then:" in text
+        assert section(text, "After reconnecting")[1:] == [f"- `rgt watch {RUN}` to follow it until it ends"]
+
+        await wait_for_liveness(session)
+        clock.advance(minutes=5)
+        await observe(session)
+        text = path.read_text()
+        assert section(text, "Last known state") == [
+            "- finished (exit 0, artifacts present), seen by rgt since 2026-11-29T12:05:00Z"]
+        assert section(text, "After reconnecting")[1:] == [f"- `rgt pull {RUN}`, then `rgt verify {RUN}`"]
+
+        before = os.stat(path).st_mtime_ns, path.read_bytes()
+        clock.advance(minutes=5)
+        await observe(session)  # nothing changed: the file is left alone
+        assert (os.stat(path).st_mtime_ns, path.read_bytes()) == before
+
+        clock.advance(minutes=1)
+        await session.pull(RUN)
+        text = path.read_text()
+        assert section(text, "Last known state")[1:] == [
+            "- pulled: every file, each matching its manifest hash at 2026-11-29T12:11:00Z"]
+        assert section(text, "After reconnecting")[1:] == [f"- `rgt verify {RUN}`"]
+
+        clock.advance(minutes=1)
+        await session.verify(RUN)
+        text = path.read_text()
+        assert section(text, "Last known state") == [
+            "- finished (exit 0, artifacts present), seen by rgt since 2026-11-29T12:05:00Z",
+            "- pulled: every file, each matching its manifest hash at 2026-11-29T12:11:00Z",
+            "- verified: passed at 2026-11-29T12:12:00Z",
+        ]
+        assert section(text, "After reconnecting")[1:] == [
+            f"- `rgt down {RUN} --confirm sim-{INSTANCE}` once you no longer need the box (the teardown gate "
+            "decides)"]
+        run_dir = root / "runs" / RUN
+        assert run_dir.is_dir() and not [p for p in run_dir.rglob("*") if "recovery" in p.name or p.suffix == ".md"]
+        assert sorted(p.name for p in (root / ".rgt" / "recovery").iterdir()) == [f"{RUN}.md", f"{RUN}.state.json"]
+        assert box.is_dir()  # writing notes never stops or deletes the box
+    finally:
+        await session.close_transports()
+        session.close()
+
+
+async def test_no_note_for_a_run_never_launched(tmp_path: Path) -> None:
+    write_project(tmp_path / "p")
+    session = Session.open(str(tmp_path / "p"))
+    try:
+        await session.create_instance(INSTANCE)
+        await observe(session)
+        assert not (tmp_path / "p" / ".rgt" / "recovery").exists()
+    finally:
+        await session.close_transports()
+        session.close()
