@@ -71,8 +71,9 @@ class LineSplitter:
             return []
         self._dirty = self._dirty or has_control(text, line_breaks_ok=True)  # one scan per chunk, not per line
         segments = text.split("\n")  # str.split is C-fast; '\r' inside a segment is a redrawn frame
-        if not (self._dirty or self._head or self._dropped or "\x1b" in text or "\x00" in text
-                or max(map(len, segments)) > self.max_chars):
+        if not (self._dirty or self._dropped or "\x1b" in text or "\x00" in text or "\x1b" in self._head
+                or max(len(self._head) + len(segments[0]), *map(len, segments)) > self.max_chars):
+            segments[0] = self._head + segments[0]  # the held half line is the first segment's start
             return self._split_clean(segments)
         lines: list[Line] = []
         last = len(segments) - 1
@@ -91,21 +92,21 @@ class LineSplitter:
         return lines
 
     def _split_clean(self, segments: list[str]) -> list[Line]:
-        """`_split` for the common chunk: no escape, control or NUL character, no over-long line and no
-        held half line, so every segment is a line as it stands (built here without a call per line)."""
+        """`_split` for the common chunk: no escape, control or NUL character and no over-long line, so
+        every segment is a line as it stands (built here without a call per line)."""
         lines: list[Line] = []
-        append = lines.append
+        append, make = lines.append, tuple.__new__  # C-level construction: Line(...) costs 3× as much
         unfinished = segments.pop()
         for segment in segments:
             if "\r" in segment:
                 frames = (segment[:-1] if segment.endswith("\r") else segment).split("\r")
-                lines.extend([Line(frame, True) for frame in frames[:-1]])
-                append(Line(frames[-1]))
+                lines.extend([make(Line, (frame, True, 0)) for frame in frames[:-1]])
+                append(make(Line, (frames[-1], False, 0)))
             else:
-                append(Line(segment))
+                append(make(Line, (segment, False, 0)))
         if "\r" in unfinished:
             frames = unfinished.split("\r")
-            lines.extend([Line(frame, True) for frame in frames[:-1]])
+            lines.extend([make(Line, (frame, True, 0)) for frame in frames[:-1]])
             unfinished = frames[-1]
         self._head = unfinished
         return lines
