@@ -31,7 +31,7 @@ from remote_gpu_trainer.audits.log.metrics import MetricParser
 from remote_gpu_trainer.audits.log.progress import TrainingProgress
 from remote_gpu_trainer.audits.log.samples import Hit, Sample, severity_rank
 from remote_gpu_trainer.audits.log.signatures import Catalogue
-from remote_gpu_trainer.audits.log.thinning import SeriesThinner
+from remote_gpu_trainer.audits.log.thinning import SeriesThinner, by_key
 from remote_gpu_trainer.audits.rules.signals import GpuReading
 from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys
 from remote_gpu_trainer.services.host_signals import HostHistory
@@ -232,10 +232,11 @@ class RunLogMonitor:
                 self._new_cell(cell, t, self.saved + len(rows))
             parsed = self._parse(lines, t)
             if parsed:
-                self._remember(parsed)
+                groups = by_key(parsed)
+                self._remember(groups)
                 self.progress.observe(parsed)
-                self._chart_add([s for s in parsed if s.key == "loss"])
-                rows.extend(self.thinner.add(parsed))
+                self._chart_add(groups.get("loss", ()))
+                rows.extend(self.thinner.add(groups))
         if not chunk.more:
             rows.extend(self.thinner.flush(opened_before=t - STORE_AFTER_S))
         kept = [(chunk.first_line_no + i, line.text) for i, line in enumerate(chunk.lines) if not line.redraw]
@@ -331,15 +332,16 @@ class RunLogMonitor:
         return LogFinding(signature=e.signature, severity=e.severity, count=e.count, first_t=e.first_t,
                           last_t=e.last_t, evidence=e.first_evidence, last_evidence=e.last_evidence, line_no=e.line_no)
 
-    def _remember(self, samples: Sequence[Sample]) -> None:
-        for sample in samples:
-            head = self.first_series.setdefault(sample.key, [])
+    def _remember(self, samples: Sequence[Sample] | dict[str, list[Sample]]) -> None:
+        """Into the rules' windows per key: the first FIRST_WINDOW and the newest SERIES_WINDOW samples."""
+        for key, group in (samples if isinstance(samples, dict) else by_key(samples)).items():
+            head = self.first_series.setdefault(key, [])
             if len(head) < FIRST_WINDOW:
-                head.append(sample)
-            window = self.series.get(sample.key)
+                head.extend(group[:FIRST_WINDOW - len(head)])
+            window = self.series.get(key)
             if window is None:
-                window = self.series[sample.key] = deque(maxlen=SERIES_WINDOW)
-            window.append(sample)
+                window = self.series[key] = deque(maxlen=SERIES_WINDOW)
+            window.extend(group)
 
     def _chart_add(self, loss: Sequence[Sample]) -> None:
         for sample in loss:

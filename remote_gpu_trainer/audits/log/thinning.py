@@ -77,6 +77,18 @@ def _index_of(values: list[float], pick: Callable[[list[float]], float]) -> int 
     return values.index(pick(clean)) if clean else None
 
 
+def by_key(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
+    """Samples grouped per key, arrival order kept within each (one pass shared by the monitor's windows
+    and the thinner)."""
+    groups: dict[str, list[Sample]] = {}
+    for sample in samples:
+        group = groups.get(sample.key)
+        if group is None:
+            group = groups[sample.key] = []
+        group.append(sample)
+    return groups
+
+
 @dataclass
 class _KeyState:
     seen: int = 0
@@ -91,16 +103,12 @@ class SeriesThinner:
         self.head, self.bucket, self.level = head, bucket, level
         self._keys: dict[str, _KeyState] = {}
 
-    def add(self, samples: Iterable[Sample]) -> list[Sample]:
-        """The samples to store now, in arrival order within each key (keys grouped, in first-seen order)."""
-        by_key: dict[str, list[Sample]] = {}
-        for sample in samples:
-            group = by_key.get(sample.key)
-            if group is None:
-                group = by_key[sample.key] = []
-            group.append(sample)
+    def add(self, samples: Iterable[Sample] | Mapping[str, list[Sample]]) -> list[Sample]:
+        """The samples to store now, in arrival order within each key (keys grouped, in first-seen order);
+        `samples` may be grouped already (by_key)."""
+        groups = samples if isinstance(samples, Mapping) else by_key(samples)
         rows: list[Sample] = []
-        for key, group in by_key.items():
+        for key, group in groups.items():
             rows.extend(self._add_key(key, group))
         return rows
 
