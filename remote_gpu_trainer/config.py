@@ -42,7 +42,7 @@ _SECRET_VALUE = re.compile(
 _TOP_KEYS = {"project", "instances", "runs", "signatures", "metrics", "verify", "deliver", "grid", "notify"}
 _PROJECT_KEYS = {"name"}
 _INSTANCE_KEYS = {"provider", "host", "id", "api_base", "price_per_hour", "teardown_command", "launch",
-                  "mtbp_hours"}
+                  "mtbp_hours", "interruptible"}
 _RUN_KEYS = {
     "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
     "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after", "gpus", "total_steps",
@@ -95,6 +95,12 @@ class InstanceConfig:
     teardown_command: str | None = None  # ssh: run here (no shell) after the gate, e.g. a provider CLI call
     launch: LaunchConstraint | None = None  # runpod, vastai, lambda: what `rgt up` rents when there is no id
     mtbp_hours: float | None = None  # mean time between preemptions here (beats the profile's [preemption])
+    interruptible: bool = False  # a spot box rgt did not rent (e.g. a spot VM over SSH): exit 143 = preempted
+
+    @property
+    def preemptible(self) -> bool:
+        """Declared interruptible here, or rented interruptible by `rgt up` (docs/remote-ops.md §10)."""
+        return self.interruptible or (self.launch is not None and self.launch.interruptible)
 
 
 @dataclass(frozen=True)
@@ -317,6 +323,7 @@ class _ProjectReader:
             name=name, provider=provider, host=host, id=ident, api_base=api_base, price_per_hour=price,
             teardown_command=teardown_command, launch=launch,
             mtbp_hours=body.number("mtbp_hours", above=True, message="must be a number of hours > 0"),
+            interruptible=body.flag("interruptible", False),
         )
 
     def _same_provider_id(self, instances: dict[str, InstanceConfig]) -> None:
