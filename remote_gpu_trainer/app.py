@@ -9,6 +9,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from remote_gpu_trainer.screens.auto_follow import watch_follow_ups
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.services.session import Session
 
@@ -26,7 +27,9 @@ class RgtApp(App[None]):
         self.session = session
 
     def on_mount(self) -> None:
-        self.push_screen(DashboardScreen())
+        dashboard = DashboardScreen()
+        self.push_screen(dashboard)
+        watch_follow_ups(dashboard)  # finished runs with `auto` are pulled and verified (screens/auto_follow.py)
 
     async def on_unmount(self) -> None:
         await self.session.close_transports()

@@ -24,7 +24,6 @@ from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.events import EventKind
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.services.liveness import RunState
     from remote_gpu_trainer.services.session import Session
 
 ACTOR = "auto"
@@ -73,12 +72,13 @@ def recorded(session: Session, run_id: str) -> FollowUp | None:
     return FollowUp(run_id, int(seq or 0), str(detail.get("outcome")), str(detail.get("summary", "")))
 
 
-async def follow_up(session: Session, run_id: str, state: RunState) -> FollowUp | None:
-    """Pull and/or verify the run once its latest launch finished, unless some watcher already took it;
-    None when there was nothing to do now (not finished, no `auto`, taken, or another watcher on it)."""
+async def follow_up(session: Session, run_id: str, liveness: str) -> FollowUp | None:
+    """Pull and/or verify the run once its latest launch finished (`liveness` as the watcher just saw it),
+    unless some watcher already took it; None when there was nothing to do now (not finished, no `auto`, taken,
+    or another watcher or a person's pull or verify on it: the next look tries again)."""
     run = session.run_config(run_id)
     seq = latest_launch(session, run_id)
-    if not run.auto or state.liveness.state != "finished" or seq is None or session.read_only:
+    if not run.auto or liveness != "finished" or seq is None or session.read_only:
         return None
     if _outcome(session, run_id, seq) not in (None, INTERRUPTED):
         return None
@@ -88,8 +88,8 @@ async def follow_up(session: Session, run_id: str, state: RunState) -> FollowUp 
     except VerbFailed:
         return None  # another watcher holds it: its outcome will be on record
     with stack:
-        if _outcome(session, run_id, seq) not in (None, INTERRUPTED):
-            return None  # taken while this watcher waited for its turn
+        if _outcome(session, run_id, seq) not in (None, INTERRUPTED) or _run_busy(session, run_id):
+            return None  # taken while this watcher waited for its turn, or a pull or verify runs now
         events.auto_follow(session.db, run_id=run_id, instance=run.instance, launch_seq=seq, outcome="started",
                            steps=run.auto, summary=f"{' and '.join(run.auto)} started", actor=ACTOR)
         try:
@@ -124,6 +124,15 @@ async def _steps(session: Session, run_id: str, steps: tuple[str, ...], seq: int
                         f"`rgt verify {run_id}` lists them")
     what = "pulled and verified" if "pull" in steps else "verified"
     return FollowUp(run_id, seq, "verified", f"{what}: PULL_VERIFIED.json written, the teardown gate may open")
+
+
+def _run_busy(session: Session, run_id: str) -> bool:
+    """Whether a pull, verification or teardown of the run holds its lock now (a person's, or another rgt's)."""
+    try:
+        with run_lock(session.project.state_dir, run_id, "checking"):
+            return False
+    except VerbFailed:
+        return True
 
 
 def _outcome(session: Session, run_id: str, seq: int) -> str | None:

@@ -162,7 +162,7 @@ async def after_lines(found: Look, notify: bool) -> list[str]:
     said: list[str] = []
     follow_ups: dict[str, auto_follow.FollowUp] = {}
     for line in found.lines:
-        done = await auto_follow.follow_up(session, line.run, found.states[line.run])
+        done = await auto_follow.follow_up(session, line.run, found.states[line.run].liveness.state)
         if done is not None:
             follow_ups[line.run] = done
             said.append(f"{line.project}/{line.run}: auto follow-up {done.outcome}: {done.summary}")
