@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -230,3 +232,36 @@ def test_the_detail_is_escaped_for_json_bodies_and_plain_for_ntfy() -> None:
     body = b'{"detail": "' + rgt_sentinel.DETAIL.encode() + b'"}'
     assert json.loads(rgt_sentinel.render(body, 'say "hi"\n', "json")) == {"detail": 'say "hi"\n'}
     assert rgt_sentinel.render(b"died (" + rgt_sentinel.DETAIL.encode() + b")", "exit 3", "ntfy") == b"died (exit 3)"
+
+
+@pytest.fixture
+def small_durable(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs where the sim box's result root lives; skipped when the machine refuses the mount."""
+    mount = tmp_path / "proj" / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt"
+    mount.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"this machine refuses a tmpfs mount (needed for a small disk): {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+async def test_a_durable_disk_filling_up_is_notified_once(tmp_path: Path, receiver: Receiver,  # noqa: F811
+                                                          small_durable: Path) -> None:
+    command = "head -c 4000000 /dev/zero > {out}/fill.bin; echo filled; sleep 120"
+    root = notify_project(tmp_path / "proj", receiver.url, command)
+    detail = await launched(root)
+    try:
+        [request] = receiver.wait_for(1)
+        body = json.loads(request.body)
+        durable = small_durable / RUN
+        assert body["event"] == "disk_full"  # the file grows while the sentinel looks: 95 % or more
+        assert re.fullmatch(f"{re.escape(str(durable))} at (9[5-9]|100) % used", body["detail"]), body["detail"]
+        assert body["text"].startswith(f"Run {RUN} on {INSTANCE} (sim-box) is filling its durable disk "
+                                       f"({body['detail']}).\n")
+        time.sleep(4 * POLL_S)
+        assert len(receiver.requests) == 1  # still full: said once
+        assert (small_durable / RUN / "seed0" / "fill.bin").exists()  # nothing was deleted to make room
+    finally:
+        os.killpg(int(str(detail["pid"])), signal.SIGKILL)  # the test's own job
