@@ -345,6 +345,9 @@ _PLAIN_TABLES: dict[str, dict[str, Field]] = {
             "strip_framework_pins": Field("bool")},
     "ssh": {"user": Field("str", required=True), "port_changes_on_restart": Field("bool"),
             "host_key_changes_on_recreate": Field("bool")},
+    # docs/remote-ops.md §10: μ for the Young/Daly interval on interruptible boxes (rgt.toml may override it)
+    "preemption": {"mtbp_hours": Field("float", required=True), "note": Field("str"), "verified": Field("str"),
+                   "source": Field("str")},
 }
 _FLAVOR = {"name": Field("str", required=True), "host_template": Field("str", required=True),
            "port_source": Field("str"), "file_transfer": Field("bool")}

@@ -15,9 +15,10 @@ import json
 from typing import Any
 
 from remote_gpu_trainer.clock import iso_z
-from remote_gpu_trainer.text import duration, escape_all, money, short_hash, size
+from remote_gpu_trainer.text import cadence_line, duration, escape_all, money, short_hash, size
 from remote_gpu_trainer.views import (
     AuditView,
+    CadenceView,
     ClaimView,
     Overview,
     ResultRowView,
@@ -138,7 +139,18 @@ def _run_dict(run: RunView) -> dict[str, Any]:
         "total_steps": run.total_steps,
         "eta_s": _round(run.eta_s),
         "sentinel": run.sentinel or None,
+        "checkpoint_cadence": _cadence_json(run.checkpoint_cadence),
     }
+
+
+def _cadence_json(view: CadenceView | None) -> dict[str, object] | None:
+    """runs[].checkpoint_cadence (docs/formats.md, Report JSON): the Young/Daly figures, null when unknown."""
+    if view is None:
+        return None
+    return {"interval_s": _round(view.interval_s), "write_s": _round(view.write_s), "write_source": view.write_source,
+            "mtbp_s": _round(view.mtbp_s), "mtbp_source": view.mtbp_source, "iterations": view.iterations,
+            "s_per_iteration": _round(view.s_per_iteration), "newest_age_s": _round(view.newest_age_s),
+            "overdue": view.overdue}
 
 
 def _round(value: float | None) -> float | None:
@@ -195,6 +207,8 @@ def _text(o: Overview) -> str:
                    f" ({run.liveness_detail})")
         if run.sentinel:
             out.append(f"  sentinel: {run.sentinel}")
+        if run.checkpoint_cadence is not None:
+            out.append(f"  {cadence_line(run.checkpoint_cadence)}")
         gate = "OPEN" if run.gate.open else "CLOSED"
         out.append(f"  gate {gate}: {run.gate.action}")
         out.extend(f"    - {reason}" for reason in run.gate.reasons)

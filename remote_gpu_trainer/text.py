@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # annotations only; audits import this module, so it imports nothing above audits
     from remote_gpu_trainer.audits.gpu_health import GpuSample
-    from remote_gpu_trainer.views import BoxView, OrphanView
+    from remote_gpu_trainer.views import BoxView, CadenceView, OrphanView
 
 T = TypeVar("T")
 
@@ -212,3 +212,14 @@ def orphan_cells(orphan: OrphanView) -> tuple[str, ...]:
     shown = "?" if orphan.price_per_hour is None else f"{price(orphan.price_per_hour, orphan.currency)}/h"
     return tuple(escape_control(cell) for cell in (
         orphan.provider, orphan.id, orphan.name, orphan.state, shown, orphan.mark))
+
+
+def cadence_line(view: CadenceView) -> str:
+    """The Young/Daly line of a run (docs/remote-ops.md §10), the same in the run panel and the report."""
+    every = f"checkpoint every {duration(view.interval_s)}"
+    if view.iterations is not None and view.s_per_iteration is not None:
+        every += f" ({view.iterations} iterations at {view.s_per_iteration:.3g} s each)"
+    newest = "" if view.newest_age_s is None else f" · newest {duration(view.newest_age_s)} old"
+    overdue = " · OVERDUE (older than 2 × W)" if view.overdue else ""
+    return (f"{every} · W = sqrt(2 · μ {duration(view.mtbp_s)} ({view.mtbp_source}) · C {view.write_s:.3g} s "
+            f"({view.write_source})){newest}{overdue}")

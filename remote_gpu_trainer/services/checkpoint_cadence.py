@@ -36,7 +36,7 @@ def mtbp(session: Session, run: RunConfig, status_detail: Mapping[str, Any] | No
     if instance.mtbp_hours is not None:
         return instance.mtbp_hours * 3600, f"rgt.toml instances.{run.instance}.mtbp_hours"
     hours = session.profile(run.instance).raw.get("preemption", {}).get("mtbp_hours")
-    interruptible = (instance.launch is not None and instance.launch.interruptible) or instance.provider == "slurm" \
+    interruptible = instance.preemptible or instance.provider == "slurm" \
         or preemption.interruptible_status(status_detail or {})
     if isinstance(hours, int | float) and hours > 0 and interruptible:
         return float(hours) * 3600, f"profile {session.profile(run.instance).id} [preemption]"

@@ -158,9 +158,9 @@ async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> 
     judged = classify(probed, launched=launch is not None, t_log=run.stall_after, t_ckpt=2 * run.stall_after)
     if job is not None:
         judged = batch_liveness(job, judged)
-    plan = session.instance(instance_name).launch  # rented interruptible: exit 143 is preemption (§10)
+    # on an interruptible box exit 143 is preemption (docs/remote-ops.md §10)
     judged = preemption.refine(judged, exit_code=probed.exit_code,
-                               interruptible=plan is not None and plan.interruptible)
+                               interruptible=session.instance(instance_name).preemptible)
     return RunState(judged, finished, job.walltime() if job is not None and job.state else None,
                     exit_code=probed.exit_code, started_at=probed.started_at,
                     sentinel=_sentinel(probed, launch), newest_ckpt_age_s=_age(probed.now, probed.newest_ckpt_mtime),

@@ -8,6 +8,7 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, ProgressBar, Static
 
+from remote_gpu_trainer.text import cadence_line
 from remote_gpu_trainer.views import Overview, RunView
 from remote_gpu_trainer.widgets.glyphs import badge, plain, short_hash, size
 from remote_gpu_trainer.widgets.stable_table import StableTable
@@ -49,6 +50,8 @@ class CheckpointsPanel(Vertical):
             self.summary = f"{run.evidence_state} · {verified}/{len(run.checkpoints)} verified · p pull · v verify"
         if run.sentinel:  # the on-box sentinel that notifies while rgt is not running (docs/remote-ops.md §9.1)
             self.summary += f" · sentinel {run.sentinel}"
+        if run.checkpoint_cadence is not None:  # Young/Daly on a preemptible box (docs/remote-ops.md §10)
+            self.summary += f"\n{cadence_line(run.checkpoint_cadence)}"
         summary.update(plain(self.summary))
 
     @on(DataTable.RowHighlighted, "#checkpoints")
