@@ -16,7 +16,8 @@ from support.helpers import run_rgt
 EXPECTED_VERBS = {"demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick",
                   "audit", "finding", "probe", "accept", "events", "trust", "capsule", "splits", "completion", "help",
                   "build", "reconcile", "completeness", "status"}
-OPTIONS_OF = {"down": ("--confirm", "--stop"), "watch": ("--once", "--interval", "--format"),
+OPTIONS_OF = {"down": ("--confirm", "--stop"),
+              "watch": ("--once", "--interval", "--format", "--all", "--notify", "--progress-every"),
               "verify": ("--format",), "pull": ("--format",), "events": ("--run", "--format"),
               "info": ("--format",), "up": ("--approve-price",), "run": ("--ack", "--rerun"),
               "audit": ("--check", "--strict", "--format"),
