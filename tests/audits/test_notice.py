@@ -71,3 +71,4 @@ def test_a_non_latin1_title_still_makes_a_valid_ntfy_header() -> None:
 def test_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown notification kind 'teams'"):
         notice_payload(DIED, "teams")
+
