@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,19 @@ def test_auto_refuses_teardown_and_a_wrong_order(tmp_path: Path, auto: str) -> N
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     expected = "teardown never starts automatically" if "down" in auto else 'in that order'
     assert f"runs.{RUN}.auto: " in result.stderr and expected in result.stderr
+
+
+def test_looping_it_prints_every_tick_and_exits_with_the_last_ticks_status_on_sigterm(tmp_path: Path) -> None:
+    root = finished_project(tmp_path / "billing", "billing")
+    env = {key: value for key, value in os.environ.items() if key != "TERM"}
+    patrolling = subprocess.Popen([sys.executable, "-m", "remote_gpu_trainer", "watch", "--all", "--interval", "0.2"],
+                                  cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+    assert patrolling.stdout is not None
+    lines = [patrolling.stdout.readline() for _ in range(3)]  # three ticks, one run: each line flushed as printed
+    patrolling.send_signal(signal.SIGTERM)
+    rest, errors = patrolling.communicate(timeout=120)
+    assert patrolling.returncode == 1 and errors == ""  # the last tick saw the idle box billing
+    for line in lines + rest.splitlines():
+        match = LINE.match(line.rstrip("\n"))
+        assert match and match["run_state"] == "finished" and match["next"] == f"rgt pull {RUN} {root.resolve()}"
