@@ -1,11 +1,12 @@
-"""Measure the log pipeline against docs/architecture.md §5: ingest ≥ 50,000 lines/s while the UI stays responsive.
+"""Measure the log pipeline against docs/architecture.md §5: ingest ≥ 100,000 lines/s, no frame later than 50 ms.
 
 Three figures on one generated log of 1,000,000 realistic lines (tqdm redraws, key=value metrics,
 Hugging Face dict lines, JSON lines, info chatter, a few warnings and tracebacks):
   1. lines/s through the pure pipeline: line splitter → metric parser → signature detector;
   2. lines/s through the whole service (`RunLogMonitor`: follow the file through the local transport,
-     parse, detect, persist cursor + samples + findings in SQLite), vs `wc -l`-style reading of the same
-     bytes in Python (the baseline: what just reading the file costs in this process);
+     parse, detect, persist cursor + thinned samples + findings in SQLite), vs `wc -l`-style reading of the
+     same bytes in Python (the baseline: what just reading the file costs in this process), and the sample
+     rows stored per line read;
   3. the UI's worst frame delay while the dashboard ingests the log, vs the same dashboard idle, both
      measured as the lateness of a 50 ms timer inside the running app (headless, 120×40).
 Peak memory of the pipeline is printed too (tracemalloc): it must not grow with the log.
@@ -26,6 +27,8 @@ import tracemalloc
 from pathlib import Path
 
 LINES = 1_000_000
+BUDGET_LINES_S = 100_000  # docs/architecture.md §5
+BUDGET_FRAME_S = 0.050
 
 
 def generate(path: Path, lines: int, seed: int = 7) -> int:
@@ -125,7 +128,8 @@ def demo_project(folder: Path) -> tuple[Path, Path]:
     return toml, log
 
 
-async def service_pipeline(source: Path) -> float:
+async def service_pipeline(source: Path) -> tuple[float, int, int]:
+    """(lines/s, lines shown, sample rows stored) through the whole service."""
     from remote_gpu_trainer.services.demo_project import DEMO_RUN
     from remote_gpu_trainer.services.session import Session
 
@@ -146,7 +150,7 @@ async def service_pipeline(source: Path) -> float:
         session.close()
     print(f"  service (follow + parse + detect + SQLite): {lines:,} shown lines, {rows:,} stored samples in "
           f"{elapsed:.2f} s = {lines / elapsed:,.0f} lines/s")
-    return lines / elapsed
+    return lines / elapsed, lines, rows
 
 
 async def frame_delays(source: Path | None, seconds: float) -> float:
@@ -189,13 +193,18 @@ def main() -> None:
         print(f"  pure pipeline: {lines:,} lines (+ their bar redraws), {samples:,} samples: {rate:,.0f} lines/s")
         _, _, _, peak = pure_pipeline(log, traced=True)
         print(f"  peak traced memory of the pipeline over the whole log: {peak / 2**20:.1f} MiB")
-        service = asyncio.run(service_pipeline(log))
+        service, shown, rows = asyncio.run(service_pipeline(log))
         idle = asyncio.run(frame_delays(None, args.ui_seconds))
         busy = asyncio.run(frame_delays(log, args.ui_seconds))
         print(f"  UI worst frame delay: idle {idle * 1000:.0f} ms, ingesting {busy * 1000:.0f} ms")
         print("")
-        print(f"pure pipeline {rate:,.0f} lines/s ({rate / 50_000:.1f}x the 50,000 lines/s budget); "
-              f"service {service:,.0f} lines/s ({service / 50_000:.1f}x); baseline read {baseline:,.0f} lines/s")
+        print(f"pure pipeline {rate:,.0f} lines/s ({rate / BUDGET_LINES_S:.2f}x the {BUDGET_LINES_S:,} lines/s budget)")
+        print(f"service {service:,.0f} lines/s = {service / BUDGET_LINES_S:.2f}x the budget, "
+              f"{service / baseline:.4f}x the baseline read ({baseline:,.0f} lines/s)")
+        print(f"worst frame while ingesting {busy * 1000:.0f} ms = {busy / BUDGET_FRAME_S:.2f}x the 50 ms budget, "
+              f"{busy / max(idle, 1e-3):.1f}x idle ({idle * 1000:.0f} ms)")
+        print(f"samples stored {rows:,} for {shown:,} lines = {rows / max(shown, 1):.3f} per line; "
+              f"peak traced memory of the pipeline {peak / 2**20:.1f} MiB")
 
 
 if __name__ == "__main__":
