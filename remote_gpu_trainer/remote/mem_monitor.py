@@ -194,8 +194,12 @@ def gpu_used():
 
 
 def wrapper_pid(ctl):
+    """The wrapper's pid while it lives; None once it is gone or a zombie (some containers' PID 1 never reaps,
+    and a zombie's /proc entry no longer names its cgroup)."""
     text = (read_text(os.path.join(ctl, "pid")) or "").strip()
-    return text if text.isdigit() else None
+    stat = read_text(f"/proc/{text}/stat") or "" if text.isdigit() else ""
+    state = stat[stat.rfind(")") + 2:stat.rfind(")") + 3]
+    return text if state and state not in "ZX" else None
 
 
 def record_cgroup(ctl, pid, last):
@@ -232,7 +236,7 @@ def monitor(ctl, interval):
         last = record_cgroup(ctl, pid, last)
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(tsv_row(pid, gpus, ctl))
-        if os.path.exists(os.path.join(ctl, STOP_NAME)) or (pid and not os.path.isdir(f"/proc/{pid}")):
+        if os.path.exists(os.path.join(ctl, STOP_NAME)) or pid is None:
             return 0
         time.sleep(interval)
 
