@@ -1,4 +1,4 @@
-# rgt environment probe (docs/remote-ops.md §4 rows 1,2,5-11,14,16 and the §5 GPU health inputs).
+# rgt environment probe (docs/remote-ops.md §4 rows 1,2,5-11,14,16,17 and the §5 GPU health inputs).
 #
 # Sent on stdin, never spliced:   bash -s -- SCRATCH DURABLE PYTHON WORKDIR [STAGING FINAL]...
 # Prints ONE JSON object whose first key is "version", then exits 0. It gathers raw facts only;
@@ -346,6 +346,15 @@ gpu_facts() {
   printf '"kernel_log":%s' "$(kernel_log)"
 }
 
+proxy_facts() {  # row 17: which proxy variables are set (names only: a proxy URL may hold a password), no_proxy
+  local sep="" v
+  printf '{"set":['
+  for v in http_proxy https_proxy all_proxy HTTP_PROXY HTTPS_PROXY ALL_PROXY; do
+    if [ -n "${!v:-}" ]; then printf '%s%s' "$sep" "$(jstr "$v")"; sep=","; fi
+  done
+  printf '],"no_proxy":%s,"NO_PROXY":%s}' "$(jstr "${no_proxy:-}")" "$(jstr "${NO_PROXY:-}")"
+}
+
 main() {
   export LC_ALL=C
   local M=${1-} D=${2-} nargs=$#
@@ -377,6 +386,7 @@ main() {
   J="$J,$(gpu_facts)"
   J="$J,\"torch\":$(torch_facts)"
   J="$J,\"caches\":$(cache_facts)"
+  J="$J,\"proxy\":$(proxy_facts)"
   # a command stopped by its timeout or by the deadline shows rc 124 where it ran
   J="$J,\"budget_s\":$BUDGET,\"elapsed_s\":$SECONDS"
   printf '{%s}\n' "$J"

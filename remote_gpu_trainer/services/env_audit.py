@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.env_audit import (
+    LOOPBACK,
     PROBE_VERSION,
     RunRequirements,
     audit_environment,
@@ -30,7 +31,9 @@ from remote_gpu_trainer.audits.gpu_health import (
     GpuSample,
     parse_gpu_samples,
 )
+from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError, VerbFailed
+from remote_gpu_trainer.networks import load_network
 from remote_gpu_trainer.providers.base import CommandResult, InstanceStatus, Transport
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
@@ -185,12 +188,18 @@ async def audit_run_environment(session: Session, run_id: str, actor: str = "use
     facts = await run_env_probe(transport, scratch=run.workdir, durable=run.remote_root, python=python.path,
                                 workdir=run.workdir)
     rows = audit_environment(facts, RunRequirements(gpus=run.gpus, interpreter_why=python.why,
-                                                    ckpt_tier_survives=session.profile(run.instance).durable_survives()))
+                                                    ckpt_tier_survives=session.profile(run.instance).durable_survives(),
+                                                    no_proxy_hosts=no_proxy_hosts(run)))
     session.db.add_audit(run_id, "env", [dataclasses.asdict(row) for row in rows])
     counts = {status: sum(1 for r in rows if r.status == status) for status in ("fail", "warn", "pass")}
     events.env_audited(session.db, run_id=run_id, instance=run.instance, worst=worst(rows), fails=counts["fail"],
                        warns=counts["warn"], rows=[dataclasses.asdict(r) for r in rows], actor=actor)
     return rows
+
+
+def no_proxy_hosts(run: RunConfig) -> tuple[str, ...]:
+    """Row 17's hosts: loopback, plus the mirrors of the run's network profile (docs/remote-ops.md §12)."""
+    return LOOPBACK + (load_network(run.network).mirror_hosts if run.network else ())
 
 
 def acknowledge_failed_rows(session: Session, run_id: str, failed: list[AuditRow], note: str,

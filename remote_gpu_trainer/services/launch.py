@@ -18,7 +18,7 @@ from remote_gpu_trainer.config import ProjectConfig, RunConfig, load_project, ru
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
 from remote_gpu_trainer.services import launch_guards as guards
-from remote_gpu_trainer.services import sentinel
+from remote_gpu_trainer.services import network_env, sentinel
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 
@@ -63,6 +63,7 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
         'echo $$ > "$CTL/pgid"',
         "cut -d' ' -f22 /proc/$$/stat > \"$CTL/pid_start\" 2>/dev/null || true",
         "export PYTHONUNBUFFERED=1",
+        *network_env.wrapper_lines(run, transport),  # runs.<id>.network (docs/remote-ops.md §12)
         "rc=0",
         "child=0",
         'trap \'[ "$child" -ne 0 ] && kill -TERM "$child" 2>/dev/null; rc=143\' TERM INT HUP',

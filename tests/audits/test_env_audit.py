@@ -472,6 +472,7 @@ def healthy() -> dict[str, Any]:
         "kernel_log": {"source": "dmesg", "rc": 0, "lines": 1812, "xid": ""},
         "torch": torch_out(),
         "caches": [],
+        "proxy": {"set": [], "no_proxy": "", "NO_PROXY": ""},
         "budget_s": 110, "elapsed_s": 14,
         "client_sent_at": NOW - 0.4, "client_received_at": NOW + 14.2,
     }
@@ -482,7 +483,7 @@ H100X8 = ea.RunRequirements(gpus=8, gpu_name="H100", gpu_memory_mib=80_000)
 
 def row(facts: dict[str, Any], number: int, req: ea.RunRequirements = H100X8) -> ea.AuditRow:
     rows = ea.audit_environment(facts, req)
-    assert [r.id for r in rows] == list(range(1, 17))
+    assert [r.id for r in rows] == list(range(1, 18))
     return rows[number - 1]
 
 

@@ -245,4 +245,4 @@ def test_phase0_audit_rows_before_launch_and_a_failed_row_needs_an_ack(project_d
     environment = {row["check"]: row for row in report["runs"][0]["environment"]}
     assert environment["gpus"]["status"] == "fail" and environment["torch"]["status"] == "fail"
     assert environment["checkpoints_survive"]["status"] == "warn"  # the sim disk dies with the box
-    assert len(report["runs"][0]["environment"]) == 16
+    assert len(report["runs"][0]["environment"]) == 17

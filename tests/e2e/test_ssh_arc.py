@@ -68,7 +68,7 @@ async def test_arc_over_ssh_with_a_dropped_connection(sshd: Sshd, ssh_home: Path
     session = await trusted_session(root, sshd)
     try:
         rows = {row.check: row for row in await session.env_audit(RUN)}  # phase 0, over SSH
-        assert len(rows) == 16 and rows["disk_bytes"].status == "pass" and rows["durable_mount"].status == "pass"
+        assert len(rows) == 17 and rows["disk_bytes"].status == "pass" and rows["durable_mount"].status == "pass"
         assert rows["gpus"].detail.startswith("no GPU") and rows["torch"].status == "pass"
         await session.launch(RUN)
         assert await wait_for(session, ("running",)) == "running"

@@ -24,6 +24,7 @@ CACHE_SHARE_OF_SCRATCH = 0.30
 CAPPED_TIER_BYTES = 16 * 1024**3  # *(proposed)*: a filesystem this small is a capped tier (e.g. 5 GB overlay)
 CLOCK_SKEW_S = 60.0
 HOLDER_MIN_AGE_S = 120
+LOOPBACK = ("localhost", "127.0.0.1")
 DELAYED_FSTYPES = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "fuse", "fuseblk")
 KNOWN_GPU_DAEMONS = frozenset({"nvidia-persistenced", "nvidia-persiste", "nv-hostengine", "dcgm-exporter",
                                "dcgmi", "nvidia-smi", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"})
@@ -52,6 +53,7 @@ class RunRequirements:
     known_daemons: frozenset[str] = KNOWN_GPU_DAEMONS
     capped_tier_bytes: int = CAPPED_TIER_BYTES
     interpreter_why: str = ""               # row 8: why the probe ran this interpreter (see run_interpreter)
+    no_proxy_hosts: tuple[str, ...] = LOOPBACK  # row 17: hosts a set proxy must skip (+ the network's mirrors)
 
 
 def worst_status(statuses: Iterable[str]) -> str:
