@@ -125,8 +125,9 @@ def evidence_lines(session: Session, run_id: str) -> tuple[str, ...]:
     lines = []
     for kinds, word in (((EventKind.PULL, EventKind.PULL_INCOMPLETE, EventKind.PULL_FAILED), "pulled"),
                         ((EventKind.VERIFY,), "verified")):
-        last = next((e for e in reversed(session.db.events(run_id=run_id)) if e.kind in kinds
-                     and not (e.kind == EventKind.PULL and not e.detail)), None)  # a pull's start has no payload
+        found = [e for kind in kinds for e in session.db.events(run_id=run_id, kind=kind, limit=2)
+                 if not (e.kind == EventKind.PULL and not e.detail)]  # a pull's start has no payload
+        last = max(found, key=lambda e: e.seq, default=None)
         if last is None:
             continue
         if word == "pulled":
