@@ -12,15 +12,15 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from support.helpers import RUN, write_project
+from support.json_shapes import NONE, assert_shape
 
-NONE = type(None)
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 PROBLEM = {"code": (str,), "path": (str,), "detail": (str,)}
@@ -51,14 +51,6 @@ RESULT_COST = {"amount": (float, NONE), "currency": (str,), "estimate": (bool,),
 RESULT_CLAIM = {"id": (str,), "statement": (str,), "state": (str,), "numbers": (list,), "disclosure": (str, NONE),
                 "findings": (list,), "disclosures": (list,)}
 SECRET = "rgt-test-SECRET-41c9e7d2"
-
-
-def assert_shape(document: Any, shape: Mapping[str, tuple[type, ...]]) -> None:
-    """Exactly these keys, each of one of its types (`type(...) in`, so a bool is never an int)."""
-    assert isinstance(document, dict)
-    assert set(document) == set(shape), f"keys {sorted(document)} != {sorted(shape)}"
-    for key, types in shape.items():
-        assert type(document[key]) in types, f"{key}: {type(document[key]).__name__} is not one of {types}"
 
 
 class Rgt:

@@ -5,7 +5,7 @@ The project has a sim box and two cloud instances, RunPod and Lambda, served by 
 fake_clouds.py and reached over SSH at a real loopback sshd (RunPod at the address its API reports, Lambda at
 its `host`). The key is set once through the providers' env vars and once only in the provider CLIs' own
 credential files under a temp HOME. `rgt` runs in-process through `cli.main` along the whole arc (trust, up,
-push, run, watch, pull, verify, tick, events, down, demo, the reports) and its failure paths: refused
+push, run, watch, pull, verify, tick, events, down, status, demo, the reports) and its failure paths: refused
 teardowns, bad fingerprints, `--debug` tracebacks, provider error bodies that echo the key and its header
 back (401, 500, 503), an API that refuses connections, and an echoed key that straddles the length at which
 provider messages are cut.
@@ -333,6 +333,9 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
     notes = {i["name"]: i["note"] for i in json.loads(echoed.out)["instances"]}
     assert "HTTP 503" in notes["pod"] and "HTTP 401" in notes["lam"]  # the echoing bodies reached the report
     assert "<redacted>" in notes["pod"] + notes["lam"]
+    runpod_fake.fail("GET", "/pods", 401, echo_body(runpod_fake, 401), times=2)  # the account's list echoes it
+    rgt("status", proj, "--timeout", "5")
+    rgt("status", "--all", "--timeout", "5", "--format", "json")
     for run_id in ("c1", "l1"):
         rgt("up", run_id, proj)
         rgt("up", run_id, proj, "--debug")
