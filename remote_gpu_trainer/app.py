@@ -20,6 +20,7 @@ class RgtApp(App[None]):
     BINDINGS = [
         Binding("q", "quit", "Quit"),
         Binding("question_mark", "help", "Help"),
+        Binding("A", "all_boxes", "All boxes", show=False),  # on the dashboard (screens/all_boxes.py)
     ]
 
     def __init__(self, session: Session) -> None:
@@ -40,6 +41,13 @@ class RgtApp(App[None]):
         if not isinstance(self.screen, HelpScreen):
             self.push_screen(HelpScreen())
 
+    def action_all_boxes(self) -> None:
+        """`A`: every box of every project this user opened; from the dashboard only (not over a dialog)."""
+        from remote_gpu_trainer.screens.all_boxes import AllBoxesScreen
+
+        if isinstance(self.screen, DashboardScreen):
+            self.push_screen(AllBoxesScreen(self.session))
+
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         if not isinstance(screen, DashboardScreen):
@@ -56,4 +64,6 @@ class RgtApp(App[None]):
         yield SystemCommand("Filter log", "Filter the log (/)", screen.action_filter)
         yield SystemCommand("Deliver", "Claims, figures and tables; b builds them, r reconciles the documents (5)",
                             lambda: screen.action_panel(4))
+        yield SystemCommand("All boxes", "Every box of every project you opened, and orphans (A)",
+                            self.action_all_boxes)
         yield SystemCommand("Help", "Keys and glossary (?)", self.action_help)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # annotations only; audits import this module, so it imports nothing above audits
     from remote_gpu_trainer.audits.gpu_health import GpuSample
-    from remote_gpu_trainer.views import BoxView, CadenceView, OrphanView
+    from remote_gpu_trainer.views import BoxView, CadenceView, FleetView, OrphanView, ProjectRowView
 
 T = TypeVar("T")
 
@@ -206,6 +206,16 @@ def box_cells(box: BoxView) -> tuple[str, ...]:
     return tuple(escape_control(cell) for cell in (
         box.project, box.name, box.provider, box.id or "?", box.state, f"{money(box.burn_per_hour, box.currency)}/h",
         cost, duration(box.idle_s), runs))
+
+
+def fleet_summary(view: FleetView) -> str:
+    return (f"{len(view.projects)} project(s) · {len(view.instances)} instance(s) · burning "
+            f"{money(view.burn_per_hour, view.currency)}/h")
+
+
+def project_line(project: ProjectRowView, root: str | None = None) -> str:
+    """`ok  ROOT  NAME: 2 instance(s)`, or why the project could not be read; `root` overrides how it is shown."""
+    return escape_control(f"{project.status:<10} {root or project.root}  {project.name or '?'}: {project.detail}")
 
 
 def orphan_cells(orphan: OrphanView) -> tuple[str, ...]:

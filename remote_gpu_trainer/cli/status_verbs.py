@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError
-from remote_gpu_trainer.text import BOX_COLUMNS, ORPHAN_COLUMNS, box_cells, escape_control, money, orphan_cells
+from remote_gpu_trainer.text import (
+    BOX_COLUMNS,
+    ORPHAN_COLUMNS,
+    box_cells,
+    escape_control,
+    fleet_summary,
+    orphan_cells,
+    project_line,
+)
 from remote_gpu_trainer.views import FleetView
 
 
@@ -39,15 +47,13 @@ def status(args: argparse.Namespace) -> int:
 
 def status_lines(view: FleetView) -> list[str]:
     """The instances table, the boxes' notes, the orphans, the projects, the accounts that were not listed."""
-    lines = [f"rgt status · {iso_z(view.generated_at)} · {len(view.projects)} project(s) · "
-             f"{len(view.instances)} instance(s) · burning {money(view.burn_per_hour, view.currency)}/h"]
+    lines = [f"rgt status · {iso_z(view.generated_at)} · {fleet_summary(view)}"]
     lines += table(BOX_COLUMNS, [box_cells(box) for box in view.instances]) if view.instances else ["no instances"]
     lines += [escape_control(f"  {b.project}/{b.name}: {b.note}") for b in view.instances if b.note]
     if view.orphans:
         lines += ["", "orphans (listed by a cloud account, named by no project):"]
         lines += table(ORPHAN_COLUMNS, [orphan_cells(o) for o in view.orphans])
-    lines += ["", "projects:"] + [escape_control(f"  {p.status:<10} {p.root}  {p.name or '?'}: {p.detail}")
-                                  for p in view.projects]
+    lines += ["", "projects:"] + [f"  {project_line(p)}" for p in view.projects]
     if view.account_errors:
         lines += ["", "accounts not listed:"] + [escape_control(f"  ✖ {error}") for error in view.account_errors]
     return lines
