@@ -15,6 +15,7 @@ Sessions are opened read-only: nothing here can stop, terminate or rent anything
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -88,7 +89,7 @@ async def look_at(root: Path, clock: Clock, timeout_s: float) -> _Look:
                                     f"deleted?); `rgt status` keeps listing it until it is back"))
     try:
         session = Session(load_project(file), clock=clock, read_only=True, provider_timeout_s=timeout_s)
-    except RgtError as exc:
+    except (RgtError, OSError, sqlite3.Error) as exc:
         return _Look(ProjectRowView(str(root), None, "unreadable", f"{CONFIG_NAME} could not be read: {exc}"))
     name = session.project.name
     try:
@@ -97,7 +98,7 @@ async def look_at(root: Path, clock: Clock, timeout_s: float) -> _Look:
     except TimeoutError:
         detail = f"no answer within {PROJECT_ROUNDS * (timeout_s + ANSWER_GRACE_S):g} s"
         return _Look(ProjectRowView(str(root), name, "no_answer", detail), session=session)
-    except RgtError as exc:
+    except (RgtError, OSError, sqlite3.Error) as exc:
         return _Look(ProjectRowView(str(root), name, "unreadable", str(exc)), session=session)
     boxes = [box_view(session, view, seen) for view in overview.instance_views(session, seen)]
     row = ProjectRowView(str(root), name, "ok", f"{len(boxes)} instance(s)", len(boxes))
@@ -137,7 +138,7 @@ def _known_elsewhere(roots: Sequence[Path]) -> set[tuple[str, str]]:
         try:
             project = load_project(root / CONFIG_NAME)
             db = StateDB(project.state_db, read_only=True) if project.state_db.is_file() else None
-        except (RgtError, OSError):
+        except (RgtError, OSError, sqlite3.Error):
             continue  # its row (with --all) or nothing: an unreadable project names no box
         try:
             known |= orphans.known_ids(project, db)
