@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.config import ProjectConfig, RunConfig
+from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import atomic_write, read_regular
 from remote_gpu_trainer.providers.transports.detach import detached_command
 from remote_gpu_trainer.recovery_note import RecoveryFacts, render
@@ -113,7 +114,10 @@ def _launch_command(session: Session, run: RunConfig, launch: dict[str, Any] | N
     """The command rgt ran on the box to start the wrapper, in the box's own paths."""
     if launch is None:
         return None
-    transport = session.transport(run.instance)
+    try:
+        transport = session.transport(run.instance)
+    except RgtError:  # a cloud box with no SSH address yet: the note says what it can, never fails observe()
+        return None
     wrapper = transport.resolve(f"{ctl_dir(run)}/wrapper.sh")
     if launch.get("method") == "sbatch":
         return f"sbatch --parsable --job-name=rgt-{run.id} --chdir={transport.resolve(run.workdir)} {wrapper}"
