@@ -18,6 +18,8 @@ over the transport's stdin, never into a config object, an event or a report.
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,25 +67,45 @@ def read_notify_config(top: Table) -> NotifyConfig:
                         apprise_file=apprise_file)
 
 
-def webhook_path(root: Path, notify: NotifyConfig) -> Path:
-    """The file `webhook_file` names: `~` is the user's home, a relative path is under the project."""
-    path = Path(notify.webhook_file or "").expanduser()
+def secret_path(root: Path, named: str) -> Path:
+    """The file a `[notify]` key names: `~` is the user's home, a relative path is under the project."""
+    path = Path(named).expanduser()
     return path if path.is_absolute() else root / path
 
 
-def read_webhook_url(root: Path, notify: NotifyConfig) -> str:
-    """The receiver's URL from its file: one line, http or https. Every problem is a ConfigError naming the key
-    and the file, never echoing what the file holds."""
-    path = webhook_path(root, notify)
-    where = f"[notify] webhook_file: {path}"
+def webhook_path(root: Path, notify: NotifyConfig) -> Path:
+    return secret_path(root, notify.webhook_file or "")
+
+
+def read_secret_lines(path: Path, where: str, limit: int, shape: str) -> list[str]:
+    """The non-blank, non-`#` lines of a secret file (`where` names the key and the file), read at most
+    `limit` bytes. The one reader of the webhook and apprise files: a FIFO, a device or a folder is refused
+    without waiting on it or reading it whole, and every problem is a ConfigError that never echoes what the
+    file holds (`shape` says what it must hold)."""
     try:
-        data = path.read_bytes()[:MAX_URL_BYTES + 1]
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)  # a FIFO opens without a writer
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise ConfigError(f"{where}: is not a regular file; it {shape}")
+            data = handle.read(limit + 1)
     except OSError as exc:
         raise ConfigError(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})") from None
     try:
-        url = data.decode("utf-8").strip()
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise ConfigError(f"{where}: is not UTF-8 text holding one URL") from None
-    if len(data) > MAX_URL_BYTES or not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
-        raise ConfigError(f"{where}: must hold one http:// or https:// URL on one line (nothing else)")
+        raise ConfigError(f"{where}: is not UTF-8 text; it {shape}") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
+    if len(data) > limit or not lines:
+        raise ConfigError(f"{where}: {shape}")
+    return lines
+
+
+def read_webhook_url(root: Path, notify: NotifyConfig) -> str:
+    """The receiver's URL from its file: one line, http or https."""
+    where = f"[notify] webhook_file: {webhook_path(root, notify)}"
+    shape = "must hold one http:// or https:// URL on one line (nothing else)"
+    lines = read_secret_lines(webhook_path(root, notify), where, MAX_URL_BYTES, shape)
+    url = lines[0]
+    if len(lines) != 1 or not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+        raise ConfigError(f"{where}: {shape}")
     return url

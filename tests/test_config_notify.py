@@ -65,7 +65,8 @@ def test_the_url_file_is_read_strictly(tmp_path: Path, monkeypatch: pytest.Monke
     assert webhook_path(root, NotifyConfig(webhook_file="~/x")) == tmp_path / "x"
     assert webhook_path(root, NotifyConfig(webhook_file="/etc/h")) == Path("/etc/h")
     (root / "hook.url").write_bytes(b"\xff\xfe")
-    with pytest.raises(ConfigError, match=r"hook.url: is not UTF-8 text holding one URL$"):
+    with pytest.raises(ConfigError, match=r"hook.url: is not UTF-8 text; it must hold one http:// or https:// URL "
+                       r"on one line \(nothing else\)$"):
         read_webhook_url(root, notify)
     (root / "hook.url").write_text("https://a.example/" + "x" * 5000)
     with pytest.raises(ConfigError, match="must hold one http:// or https:// URL on one line") as raised:

@@ -42,13 +42,18 @@ class Notice:
     next: tuple[str, ...]
 
 
+def rgt_command(verb: str, run_id: str, project: str | None = None, *options: str) -> str:
+    """One rgt command line for a reader to paste: `rgt VERB RUN [PROJECT] [OPTIONS]`, every argument
+    shell-quoted (a project folder with a space, a provider id with a quote). The one spelling of a next
+    command, for notifications and the patrol's line alike."""
+    args = [run_id, *([project] if project else []), *options]
+    return " ".join(["rgt", verb, *(shlex.quote(arg) for arg in args)])
+
+
 def next_commands(run_id: str, instance_id: str, project: str | None = None) -> tuple[str, ...]:
-    """The commands that bring the results home and then, once the gate is open, end the billing. Every
-    argument is shell-quoted, so a reader may paste them as they are."""
-    where = f" {shlex.quote(project)}" if project else ""
-    run = shlex.quote(run_id)
-    return (f"rgt pull {run}{where}", f"rgt verify {run}{where}",
-            f"rgt down {run}{where} --confirm {shlex.quote(instance_id)}")
+    """The commands that bring the results home and then, once the gate is open, end the billing."""
+    return (rgt_command("pull", run_id, project), rgt_command("verify", run_id, project),
+            rgt_command("down", run_id, project, "--confirm", instance_id))
 
 
 def happened(event: str, detail: str = "") -> str:

@@ -6,9 +6,10 @@ has no runs), flushed, plain text: it runs with no terminal, no standard input a
 the tick did after its lines (a follow-up, a notification, a project not notified) go to stderr.
 
 Exit status of a tick, the patrol's status: 0 nothing needs a person; 1 some box is idle and billing (a run on it
-finished or died, none running, burn > 0); 4 no box idles, but a project could not be looked at (gone,
-unreadable rgt.toml or state database). Without --once it ticks every --interval seconds until SIGINT or
-SIGTERM, then exits with the status of its last tick.
+finished or died, none running, burn > 0), or what the tick did after its lines did not fully succeed (a
+follow-up failed, --notify could not read its channels or no channel took a notification); 4 neither, but a
+project could not be looked at (gone, unreadable rgt.toml or state database). Without --once it ticks every
+--interval seconds until SIGINT or SIGTERM, then exits with the status of its last tick.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from pathlib import Path
 
 from remote_gpu_trainer.config import CONFIG_NAME
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, RgtError
+from remote_gpu_trainer.services import fleet
 from remote_gpu_trainer.services import patrol as patrolling
-from remote_gpu_trainer.services import project_registry
 from remote_gpu_trainer.text import escape_control
 
 EXIT_UNREADABLE = 4  # no box idles, but a project could not be looked at
@@ -45,7 +46,7 @@ def _roots(named: list[str]) -> Callable[[], list[Path]]:
         paths = [Path(p).expanduser().resolve() for p in named]
         fixed = list(dict.fromkeys(p.parent if p.name == CONFIG_NAME else p for p in paths))
         return lambda: fixed
-    return lambda: [known.root for known in project_registry.known_projects()]
+    return fleet.registered_roots
 
 
 async def _patrol(roots: Callable[[], list[Path]], once: bool, interval: float, notify: bool) -> int:
@@ -78,7 +79,7 @@ async def tick(roots: list[Path], notify: bool) -> int:
         await asyncio.gather(*(patrolling.close(found) for found in looks), return_exceptions=True)
     for message in (m for messages in said for m in messages):
         print(f"rgt watch: {escape_control(message)}", file=sys.stderr, flush=True)
-    if any(found.idle_billing for found in looks):
+    if any(found.idle_billing or found.unfinished for found in looks):
         return EXIT_FAILED
     if any(found.problem and not found.lines and not found.problem.startswith("no-runs") for found in looks):
         return EXIT_UNREADABLE
@@ -90,4 +91,5 @@ async def _after(found: patrolling.Look, notify: bool) -> list[str]:
     try:
         return await patrolling.after_lines(found, notify)
     except (RgtError, OSError, sqlite3.Error) as exc:
+        found.unfinished = True
         return [f"{found.root}: {exc}"]

@@ -19,7 +19,6 @@ import sqlite3
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,12 +29,10 @@ from remote_gpu_trainer.services import orphans, overview, project_registry
 from remote_gpu_trainer.views import BoxRunView, BoxView, FleetView, InstanceView, ProjectRowView
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.services.liveness import RunState
     from remote_gpu_trainer.services.session import Session
 
 ANSWER_GRACE_S = 1.0  # past the per-box timeout, for a box's own "no answer within" to arrive
 PROJECT_ROUNDS = 3  # a project's whole look: status and probe, then the GPU sample, then the rest
-BUSY = ("running", "stalled")  # a run in one of these keeps its box from being idle
 
 
 @dataclass
@@ -48,8 +45,10 @@ class _Look:
 
 
 def registered_roots() -> list[Path]:
-    """Every project this user opened, gone or not, in the order first opened."""
-    return [known.root for known in project_registry.known_projects()]
+    """Every project this user opened, gone or not, in the order first opened: what `rgt status --all` and
+    `rgt watch --all` look at. An entry that is not an absolute path (a damaged or hand-edited registry) names
+    no project: read as it is, it would be a folder under wherever rgt happens to run."""
+    return [known.root for known in project_registry.known_projects() if known.root.is_absolute()]
 
 
 async def fleet_view(roots: Sequence[Path], *, clock: Clock = utc_now, timeout_s: float = 20.0,
@@ -113,19 +112,10 @@ def box_view(session: Session, view: InstanceView, seen: overview.Observation) -
         project=session.project.name, root=str(session.project.root), name=view.name, provider=view.provider,
         id=view.id, state=view.state, burn_per_hour=view.burn_per_hour, cost_so_far=view.cost_so_far,
         currency=view.currency, estimate=view.estimate,
-        idle_s=idle_seconds(view.burn_per_hour, [state for _, state in runs], seen.at),
+        idle_s=overview.idle_seconds(view.burn_per_hour, [state for _, state in runs], seen.at),
         runs=tuple(BoxRunView(run_id, s.liveness.state, s.liveness.detail) for run_id, s in runs),
         note=view.note,
     )
-
-
-def idle_seconds(burn_per_hour: float, states: Sequence[RunState], now: datetime) -> float | None:
-    """How long a billing box has had no run running or stalled: since the latest finish of its runs.
-    None while one is busy, while it bills nothing, or when no run on it ever finished."""
-    if burn_per_hour <= 0 or any(s.liveness.state in BUSY for s in states):
-        return None
-    finished = [s.finished_at for s in states if s.finished_at is not None]
-    return max(0.0, (now - max(finished)).total_seconds()) if finished else None
 
 
 def _known_elsewhere(roots: Sequence[Path]) -> set[tuple[str, str]]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.audits.notice import Notice, next_commands, notice_text
-from remote_gpu_trainer.config_notify import NotifyConfig, read_webhook_url
+from remote_gpu_trainer.config_notify import NotifyConfig, read_secret_lines, read_webhook_url, secret_path
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.fsutil import run_lock
 from remote_gpu_trainer.state import events
@@ -54,19 +54,11 @@ def channels(root: Path, notify: NotifyConfig) -> Channels | None:
     """The project's apprise URLs; None when `[notify]` names neither file. A file that cannot be read or
     holds something else is a ConfigError naming the key and the file."""
     if notify.apprise_file is not None:
-        path = Path(notify.apprise_file).expanduser()
-        path = path if path.is_absolute() else root / path
-        where = f"[notify] apprise_file: {path}"
-        try:
-            data = path.read_bytes()[:MAX_FILE_BYTES + 1]
-            text = data.decode("utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})") from None
-        except UnicodeDecodeError:
-            raise ConfigError(f"{where}: is not UTF-8 text") from None
-        urls = tuple(line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#"))
-        if len(data) > MAX_FILE_BYTES or not urls or not all("://" in url and " " not in url for url in urls):
-            raise ConfigError(f"{where}: must hold apprise URLs, one a line (nothing else)")
+        path = secret_path(root, notify.apprise_file)
+        where, shape = f"[notify] apprise_file: {path}", "must hold apprise URLs, one a line (nothing else)"
+        urls = tuple(read_secret_lines(path, where, MAX_FILE_BYTES, shape))
+        if not all("://" in url and not any(c.isspace() for c in url) for url in urls):
+            raise ConfigError(f"{where}: {shape}")
         return Channels(urls, where)
     if notify.webhook_file is None:
         return None
@@ -108,24 +100,28 @@ def already_notified(session: Session, run_id: str, launch_seq: int, event: str)
                for e in session.db.events(run_id=run_id, kind=EventKind.NOTIFIED))
 
 
-async def notify_once(session: Session, found: Channels, notice: Notice, launch_seq: int) -> bool:
-    """Send `notice` unless this launch's event was sent already (by any process); True when sent now. A
-    send that no channel took is not recorded, so the next tick tries again."""
+SENT, SKIPPED, UNSENT = "sent", "skipped", "unsent"  # what notify_once did
+
+
+async def notify_once(session: Session, found: Channels, notice: Notice, launch_seq: int) -> str:
+    """Send `notice` unless this launch's event was sent already (by any process): SENT now, SKIPPED (sent
+    before, or another patrol is sending it now), or UNSENT when no channel took it. An unsent notice is not
+    recorded, so the next tick tries again."""
     stack = contextlib.ExitStack()
     try:
         stack.enter_context(run_lock(session.project.state_dir, f"{LOCK_PREFIX}/{notice.run}", "notifying"))
     except VerbFailed:
-        return False  # another patrol is sending this run's events now
+        return SKIPPED  # another patrol is sending this run's events now
     with stack:
         if already_notified(session, notice.run, launch_seq, notice.event):
-            return False
+            return SKIPPED
         title, body = notice_text(notice)
         taken = await send(found, title, body)
         if taken == 0:
-            return False
+            return UNSENT
         events.notified(session.db, run_id=notice.run, instance=notice.instance, launch_seq=launch_seq,
                         event=notice.event, channels=taken, actor=ACTOR)
-    return True
+    return SENT
 
 
 def notice_for(session: Session, run_id: str, event: str, detail: str, instance_id: str, burn_per_hour: float,

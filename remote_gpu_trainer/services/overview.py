@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
 
 MAX_NOTES = 3  # other boxes' notes under the instances table
+BUSY = ("running", "stalled")  # a run in one of these keeps its box from being idle
 
 
 @dataclass(frozen=True)
@@ -78,9 +80,7 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
     gpus = {name: gpu_answers[f"gpu:{name}"] for name in names if f"gpu:{name}" in gpu_answers}
     readings = {}
     for name, status in statuses.items():
-        finished = [s.finished_at for rid, s in run_states.items()
-                    if session.project.runs[rid].instance == name and s.finished_at is not None]
-        reading = meter.meter_reading(session, name, max(finished) if finished else None)
+        reading = meter.meter_reading(session, name, latest_finish(states_on(session, name, run_states)))
         meter.sample_meter(session, name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
         readings[name] = reading
     for run_id, state in run_states.items():
@@ -233,10 +233,32 @@ def idle_billing(instances: list[InstanceView], runs: list[RunView]) -> list[tup
         if instance.burn_per_hour <= 0:
             continue
         idle = [r for r in runs if r.instance == instance.name and r.liveness in ("finished", "dead")]
-        busy = [r for r in runs if r.instance == instance.name and r.liveness in ("running", "stalled")]
+        busy = [r for r in runs if r.instance == instance.name and r.liveness in BUSY]
         if idle and not busy:
             found.append((instance, idle[0]))
     return found
+
+
+def states_on(session: Session, instance: str, run_states: dict[str, RunState]) -> list[RunState]:
+    """The observed states of the runs rgt.toml puts on `instance`."""
+    return [state for run_id, state in sorted(run_states.items())
+            if run_id in session.project.runs and session.project.runs[run_id].instance == instance]
+
+
+def latest_finish(states: Sequence[RunState]) -> datetime | None:
+    """When the last of these runs ended (the meter's "since it finished" and the idle time start there)."""
+    finished = [s.finished_at for s in states if s.finished_at is not None]
+    return max(finished) if finished else None
+
+
+def idle_seconds(burn_per_hour: float, states: Sequence[RunState], now: datetime) -> float | None:
+    """How long a billing box has had no run running or stalled: since the latest end of its runs (`states`).
+    None while one is busy, while it bills nothing, or when no run on it recorded an end. The one idle time
+    `rgt status`, the A screen and the patrol's line print."""
+    if burn_per_hour <= 0 or any(s.liveness.state in BUSY for s in states):
+        return None
+    ended = latest_finish(states)
+    return max(0.0, (now - ended).total_seconds()) if ended is not None else None
 
 
 def next_step(run: RunView) -> str:

@@ -17,6 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from remote_gpu_trainer.audits.notice import rgt_command
 from remote_gpu_trainer.clock import Clock, iso_z, utc_now
 from remote_gpu_trainer.config import CONFIG_NAME, load_project
 from remote_gpu_trainer.errors import RgtError
@@ -79,6 +80,7 @@ class Look:
     session: Session | None = None
     states: dict[str, RunState] = field(default_factory=dict)
     view: Overview | None = None
+    unfinished: bool = False  # after the lines: a follow-up failed or a notification could not be sent
 
     def problem_line(self) -> str:
         return escape_control(f"{iso_z(self.at)} {self.root} project={self.problem}")
@@ -123,34 +125,33 @@ def run_lines(session: Session, view: Overview, states: dict[str, RunState]) -> 
             at=view.generated_at, project=session.project.name, run=run.id, instance=box.name,
             provider=box.provider, instance_id=box.id, box_state=box.state, liveness=run.liveness,
             detail=run.liveness_detail, burn_per_hour=box.burn_per_hour, currency=box.currency,
-            spent=box.cost_so_far, idle_s=_idle_s(view, states, box.name) if box.name in idle else None,
+            spent=box.cost_so_far, idle_s=_idle_s(session, view, states, box) if box.name in idle else None,
             idle_billing=box.name in idle, sentinel=state.sentinel, auto=auto_follow.status(session, run.id),
             next=next_command(session, run, box)))
     return lines
 
 
-def _idle_s(view: Overview, states: dict[str, RunState], instance: str) -> float | None:
-    """Since the latest end of the box's runs (None when no run on it recorded when it ended)."""
-    ended = [state.finished_at for run_id, state in states.items()
-             if state.finished_at is not None and any(r.id == run_id and r.instance == instance for r in view.runs)]
-    return max(0.0, (view.generated_at - max(ended)).total_seconds()) if ended else None
+def _idle_s(session: Session, view: Overview, states: dict[str, RunState], box: InstanceView) -> float | None:
+    """The box's idle time as `rgt status` prints it (services/overview.idle_seconds)."""
+    return overview.idle_seconds(box.burn_per_hour, overview.states_on(session, box.name, states), view.generated_at)
 
 
 def next_command(session: Session, run: RunView, box: InstanceView) -> str:
-    """The one command a person runs next for this run, with the project's folder so it works from anywhere."""
+    """The one command a person runs next for this run, with the project's folder so it works from anywhere
+    (audits/notice.rgt_command: shell-quoted, as the notifications spell it)."""
     where = str(session.project.root)
     if run.liveness in ("running", "stalled"):
-        return f"rgt watch {run.id} {where}"
+        return rgt_command("watch", run.id, where)
     if run.liveness_detail == "not launched":
-        return f"rgt run {run.id} {where}"
+        return rgt_command("run", run.id, where)
     if run.liveness not in ("finished", "dead"):
-        return f"rgt watch {run.id} {where} --once"
+        return rgt_command("watch", run.id, where, "--once")
     step = overview.next_step(run)
     if step == "teardown":
         if box.state == "terminated" or box.burn_per_hour <= 0:
             return "-"
-        return f"rgt down {run.id} {where} --confirm {box.id}"
-    return f"rgt {step} {run.id} {where}"
+        return rgt_command("down", run.id, where, "--confirm", box.id)
+    return rgt_command(step, run.id, where)
 
 
 async def after_lines(found: Look, notify: bool) -> list[str]:
@@ -165,25 +166,30 @@ async def after_lines(found: Look, notify: bool) -> list[str]:
         done = await auto_follow.follow_up(session, line.run, found.states[line.run].liveness.state)
         if done is not None:
             follow_ups[line.run] = done
+            found.unfinished |= not done.ok
             said.append(f"{line.project}/{line.run}: auto follow-up {done.outcome}: {done.summary}")
     if not notify:
         return said
     try:
         channels = local_notify.channels(session.project.root, session.project.notify)
     except RgtError as exc:
-        return [*said, f"{session.project.name}: not notified: {exc}"]
+        channels, problem = None, f"{session.project.name}: not notified: {exc}"
+    else:
+        problem = f"{session.project.name}: not notified: rgt.toml [notify] names no apprise_file or webhook_file"
     if channels is None:
-        return [*said, f"{session.project.name}: not notified: rgt.toml [notify] names no apprise_file or "
-                "webhook_file"]
+        found.unfinished = True
+        return [*said, problem]
     for line in found.lines:
-        said += await _notify(session, line, follow_ups.get(line.run), channels)
+        said += await _notify(found, line, follow_ups.get(line.run), channels)
     return said
 
 
-async def _notify(session: Session, line: RunLine, done: auto_follow.FollowUp | None,
+async def _notify(found: Look, line: RunLine, done: auto_follow.FollowUp | None,
                   channels: local_notify.Channels) -> list[str]:
     """The run's new events, each sent once per launch: its liveness (finished, died, stalled) and the
-    outcome of a follow-up this tick made."""
+    outcome of a follow-up this tick made. One that no channel took marks the look unfinished."""
+    session = found.session
+    assert session is not None
     seq = auto_follow.latest_launch(session, line.run)
     if seq is None:
         return []
@@ -197,8 +203,13 @@ async def _notify(session: Session, line: RunLine, done: auto_follow.FollowUp | 
     for event, detail in words:
         notice = local_notify.notice_for(session, line.run, event, detail, line.instance_id, line.burn_per_hour,
                                          line.currency)
-        if await local_notify.notify_once(session, channels, notice, seq):
+        outcome = await local_notify.notify_once(session, channels, notice, seq)
+        if outcome == local_notify.SENT:
             said.append(f"{line.project}/{line.run}: notified {event}")
+        elif outcome == local_notify.UNSENT:
+            found.unfinished = True
+            said.append(f"{line.project}/{line.run}: {event} not notified: no channel took it "
+                        f"({channels.source}); the next tick tries again")
     return said
 
 
