@@ -80,12 +80,12 @@ def parse_probe(text: str) -> ProbeResult:
         key, sep, value = line.partition("=")
         if sep:
             values[key.strip()] = value.strip()
-    now = _number(values.get("NOW"))
+    now = _stamp(values.get("NOW"))
     if now is None:
         return ProbeResult(error="probe answered without a time")
     exit_code = values.get("EXIT_CODE")
     size, _, mtime = values.get("LOG", "").partition(" ")
-    log_size, log_mtime = _number(size), _number(mtime)
+    log_size, log_mtime = _number(size), _stamp(mtime)
     return ProbeResult(
         now=now,
         pid_state=values.get("PID_STATE", "unknown"),
@@ -93,11 +93,11 @@ def parse_probe(text: str) -> ProbeResult:
         done=values.get("DONE") == "1",
         log_size=int(log_size) if log_size is not None and log_mtime is not None else 0,
         log_mtime=log_mtime if log_size is not None else None,
-        newest_ckpt_mtime=_number(values.get("CKPT")),
-        newest_ckpt_birth=_number(values.get("CKPT_BIRTH")),
-        started_at=_number(values.get("STARTED")),
-        finished_at=_number(values.get("FINISHED")),
-        sentinel_beat=_number(values.get("SENTINEL")),
+        newest_ckpt_mtime=_stamp(values.get("CKPT")),
+        newest_ckpt_birth=_stamp(values.get("CKPT_BIRTH")),
+        started_at=_stamp(values.get("STARTED")),
+        finished_at=_stamp(values.get("FINISHED")),
+        sentinel_beat=_stamp(values.get("SENTINEL")),
         sentinel_exit=values.get("SENTINEL_EXIT") or None,
     )
 
@@ -113,6 +113,16 @@ def _number(text: str | None) -> float | None:
     except ValueError:
         return None
     return value if value is not None and math.isfinite(value) else None
+
+
+MAX_STAMP = 253402300799.0  # 9999-12-31T23:59:59Z: the last second a datetime can hold
+
+
+def _stamp(text: str | None) -> float | None:
+    """Epoch seconds a datetime can hold (0 to MAX_STAMP), or None: a box that prints a time of 1e18 or -1e13
+    must not make every later fromtimestamp() (finished_at, the sentinel's heartbeat) raise."""
+    value = _number(text)
+    return value if value is not None and 0.0 <= value <= MAX_STAMP else None
 
 
 async def liveness(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> Liveness:

@@ -54,6 +54,8 @@ def refresh(session: Session, run_id: str, liveness: Liveness | None = None) -> 
     path = note_path(session.project, run_id)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent.is_symlink():  # .rgt/recovery/ pointing elsewhere: rgt writes nothing outside .rgt/
+            return None
         data = render(gather(session, run, _remember(session, run_id, liveness))).encode()
         if read_regular(path) != data:
             atomic_write(path, data)
