@@ -311,7 +311,7 @@ class DashboardScreen(DeliverActions):
         self.show_panel(index)
         self.query_one("#tabs", Tabs).active = f"tab-{index}"
         panel = self.query_one(f"#{PANELS[index]}")
-        focusable = panel.query("DataTable, RichLog")
+        focusable = panel.query("DataTable, LogView")
         if focusable:
             focusable.first().focus()
 

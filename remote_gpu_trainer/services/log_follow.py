@@ -13,9 +13,11 @@ rgt (the raw bytes) is still understood.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from remote_gpu_trainer.audits.log.lines import Line, LineSplitter
 from remote_gpu_trainer.state.run_logs import LogCursor
@@ -23,6 +25,8 @@ from remote_gpu_trainer.state.run_logs import LogCursor
 OVERLAP = 64  # bytes re-read before the offset to recognise the same file
 READ_LIMIT = 1 << 20  # bytes per transport call
 MAX_READS_PER_POLL = 8  # a backlog is caught up over several polls, so the UI stays responsive
+SPLIT_INLINE_BYTES = 64 << 10  # bigger reads are cut into lines in a worker thread (~25 ms a MiB: a frame)
+T = TypeVar("T")
 
 _DIGEST = b"rgt-sha256:"  # a cursor tail starting so is (length, digest) of the overlap, not the bytes
 _DIGEST_LEN = len(_DIGEST) + 2 + 32
@@ -62,7 +66,10 @@ class LogFollower:
                 first_line_no = 1
             if not data:
                 break
-            new_lines = self.splitter.feed(data)
+            if len(data) > SPLIT_INLINE_BYTES:
+                new_lines = await finish_even_if_cancelled(asyncio.to_thread(self.splitter.feed, data))
+            else:
+                new_lines = self.splitter.feed(data)
             lines.extend(new_lines)
             self.cursor = LogCursor(self.cursor.offset, self.cursor.tail, self.cursor.line_no + len(new_lines))
             more = len(data) >= READ_LIMIT
@@ -107,3 +114,19 @@ def _same_overlap(tail: bytes, read: bytes) -> bool:
     if len(tail) == _DIGEST_LEN and tail.startswith(_DIGEST):
         return len(read) == _overlap_length(tail) and _fingerprint(read) == tail
     return read == tail
+
+
+async def finish_even_if_cancelled(work: Coroutine[Any, Any, T]) -> T:
+    """Await a worker thread's result; if the caller is cancelled meanwhile, still wait for the thread to end
+    before letting the cancellation through: a thread cannot be stopped, and the state it writes (the
+    splitter's half line, the parser, the database) must not be used by anyone else until it is done."""
+    job = asyncio.ensure_future(work)
+    cancelled = False
+    while not job.done():
+        try:
+            await asyncio.wait({job})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    return job.result()

@@ -17,9 +17,9 @@ import dataclasses
 import math
 import re
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from remote_gpu_trainer.audits import rules as run_rules
 from remote_gpu_trainer.audits.gpu_health import GpuSample
@@ -36,7 +36,13 @@ from remote_gpu_trainer.audits.rules.signals import GpuReading
 from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys
 from remote_gpu_trainer.services.host_signals import HostHistory
 from remote_gpu_trainer.services.launch import CELL_STARTED
-from remote_gpu_trainer.services.log_follow import MAX_READS_PER_POLL, LogChunk, LogFollower, Reader
+from remote_gpu_trainer.services.log_follow import (
+    MAX_READS_PER_POLL,
+    LogChunk,
+    LogFollower,
+    Reader,
+    finish_even_if_cancelled,
+)
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.state.events import EventKind
@@ -44,7 +50,6 @@ from remote_gpu_trainer.state.run_logs import LogFinding
 from remote_gpu_trainer.text import duration
 from remote_gpu_trainer.views import LogLineView
 
-T = TypeVar("T")
 _CELL_MARKER = re.compile("^" + re.escape(CELL_STARTED).replace(re.escape("{cell}"), r"(\S+)") + "$")
 TAIL_LINES = 200  # what S58 reads ("no Traceback in the last 200 lines")
 SERIES_WINDOW = 2000  # newest samples per key kept in memory for the rules (spike needs 200, S76 200)
@@ -213,7 +218,7 @@ class RunLogMonitor:
             chunk = await self.follower.poll(max_reads)
             t = self.now()
             if len(chunk.lines) > INLINE_LINES:
-                views, alerts = await _finish_even_if_cancelled(asyncio.to_thread(self._ingest, chunk, t))
+                views, alerts = await finish_even_if_cancelled(asyncio.to_thread(self._ingest, chunk, t))
             else:
                 views, alerts = self._ingest(chunk, t)
         partial = self.scrubber.scrub(chunk.partial) if self.scrubber else chunk.partial
@@ -397,19 +402,3 @@ def _cells(lines: Sequence[Line]) -> list[tuple[str | None, Sequence[Line]]]:
             cell, start = found.group(1), index + 1
     pieces.append((cell, lines[start:]))
     return [(c, piece) for c, piece in pieces if piece or c is not None]
-
-
-async def _finish_even_if_cancelled(work: Coroutine[Any, Any, T]) -> T:
-    """Await a worker thread's digest; if the caller is cancelled meanwhile, still wait for the thread to end
-    before letting the cancellation through: a thread cannot be stopped, and the lock around it must not
-    be released while it still writes the parser state and the database."""
-    job = asyncio.ensure_future(work)
-    cancelled = False
-    while not job.done():
-        try:
-            await asyncio.wait({job})
-        except asyncio.CancelledError:
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return job.result()

@@ -1,12 +1,17 @@
 """The live loss chart: one plotext path (textual-plotext, docs/environment.md §8) behind `set_series`.
 
-plotext costs about 90 ms to import, which the first frame cannot afford (budget < 1 s), so the plot
-widget is imported and mounted only when the first loss value arrives; until then one line says why the
-chart is empty. Swapping to another plotting path means changing this one module.
+Nothing of plotext runs on the event loop (docs/architecture.md §5: no frame later than 50 ms while a log is
+ingested). Importing it costs about 90 ms and drawing a figure 25-45 ms of pure Python, so:
+- textual-plotext is imported in a thread when the first two loss values arrive (never at start: the first
+  frame's budget is < 1 s); until then one line says why the chart is empty;
+- each figure is drawn in a thread, at most once per REDRAW_S (a backlog changes the series on every poll),
+  and a frame only shows the last finished drawing.
+Swapping to another plotting path means changing this one module.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -19,13 +24,15 @@ from textual.widgets import Static
 from remote_gpu_trainer.text import escape_control, utf8_terminal
 
 EMPTY_TEXT = "loss chart: no loss parsed from the log yet"
+Shown = tuple[tuple[float, ...], tuple[float, ...], str]  # xs, ys, title
 
 
 class LossChart(Vertical):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._plot: Any = None
-        self._shown: tuple[tuple[float, ...], tuple[float, ...], str] | None = None
+        self._importing = False
+        self._shown: Shown | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(EMPTY_TEXT, id="chart-empty")
@@ -47,25 +54,46 @@ class LossChart(Vertical):
                 self._plot.display = False
             return
         empty.display = False
-        plot = self._ensure_plot()
-        plot.display = True
-        plt = plot.plt
-        plt.clear_data()
-        plt.clear_figure()
-        plt.title(f"{title} (x: step)")
-        plt.plot(list(xs), list(ys), marker="braille" if utf8_terminal() else "dot")
-        plot.refresh()
+        if self._plot is not None:
+            self._show_plot()
+        elif not self._importing:
+            self._importing = True
+            self.run_worker(self._import_plot, thread=True, exit_on_error=False, group="loss-chart-import")
 
     def shown_points(self) -> int:
-        return len(self._shown[0]) if self._shown else 0
+        """Points the chart shows; 0 while the newest series is still being drawn in the background (a chart
+        that is not on screen draws when it is shown, so it counts the series it holds)."""
+        drawn = self._drawn()
+        return len(drawn[0]) if drawn else 0
 
     def chart_title(self) -> str:
-        return self._shown[2] if self._shown else EMPTY_TEXT
+        drawn = self._drawn()
+        return drawn[2] if drawn else EMPTY_TEXT
 
-    def _ensure_plot(self) -> Any:
+    def _drawn(self) -> Shown | None:
+        if self._shown is None or len(self._shown[0]) < 2:
+            return self._shown
         if self._plot is None:
-            from textual_plotext import PlotextPlot
+            return None
+        if not self.region.area:
+            return self._shown
+        drawn = self._plot.drawn
+        return self._shown if drawn is not None and drawn[:3] == self._shown else None
 
-            self._plot = PlotextPlot(id="chart-plot")
-            self.mount(self._plot)
-        return self._plot
+    def _import_plot(self) -> None:
+        cls = importlib.import_module("remote_gpu_trainer.widgets.background_plot").BackgroundPlot
+        self.app.call_from_thread(self._mount_plot, cls)
+
+    def _mount_plot(self, cls: Any) -> None:
+        self._plot = cls(id="chart-plot")
+        self.mount(self._plot)
+        if self._shown is not None and len(self._shown[0]) >= 2:
+            self._show_plot()
+        else:
+            self._plot.display = False
+
+    def _show_plot(self) -> None:
+        assert self._shown is not None
+        self._plot.display = True
+        self._plot.show((*self._shown, "braille" if utf8_terminal() else "dot"))
+

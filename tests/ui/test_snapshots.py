@@ -272,6 +272,10 @@ def test_oom_log_chart_and_findings(snap_compare: Any, tmp_path: Path, size: tup
         if size == (80, 24):
             await pilot.press("3")
             await wait_for(pilot, panel_shown("panel-log"), "the log panel after 3")
+            from remote_gpu_trainer.widgets.loss_chart import LossChart
+
+            chart = pilot.app.screen.query_one(LossChart)  # drawn in the background once it has a size
+            await wait_for(pilot, lambda _: chart.shown_points() == 40, "the loss chart drawn")
         await pilot.pause()
 
     assert snap_compare(still_app(session), terminal_size=size, run_before=run_before)

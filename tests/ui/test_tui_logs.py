@@ -6,12 +6,12 @@ import shlex
 from pathlib import Path
 
 from test_tui import dashboard, focused_id, notified, wait_until
-from textual.widgets import RichLog
 
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.note import NoteScreen
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.log_panel import LogPanel
+from remote_gpu_trainer.widgets.log_view import LogView
 from remote_gpu_trainer.widgets.loss_chart import LossChart
 from support.helpers import FIXTURES, INSTANCE, RUN, wait_for_liveness, write_project
 
@@ -48,7 +48,7 @@ async def test_oom_log_toasts_charts_jumps_and_acknowledges(tmp_path: Path) -> N
                          and "step 40/40" in chart.chart_title())
         assert chart.shown_points() == 40 and "step 40/40" in chart.chart_title()
 
-        log = panel.query_one("#log", RichLog)
+        log = panel.query_one("#log", LogView)
         await pilot.press("e")
         await wait_until(pilot, lambda: not log.auto_scroll and notified(app, "line 48"))
         assert not log.auto_scroll  # parked on the error, no longer following
