@@ -184,6 +184,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=LINES)
     parser.add_argument("--ui-seconds", type=float, default=20.0)
     args = parser.parse_args()
+    from remote_gpu_trainer.runtime import tune_process
+
+    tune_process()  # what `rgt` and the app apply at start-up: measure what users run
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "train.log"
         count = generate(log, args.lines)

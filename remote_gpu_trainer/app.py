@@ -9,6 +9,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from remote_gpu_trainer.runtime import tune_process
 from remote_gpu_trainer.screens.auto_follow import watch_follow_ups
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.services.session import Session
@@ -26,6 +27,7 @@ class RgtApp(App[None]):
     def __init__(self, session: Session) -> None:
         super().__init__()
         self.session = session
+        tune_process()  # a no-op when the CLI already did (runtime.py); an app opened another way gets the same
 
     def on_mount(self) -> None:
         dashboard = DashboardScreen()

@@ -18,6 +18,7 @@ from remote_gpu_trainer.cli.parser import VERBS, main_parser, parse_verb
 from remote_gpu_trainer.cli.sessions import RunVerb, on_run
 from remote_gpu_trainer.cli.terminal import interactive
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_USAGE, GateRefused, RgtError
+from remote_gpu_trainer.runtime import tune_process
 from remote_gpu_trainer.text import escape_control
 
 INTERRUPTED = 130
@@ -50,6 +51,7 @@ def verb_function(home: tuple[str, str]) -> Callable[..., Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    tune_process()  # the interpreter settings the log budget is measured with (runtime.py)
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list
     args_list = [a for a in args_list if a != "--debug"]

@@ -1,0 +1,44 @@
+"""The interpreter settings every rgt process runs with (remote_gpu_trainer/runtime.py, docs/architecture.md §5):
+read from fresh Python processes, since a test process may already have been tuned by an earlier test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+DEFAULTS = "(700, 10, 10) 0.005 0"
+TUNED = "(50000, 20, 100) 0.001"
+
+
+def settings_after(body: str, cwd: Path) -> list[str]:
+    """What a fresh interpreter prints: its GC thresholds, switch interval and frozen count before and after
+    `body` (each line `THRESHOLDS INTERVAL FROZEN`)."""
+    show = "print(); print(gc.get_threshold(), sys.getswitchinterval(), gc.get_freeze_count(), flush=True)"
+    script = f"import gc, sys\n{show}\n{body}\n{show}\n"
+    result = subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return [line for line in result.stdout.splitlines() if line.startswith("(")]
+
+
+def test_the_cli_entry_point_tunes_the_process_once(project_dir: Path) -> None:
+    body = ("from remote_gpu_trainer.cli import main\n"
+            "assert main(['completion', 'bash']) == 0\n"
+            "frozen = gc.get_freeze_count()\n"
+            "garbage = [[n] for n in range(10_000)]\n"
+            "assert main(['completion', 'bash']) == 0\n"
+            "assert gc.get_freeze_count() == frozen, 'a second call froze later objects'")
+    before, after = settings_after(body, project_dir)
+    assert before == DEFAULTS
+    settings, frozen = after.rsplit(" ", 1)
+    assert settings == TUNED and int(frozen) > 1_000  # the start-up objects, frozen
+
+
+def test_an_app_opened_without_the_cli_gets_the_same_settings(project_dir: Path) -> None:
+    body = ("from remote_gpu_trainer.app import RgtApp\n"
+            "from remote_gpu_trainer.services.session import Session\n"
+            f"RgtApp(Session.open({str(project_dir)!r}, read_only=True))")
+    before, after = settings_after(body, project_dir)
+    assert before == DEFAULTS
+    settings, frozen = after.rsplit(" ", 1)
+    assert settings == TUNED and int(frozen) > 10_000  # textual's objects too
