@@ -78,17 +78,26 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
     gpu_answers = await session.answers({f"gpu:{name}": partial(env.gpu_text, session, name, statuses[name])
                                          for name in names}, wait_s)
     gpus = {name: gpu_answers[f"gpu:{name}"] for name in names if f"gpu:{name}" in gpu_answers}
-    readings = {}
-    for name, status in statuses.items():
-        reading = meter.meter_reading(session, name, latest_finish(states_on(session, name, run_states)))
-        meter.sample_meter(session, name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
-        readings[name] = reading
+    readings = await asyncio.to_thread(meter_readings, session, statuses, run_states)
     for run_id, state in run_states.items():
         if state is not WAITING_RUN:  # rules judge fresh answers only
             state = run_states[run_id] = with_provider_word(state, statuses.get(session.project.runs[run_id].instance))
             await run_logs.evaluate_rules(session, run_id, state)
             recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when it changed
     return Observation(now, statuses, run_states, gpus, readings)
+
+
+def meter_readings(session: Session, statuses: dict[str, InstanceStatus],
+                   run_states: dict[str, RunState]) -> dict[str, MeterReading]:
+    """Each instance's meter, storing a sample when one is due. Run in a worker thread: the sample's write
+    waits for SQLite's write lock while a log digest commits, which on the event loop was a late frame
+    (docs/architecture.md §5), and reading every snapshot and gap is work no frame should wait for either."""
+    readings = {}
+    for name, status in statuses.items():
+        reading = meter.meter_reading(session, name, latest_finish(states_on(session, name, run_states)))
+        meter.sample_meter(session, name, status.state, reading.burn_per_hour, reading.total, reading.estimate)
+        readings[name] = reading
+    return readings
 
 
 async def build(session: Session, seen: Observation) -> Overview:
