@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 SEVERITY_ORDER = {"critical": 0, "error": 1, "warn": 2, "info": 3}
 
@@ -314,9 +315,10 @@ class Overview:
         return next((i for i in self.instances if i.name == name), None)
 
 
-@dataclass(frozen=True)
-class LogLineView:
-    """A line as the log view shows it: its number in the file and the worst signature it raised."""
+class LogLineView(NamedTuple):
+    """A line as the log view shows it: its number in the file and the worst signature it raised. A named
+    tuple, not a dataclass: one is made per line read, a tuple is built in C, and a tuple of an int and
+    strings leaves the garbage collector's watch at its first collection (docs/architecture.md §5)."""
 
     line_no: int
     text: str
