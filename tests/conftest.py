@@ -18,10 +18,13 @@ from support.helpers import FIXED_NOW, FixedClock, write_project  # noqa: E402
 pytest_plugins = ["support.sshd_fixtures", "support.slurm_fixtures"]
 
 @pytest.fixture(autouse=True)
-def isolated_user_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The developer's own ~/.config/rgt (signatures.d, ...) never changes a test's result."""
+def isolated_user_config(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The developer's own ~/.config/rgt (signatures.d, ...) and registry of opened projects never change a
+    test's result. The registry lives beside the test's folder, not in it: tests that list what a command left
+    in tmp_path would otherwise find it there."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "user-config"))
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "user-state"))  # the registry of opened projects
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("user-state")))
 
 
 @pytest.fixture

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 EVIDENCE_NAME = "EVIDENCE.json"
 RUNNING = ("running", "stalled")
+# The launch record is written after the launch command returns and the box stamps its exit in whole seconds,
+# so a run shorter than that latency can read as finishing a little before its launch. Within this slack the
+# finish is the launch (a zero-length window); beyond it the two clocks disagree and no wall time is claimed.
+LAUNCH_RECORD_SLACK_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -105,8 +109,12 @@ def run_window(session: Session, run_id: str, capsules: tuple[datetime, datetime
     running = state is not None and state.liveness.state in RUNNING
     finished = state.finished_at if state is not None and state.finished_at is not None else None
     finished = finished or (capsules[1] if capsules else None)
+    if finished is not None and launched is not None and finished < launched:
+        finished = launched if (launched - finished).total_seconds() <= LAUNCH_RECORD_SLACK_S else finished
     if capsules is not None:
         wall, source = capsules, "capsules"
+    elif launched is not None and finished is not None and finished < launched:
+        wall, source = None, None  # the box's clock and ours disagree by more than the slack
     elif launched is not None and (finished is not None or running):
         wall, source = (launched, finished or seen.at), "launch" if finished is not None else "running"
     else:

@@ -232,3 +232,28 @@ def test_a_running_run_costs_so_far_and_a_finish_read_from_the_capsules_ends_its
     finally:
         session.close()
     assert (run.cost, run.wall_s, run.wall_source, run.finished_at) == (4.0, 7200.0, "capsules", at(3.0))
+
+
+def test_a_finish_stamped_just_before_the_launch_record_is_a_zero_wall_and_a_skewed_clock_claims_none(
+        tmp_path: Path) -> None:
+    """The launch record is written after the launch returns and the box stamps its exit in whole seconds: a run
+    shorter than that reads as finishing up to a few seconds before its launch. That is a zero-length window,
+    never a negative wall time; a finish an hour before the launch is two clocks disagreeing, and no wall time
+    or cost is claimed for it."""
+    root = tmp_path / "proj"
+    write_project(root)
+    quick = RunState(Liveness("finished", "exit 0"), at(1.0) - timedelta(seconds=1))
+    session, seen = metered(root, {"r1": 1.0}, {"r1": quick}, now=3.0)
+    try:
+        (run,) = results_view(session, seen).runs
+    finally:
+        session.close()
+    assert (run.wall_s, run.wall_source, run.finished_at, run.cost) == (0.0, "launch", at(1.0), 0.0)
+    skewed = RunState(Liveness("finished", "exit 0"), at(0.0))
+    session, seen = metered(tmp_path / "proj", {"r1": 1.0}, {"r1": skewed}, now=3.0)
+    try:
+        (run,) = results_view(session, seen).runs
+    finally:
+        session.close()
+    assert (run.wall_s, run.wall_source, run.cost) == (None, None, None)
+    assert run.cost_note == "finish stamp before the launch: not costed"
