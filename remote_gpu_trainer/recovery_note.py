@@ -7,10 +7,14 @@ secret: paths, ids and commands that are already in rgt.toml and the state datab
 
 Everything that varies from one probe to the next (log ages, the clock) is left out, so the text changes only
 when the run's state does, and the service can leave the file alone when nothing changed.
+
+Every command meant to be pasted into a shell quotes its arguments (`shlex.quote`): a project folder or a path
+with a space, a quote or a `;` in it still pastes as one argument, never as a second command.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from remote_gpu_trainer.text import escape_control
@@ -76,7 +80,7 @@ def render(facts: RecoveryFacts) -> str:
         "",
         "## After reconnecting",
         "",
-        f"First: `cd {f.project} && rgt watch {f.run_id} --once` (probes the box again), then:",
+        f"First: `cd {q(f.project)} && rgt watch {f.run_id} --once` (probes the box again), then:",
         "",
         *[f"- {step}" for step in next_steps(f)],
         "",
@@ -86,16 +90,26 @@ def render(facts: RecoveryFacts) -> str:
         "",
         "## On the box, without rgt",
         "",
-        f"- is the wrapper alive: `kill -0 $(cat {f.ctl_dir}/pid)`",
-        f"- how it ended: `cat {f.ctl_dir}/exit_code {f.ctl_dir}/finished_at; ls {f.ctl_dir}/DONE`",
-        f"- the log: `tail -n 50 {f.log}`",
+        f"- is the wrapper alive: `kill -0 $(cat {marker(f, 'pid')})`",
+        f"- how it ended: `cat {marker(f, 'exit_code')} {marker(f, 'finished_at')}; ls {marker(f, 'DONE')}`",
+        f"- the log: `tail -n 50 {q(f.log)}`",
     ]
     return escape_control("\n".join(lines), keep_newlines=True) + "\n"
 
 
+def q(word: str) -> str:
+    """One shell word, quoted only when it needs to be (plain paths stay readable)."""
+    return shlex.quote(word)
+
+
+def marker(f: RecoveryFacts, name: str) -> str:
+    """A control file's path as one shell word."""
+    return q(f"{f.ctl_dir}/{name}")
+
+
 def next_steps(f: RecoveryFacts) -> list[str]:
     """What to do after the re-probe, by the last known state and the evidence so far."""
-    down = f"`rgt down {f.run_id} --confirm {f.provider_id}`" if f.provider_id else f"`rgt down {f.run_id}`"
+    down = f"`rgt down {f.run_id} --confirm {q(f.provider_id)}`" if f.provider_id else f"`rgt down {f.run_id}`"
     if f.handle is None:
         return [f"`rgt run {f.run_id}` (the phase-0 audit, then the launch)"]
     if f.state in ("running", "stalled"):
@@ -109,7 +123,7 @@ def next_steps(f: RecoveryFacts) -> list[str]:
             return [f"`rgt verify {f.run_id}`"]
         return [f"`rgt pull {f.run_id}`, then `rgt verify {f.run_id}`"]
     if f.state == "dead":
-        return [f"read the log's end (`rgt` shows it, or `tail -n 50 {f.log}` on the box), then "
+        return [f"read the log's end (`rgt` shows it, or `tail -n 50 {q(f.log)}` on the box), then "
                 f"`rgt pull {f.run_id}` for what was saved, or `rgt run {f.run_id} --rerun` for a fresh copy"]
     return [f"`rgt watch {f.run_id}` until the box answers"]
 

@@ -208,6 +208,38 @@ def box_cells(box: BoxView) -> tuple[str, ...]:
         cost, duration(box.idle_s), runs))
 
 
+def project_labels(view: FleetView) -> dict[str, str]:
+    """How each project root is named in the all-boxes table: its name, and where two projects share a name
+    (two clones of one repository), the name with its folder, `name (folder)`, or the whole root when even the
+    folders' last parts agree. Without it two rows would read alike and the user could not tell which to tear
+    down."""
+    names: dict[str, set[str]] = {}
+    for box in view.instances:
+        names.setdefault(box.project, set()).add(box.root)
+    labels: dict[str, str] = {}
+    for name, roots in names.items():
+        folders = [os.path.basename(root.rstrip("/")) for root in roots]
+        for root in roots:
+            if len(roots) == 1:
+                labels[root] = name
+            else:
+                folder = os.path.basename(root.rstrip("/"))
+                labels[root] = f"{name} ({folder if folders.count(folder) == 1 else root})"
+    return labels
+
+
+def fleet_rows(view: FleetView) -> list[tuple[str, ...]]:
+    """The instances table's rows, the same in `rgt status` and the TUI, projects named as `project_labels`."""
+    labels = project_labels(view)
+    return [box_cells(dataclasses.replace(box, project=labels[box.root])) for box in view.instances]
+
+
+def box_notes(view: FleetView) -> list[str]:
+    """`project/instance: note` for each box with a note, projects named as in the table."""
+    labels = project_labels(view)
+    return [escape_control(f"{labels[b.root]}/{b.name}: {b.note}") for b in view.instances if b.note]
+
+
 def fleet_summary(view: FleetView) -> str:
     return (f"{len(view.projects)} project(s) · {len(view.instances)} instance(s) · burning "
             f"{money(view.burn_per_hour, view.currency)}/h")

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer import text
 from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.clock import iso_z
-from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, VerbFailed
+from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
-from remote_gpu_trainer.services import auto_follow, env_audit, recovery
+from remote_gpu_trainer.services import auto_follow, env_audit, recovery, resume
 from remote_gpu_trainer.services.progress_line import ProgressTicker, progress_line
 from remote_gpu_trainer.text import escape_control
 
@@ -77,12 +77,14 @@ async def run(session: Session, args: argparse.Namespace) -> int:
 
 
 async def watch(session: Session, args: argparse.Namespace) -> int:
-    """Print the run's state changes and alerts until it ends; `--once`: one pass, then return."""
+    """Print the run's state changes and alerts until the job is over (finished, dead or preempted; exit 0
+    only for finished with its follow-ups done); `--once`: one pass, exit 1 when the box could not be asked or
+    a follow-up failed."""
     run_id = session.run_config(args.run).id
     if args.format == "json":  # the parser allows it with --once only
         state, alerts = await _watch_pass(session, run_id)
         printers.print_json(schemas.watch_document(run_id, iso_z(session.clock()), state.liveness, alerts))
-        return EXIT_OK
+        return EXIT_FAILED if resume.unanswered(state) else EXIT_OK
     last: tuple[str, str] | None = None
     ticker = ProgressTicker(args.progress_every)
     while True:
@@ -95,8 +97,8 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
             last = current
         followed = await _progress_or_follow_up(session, run_id, state, ticker)
         if args.once:
-            return EXIT_OK if followed else EXIT_FAILED
-        if state.liveness.state in ("finished", "dead"):
+            return EXIT_OK if followed and not resume.unanswered(state) else EXIT_FAILED
+        if resume.ended_here(state):
             return EXIT_OK if state.liveness.state == "finished" and followed else EXIT_FAILED
         if state.liveness.detail == "not launched":
             raise VerbFailed(f"run {run_id} was never launched: `rgt run {run_id}` first")
@@ -130,12 +132,17 @@ async def _progress_or_follow_up(session: Session, run_id: str, state: RunState,
 
 
 async def _watch_pass(session: Session, run_id: str) -> tuple[RunState, list[Alert]]:
-    """One status pass: the log followed (its alerts first), the run's state, then the rules' alerts."""
+    """One status pass: the log followed (its alerts first), the run's state (with the provider's word when the
+    job reads dead or unknown: services/resume.py), then the rules' alerts. A box that cannot be reached
+    skips the log; its state then says why."""
     alerts: list[Alert] = []
-    update = await session.follow_log(run_id)
+    try:
+        update = await session.follow_log(run_id)
+    except RgtError:
+        update = None
     if update is not None:
         alerts.extend(update.alerts)
-    state = await session.run_state(run_id)
+    state = await resume.watched_run_state(session, run_id)
     await session.evaluate_rules(run_id, state)
     recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when the state changed
     alerts.extend(session.take_alerts())

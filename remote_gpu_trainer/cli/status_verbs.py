@@ -15,8 +15,9 @@ from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from remote_gpu_trainer.text import (
     BOX_COLUMNS,
     ORPHAN_COLUMNS,
-    box_cells,
+    box_notes,
     escape_control,
+    fleet_rows,
     fleet_summary,
     orphan_cells,
     project_line,
@@ -48,8 +49,8 @@ def status(args: argparse.Namespace) -> int:
 def status_lines(view: FleetView) -> list[str]:
     """The instances table, the boxes' notes, the orphans, the projects, the accounts that were not listed."""
     lines = [f"rgt status · {iso_z(view.generated_at)} · {fleet_summary(view)}"]
-    lines += table(BOX_COLUMNS, [box_cells(box) for box in view.instances]) if view.instances else ["no instances"]
-    lines += [escape_control(f"  {b.project}/{b.name}: {b.note}") for b in view.instances if b.note]
+    lines += table(BOX_COLUMNS, fleet_rows(view)) if view.instances else ["no instances"]
+    lines += [f"  {note}" for note in box_notes(view)]
     if view.orphans:
         lines += ["", "orphans (listed by a cloud account, named by no project):"]
         lines += table(ORPHAN_COLUMNS, [orphan_cells(o) for o in view.orphans])

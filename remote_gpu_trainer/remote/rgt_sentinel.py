@@ -8,12 +8,14 @@ connection and rgt: nobody needs to be watching for a finished, dead or stalled 
 CONFIG is the non-secret JSON rgt wrote into the run's control folder (paths, thresholds and the notification
 bodies rgt rendered at launch); SECRET is the 0600 file holding the receiver's URL, streamed over the
 transport's stdin. Only paths travel on the command line, so no process list shows the URL, and nothing this
-program writes contains it.
+program writes contains it. The secrets file is deleted when the watch ends (after finished or died): the URL
+stays on the box no longer than it is needed.
 
 Each poll reads the wrapper's control files (pid and its start time, exit_code, DONE), the log's mtime, the newest
 checkpoint's mtime and the durable disk's use, writes a heartbeat, and sends what `decide` says is new: finished,
 died, stalled or disk_full, each at most once, remembered in `sentinel.sent.json` so a restart never sends one
-again. It exits after finished or died. It never stops, kills or deletes anything.
+again. It exits after finished or died. It never stops or kills anything, and deletes nothing but its own
+secrets file.
 
 Standard library only, Python 3.8 syntax: it runs under whatever interpreter the box has.
 """
@@ -192,21 +194,43 @@ def age(seconds):
 class Sentinel:
     def __init__(self, config_path, secret_path):
         self.config_path = config_path
+        self.secret_path = secret_path
         self.config = json.loads(read_text(config_path) or "{}")
         if self.config.get("version") != VERSION:
             raise SystemExit(f"sentinel: config version {self.config.get('version')!r} is not {VERSION}")
-        self.url = read_text(secret_path) or ""
-        if not self.url.startswith(("http://", "https://")):
-            raise SystemExit("sentinel: the secrets file holds no http(s) URL")
         ctl = self.config["ctl"]
         self.paths = {name: os.path.join(ctl, "sentinel." + name)
                       for name in ("heartbeat", "sent.json", "log", "exited", "pid")}
         self.sent = json.loads(read_text(self.paths["sent.json"]) or "{}")
+        self.url = read_text(secret_path) or ""
+        if not self.url.startswith(("http://", "https://")) and not self.ended():
+            # a restart after the end needs no URL (its secrets file is already gone); any other start does
+            raise SystemExit("sentinel: the secrets file holds no http(s) URL")
+
+    def ended(self):
+        """The final event this launch already sent (finished or died), or None."""
+        return next((event for event in FINAL if event in self.sent), None)
+
+    def forget_secret(self):
+        """Delete the secrets file once the watch is over, unless the run was launched again meanwhile (that
+        launch streamed its own URL into the same file)."""
+        if self.replaced():
+            return
+        try:
+            os.remove(self.secret_path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self.log(f"could not delete the secrets file: {type(exc).__name__}")
+            return
+        self.log("deleted the secrets file")
 
     def log(self, message):
         """A short record of what the sentinel did; the URL never appears in it."""
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        line = f"{stamp} {message.replace(self.url, '<url>')}\n"
+        if self.url:  # str.replace with an empty needle would splice '<url>' between every character
+            message = message.replace(self.url, "<url>")
+        line = f"{stamp} {message}\n"
         with open(self.paths["log"], "a", encoding="utf-8") as handle:
             handle.write(line)
 
@@ -221,10 +245,11 @@ class Sentinel:
     def run(self):
         write_atomic(self.paths["pid"], f"{os.getpid()}\n")
         self.log(f"watching run {self.config['run']} (poll {self.config['poll_s']:g} s)")
-        ended = [event for event in FINAL if event in self.sent]
+        ended = self.ended()
         if ended:  # restarted after the run's end was already sent: nothing is sent twice
-            write_atomic(self.paths["exited"], ended[0] + "\n")
-            self.log(f"{ended[0]} was already sent: exiting")
+            write_atomic(self.paths["exited"], ended + "\n")
+            self.log(f"{ended} was already sent: exiting")
+            self.forget_secret()
             return
         while True:
             if self.replaced():
@@ -237,6 +262,7 @@ class Sentinel:
                 final = None
             if final is not None:
                 write_atomic(self.paths["exited"], final + "\n")
+                self.forget_secret()
                 self.log(f"exiting after {final}")
                 return
             time.sleep(float(self.config["poll_s"]))

@@ -13,6 +13,7 @@ verification does not probe the box, yet its note must still say what the run wa
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -122,7 +123,8 @@ def _launch_command(session: Session, run: RunConfig, launch: dict[str, Any] | N
         return None
     wrapper = transport.resolve(f"{ctl_dir(run)}/wrapper.sh")
     if launch.get("method") == "sbatch":
-        return f"sbatch --parsable --job-name=rgt-{run.id} --chdir={transport.resolve(run.workdir)} {wrapper}"
+        chdir = shlex.quote(f"--chdir={transport.resolve(run.workdir)}")
+        return f"sbatch --parsable --job-name=rgt-{run.id} {chdir} {shlex.quote(wrapper)}"
     return detached_command(transport, ["bash", wrapper], ctl_dir(run), "launch.log")
 
 

@@ -11,7 +11,15 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
-from remote_gpu_trainer.text import BOX_COLUMNS, box_cells, escape_control, fleet_summary, orphan_cells, project_line
+from remote_gpu_trainer.text import (
+    BOX_COLUMNS,
+    box_notes,
+    escape_control,
+    fleet_rows,
+    fleet_summary,
+    orphan_cells,
+    project_line,
+)
 from remote_gpu_trainer.views import FleetView
 
 LOADING = "All boxes · asking every box of every project you opened, and every cloud account …"
@@ -25,7 +33,7 @@ def tilde(root: str) -> str:
 
 def detail_lines(view: FleetView) -> list[str]:
     """What the table has no column for: notes of boxes, orphans, projects not read, accounts not listed."""
-    lines = [escape_control(f"{b.project}/{b.name}: {b.note}") for b in view.instances if b.note]
+    lines = box_notes(view)
     if view.orphans:
         lines += ["", "Orphans (listed by a cloud account, named by no project):"]
         lines += ["  ".join(orphan_cells(orphan)) for orphan in view.orphans]
@@ -66,8 +74,8 @@ class AllBoxesPanel(Vertical):
             details.update("")
             return
         summary.update(f"All boxes · {fleet_summary(view)} · asked at {view.generated_at:%H:%M:%S} UTC")
-        for box in view.instances:
-            table.add_row(*box_cells(box), key=f"{box.root}\0{box.name}")
+        for box, cells in zip(view.instances, fleet_rows(view), strict=True):
+            table.add_row(*cells, key=f"{box.root}\0{box.name}")
         details.update("\n".join(detail_lines(view)).strip("\n") or ("no instances" if not view.instances else ""))
 
     def on_mount(self) -> None:

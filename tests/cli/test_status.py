@@ -122,3 +122,24 @@ def test_bad_usage_is_one_line_and_exit_2(home: Path, capsys: pytest.CaptureFixt
                                          message: str) -> None:
     code, out, err = rgt(capsys, *argv)
     assert code == 2 and out == "" and message in err and len(err.splitlines()) == 1
+
+
+def test_two_projects_with_one_name_are_told_apart_by_their_folder(
+        tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two clones of one repository carry the same [project] name: each row adds its folder, so the user can
+    tell which box is which before tearing one down; a project whose name is unique stays as it is."""
+    first = sim_project(tmp_path / "clone-a", "twin")
+    second = sim_project(tmp_path / "clone-b", "twin")
+    deep = sim_project(tmp_path / "elsewhere" / "clone-a", "twin")  # even the folder's name is shared
+    single = sim_project(tmp_path / "solo", "solo")
+    for root in (first, second, deep, single):
+        assert rgt(capsys, "up", RUN, str(root))[0] == 0
+    code, out, _ = rgt(capsys, "status", "--all")
+    lines = out.splitlines()
+    assert lines[1].startswith("PROJECT ")
+    projects = sorted(line.split("  ")[0].rstrip() for line in lines[2:6])
+    assert projects == sorted([f"twin ({first})", "twin (clone-b)", f"twin ({deep})", "solo"])
+    code, out, _ = rgt(capsys, "status", "--all", "--format", "json")
+    document = json.loads(out)
+    assert_status_document(document)
+    assert sorted(b["project"] for b in document["instances"]) == ["solo", "twin", "twin", "twin"]  # JSON unchanged

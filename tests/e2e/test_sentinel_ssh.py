@@ -1,8 +1,8 @@
 """The sentinel over a real OpenSSH sshd (docs/remote-ops.md §9.1): `rgt run` starts it beside the job, every
 rgt session and connection is closed, and a local HTTP receiver gets exactly one notification per event
 (finished; stalled, then died for a job killed with -9). The URL, which holds a unique token, appears in no
-process list, no file on the box but its 0600 secrets file, no rgt file, event or report; the box is still
-running afterwards and `rgt down` stays refused for the unpulled run."""
+process list, no file on the box but its 0600 secrets file (deleted when the watch ends), no rgt file, event or
+report; the box is still running afterwards and `rgt down` stays refused for the unpulled run."""
 
 from __future__ import annotations
 
@@ -65,10 +65,18 @@ def wait_file(path: Path, timeout: float = 60.0) -> str:
     raise AssertionError(f"{path} never appeared")
 
 
+def wait_gone(path: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} is still there")
+        time.sleep(0.05)
+
+
 def assert_nowhere(token: str, root: Path, ctl: Path, secret: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The token is in the secrets file (0600, outside the control folder) and in no other file rgt or the
-    sentinel wrote, no event and no report format."""
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and token in secret.read_text()
+    """The watch is over: the secrets file (outside the control folder) is deleted, and the token is in no file
+    rgt or the sentinel wrote, no event and no report format."""
+    wait_gone(secret)
     assert not secret.is_relative_to(ctl)
     files = [p for p in [*ctl.rglob("*"), *(root / ".rgt").rglob("*"), root / "rgt.toml"] if p.is_file()]
     assert any(p.name == "state.db" for p in files) and any(p.name == "sentinel.log" for p in files)
@@ -145,6 +153,7 @@ def test_a_frozen_then_killed_job_is_notified_stalled_then_died(sshd: Sshd, ssh_
         assert f"({ALIAS}) stalled: alive, but its log and checkpoints went silent (log last written" in body["text"]
         run = still_billing_and_gated(root, capsys)
         assert (run["liveness"], run["sentinel"]) == ("stalled", "alive")
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and receiver.token in secret.read_text()  # still needed
         time.sleep(4 * POLL_S)
         assert len(receiver.requests) == 1  # still stalled: said once
 

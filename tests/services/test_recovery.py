@@ -4,8 +4,11 @@ saw, after pull and verify; exact in the parts that matter, untouched while noth
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from pathlib import Path
 
+from remote_gpu_trainer.recovery_note import RecoveryFacts, render
 from remote_gpu_trainer.services.overview import observe
 from remote_gpu_trainer.services.recovery import note_path
 from remote_gpu_trainer.services.session import Session
@@ -103,3 +106,22 @@ async def test_no_note_for_a_run_never_launched(tmp_path: Path) -> None:
     finally:
         await session.close_transports()
         session.close()
+
+
+def test_every_command_in_the_note_pastes_as_the_words_it_names() -> None:
+    """A project folder, a log or a provider id with a space, a quote or a `;` stays one shell word in every
+    command the note offers: pasting it never runs a second command."""
+    ctl = "/w/my job/.rgt/r1"
+    facts = RecoveryFacts(
+        run_id="r1", project="/home/u/my proj; touch pwned", instance="box", host="ssh gpu1",
+        workdir="/w/my job", remote_root="/w/out", log="/w/my job/it's.log", ctl_dir=ctl, command="python t.py",
+        handle="pid 42", state="finished", evidence=("verified: passed at 2026-11-29T12:12:00Z",),
+        provider_id="pod 'a'; b")
+    text = render(facts)
+    commands = [shlex.split(part) for part in re.findall(r"`([^`]+)`", text)
+                if part.startswith(("cd ", "kill ", "cat ", "tail ", "rgt down "))]
+    assert ["cd", "/home/u/my proj; touch pwned", "&&", "rgt", "watch", "r1", "--once"] in commands
+    assert ["rgt", "down", "r1", "--confirm", "pod 'a'; b"] in commands
+    assert ["cat", f"{ctl}/exit_code", f"{ctl}/finished_at;", "ls", f"{ctl}/DONE"] in commands
+    assert ["tail", "-n", "50", "/w/my job/it's.log"] in commands
+    assert f"`kill -0 $(cat '{ctl}/pid')`" in text  # the marker path is quoted inside $(...) too

@@ -66,6 +66,14 @@ def wait_file(path: Path, timeout: float = 30.0) -> str:
     raise AssertionError(f"{path} never appeared")
 
 
+def wait_gone(path: Path, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} is still there")
+        time.sleep(0.05)
+
+
 async def test_a_finished_run_is_notified_once_after_rgt_closed(tmp_path: Path, receiver: Receiver) -> None:  # noqa: F811
     root = notify_project(tmp_path / "proj", receiver.url, "sleep 1 && " + copy_command())
     detail = await launched(root)  # every session and transport is closed from here on
@@ -88,16 +96,19 @@ async def test_a_finished_run_is_notified_once_after_rgt_closed(tmp_path: Path, 
     sent = json.loads((box_ctl(root) / "sentinel.sent.json").read_text())
     assert list(sent) == ["finished"] and sent["finished"]["outcome"] == "sent" and sent["finished"]["attempts"] == 1
 
-    assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.read_text() == receiver.url + "\n"
+    wait_gone(secret)  # the watch is over: the URL does not stay on the box
     assert stat.S_IMODE(secret.parent.stat().st_mode) == 0o700
     for path in box_ctl(root).rglob("*"):
         assert receiver.token.encode() not in path.read_bytes(), path
 
-    # a restarted sentinel never sends the end twice: it reads what was sent and exits
+    # a restarted sentinel never sends the end twice: it reads what was sent and exits, needing no URL
     restarted = subprocess.run([sys.executable, str(box_ctl(root) / "rgt_sentinel.py"),
-                                str(box_ctl(root) / "sentinel.json"), str(secret)], timeout=30)
-    assert restarted.returncode == 0 and len(receiver.requests) == 1
-    assert "finished was already sent: exiting" in (box_ctl(root) / "sentinel.log").read_text()
+                                str(box_ctl(root) / "sentinel.json"), str(secret)], timeout=30,
+                               capture_output=True, text=True)
+    assert (restarted.returncode, restarted.stderr) == (0, "") and len(receiver.requests) == 1
+    log = (box_ctl(root) / "sentinel.log").read_text()
+    assert log.count("deleted the secrets file") == 1 and "<url>" not in log
+    assert log.splitlines()[-1].endswith(" finished was already sent: exiting")
 
 
 async def test_a_failing_receiver_is_retried_and_still_gets_one_notification(
@@ -186,6 +197,10 @@ def test_the_report_shows_the_sentinel_alive_then_silent_once_killed(
 
     try:
         assert sentinel_in_report() == "alive"
+        facts = detail["sentinel"]
+        assert isinstance(facts, dict)
+        secret = Path(str(facts["secret_file"]))  # while the watch lasts, the URL is in its 0600 file only
+        assert stat.S_IMODE(secret.stat().st_mode) == 0o600 and secret.read_text() == receiver.url + "\n"
         assert main(["--report", str(root)]) == 0
         assert "  sentinel: alive\n" in capsys.readouterr().out
         pid = int(wait_file(box_ctl(root) / "sentinel.pid"))
