@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from remote_gpu_trainer.services.session import Session
-from support.helpers import RUN, copy_command, write_project
+from support.helpers import RUN, copy_command, wait_file, write_project
 from support.slurm_fixtures import Cluster
 from support.webhook_receiver import Receiver, receiver  # noqa: F401 (the fixture)
 
@@ -38,14 +38,6 @@ def launch_and_close(root: Path) -> dict[str, object]:
             await session.close_transports()
             session.close()
     return asyncio.run(go())
-
-
-def wait_file(path: Path, timeout: float = 90.0) -> str:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.1)
-    return path.read_text()
 
 
 def test_a_batch_job_that_finishes_unwatched_is_notified_once(cluster: Cluster, tmp_path: Path,
@@ -73,7 +65,7 @@ def test_a_cancelled_batch_job_is_notified_died(cluster: Cluster, tmp_path: Path
     detail = launch_and_close(root)
     job = str(detail["slurm_job"])
     ctl = box / "job" / ".rgt" / RUN
-    wait_file(box / "job" / "train.log")
+    wait_file(box / "job" / "train.log", timeout=90)
     assert receiver.requests == []  # running, its log fresh: nothing to say
     subprocess.run(["scancel", job], check=True, timeout=30)  # SIGTERM to the job, as a user or a preemption would
     [request] = receiver.wait_for(1, timeout=90)

@@ -20,7 +20,7 @@ import pytest
 from test_ssh_arc import ALIAS, ssh_project, trusted_session
 
 from remote_gpu_trainer.cli.main import main
-from support.helpers import RUN, copy_command
+from support.helpers import RUN, copy_command, wait_file, wait_gone
 from support.sshd_fixtures import Sshd
 from support.webhook_receiver import Receiver, receiver  # noqa: F401 (the fixture)
 
@@ -54,23 +54,6 @@ def rgt(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out + captured.err
-
-
-def wait_file(path: Path, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
-
-
-def wait_gone(path: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} is still there")
-        time.sleep(0.05)
 
 
 def assert_nowhere(token: str, root: Path, ctl: Path, secret: Path, capsys: pytest.CaptureFixture[str]) -> None:

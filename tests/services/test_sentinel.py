@@ -21,7 +21,7 @@ import pytest
 from remote_gpu_trainer.cli.main import main
 from remote_gpu_trainer.remote import rgt_sentinel
 from remote_gpu_trainer.services.session import Session
-from support.helpers import INSTANCE, RUN, copy_command, wait_for_liveness, write_project
+from support.helpers import INSTANCE, RUN, copy_command, wait_file, wait_for_liveness, wait_gone, write_project
 from support.webhook_receiver import Receiver, receiver  # noqa: F401 (the fixture)
 
 POLL_S = 0.3
@@ -55,23 +55,6 @@ async def created(root: Path) -> None:
         await session.create_instance(INSTANCE)
     finally:
         session.close()
-
-
-def wait_file(path: Path, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if path.exists():
-            return path.read_text()
-        time.sleep(0.05)
-    raise AssertionError(f"{path} never appeared")
-
-
-def wait_gone(path: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} is still there")
-        time.sleep(0.05)
 
 
 async def test_a_finished_run_is_notified_once_after_rgt_closed(tmp_path: Path, receiver: Receiver) -> None:  # noqa: F811
@@ -251,13 +234,14 @@ def test_the_detail_is_escaped_for_json_bodies_and_plain_for_ntfy() -> None:
 
 @pytest.fixture
 def small_durable(tmp_path: Path) -> Iterator[Path]:
-    """A 4 MiB tmpfs where the sim box's result root lives; skipped when the machine refuses the mount."""
+    """A 4 MiB tmpfs where the sim box's result root lives; fails (never skips) when the machine refuses it."""
     mount = tmp_path / "proj" / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt"
     mount.mkdir(parents=True)
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
                           text=True)
     if done.returncode != 0:
-        pytest.skip(f"this machine refuses a tmpfs mount (needed for a small disk): {done.stderr.strip()}")
+        pytest.fail(f"this machine refuses a tmpfs mount (needed for a small disk; .ci/run runs as root): "
+                    f"{done.stderr.strip()}", pytrace=False)
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)
 

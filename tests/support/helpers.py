@@ -7,6 +7,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -124,3 +125,20 @@ price_per_hour = 1.25
         handle.write(hung)
     home.mkdir(parents=True, exist_ok=True)
     return root
+
+
+def wait_file(path: Path, timeout: float = 60.0) -> str:
+    """The file's text once it exists (a marker another process writes), waiting up to `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+    return path.read_text()
+
+
+def wait_gone(path: Path, timeout: float = 30.0) -> None:
+    """Until the file is gone (another process deletes it), waiting up to `timeout`."""
+    deadline = time.monotonic() + timeout
+    while path.exists():
+        assert time.monotonic() < deadline, f"{path} is still there"
+        time.sleep(0.05)
