@@ -15,7 +15,7 @@ import pytest  # noqa: E402
 
 from support.helpers import FIXED_NOW, FixedClock, write_project  # noqa: E402
 
-pytest_plugins = ["support.sshd_fixtures", "support.slurm_fixtures"]
+pytest_plugins = ["support.sshd_fixtures", "support.slurm_fixtures", "support.cpu_capability"]
 
 @pytest.fixture(autouse=True)
 def isolated_user_config(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,

@@ -15,13 +15,16 @@ import pytest
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.services.demo_project import DEMO_INSTANCE, DEMO_RUN, create_demo
 from remote_gpu_trainer.services.session import Session
+from support.cpu_capability import assert_trained_under
 from support.helpers import FIXED_NOW, FixedClock, wait_for_liveness
 
 SEEDS = ("seed0", "seed1", "seed2")
 
 
 @pytest.fixture(scope="module")
-def verified_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def verified_demo(tmp_path_factory: pytest.TempPathFactory, demo_capability: str) -> Path:
+    """The demo trained for real, once per ATen CPU capability (support/cpu_capability.py): every number
+    below is read from what it trained, never expected as committed bytes."""
     folder = tmp_path_factory.mktemp("demo") / "rgt-demo"
     session = Session.open(str(create_demo(folder, quick=True)), clock=FixedClock(FIXED_NOW))
 
@@ -34,6 +37,7 @@ def verified_demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     asyncio.run(prepare())
     session.close()
+    assert_trained_under(folder / ".rgt" / "sim" / DEMO_INSTANCE / "workspace" / "demo" / "train.log", demo_capability)
     return folder
 
 

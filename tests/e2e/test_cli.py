@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from support.cpu_capability import assert_trained_under
 from support.helpers import INSTANCE, RUN, write_project
 
 RGT = [sys.executable, "-m", "remote_gpu_trainer"]
@@ -140,14 +141,16 @@ def test_watch_once_and_unlaunched_run(project_dir: Path) -> None:
     assert never.returncode == 1 and "never launched" in never.stderr
 
 
-def test_demo_project_runs_the_real_training_job(tmp_path: Path) -> None:
-    """`rgt demo --no-tui --quick`: the real PyTorch job on the sim box, then the arc headless."""
+def test_demo_project_runs_the_real_training_job(tmp_path: Path, cpu_capability: str) -> None:
+    """`rgt demo --no-tui --quick`: the real PyTorch job on the sim box, then the arc headless, under each ATen
+    CPU capability (support/cpu_capability.py): nothing below expects the bytes one CPU trains."""
     demo = tmp_path / "demo"
     started = rgt("demo", str(demo), "--no-tui", "--quick", cwd=tmp_path)
     assert started.returncode == 0, started.stderr
     assert rgt("watch", "demo", str(demo), "--interval", "0.5", cwd=tmp_path, timeout=180).returncode == 0
     log = (demo / ".rgt" / "sim" / "gpu-box" / "workspace" / "demo" / "train.log").read_text()
     assert "loss=" in log and "lr=" in log and "cell seed2 complete" in log
+    assert_trained_under(log, cpu_capability)
     assert rgt("pull", "demo", str(demo), cwd=tmp_path).returncode == 0
     verified = rgt("verify", "demo", str(demo), cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
@@ -170,13 +173,15 @@ def test_demo_project_runs_the_real_training_job(tmp_path: Path) -> None:
     assert not (demo / ".rgt" / "sim" / "gpu-box").exists()
 
 
-def test_the_flawed_demo_plants_what_the_checklist_finds(tmp_path: Path) -> None:
+def test_the_flawed_demo_plants_what_the_checklist_finds(tmp_path: Path, cpu_capability: str) -> None:
     """`rgt demo --flawed`: a second run whose planted problems each raise their check: a test item that is a
-    renamed copy of a training item (V14), a single seed (V04), an evaluation of another checkpoint (V26)."""
+    renamed copy of a training item (V14), a single seed (V04), an evaluation of another checkpoint (V26); under
+    each ATen CPU capability."""
     demo = tmp_path / "flawed"
     assert rgt("demo", str(demo), "--no-tui", "--quick", "--flawed", cwd=tmp_path).returncode == 0
     for run in ("demo-flawed", "demo"):
         assert rgt("watch", run, str(demo), "--interval", "0.5", cwd=tmp_path, timeout=180).returncode == 0
+        assert_trained_under(demo / ".rgt" / "sim" / "gpu-box" / "workspace" / run / "train.log", cpu_capability)
         assert rgt("pull", run, str(demo), cwd=tmp_path).returncode == 0
         assert rgt("verify", run, str(demo), cwd=tmp_path).returncode == 0
     audit = json.loads(rgt("audit", str(demo), "--format", "json", cwd=tmp_path).stdout)

@@ -283,16 +283,22 @@ def test_oom_log_chart_and_findings(snap_compare: Any, tmp_path: Path, size: tup
 
 @pytest.fixture(scope="module")
 def demo_projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """`rgt demo` (three seeds) and `rgt demo --flawed` (plus its planted run), each trained on the sim box on
-    the fixed clock, pulled and verified (so audited) once for the module. Launched as `rgt demo` does but
-    without its phase-0 audit, whose rows (free disk, RAM, the temp folder's path, boot id) differ from machine
-    to machine and would change the checklist's width."""
+    """`rgt demo` (three seeds) and `rgt demo --flawed` (plus its planted run), each run on the sim box on the
+    fixed clock, pulled and verified (so audited) once for the module. Launched as `rgt demo` does but without
+    its phase-0 audit, whose rows (free disk, RAM, the temp folder's path, boot id) differ from machine to
+    machine and would change the checklist's width. The job replays a committed training
+    (support/demo_replay.py): trained bytes differ from CPU to CPU, and the screen shows their sha256 and
+    losses. The tests that read what the demo trains train it for real under two ATen CPU capabilities
+    (support/cpu_capability.py)."""
     from remote_gpu_trainer.services.demo_project import DEMO_INSTANCE, create_demo
+    from support.demo_replay import replay_demo
 
     made = {}
     for name, flawed in (("demo", False), ("flawed", True)):
         folder = tmp_path_factory.mktemp(name) / "rgt-demo"
-        session = Session.open(str(create_demo(folder, quick=True, flawed=flawed)), clock=FixedClock(FIXED_NOW))
+        config = create_demo(folder, quick=True, flawed=flawed)
+        replay_demo(folder)
+        session = Session.open(str(config), clock=FixedClock(FIXED_NOW))
 
         async def prepare(session: Session = session) -> None:
             await session.create_instance(DEMO_INSTANCE)

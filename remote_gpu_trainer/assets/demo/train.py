@@ -23,10 +23,11 @@ import sys
 import time
 from pathlib import Path
 
-# The same numbers, to the last bit, on every x86 machine: torch's generic kernels instead of the ones picked
-# for this CPU's vector width, MKL's CPU-independent code path, and one thread (sums in one order). The demo is
-# tiny, so the cost is nothing, and its checkpoints (whose sha256 the dashboard shows) are the same bytes
-# wherever it runs.
+# Fewer differences between machines: torch's generic kernels instead of the ones picked for this CPU's vector
+# width, MKL's CPU-independent code path, and one thread (sums in one order). This narrows, but does not close,
+# the gap: the trained bytes still differ between CPUs (an AVX-512 machine and one without give different
+# checkpoints), so nothing may expect them to be the same bytes everywhere. Each setting can be overridden
+# from the environment; the first log line names the ATen CPU capability the run used.
 os.environ.setdefault("ATEN_CPU_CAPABILITY", "default")
 os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
@@ -147,7 +148,8 @@ def main() -> int:
     cap = rgt_capsule.Capsule(str(out), run_id=args.run_id, cell=args.cell, config=config, seed=seed,
                               task="classification", split_manifest=args.splits, dataset="rgt-demo-synthetic",
                               argv=["python"] + sys.argv)  # every setting is in config.yaml: no overrides
-    print(f"cell={args.cell} seed={seed} epochs={args.epochs} steps_per_epoch={args.steps_per_epoch}", flush=True)
+    print(f"cell={args.cell} seed={seed} epochs={args.epochs} steps_per_epoch={args.steps_per_epoch} "
+          f"cpu_capability={torch.backends.cpu.get_cpu_capability()}", flush=True)
     model, best = train(args, out, cap, splits)
     evaluated = out / ("last.pth" if args.flaw == "last-checkpoint" else "best.pth")
     model.load_state_dict(torch.load(evaluated, weights_only=True)["model_state_dict"])
