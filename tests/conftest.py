@@ -3,8 +3,25 @@
 from __future__ import annotations
 
 import os
+import time
 
-os.environ.pop("NO_COLOR", None)  # NO_COLOR would turn every snapshot monochrome (docs/environment.md §7)
+# What the developer's shell exports never changes a result (docs/environment.md §9): set before any
+# test, its subprocesses and the jobs they launch read the environment.
+UNSET = (
+    "NO_COLOR",  # would turn every snapshot monochrome (docs/environment.md §7)
+    "SOURCE_DATE_EPOCH",  # would stamp builds and reports with the shell's date (clock.report_now)
+    "COLUMNS", "LINES",  # would wrap CLI output at the developer's width
+    # would override the demo's own pins (assets/demo/train.py) and the probe's nproc (remote/env_probe.sh);
+    # tests that train under a capability set it themselves (support/cpu_capability.py)
+    "ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "OMP_THREAD_LIMIT",
+    # would send the local fake provider APIs and webhook receivers through a proxy
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
+)
+for _name in UNSET:
+    os.environ.pop(_name, None)
+os.environ["LC_ALL"] = "C.UTF-8"  # one collation and a UTF-8 terminal (text.utf8_terminal: braille charts)
+os.environ["TZ"] = "UTC"  # rgt works in UTC; a test that varies TZ says so
+time.tzset()
 
 import socket  # noqa: E402
 import threading  # noqa: E402
@@ -16,6 +33,21 @@ import pytest  # noqa: E402
 from support.helpers import FIXED_NOW, FixedClock, write_project  # noqa: E402
 
 pytest_plugins = ["support.sshd_fixtures", "support.slurm_fixtures", "support.cpu_capability"]
+
+@pytest.fixture(scope="session", autouse=True)
+def room_on_the_temp_disk(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The sim boxes' disks are folders under the temp directory, and the sentinel reports a durable disk at
+    DISK_FULL_PERCENT used as `disk_full`: on a nearly full machine the notification tests would see an event
+    they do not expect. Said once, plainly, instead of as a dozen puzzling failures."""
+    from remote_gpu_trainer.services.sentinel import DISK_FULL_PERCENT
+
+    vfs = os.statvfs(tmp_path_factory.getbasetemp())
+    taken = vfs.f_blocks - vfs.f_bfree  # as df and the sentinel count (remote/rgt_sentinel.disk_percent)
+    used = 100 * taken / (taken + vfs.f_bavail) if taken + vfs.f_bavail else 0.0
+    if used >= DISK_FULL_PERCENT - 2:
+        pytest.fail(f"{tmp_path_factory.getbasetemp()}: its disk is {used:.0f} % used; the tests need it under "
+                    f"{DISK_FULL_PERCENT - 2} % (free some space)", pytrace=False)
+
 
 @pytest.fixture(autouse=True)
 def isolated_user_config(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,

@@ -380,7 +380,8 @@ main() {
   J="$J,\"disks\":{\"scratch\":$(disk_facts "$M"),\"durable\":$(disk_facts "$D")}"
   J="$J,\"cgroup\":$(cgroup_facts)"
   J="$J,\"mem_total_kb\":$(jint "$(awk '$1 == "MemTotal:" { print $2; exit }' /proc/meminfo 2>/dev/null)")"
-  J="$J,\"nproc\":$(jint "$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null)")"
+  # GNU nproc honours OMP_NUM_THREADS and OMP_THREAD_LIMIT: a shell's thread setting is not the box's CPUs
+  J="$J,\"nproc\":$(jint "$( (unset OMP_NUM_THREADS OMP_THREAD_LIMIT; nproc 2>/dev/null) || getconf _NPROCESSORS_ONLN 2>/dev/null)")"
   J="$J,\"durable_write\":$(durable_write "$D")"
   J="$J,\"same_fs\":$( (cd -- "$WORKDIR" 2>/dev/null || :; same_fs_pairs "$@"))"
   J="$J,$(gpu_facts)"

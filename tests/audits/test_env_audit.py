@@ -30,6 +30,7 @@ import pytest
 
 from remote_gpu_trainer.audits import env_audit as ea
 from remote_gpu_trainer.audits import gpu_health as gh
+from remote_gpu_trainer.audits.env_audit.limits import IDLE_MEMORY_RATIO
 from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 from remote_gpu_trainer.services.env_audit import parse_probe_output, probe_script, run_env_probe, sample_gpus
@@ -71,7 +72,8 @@ class Box:
         self.shm_staging = f"/dev/shm/rgt-test-{os.getpid()}-absent/.partial"
         self.vfs_before = {p: os.statvfs(p) for p in ("/dev/shm", str(self.durable))}
         started = time.time()
-        self.facts = _probe({"HOME": str(self.home), "PATH": _path_without_nvidia_smi()},
+        # OMP_NUM_THREADS=1 as a user's shell often exports it: nproc still counts the box's CPUs
+        self.facts = _probe({"HOME": str(self.home), "PATH": _path_without_nvidia_smi(), "OMP_NUM_THREADS": "1"},
                             scratch="/dev/shm", durable=str(self.durable), python=sys.executable,
                             workdir=str(self.work),
                             staging_pairs=[(str(self.work / "export" / ".partial"), str(self.work)),
@@ -154,7 +156,14 @@ def test_cgroup_and_cpu_facts_match_the_files(box: Box) -> None:
     numeric = [int(v) for v in cgroup["memory_limits"] if v.isdigit() and int(v) < ea.NO_LIMIT_BYTES]
     assert limit == (min(numeric) if numeric else box.facts["mem_total_kb"] * 1024)
     rows = {r.id: r for r in ea.audit_environment(box.facts, ea.RunRequirements())}
-    assert rows[5].status == ea.PASS and rows[6].status == ea.PASS
+    # PASS on an idle machine without a tight quota; a container limited to fewer CPUs than half its visible
+    # ones, or one already near its memory limit, warns: the expectation follows this machine's own facts
+    quota = ea.cpu_quota(box.facts)
+    oversubscribed = quota is not None and len(os.sched_getaffinity(0)) > 2 * quota
+    assert rows[6].status == (ea.WARN if oversubscribed else ea.PASS), rows[6]
+    current = str(cgroup.get("memory_current", "")).strip()
+    near_limit = current.isdigit() and limit is not None and int(current) / limit > IDLE_MEMORY_RATIO
+    assert rows[5].status == (ea.WARN if near_limit else ea.PASS), rows[5]
     assert f"nproc {len(os.sched_getaffinity(0))}" in rows[6].detail
 
 
@@ -358,13 +367,13 @@ def test_live_sampler_without_nvidia_smi_is_no_gpu() -> None:
 
 def test_a_probe_past_its_deadline_is_a_one_line_transport_error(tmp_path: Path) -> None:
     slow = tmp_path / "slow-python"
-    slow.write_text("#!/bin/sh\nsleep 5\n")
+    slow.write_text("#!/bin/sh\nsleep 60\n")  # far beyond the bound below, so a loaded machine cannot blur them
     slow.chmod(stat.S_IRWXU)
     started = time.time()
     with pytest.raises(TransportError) as caught:
         _probe({"HOME": str(tmp_path), "PATH": _path_without_nvidia_smi()}, scratch=str(tmp_path),
                durable=str(tmp_path), python=str(slow), workdir=str(tmp_path), staging_pairs=[], timeout=1.0)
-    assert time.time() - started < 4
+    assert time.time() - started < 20
     assert str(caught.value) == "environment probe got no answer within 1 s: state unknown, retry later"
 
 

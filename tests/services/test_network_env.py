@@ -13,7 +13,7 @@ from remote_gpu_trainer.services.session import Session
 from support.helpers import INSTANCE, RUN, wait_for_liveness, write_project
 
 ENV_DUMP = ("env | grep -E '^(HF_ENDPOINT|PIP_INDEX_URL|HF_HOME|TORCH_HOME|PIP_CACHE_DIR|no_proxy|NO_PROXY)=' "
-            "| sort > {out}/env.txt")
+            "| LC_ALL=C sort > {out}/env.txt")
 PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "no_proxy",
               "NO_PROXY")
 

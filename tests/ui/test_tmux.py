@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,8 +23,12 @@ class Terminal:
         self.socket = socket
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-S", str(self.socket), *args], capture_output=True, text=True,
-                              check=True).stdout
+        return subprocess.run(["tmux", *self.options(), *args], capture_output=True, text=True, check=True).stdout
+
+    def options(self) -> list[str]:
+        """A private server that reads no tmux.conf: the machine's /etc/tmux.conf and ~/.tmux.conf (a status
+        line, another default size, mouse mode) never change what the pane shows."""
+        return ["-S", str(self.socket), "-f", "/dev/null"]
 
     def start(self, command: str, width: int, height: int) -> None:
         """Size the window first, then start the app in it, so its first frame has the final size."""
@@ -54,16 +59,20 @@ class Terminal:
         time.sleep(0.2)  # a person's pace: Textual waits ESCDELAY to tell Escape from a sequence
 
     def alive(self) -> bool:
-        return subprocess.run(["tmux", "-S", str(self.socket), "has-session", "-t", "ui"],
+        return subprocess.run(["tmux", *self.options(), "has-session", "-t", "ui"],
                               capture_output=True).returncode == 0
 
 
 @pytest.fixture
-def terminal(tmp_path: Path) -> Iterator[Terminal]:
+def terminal() -> Iterator[Terminal]:
     assert shutil.which("tmux"), "tmux is missing: run .ci/run, which installs it"
-    term = Terminal(tmp_path / "tmux.sock")
+    # the socket in a short folder of its own: a unix socket's path is at most 107 bytes, and tmp_path under a
+    # long TMPDIR can be longer
+    folder = Path(tempfile.mkdtemp(prefix="rgt-tmux-", dir="/tmp"))
+    term = Terminal(folder / "sock")
     yield term
-    subprocess.run(["tmux", "-S", str(term.socket), "kill-server"], capture_output=True)
+    subprocess.run(["tmux", *term.options(), "kill-server"], capture_output=True)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def rgt_command(project: Path) -> str:

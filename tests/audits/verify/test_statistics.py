@@ -4,7 +4,6 @@ into tmp_path, with the catalogue's numeric test vectors."""
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -322,13 +321,12 @@ def test_v07_not_judged_with_one_seed_and_no_items(tmp_path: Path) -> None:
     assert res.status == "skipped" and "results.parquet|csv missing" in res.note
 
 
-def test_v07_fifty_capsules_of_a_thousand_items_is_fast(tmp_path: Path) -> None:
+def test_v07_judges_fifty_capsules_of_a_thousand_items(tmp_path: Path) -> None:
+    """The size of a real comparison; its speed is measured by benchmarks/bench_audit.py (V07's paired
+    bootstrap on 50 capsules of 1,000 items), never timed here."""
     items_arm(tmp_path, "ours", 520, n=1000, cells=25)
     items_arm(tmp_path, "base", 500, n=1000, cells=25)
-    project = load(tmp_path, COMPARE)
-    start = time.perf_counter()
-    res = run("V07", project)
-    assert time.perf_counter() - start < 5.0
+    res = run("V07", load(tmp_path, COMPARE))
     assert res.status == "pass" and res.subjects == ("pair:ours~base",)  # 20 items better, none worse
 
 
