@@ -132,8 +132,9 @@ def resume_steps(f: RecoveryFacts) -> list[str]:
     """The resume path: follow a live job; relaunch a preempted one on the same box only with auto_resume."""
     steps = [f"a live job: `rgt watch {f.run_id}` (re-attaches to pid and log; nothing is restarted)"]
     if f.auto_resume:
-        resume = (f"preempted: `rgt run {f.run_id} --resume` relaunches the same command on {f.instance} while "
-                  "the box still bills (auto_resume is on); the job's own checkpoint loading restores progress")
+        resume = (f"preempted: run `rgt run {f.run_id} --resume` to relaunch the same command on {f.instance} "
+                  "while the box still bills (auto_resume = true permits it; rgt never relaunches by itself); the "
+                  "job's own checkpoint loading restores progress")
     else:
         resume = (f"preempted: set `runs.{f.run_id}.auto_resume = true` in rgt.toml, then "
                   f"`rgt run {f.run_id} --resume` relaunches on {f.instance} while the box still bills")

@@ -182,6 +182,7 @@ class CheckView:
     note: str
     findings: int = 0  # open or acknowledged records of this check
     title: str = ""  # what the check asks, in words (assets/verify.toml)
+    runs: tuple[str, ...] = ()  # the runs it judged a subject of ("*": a project-wide subject)
 
 
 @dataclass(frozen=True)
@@ -210,6 +211,7 @@ class VerifyFindingView:
     status_changed_at: datetime
     status_by: str
     reopened_reason: str | None = None
+    runs: tuple[str, ...] = ()  # the runs it is about ("*": every run), audits/verify/attribution.py
 
 
 @dataclass(frozen=True)
@@ -222,6 +224,8 @@ class AuditView:
     findings: tuple[VerifyFindingView, ...]
     stale: bool = False
     caption: str = ""  # when it ran, in words, as the checklist panel's border says it
+    waiting: tuple[tuple[str, str], ...] = ()  # (run, why it had no data yet) at that audit
+
     def sorted_findings(self) -> list[VerifyFindingView]:
         """Open first, then worst first, then by id."""
         return sorted(self.findings, key=lambda f: (f.status not in ("open",), SEVERITY_ORDER.get(f.severity, 9),

@@ -50,7 +50,8 @@ VERB_HELP = {
     "completion": "print a shell completion script for rgt, generated from this parser (bash, zsh or tcsh)",
     "help": "show the help of rgt, or of one verb (rgt help VERB)",
     "status": "list every box of the project (--all: of every project you opened) with its burn, cost and idle "
-              "time, and the boxes your cloud accounts bill that no project names",
+              "time, and, in each cloud account those projects configure, the boxes that bill and no project "
+              "names",
 }
 # At least one example per verb, shown under `example:` in its --help.
 VERB_EXAMPLES = {

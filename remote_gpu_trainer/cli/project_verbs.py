@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -69,7 +70,7 @@ def tick(args: argparse.Namespace) -> int:
 
 def demo(args: argparse.Namespace) -> int:
     from remote_gpu_trainer.cli.faces import tui
-    from remote_gpu_trainer.services.demo_project import DEMO_RUN, create_demo
+    from remote_gpu_trainer.services.demo_project import DEMO_FLAWED_RUN, DEMO_RUN, create_demo
 
     folder = Path(args.dir)
     target = create_demo(folder, quick=args.quick, flawed=args.flawed)
@@ -79,11 +80,19 @@ def demo(args: argparse.Namespace) -> int:
     finally:
         session.close()
     if args.no_tui:
-        print(f"demo running in {folder}: `rgt watch {DEMO_RUN} {folder}`, then `rgt pull {DEMO_RUN} {folder}`,"
-              f" `rgt verify {DEMO_RUN} {folder}`, `rgt build {folder}` and `rgt reconcile {folder}` (paper.md "
-              f"quotes one stale number), or open the TUI with `rgt {folder}`")
+        print(demo_next_steps(folder, [run for run in (DEMO_RUN, DEMO_FLAWED_RUN) if run in session.project.runs]))
         return EXIT_OK
     return tui(str(target), read_only=False)
+
+
+def demo_next_steps(folder: Path, runs: list[str]) -> str:
+    """What `rgt demo --no-tui` tells the user to do next, for every run it launched (the flawed twin too)."""
+    where = shlex.quote(str(folder))
+    arcs = "; ".join(f"`rgt watch {run} {where}`, then `rgt pull {run} {where}` and `rgt verify {run} {where}`"
+                     for run in runs)
+    audit = f", `rgt audit demo-flawed {where}` lists its planted findings" if "demo-flawed" in runs else ""
+    return (f"demo running in {folder}: {arcs}{audit}; then `rgt build {where}` and `rgt reconcile {where}` "
+            f"(paper.md quotes one stale number), or open the TUI with `rgt {where}`")
 
 
 async def start_demo(session: Session) -> None:

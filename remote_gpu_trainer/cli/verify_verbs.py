@@ -17,10 +17,9 @@ from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.audits.verify.model import CheckResult, Finding
     from remote_gpu_trainer.services.audit import AuditOutcome
     from remote_gpu_trainer.services.session import Session
-    from remote_gpu_trainer.views import VerifyFindingView
+    from remote_gpu_trainer.views import CheckView, VerifyFindingView
 
 AUDIT_SCHEMA = "rgt-audit/v1"
 GLYPHS = {"pass": "✓", "findings": "!", "skipped": "-", "not_run": " "}
@@ -52,7 +51,7 @@ def _run_and_project(run: str | None, project: str | None) -> tuple[str | None, 
 
 def _audit(session: Session, run: str | None, checks: list[str] | None, fmt: str, strict: bool) -> int:
     from remote_gpu_trainer.audits.verify.catalogue import by_name
-    from remote_gpu_trainer.services.audit import run_audit
+    from remote_gpu_trainer.services.audit import for_run, run_audit
 
     if run is not None:
         session.project.run(run)
@@ -65,64 +64,48 @@ def _audit(session: Session, run: str | None, checks: list[str] | None, fmt: str
                               "seed_count)")
         only = {spec.id for spec in specs if spec is not None}
     outcome = run_audit(session.project, session.db, only=only, actor="user")
-    shown = _shown(outcome, run)
+    view = for_run(outcome.view, run) if run is not None else outcome.view
+    ran = {r.check for r in outcome.results}
+    answers = [c for c in view.checks if c.id in ran]
+    shown = [f for f in view.sorted_findings() if f.status != "fixed" and f.subject != "project"]
     if fmt == "json":
-        print_json(audit_document(outcome, run, shown))
+        print_json(audit_document(outcome, run, answers, shown))
     else:
-        _print_audit(outcome, shown, run)
+        _print_audit(outcome, answers, shown)
     open_warn = [f for f in shown if f.status == "open" and f.severity in WARN_OR_ABOVE]
     return EXIT_FAILED if strict and open_warn else EXIT_OK
 
 
-def _shown(outcome: AuditOutcome, run: str | None) -> list[VerifyFindingView]:
-    from remote_gpu_trainer.services.audit import touches_run
-
-    listed = [f for f in outcome.view.sorted_findings() if f.status != "fixed" and f.subject != "project"]
-    return [f for f in listed if run is None or touches_run(f.subject, run)]
-
-
-def audit_document(outcome: AuditOutcome, run: str | None, shown: list[VerifyFindingView]) -> dict[str, Any]:
+def audit_document(outcome: AuditOutcome, run: str | None, checks: list[CheckView],
+                   shown: list[VerifyFindingView]) -> dict[str, Any]:
+    """The `rgt-audit/v1` document: each check's answer for the project or, with RUN, for that run
+    (services/audit.for_run), and the findings listed."""
     from remote_gpu_trainer.report import finding_dict, verify_dict
 
     document = verify_dict(outcome.view)
     raised = {record.id for record in outcome.raised}
     return {"schema": AUDIT_SCHEMA, "run": run, "audited_at": document["audited_at"],
-            "checks": [{"id": r.check, "name": r.name, "kind": r.kind, "status": _scoped_status(r, run),
-                        "note": r.note, "findings": len(_scoped(r, run))} for r in outcome.results],
+            "checks": [{"id": c.id, "name": c.name, "kind": c.kind, "status": c.status, "note": c.note,
+                        "findings": c.findings} for c in checks],
             "raised": sorted(raised), "findings": [finding_dict(f) for f in shown]}
 
 
-def _scoped(result: CheckResult, run: str | None) -> list[Finding]:
-    """A check's findings about `run` (all of them for the whole project)."""
-    from remote_gpu_trainer.services.audit import touches_run
-
-    return [f for f in result.findings if run is None or touches_run(f.subject, run)]
-
-
-def _scoped_status(result: CheckResult, run: str | None) -> str:
-    """`findings` only when some are about `run`: another run's leak is not this run's answer."""
-    if result.status == "findings" and not _scoped(result, run):
-        return "pass"
-    return result.status
-
-
-def _print_audit(outcome: AuditOutcome, shown: list[VerifyFindingView], run: str | None) -> None:
+def _print_audit(outcome: AuditOutcome, checks: list[CheckView], shown: list[VerifyFindingView]) -> None:
     raised = {record.id for record in outcome.raised}
-    for result in outcome.results:
-        found, status = _scoped(result, run), _scoped_status(result, run)
-        count = f" ({len(found)})" if found else ""
-        print(f"{GLYPHS.get(status, '?')} {result.check} {result.name:<24} {status:<8}{count} "
-              f"{escape_control(result.note)}")
+    for check in checks:
+        count = f" ({check.findings})" if check.findings else ""
+        print(f"{GLYPHS.get(check.status, '?')} {check.id} {check.name:<24} {check.status:<8}{count} "
+              f"{escape_control(check.note)}")
     if shown:
         print()
     for f in shown:
         new = " NEW" if f.id in raised else ""
         print(f"{f.id} {f.severity:<8} {f.status:<12} [{f.check}] {escape_control(f.subject)}: "
               f"{escape_control(f.message)}{new}")
-    counts = {s: sum(1 for r in outcome.results if _scoped_status(r, run) == s) for s in ("pass", "findings",
-                                                                                          "skipped")}
+    counts = {s: sum(1 for c in checks if c.status == s) for s in ("pass", "findings", "skipped", "not_run")}
     more = " `rgt finding ID` shows one." if shown else ""
-    print(f"\n{counts['pass']} pass, {counts['findings']} with findings, {counts['skipped']} skipped; "
+    waiting = f", {counts['not_run']} not run yet" if counts["not_run"] else ""
+    print(f"\n{counts['pass']} pass, {counts['findings']} with findings, {counts['skipped']} skipped{waiting}; "
           f"{len(raised)} raised, {len(outcome.fixed)} fixed.{more}")
 
 

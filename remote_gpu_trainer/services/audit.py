@@ -16,9 +16,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.audits.verify import catalogue
+from remote_gpu_trainer.audits.verify import attribution, catalogue
 from remote_gpu_trainer.audits.verify.load import Declarations, load_project
-from remote_gpu_trainer.audits.verify.model import CheckResult, ProjectEvidence
+from remote_gpu_trainer.audits.verify.model import CHECK_STATUSES, CheckResult, ProjectEvidence
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.services import findings
 from remote_gpu_trainer.state import events
@@ -63,16 +63,28 @@ def run_audit(project: ProjectConfig, db: StateDB, *, only: set[str] | None = No
     evidence = gather(project, db)
     results = tuple(catalogue.run_all(evidence, project.verify.overrides, only))
     outcome = findings.apply_results(db, results, actor=actor)
-    answers = {r.check: {"check": r.check, "name": r.name, "kind": r.kind, "status": r.status, "note": r.note,
-                         "findings": len(r.findings)} for r in results}
+    ctx = attribution.context(evidence)
+    answers = {r.check: answer_row(r, ctx) for r in results}
     previous = db.last_verify_audit()
     if only is not None and previous is not None:  # a partial audit keeps the other checks' last answers
-        answers = {**{row["check"]: row for row in previous.results}, **answers}
+        answers = {**{row["check"]: {**row, "waiting": dict(ctx.waiting)} for row in previous.results}, **answers}
     db.add_verify_audit(fingerprint, [answers[cid] for cid in sorted(answers)])
-    counts = {status: sum(1 for r in results if r.status == status) for status in ("pass", "findings", "skipped")}
+    counts = {status: sum(1 for r in results if r.status == status) for status in CHECK_STATUSES}
     events.verify_audited(db, checks=len(results), passed=counts["pass"], with_findings=counts["findings"],
-                          skipped=counts["skipped"], raised=len(outcome.raised), actor=actor)
+                          skipped=counts["skipped"] + counts["not_run"], raised=len(outcome.raised), actor=actor)
     return AuditOutcome(results, outcome.raised, outcome.fixed, audit_view(project.root, db, fingerprint=fingerprint))
+
+
+def answer_row(result: CheckResult, ctx: attribution.RunContext) -> dict[str, object]:
+    """A check's answer as the audit record keeps it, with what the per-run views need (for_run): the runs it
+    judged, the runs each finding is about, and the runs that had no data yet."""
+    judged: set[str] = set()
+    for subject in result.subjects:
+        judged |= attribution.runs_of(subject, ctx)
+    placed = {f.subject: sorted(attribution.runs_of(f.subject, ctx)) for f in result.findings}
+    return {"check": result.check, "name": result.name, "kind": result.kind, "status": result.status,
+            "note": result.note, "findings": len(result.findings), "runs": sorted(judged), "placed": placed,
+            "waiting": dict(ctx.waiting)}
 
 
 def audit_if_changed(project: ProjectConfig, db: StateDB) -> AuditOutcome | None:
@@ -98,11 +110,40 @@ def audit_view(root: Path, db: StateDB, now: datetime | None = None, *, fingerpr
     checks = tuple(
         CheckView(spec.id, spec.name, spec.kind, str(answered[cid]["status"]) if cid in answered else "not_run",
                   str(answered[cid]["note"]) if cid in answered else "no audit has run this check yet",
-                  live.get(cid, 0), spec.title)
+                  live.get(cid, 0), spec.title, tuple(answered.get(cid, {}).get("runs", (attribution.EVERY_RUN,))))
         for cid, spec in catalogue.specs().items())
     stale = last is not None and last.inputs_sha256 != (fingerprint or inputs_fingerprint(root, db))
-    return AuditView(last.at if last is not None else None, checks, tuple(finding_view(r) for r in records), stale,
-                     audit_caption(last.at if last is not None else None, stale, now))
+    waiting = next((row.get("waiting") for row in answered.values() if "waiting" in row), None) or {}
+    views = tuple(finding_view(r, _placed(answered.get(r.check), r.subject)) for r in records)
+    return AuditView(last.at if last is not None else None, checks, views, stale,
+                     audit_caption(last.at if last is not None else None, stale, now),
+                     tuple(sorted((str(k), str(v)) for k, v in waiting.items())))
+
+
+def _placed(row: dict[str, object] | None, subject: str) -> tuple[str, ...]:
+    """The runs a finding is about, as the last audit placed it; a record that audit did not place (its check
+    did not run this time) by its subject alone, where splits and claims read as every run: unknown is never
+    "not this run"."""
+    placed = row.get("placed") if row is not None else None
+    if isinstance(placed, dict) and isinstance(placed.get(subject), list):
+        return tuple(str(run) for run in placed[subject])
+    return tuple(sorted(attribution.runs_of(subject, attribution.RunContext())))
+
+
+def for_run(audit: AuditView, run_id: str) -> AuditView:
+    """The audit as one run sees it (`rgt audit RUN`, the report's run block, that run's checklist): the findings
+    about the run and each check's answer for it (attribution.run_status), by the one rule of
+    audits/verify/attribution.py."""
+    mine = tuple(f for f in audit.findings if attribution.applies_to(f.runs, run_id))
+    waiting = dict(audit.waiting)
+    checks = []
+    for check in audit.checks:
+        own = [f for f in mine if f.check == check.id and f.subject != "project"]
+        fired = sum(1 for f in own if f.status in ("open", "acknowledged", "waived"))
+        status, note = attribution.run_status(check.status, check.note, check.runs, fired, run_id, waiting)
+        live = sum(1 for f in own if f.status in ("open", "acknowledged"))
+        checks.append(replace(check, status=status, note=note, findings=live))
+    return replace(audit, checks=tuple(checks), findings=mine)
 
 
 def audit_caption(at: datetime | None, stale: bool, now: datetime | None) -> str:
@@ -113,17 +154,7 @@ def audit_caption(at: datetime | None, stale: bool, now: datetime | None) -> str
     return f"audited {ago}" + (" · inputs changed since (u)" if stale else "")
 
 
-def touches_run(subject: str, run_id: str) -> bool:
-    """Whether a finding's subject is about this run: one of its capsules or numbers, a pair it is in, the run."""
-    kind, _, rest = subject.partition(":")
-    if kind in ("capsule", "number"):
-        return rest.split("/")[0] == run_id
-    if kind == "pair":
-        return run_id in (side.split("/")[0] for side in rest.split("~"))
-    return kind == "run" and rest == run_id
-
-
-def finding_view(record: FindingRecord) -> VerifyFindingView:
+def finding_view(record: FindingRecord, runs: tuple[str, ...] = ()) -> VerifyFindingView:
     body = record.body
     evidence = tuple((str(e.get("path", "")), e.get("sha256")) for e in body.get("evidence", []) if isinstance(e, dict))
     return VerifyFindingView(
@@ -133,7 +164,7 @@ def finding_view(record: FindingRecord) -> VerifyFindingView:
         claims=tuple(str(c) for c in body.get("claims", [])), integrity_class=str(body.get("integrity_class", "")),
         kind=str(body.get("kind", "auto")), scope=record.scope, fingerprint=record.fingerprint,
         first_seen=record.first_seen, last_seen=record.last_seen, status_changed_at=record.status_changed_at,
-        status_by=record.status_by, reopened_reason=record.reopened_reason)
+        status_by=record.status_by, reopened_reason=record.reopened_reason, runs=runs)
 
 
 def finding_detail(f: VerifyFindingView) -> str:

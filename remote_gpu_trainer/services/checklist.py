@@ -13,6 +13,7 @@ from remote_gpu_trainer.audits.checklist import CHECKS, ChecklistFacts
 from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.services import findings
+from remote_gpu_trainer.services.audit import for_run
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.views import NO_AUDIT, AuditView, ChecklistItem, ChecklistRow, CheckView, GateView, RunView
@@ -45,7 +46,8 @@ def evaluate(run_id: str, facts: ChecklistFacts, db: StateDB, audit: AuditView =
             status, note = (tick.status, tick.note) if tick else ("open", "")
         result.append(ChecklistItem(item["id"], item["kind"], item["title"], status, note))
     autos = sum(1 for item in items if item["kind"] == "auto")
-    return result[:autos] + [_check_item(check) for check in audit.checks] + result[autos:]
+    mine = for_run(audit, run_id)  # each check's answer for this run, not the project's (attribution.py)
+    return result[:autos] + [_check_item(check) for check in mine.checks] + result[autos:]
 
 
 def _check_item(check: CheckView) -> ChecklistItem:
@@ -109,7 +111,8 @@ def panel_rows(run: RunView, audit: AuditView = NO_AUDIT) -> tuple[ChecklistRow,
     rows = [ChecklistRow(f.id, f.severity if f.status == "open" else "acknowledged",
                          f"{f.id} [{f.check}] {f.message}" + (f" ×{f.count}" if f.count > 1 else ""), f.fix, "")
             for f in run.sorted_findings() if f.check.startswith("log:")]
-    shown = [f for f in audit.sorted_findings() if f.status in ("open", "acknowledged") and f.subject != "project"]
+    shown = [f for f in for_run(audit, run.id).sorted_findings()
+             if f.status in ("open", "acknowledged") and f.subject != "project"]
     rows += [ChecklistRow(f.id, f.severity if f.status == "open" else "acknowledged",
                           f"{f.id} [{f.check}] {f.subject}: {f.message}", f.disclosure or f.fix, "") for f in shown]
     rows += [ChecklistRow(item.id, item.status, f"{item.id} [{item.kind}] {item.title}", item.note, "")

@@ -35,13 +35,14 @@ def checklist_findings(run_id: str, items: Iterable[ChecklistItem]) -> tuple[Fin
 
 
 def verify_findings(run_id: str, audit: AuditView) -> tuple[FindingView, ...]:
-    """The VERIFY finding records about this run (its capsules, numbers, pairs), in the report's run shape."""
-    from remote_gpu_trainer.services.audit import touches_run
+    """The VERIFY finding records about this run (audits/verify/attribution.py: its capsules and numbers, the
+    splits it trained on, the claims over its cells, project-wide findings), in the report's run shape."""
+    from remote_gpu_trainer.services.audit import for_run
 
     return tuple(FindingView(id=f.id, check=f.check, severity=f.severity, status=f.status,
                              message=f"{f.subject}: {f.message}", fix=f.fix,
                              evidence=", ".join(path for path, _ in f.evidence[:3]))
-                 for f in audit.findings if touches_run(f.subject, run_id) and f.status != "fixed")
+                 for f in for_run(audit, run_id).findings if f.status != "fixed")
 
 
 def log_findings(session: Session, run_id: str) -> tuple[FindingView, ...]:
@@ -88,13 +89,13 @@ def apply_results(db: StateDB, results: Sequence[CheckResult], *, actor: str = "
     no record but a check-scoped acknowledgement -> created acknowledged with its disclosure, not raised; no
     record -> created open (raised); open -> values refreshed; acknowledged/waived -> last_seen only unless the
     severity rose (reopened); fixed -> reopened as regressed; open/acknowledged and the subject passed -> fixed.
-    A skipped check judged nothing and moves nothing."""
+    A skipped (or not yet run) check judged nothing and moves nothing."""
     existing = {(r.check, r.subject): r for r in db.finding_records()}
     raised: list[FindingRecord] = []
     fixed: list[FindingRecord] = []
     touched: list[FindingRecord] = []
     for check in results:
-        if check.status == "skipped":
+        if check.status in ("skipped", "not_run"):
             continue
         scoped = _check_scope_ack(existing.values(), check.check)
         for finding in check.findings:

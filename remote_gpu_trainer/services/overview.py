@@ -277,11 +277,35 @@ def next_step(run: RunView) -> str:
     return "teardown" if run.gate.open else ("verify" if here else "pull")
 
 
-_STEP_KEYS = {"teardown": "teardown (t)", "verify": "verify (v)", "pull": "pull (p) → verify (v)"}
+def box_next_step(run: RunView, runs: Sequence[RunView]) -> tuple[RunView, str]:
+    """What the box `run` is on needs next, and for which run: the run's own step until its gate opens, then the
+    first other run on the same box that is still busy ("watch") or whose results are not home yet (its pull or
+    verify). Teardown decides per box (`rgt down` refuses while any run on it holds unverified results), so
+    teardown is never the next step while a sibling's is something else."""
+    step = next_step(run)
+    if step != "teardown":
+        return run, step
+    for other in runs:
+        if other.instance != run.instance or other.id == run.id:
+            continue
+        if other.liveness in BUSY:
+            return other, "watch"
+        if other.liveness in ("finished", "dead") and next_step(other) != "teardown":
+            return other, next_step(other)
+    return run, "teardown"
+
+
+_STEP_KEYS = {"teardown": "teardown (t)", "verify": "verify (v)", "pull": "pull (p) → verify (v)", "watch": "watch"}
 
 
 def idle_burn_alerts(instances: list[InstanceView], runs: list[RunView]) -> list[str]:
-    """A finished or dead job on a box that still bills: one line with the money and the next step."""
-    return [f"$ BURN {instance.name}: job {run.liveness}, box still billing "
-            f"{money(instance.burn_per_hour)}/h ({money(instance.since_finished)} since it finished) "
-            f"→ next: {_STEP_KEYS[next_step(run)]}" for instance, run in idle_billing(instances, runs)]
+    """A finished or dead job on a box that still bills: one line with the money and the next step (for the box:
+    a sibling run's pull before its teardown)."""
+    alerts = []
+    for instance, run in idle_billing(instances, runs):
+        target, step = box_next_step(run, runs)
+        whose = f" of run {target.id} (n: next run)" if target.id != run.id else ""
+        alerts.append(f"$ BURN {instance.name}: job {run.liveness}, box still billing "
+                      f"{money(instance.burn_per_hour)}/h ({money(instance.since_finished)} since it finished) "
+                      f"→ next: {_STEP_KEYS[step]}{whose}")
+    return alerts

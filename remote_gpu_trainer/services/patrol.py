@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -127,7 +128,7 @@ def run_lines(session: Session, view: Overview, states: dict[str, RunState]) -> 
             detail=run.liveness_detail, burn_per_hour=box.burn_per_hour, currency=box.currency,
             spent=box.cost_so_far, idle_s=_idle_s(session, view, states, box) if box.name in idle else None,
             idle_billing=box.name in idle, sentinel=state.sentinel, auto=auto_follow.status(session, run.id),
-            next=next_command(session, run, box)))
+            next=next_command(session, run, box, view.runs)))
     return lines
 
 
@@ -136,9 +137,10 @@ def _idle_s(session: Session, view: Overview, states: dict[str, RunState], box: 
     return overview.idle_seconds(box.burn_per_hour, overview.states_on(session, box.name, states), view.generated_at)
 
 
-def next_command(session: Session, run: RunView, box: InstanceView) -> str:
+def next_command(session: Session, run: RunView, box: InstanceView, runs: Sequence[RunView] = ()) -> str:
     """The one command a person runs next for this run, with the project's folder so it works from anywhere
-    (audits/notice.rgt_command: shell-quoted, as the notifications spell it)."""
+    (audits/notice.rgt_command: shell-quoted, as the notifications spell it). Once its own results are home, a
+    sibling run on the same box comes first (overview.box_next_step): `rgt down` would refuse."""
     where = str(session.project.root)
     if run.liveness in ("running", "stalled"):
         return rgt_command("watch", run.id, where)
@@ -146,12 +148,12 @@ def next_command(session: Session, run: RunView, box: InstanceView) -> str:
         return rgt_command("run", run.id, where)
     if run.liveness not in ("finished", "dead"):
         return rgt_command("watch", run.id, where, "--once")
-    step = overview.next_step(run)
+    target, step = overview.box_next_step(run, runs)
     if step == "teardown":
         if box.state == "terminated" or box.burn_per_hour <= 0:
             return "-"
         return rgt_command("down", run.id, where, "--confirm", box.id)
-    return rgt_command(step, run.id, where)
+    return rgt_command(step, target.id, where)
 
 
 async def after_lines(found: Look, notify: bool) -> list[str]:

@@ -178,7 +178,12 @@ def test_the_flawed_demo_plants_what_the_checklist_finds(tmp_path: Path, cpu_cap
     renamed copy of a training item (V14), a single seed (V04), an evaluation of another checkpoint (V26); under
     each ATen CPU capability."""
     demo = tmp_path / "flawed"
-    assert rgt("demo", str(demo), "--no-tui", "--quick", "--flawed", cwd=tmp_path).returncode == 0
+    started = rgt("demo", str(demo), "--no-tui", "--quick", "--flawed", cwd=tmp_path)
+    assert started.returncode == 0, started.stderr
+    for run in ("demo", "demo-flawed"):  # the next steps for both runs, the planted one too
+        for verb in ("watch", "pull", "verify"):
+            assert f"`rgt {verb} {run} {demo}`" in started.stdout, started.stdout
+    assert f"`rgt audit demo-flawed {demo}`" in started.stdout
     for run in ("demo-flawed", "demo"):
         assert rgt("watch", run, str(demo), "--interval", "0.5", cwd=tmp_path, timeout=180).returncode == 0
         assert_trained_under(demo / ".rgt" / "sim" / "gpu-box" / "workspace" / run / "train.log", cpu_capability)

@@ -142,6 +142,9 @@ def test_preempted_run_resumes_only_with_auto_resume_never_rents_and_the_gate_st
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout.startswith(f"resumed {RUN} on {INSTANCE}: pid ")
     assert launches(root) == [RUN, RUN]
+    resumed_note = (root / ".rgt" / "recovery" / f"{RUN}.md").read_text()
+    assert f"run `rgt run {RUN} --resume` to relaunch" in resumed_note  # a permission, never a promise
+    assert "auto_resume = true permits it; rgt never relaunches by itself" in resumed_note
     assert rgt("watch", RUN, "--interval", "0.2", cwd=root).returncode == 0
     assert "resumed from the checkpoint" in (box / "workspace" / "job" / "train.log").read_text()
 

@@ -8,10 +8,15 @@ manifests are the ones the replayed runs trained on. Only the job is replaced; r
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import shlex
 from importlib import resources
 from pathlib import Path
+
+from remote_gpu_trainer.services.demo_project import DEMO_INSTANCE, create_demo
+from remote_gpu_trainer.services.session import Session
+from support.helpers import FIXED_NOW, FixedClock, wait_for_liveness
 
 REPLAY_DIR = Path(__file__).parents[1] / "fixtures" / "demo_replay"
 JOB = Path(__file__).with_name("demo_replay_job.py")
@@ -39,3 +44,28 @@ def replay_demo(folder: Path) -> None:
     for name in SPLIT_MANIFESTS:
         if (folder / "splits" / name).exists():
             (folder / "splits" / name).write_bytes((REPLAY_DIR / name).read_bytes())
+
+
+def replayed_demo(folder: Path, *, flawed: bool, pull: bool | tuple[str, ...] = True) -> Path:
+    """`rgt demo [--flawed]` in `folder`, its runs replayed on the sim box on the fixed clock and, with `pull`
+    (True: every run, or the runs named), pulled and verified (so audited), as `rgt demo` launches them but
+    without its phase-0 audit. Returns the project folder."""
+    config = create_demo(folder, quick=True, flawed=flawed)
+    replay_demo(folder)
+    session = Session.open(str(config), clock=FixedClock(FIXED_NOW))
+
+    async def prepare() -> None:
+        await session.create_instance(DEMO_INSTANCE)
+        for run in sorted(session.project.runs):
+            await session.launch(run)
+        for run in sorted(session.project.runs):
+            await wait_for_liveness(session, run, timeout=180)
+            if pull is True or (isinstance(pull, tuple) and run in pull):
+                await session.pull(run)
+                assert (await session.verify(run)).ok
+
+    try:
+        asyncio.run(prepare())
+    finally:
+        session.close()
+    return folder

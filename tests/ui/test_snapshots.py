@@ -290,29 +290,10 @@ def demo_projects(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (support/demo_replay.py): trained bytes differ from CPU to CPU, and the screen shows their sha256 and
     losses. The tests that read what the demo trains train it for real under two ATen CPU capabilities
     (support/cpu_capability.py)."""
-    from remote_gpu_trainer.services.demo_project import DEMO_INSTANCE, create_demo
-    from support.demo_replay import replay_demo
+    from support.demo_replay import replayed_demo
 
-    made = {}
-    for name, flawed in (("demo", False), ("flawed", True)):
-        folder = tmp_path_factory.mktemp(name) / "rgt-demo"
-        config = create_demo(folder, quick=True, flawed=flawed)
-        replay_demo(folder)
-        session = Session.open(str(config), clock=FixedClock(FIXED_NOW))
-
-        async def prepare(session: Session = session) -> None:
-            await session.create_instance(DEMO_INSTANCE)
-            for run in sorted(session.project.runs):
-                await session.launch(run)
-            for run in sorted(session.project.runs):
-                await wait_for_liveness(session, run, timeout=180)
-                await session.pull(run)
-                assert (await session.verify(run)).ok
-
-        asyncio.run(prepare())
-        session.close()
-        made[name] = folder
-    return made
+    return {name: replayed_demo(tmp_path_factory.mktemp(name) / "rgt-demo", flawed=flawed)
+            for name, flawed in (("demo", False), ("flawed", True))}
 
 
 async def settle_demo(pilot: Pilot[None]) -> None:
@@ -331,17 +312,35 @@ async def settle_demo(pilot: Pilot[None]) -> None:
     await pilot.pause()
 
 
+def flawed_run_settled(pilot: Pilot[None]) -> bool:
+    """The dashboard shows demo-flawed, its whole log read and its checklist filled."""
+    screen = pilot.app.screen
+    if not isinstance(screen, DashboardScreen) or screen.run_id != "demo-flawed":
+        return False
+    run = screen.current_run()
+    return run is not None and run.id == "demo-flawed" and \
+        "cell seed0 exited 0" in screen.query_one(LogPanel).text() and bool(run.checklist_rows)
+
+
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 @pytest.mark.parametrize("which", ["demo", "flawed"])
 def test_demo_checklist(snap_compare: Any, demo_projects: dict[str, Path], size: tuple[int, int],
                         which: str) -> None:
     """[VERIFY] the demo's checklist after verification: every check's answer (real passes for the clean demo;
     V05 does not judge EVIDENCE.json's claims before b on the Deliver panel builds them); with --flawed, the
-    planted findings (V26 critical, V14 error, V04 info) first, worst first."""
+    flawed run's (n moves to it): its planted findings (V26 critical, V14 error, V04 info) first, worst first."""
     session = Session.open(str(demo_projects[which]), clock=FixedClock(FIXED_NOW))
 
     async def run_before(pilot: Pilot[None]) -> None:
         await settle_demo(pilot)
+        if which == "flawed":
+            await pilot.press("n")
+            await wait_for(pilot, flawed_run_settled, "the flawed run's dashboard after n")
+            screen = pilot.app.screen
+            assert isinstance(screen, DashboardScreen)
+            await fresh_overview(pilot, screen)
+            pilot.app.clear_notifications()  # "showing run demo-flawed" would cover the panel's corner
+            await pilot.wait_for_scheduled_animations()
         await pilot.press("4")
         await wait_for(pilot, panel_shown("panel-checklist"), "the checklist panel after 4")
         await pilot.pause()

@@ -11,11 +11,12 @@ from __future__ import annotations
 import importlib
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from remote_gpu_trainer.audits.verify import attribution
 from remote_gpu_trainer.audits.verify.model import CheckResult, EvidenceRef, Finding, ProjectEvidence, result, skipped
 
 CATALOGUE_PATH = Path(__file__).resolve().parents[2] / "assets" / "verify.toml"
@@ -112,5 +113,16 @@ def run_check(project: ProjectEvidence, spec: CheckSpec,
 
 def run_all(project: ProjectEvidence, overrides: Mapping[str, Mapping[str, Any]] | None = None,
             only: set[str] | None = None) -> list[CheckResult]:
-    """Every check of the catalogue, in id order (the panel's and the report's order)."""
-    return [run_check(project, spec, overrides) for cid, spec in specs().items() if only is None or cid in only]
+    """Every check of the catalogue, in id order (the panel's and the report's order). The cells of runs that
+    have no data yet are taken out of the numbers first (audits/verify/attribution.py): a check never reads an
+    unpulled run's absence as a result, and one left with nothing to judge says it did not run, and why."""
+    ctx = attribution.context(project)
+    judged, lost = attribution.without_waiting(project, ctx)
+    answers = []
+    for cid, spec in specs().items():
+        if only is not None and cid not in only:
+            continue
+        answer = run_check(judged, spec, overrides)
+        status, note = attribution.project_not_run(answer.status, answer.note, project, ctx, lost)
+        answers.append(answer if status == answer.status else replace(answer, status=status, note=note))
+    return answers

@@ -79,6 +79,7 @@ def load_project(root: Path, declarations: Declarations | None = None) -> Projec
         evidence_path="EVIDENCE.json" if evidence is not None else None, evidence_sha256=evidence_sha,
         comparisons=decl.comparisons, metrics=decl.metrics, manifests=manifests,
         problems=tuple(problems.items) + tuple(p for c in capsules for p in c.problems),
+        declared_runs=tuple(sorted(decl.rosters)),
     )
     return replace(project, numbers=tuple(numbers_of(project)))
 

@@ -7,7 +7,8 @@ loader did not hand it and every check sees the same bytes.
 
 Subjects name what a finding is about (docs/verify.md §3): `capsule:<run>/<cell>`, `pair:<capsule>~<control>`,
 `claim:<id>`, `number:<run>/<test>/<metric>` (a number no EVIDENCE claim names), `split:<split-set-id>`,
-`run:<run>`, `project`.
+`run:<run>`, `file:<path>`, `doc:<path>[:<line>]`, `project`; audits/verify/attribution.py says which runs each
+is about.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 SEVERITIES = ("info", "warn", "error", "critical")
 SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 INTEGRITY_CLASSES = ("bug", "negligence", "qrp_tell", "ffp_tell")
-CHECK_STATUSES = ("pass", "findings", "skipped")
+CHECK_STATUSES = ("pass", "findings", "skipped", "not_run")  # not_run: no data yet (attribution.py)
 
 
 def canonical_json(value: Any) -> bytes:
@@ -106,7 +107,7 @@ class CheckResult:
     check: str
     name: str
     kind: str  # auto | probe
-    status: str  # pass | findings | skipped
+    status: str  # pass | findings | skipped | not_run
     findings: tuple[Finding, ...] = ()
     subjects: tuple[str, ...] = ()
     note: str = ""
@@ -342,6 +343,7 @@ class ProjectEvidence:
     log_lines: Mapping[str, tuple[tuple[int, str], ...]] = field(default_factory=dict)  # run -> (line no, text)
     problems: tuple[InputProblem, ...] = ()
     case_insensitive_fs: bool = False
+    declared_runs: tuple[str, ...] = ()  # rgt.toml's runs, pulled or not (audits/verify/attribution.py)
 
     def capsule(self, key: str) -> Capsule | None:
         return next((c for c in self.capsules if c.key == key), None)
