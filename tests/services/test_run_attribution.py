@@ -101,11 +101,37 @@ async def test_each_runs_checklist_in_the_tui_shows_its_own_findings(flawed: Pat
     session.close()
 
 
-def test_an_unpulled_run_is_not_run_and_raises_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def unpulled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """The demo run finished on its box and never pulled, audited once (`rgt audit`)."""
     project = replayed_demo(tmp_path / "rgt-demo", flawed=False, pull=False)
     document = audit_json(capsys, str(project))
     v04 = next(c for c in document["checks"] if c["id"] == "V04")  # type: ignore[union-attr]
     assert v04["status"] == "not_run" and "demo not pulled yet (rgt pull demo" in v04["note"], v04
     assert [f for f in document["findings"] if f["check"] == "V04"] == [], document["findings"]  # type: ignore
-    for_run = audit_json(capsys, "demo", str(project))
-    assert {c["id"]: c["status"] for c in for_run["checks"]}["V04"] == "not_run"  # type: ignore[union-attr]
+    return project
+
+
+def test_an_unpulled_run_is_not_run_and_raises_nothing(unpulled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for_run = audit_json(capsys, "demo", str(unpulled))
+    v04 = next(c for c in for_run["checks"] if c["id"] == "V04")  # type: ignore[union-attr]
+    assert v04 == {"id": "V04", "name": "seed_count", "kind": "auto", "status": "not_run", "findings": 0,
+                   "note": "not run: demo not pulled yet (rgt pull demo, then rgt verify demo)"}
+    assert main(["--report", str(unpulled), "--format", "json"]) == 0
+    [run] = json.loads(capsys.readouterr().out)["runs"]
+    assert {item["id"]: item["status"] for item in run["checklist"]}["V04"] == "not_run"
+    assert not [f for f in run["findings"] if f["check"] == "V04"], run["findings"]
+
+
+async def test_an_unpulled_runs_checklist_in_the_tui_says_not_run(unpulled: Path) -> None:
+    session = Session.open(str(unpulled), clock=FixedClock(FIXED_NOW))
+    app = RgtApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: (run := dashboard(app).current_run()) is not None and bool(run.checklist))
+        run = dashboard(app).current_run()
+        assert run is not None
+        v04 = next(item for item in run.checklist if item.id == "V04")
+        assert (v04.status, v04.note) == ("not_run", "not run: demo not pulled yet (rgt pull demo, then rgt verify "
+                                                     "demo)")
+        assert not [row for row in run.checklist_rows if "[V04]" in row.label], run.checklist_rows
+    session.close()
