@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
 from remote_gpu_trainer.config import SAFE_NAME
+from remote_gpu_trainer.remote.build_manifest import CONTROL, name_problem, shown
 from remote_gpu_trainer.strict_json import loads_strict
 
 MANIFEST_SCHEMA = "remote-gpu-trainer/PULL/v1"
@@ -36,8 +37,7 @@ _MARKER_KEYS = {
 }
 _CHECKPOINT_KEYS = {"path", "sha256", "format", "tensors", "elements", "state_key"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-TEMP_SUFFIXES = (".tmp", ".part", ".partial", ".swp")  # as remote/build_manifest.py refuses them
+_CONTROL = CONTROL
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,9 @@ def is_int(value: Any) -> TypeGuard[int]:
 
 
 def path_problems(path: Any) -> list[str]:
-    """Why `path` is not a safe relative POSIX path of >= 2 safe-name components (empty when it is)."""
+    """Why `path` is not a relative POSIX path of >= 2 components that stays inside the local root (empty when
+    it is). Each component obeys the builder's own rule (remote/build_manifest.name_problem: the names tools
+    write, `=`, spaces, leading dots and non-ASCII included, are fine); the first, the cell, is an rgt id."""
     if not isinstance(path, str):
         return ["path must be a string"]
     reasons: list[str] = []
@@ -128,8 +130,6 @@ def path_problems(path: Any) -> list[str]:
         return ["path is empty"]
     if path.startswith(("/", "\\")):
         reasons.append("absolute path")
-    if "\\" in path:
-        reasons.append("backslash in path")
     if _CONTROL.search(path):
         reasons.append("control character in path")
     parts = path.split("/")
@@ -142,13 +142,11 @@ def path_problems(path: Any) -> list[str]:
     if len(parts) < 2:
         reasons.append("fewer than 2 components (files live inside a cell folder)")
     if not reasons:
-        unsafe = [part for part in parts if not SAFE_NAME.match(part)]
-        if unsafe:
-            reasons.append(f"unsafe name {unsafe[0]!r}")
-        elif parts[-1].endswith(TEMP_SUFFIXES):
-            # the builder never lists one (remote/build_manifest.py refuses them as still being written), and
-            # `x.part` would be the name the pull streams `x` into: two entries, one file on disk
-            reasons.append(f"temporary file name {parts[-1]!r}")
+        unfit = [why for part in parts if (why := name_problem(part)) is not None]
+        if unfit:
+            reasons.append(unfit[0])
+        elif not SAFE_NAME.match(parts[0]):
+            reasons.append(f"cell {shown(parts[0])!r} is not a safe name")
     return reasons
 
 

@@ -24,9 +24,15 @@ from datetime import datetime, timezone
 SCHEMA = "remote-gpu-trainer/PULL/v1"
 MANIFEST_NAME = "PULL_MANIFEST.json"
 TEMP_PREFIX = ".rgt-tmp-PULL_MANIFEST."
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-TEMP_SUFFIXES = (".tmp", ".part", ".partial", ".swp", "~")
-TEMP_PREFIXES = (".nfs", ".#", ".rgt-tmp")
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")  # rgt's own ids: the run and its cells
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+# Names that mean "still being written" are refused: rgt's own temporaries (`.rgt-tmp*`; `.tmp`, which its
+# control files and sentinel write through; `<name>.part`, which a pull streams `<name>` into, so a listed
+# `x.part` would collide with `x`) and the two other suffixes of a file caught mid-write (`.partial`, `.swp`).
+# An editor's `~` backup, an NFS `.nfs*` or a `.#` lock is a file like any other: refusing one would leave a run
+# that can never be pulled.
+TEMP_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
+TEMP_PREFIXES = (".rgt-tmp",)
 CHUNK = 4 << 20
 
 EXIT_OK = 0
@@ -45,8 +51,33 @@ def canonical_json(obj: object) -> bytes:
 
 
 def is_temp_name(name: str) -> bool:
-    """Names that mean 'still being written': hashing them would seal a half-written file."""
+    """Names of a file still being written (TEMP_SUFFIXES): hashing one would seal a half-written file."""
     return name.endswith(TEMP_SUFFIXES) or name.startswith(TEMP_PREFIXES)
+
+
+def name_problem(name: str) -> "str | None":
+    """Why one component of a manifest path cannot be listed, or None. The names tools really write are fine:
+    `epoch=3-step=64.ckpt`, `.hydra`, `mlruns/.trash`, spaces, non-ASCII (docs/gate.md §2). Refused: an empty
+    part, `.` and `..`, a `/` inside a part, NUL and control characters (a name must print as itself), bytes
+    that are not UTF-8 (the manifest is UTF-8 JSON), and rgt's own temporary names."""
+    if name in ("", ".", ".."):
+        return "empty, '.' or '..' path component"
+    if "/" in name:
+        return "'/' inside a path component"
+    if CONTROL.search(name):
+        return "control character in the name"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "name is not valid UTF-8"
+    if is_temp_name(name):
+        return f"temporary file name {name!r}"
+    return None
+
+
+def shown(name: str) -> str:
+    """A name as a problem shows it: control characters and undecodable bytes escaped, never raw."""
+    return "".join(c if not CONTROL.match(c) and not 0xDC80 <= ord(c) <= 0xDCFF else ascii(c)[1:-1] for c in name)
 
 
 def check_params(params: object) -> "list[str]":
@@ -95,8 +126,10 @@ def check_inputs(root: str, run_id: str, roster: "list[str]",
             problems.append(problem("roster", cell, "cell id listed twice"))
         seen.add(cell)
     for name in required:
-        if not name or not all(SAFE_NAME.match(part) for part in name.split("/")):
-            problems.append(problem("required", name, "required file is not a safe relative path"))
+        reasons = [name_problem(part) for part in name.split("/")]
+        if any(reasons):
+            problems.append(problem("required", shown(name), "required file is not a relative path: "
+                                    + str(next(r for r in reasons if r))))
     return problems
 
 
@@ -126,7 +159,7 @@ def walk(root: str, roster: "list[str]") -> "tuple[list[str], list[dict[str, str
     except OSError as exc:
         return [], [problem("unreadable", root, "cannot list the result root: " + str(exc.strerror))]
     for entry in top:
-        name = entry.name
+        name = shown(entry.name)
         if entry.is_symlink():
             problems.append(problem("symlink", name, "symlink in the result root; copy the real data in"))
         elif is_temp_name(name):
@@ -159,19 +192,19 @@ def walk_cell(root: str, cell: str, files: "list[str]", problems: "list[dict[str
             continue
         for entry in children:
             path = relative + "/" + entry.name
+            unfit = name_problem(entry.name)
             if entry.is_symlink():
-                problems.append(problem("symlink", path, "symlink; the manifest lists real files only"))
+                problems.append(problem("symlink", shown(path), "symlink; the manifest lists real files only"))
             elif is_temp_name(entry.name):
-                problems.append(problem("temp_file", path, "temporary file: still being written?"))
-            elif not SAFE_NAME.match(entry.name):
-                problems.append(problem("path_unsafe", path, "name is not a safe name "
-                                        "(letters, digits, '.', '_', '-'; not starting with '.')"))
+                problems.append(problem("temp_file", shown(path), "temporary file: still being written?"))
+            elif unfit is not None:
+                problems.append(problem("path_unsafe", shown(path), unfit))
             elif entry.is_dir(follow_symlinks=False):
                 stack.append(path)
             elif entry.is_file(follow_symlinks=False):
                 files.append(path)
             else:
-                problems.append(problem("not_regular", path, "not a regular file (fifo, socket or device)"))
+                problems.append(problem("not_regular", shown(path), "not a regular file (fifo, socket or device)"))
 
 
 def check_required(root: str, roster: "list[str]", required: "list[str]") -> "list[dict[str, str]]":

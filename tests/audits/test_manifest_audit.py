@@ -19,6 +19,7 @@ from remote_gpu_trainer.audits.manifest import (
     marker_bytes,
     parse_manifest,
     parse_marker,
+    path_problems,
     required_checkpoints,
 )
 
@@ -69,8 +70,9 @@ def _set_path(path: Any) -> Callable[[dict[str, Any]], None]:
 
 @pytest.mark.parametrize("path", [
     "/seed0/best.pth", "\\seed0\\best.pth", "seed0/../seed1/best.pth", "seed0/./best.pth", "seed0//best.pth",
-    "seed0\\best.pth", "seed0/be\nst.pth", "seed0/be\x7fst.pth", "seed0/.hidden", "best.pth", "seed0/",
-    "seed0/-x", "seed0/sp ace.pth",
+    "seed0\\best.pth", "seed0/be\nst.pth", "seed0/be\x7fst.pth", "best.pth", "seed0/",
+    "seed0/be\x00st.pth", "seed0/be\x85st.pth", "seed0/x.part", "seed0/.rgt-tmp-1", "se ed0/best.pth",
+    ".hydra/config.yaml",
 ])
 def test_unsafe_paths_are_refused(path: str) -> None:
     obj = good()
@@ -79,6 +81,22 @@ def test_unsafe_paths_are_refused(path: str) -> None:
     manifest, problems = parse_manifest(canonical_json(obj), roster=ROSTER, run_id="exp1")
     assert "path_unsafe" in {problem.code for problem in problems}
     assert manifest is None, "a manifest with an unsafe path must not be usable at all"
+
+
+@pytest.mark.parametrize("path", [
+    "seed0/epoch=3-step=64.ckpt", "seed0/.hydra/config.yaml", "seed0/mlruns/.trash/.keep", "seed0/sp ace.pth",
+    "seed0/-x", "seed0/.hidden", "seed0/naïve-Ø.txt", "seed0/notes.txt~", "seed0/.nfs000abc", "seed0/.#lock",
+    "seed0/a\\b",
+])
+def test_the_names_tools_write_are_manifest_paths(path: str) -> None:
+    """docs/gate.md §2: any part that is not empty, `.` or `..` and holds no NUL or control character; the cell,
+    the first part, is one of rgt's ids."""
+    assert path_problems(path) == []
+    obj = good()
+    _set_path(path)(obj)
+    obj["files"].sort(key=lambda entry: entry["path"])
+    manifest, problems = parse_manifest(canonical_json(obj), roster=ROSTER, run_id="exp1")
+    assert problems == [] and manifest is not None and path in manifest.by_path()
 
 
 def test_duplicate_paths_are_refused() -> None:

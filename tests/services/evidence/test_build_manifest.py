@@ -90,18 +90,24 @@ async def test_every_problem_is_gathered_and_nothing_is_written(env: Env) -> Non
     (env.box / "loose.txt").write_text("at the root")
     (env.box / ".rgt-tmp-PULL_MANIFEST.99").write_text("left by a killed build")
     (env.box / "seed9").mkdir()
-    (env.box / "seed1" / "bad name.txt").write_text("x")
+    (env.box / "seed1" / "bad\x1bname.txt").write_text("x")  # an escape code in a name: refused, shown escaped
+    with open(os.fsencode(env.box / "seed1") + b"/\xff.bin", "wb"):  # not UTF-8: the manifest is UTF-8 JSON
+        pass
+    (env.box / "seed1" / "a b=c, .d~").write_text("x")  # a space, '=', ',' and a '~' backup are fine names
     os.mkfifo(env.box / "seed1" / "pipe")
     rc, _, err = await run_builder(env, roster=["seed0", "seed1", "seed2"])
     assert rc == 1
     assert problem_codes(err) >= {
         ("symlink", "seed0/alias.pth"), ("symlink", "seed1/linked"), ("temp_file", "seed0/ckpt.pth.part"),
-        ("temp_file", "seed0/notes.txt~"), ("temp_file", "seed0/.rgt-tmp-x"),
+        ("temp_file", "seed0/.rgt-tmp-x"),
         ("required_empty", "seed1/best_metrics.json"), ("required_missing", "seed1/best.pth"),
         ("loose_file", "loose.txt"), ("temp_file", ".rgt-tmp-PULL_MANIFEST.99"),
         ("unexpected_dir", "seed9"), ("missing_dir", "seed2"),
-        ("path_unsafe", "seed1/bad name.txt"), ("not_regular", "seed1/pipe"),
+        ("path_unsafe", "seed1/bad\\x1bname.txt"), ("path_unsafe", "seed1/\\udcff.bin"), ("not_regular", "seed1/pipe"),
     }
+    listed = {path for _, path in problem_codes(err)}
+    assert "seed0/notes.txt~" not in listed and "seed1/a b=c, .d~" not in listed
+    assert "\x1b" not in err and "\udcff" not in err.encode("utf-8", "backslashreplace").decode()
     assert not (env.box / MANIFEST_NAME).exists()
 
 
