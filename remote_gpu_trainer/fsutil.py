@@ -11,6 +11,7 @@ a crashed rgt never leaves a run locked. The file holds the holder's pid and ver
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import stat
@@ -96,13 +97,18 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
 
 
 def lstat_or_none(path: Path) -> os.stat_result | None:
-    """The entry's lstat, or None when nothing is there (or a parent is not a folder)."""
+    """The entry's lstat, or None when nothing is there (or a parent is not a folder, or the path is longer than
+    this file system allows: nothing can be there either)."""
     try:
         return os.lstat(path)
     except FileNotFoundError:
         return None
     except NotADirectoryError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return None
+        raise
 
 
 class NotRegularFile(OSError):

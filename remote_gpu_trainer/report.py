@@ -350,8 +350,11 @@ def _verify_text(audit: AuditView) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    """Markdown table cells: a pipe in a log line must not split the row."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Markdown table cells: text from a box (a file named `<img onerror=…>.pth` or `[x](javascript:…)`) is shown
+    as the characters it is, never as HTML or a link (`<` and `>` as entities, `](` broken by a backslash), and a
+    pipe never splits the row. Brackets and underscores alone stay as written: they make no link."""
+    return (text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("](", "]\\("))
 
 
 def _markdown(o: Overview) -> str:

@@ -19,9 +19,12 @@ T = TypeVar("T")
 # (ESC starts a terminal command, BS and CR overwrite what was shown), DEL, C1 controls (0x9b is a one-byte
 # CSI on some terminals), Unicode line and paragraph separators, and the bidirectional overrides that can
 # make a file name read differently from its bytes. A tab only moves the cursor right, so it stays.
-_CONTROL_CHARS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
-_CONTROL_BUT_BREAKS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+# Invisible or direction-changing characters (bidi marks and overrides, zero-width ones, the soft hyphen, a BOM)
+# and lone surrogates (bytes that were not UTF-8) print as escapes too: a name must show what it is.
+_INVISIBLE = "\u00ad\u061c\u200b-\u200f\u2028-\u202e\u2060\u2066-\u2069\ufeff\ud800-\udfff"
+_CONTROL_CHARS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f" + _INVISIBLE + "]")
+_CONTROL_BUT_NEWLINE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f" + _INVISIBLE + "]")
+_CONTROL_BUT_BREAKS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f" + _INVISIBLE + "]")
 
 
 # Terminal escape sequences a trainer's log may hold, removed whole (they carry colour, links and titles, not

@@ -92,3 +92,13 @@ def test_escape_all_walks_every_string_of_a_structure_keys_included() -> None:
     assert clean == Row("a\\x1b[2Jb", (Pair("c\\u202ed", 3),), {"k\\x07": ["e\\x1bf", "ok"]})
     assert isinstance(clean.pairs[0], Pair) and raw.path == "a\x1b[2Jb"  # a new value; the original is kept
 
+
+
+@pytest.mark.parametrize("char", ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u061c", "\u202e",
+                                  "\u2028", "\udcff"])
+def test_invisible_and_direction_changing_characters_and_lone_surrogates_are_escaped(char: str) -> None:
+    """`best\u200b.pth` must not read as `best.pth`, nor a lone surrogate (a name that was not UTF-8) crash a
+    terminal or the state database."""
+    shown = escape_control(f"best{char}.pth")
+    assert shown == (f"best\\u{ord(char):04x}.pth" if ord(char) >= 0x100 else f"best\\x{ord(char):02x}.pth")
+    shown.encode("utf-8")

@@ -29,7 +29,9 @@ MARKER_NAME = "PULL_VERIFIED.json"
 CHECKPOINT_FORMATS = ("torch-zip", "torch-legacy", "safetensors")
 
 _MANIFEST_KEYS = {"schema", "run_id", "created_at_utc", "top_level_dirs", "files", "totals"}
+_OPTIONAL_MANIFEST_KEYS = {"links"}  # written only when the result root holds links (docs/gate.md §2)
 _FILE_KEYS = {"path", "bytes", "sha256"}
+_LINK_KEYS = {"path", "target", "inside"}
 _TOTALS_KEYS = {"files", "bytes"}
 _MARKER_KEYS = {
     "schema", "run_id", "manifest_sha256", "verified_at_utc", "verifier_version", "files", "bytes",
@@ -69,12 +71,32 @@ class ManifestFile:
 
 
 @dataclass(frozen=True)
+class ManifestLink:
+    """A link inside a cell, recorded as itself (never followed, never copied): its target as the box reads it
+    and `inside`, where the box resolved it to relative to the result root, or None when it leads out."""
+
+    path: str
+    target: str
+    inside: str | None
+
+    @property
+    def cell(self) -> str:
+        return self.path.split("/", 1)[0]
+
+
+@dataclass(frozen=True)
 class Manifest:
     run_id: str
     created_at_utc: str
     files: tuple[ManifestFile, ...]
     top_level_dirs: tuple[str, ...]
     sha256: str  # of the exact bytes: the manifest's identity
+    links: tuple[ManifestLink, ...] = ()
+
+    @property
+    def links_out(self) -> tuple[ManifestLink, ...]:
+        """The links whose target is outside the result root: not results, and destroyed with the box."""
+        return tuple(link for link in self.links if link.inside is None)
 
     @property
     def total_bytes(self) -> int:
@@ -194,7 +216,8 @@ def parse_manifest(data: bytes, *, roster: Sequence[str],
     obj, problems = _load_object(data, MANIFEST_NAME)
     if obj is None:
         return None, problems
-    problems += _key_problems(obj, _MANIFEST_KEYS, MANIFEST_NAME)
+    problems += _key_problems({k: v for k, v in obj.items() if k not in _OPTIONAL_MANIFEST_KEYS}, _MANIFEST_KEYS,
+                              MANIFEST_NAME)
     if obj.get("schema") != MANIFEST_SCHEMA:
         problems.append(Problem("schema", MANIFEST_NAME, f"schema must be {MANIFEST_SCHEMA!r}"))
     manifest_run_id = obj.get("run_id")
@@ -210,6 +233,9 @@ def parse_manifest(data: bytes, *, roster: Sequence[str],
         problems.append(Problem("schema", MANIFEST_NAME, "created_at_utc must be ISO-8601 UTC with +00:00"))
     files, file_problems, files_ok = _parse_files(obj.get("files"))
     problems += file_problems
+    links, link_problems = _parse_links(obj["links"], {entry.path for entry in files}) if "links" in obj else ([], [])
+    problems += link_problems
+    files_ok = files_ok and not link_problems
     tops, top_problems = _parse_top_level_dirs(obj.get("top_level_dirs"), files, roster)
     problems += top_problems
     problems += _totals_problems(obj.get("totals"), files)
@@ -217,9 +243,51 @@ def parse_manifest(data: bytes, *, roster: Sequence[str],
         return None, problems
     manifest = Manifest(
         run_id=manifest_run_id, created_at_utc=created if isinstance(created, str) else "",
-        files=tuple(files), top_level_dirs=tuple(tops), sha256=sha256_bytes(data),
+        files=tuple(files), top_level_dirs=tuple(tops), sha256=sha256_bytes(data), links=tuple(links),
     )
     return manifest, problems
+
+
+def _parse_links(raw: Any, file_paths: set[str]) -> tuple[list[ManifestLink], list[Problem]]:
+    """`links`: a non-empty list sorted by path, each `{path, target, inside}`; a path obeys the files' rule and
+    is neither a file's path nor listed twice; the target is text without control characters; `inside` is null
+    or a relative path inside the root. The box says where a link leads: that only decides what the teardown
+    plan names, since a link is never followed or re-created here."""
+    if not isinstance(raw, list) or not raw:
+        return [], [Problem("schema", MANIFEST_NAME, "links must be a non-empty list when present")]
+    problems: list[Problem] = []
+    links: list[ManifestLink] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(raw):
+        where = f"links[{index}]"
+        if not isinstance(entry, dict):
+            problems.append(Problem("schema", where, "link entry must be an object"))
+            continue
+        found = _key_problems(entry, _LINK_KEYS, where)
+        path, target, inside = entry.get("path"), entry.get("target"), entry.get("inside")
+        label = shown(path) if isinstance(path, str) else where
+        found += [Problem("path_unsafe", label, reason) for reason in path_problems(path)]
+        if not isinstance(target, str) or not target or _CONTROL.search(target):
+            found.append(Problem("link_unsafe", label, "target must be text without control characters"))
+        if inside is not None and (not isinstance(inside, str) or _inside_problems(inside)):
+            found.append(Problem("link_unsafe", label, "inside must be null or a relative path inside the root"))
+        if isinstance(path, str) and (path in file_paths or path in seen):
+            found.append(Problem("duplicate_path", label, "path listed twice (as a file or a link)"))
+        if found or not isinstance(path, str) or not isinstance(target, str):
+            problems += found
+            continue
+        seen.add(path)
+        links.append(ManifestLink(path=path, target=target, inside=inside if isinstance(inside, str) else None))
+    if [link.path for link in links] != sorted(link.path for link in links):
+        problems.append(Problem("schema", MANIFEST_NAME, "links must be sorted by path"))
+    return links, problems
+
+
+def _inside_problems(inside: str) -> list[str]:
+    """A root-relative path: at least one part, each one a name the manifest accepts (a cell is one too)."""
+    if inside.startswith("/"):
+        return ["absolute"]
+    return [why for part in inside.split("/") if (why := name_problem(part)) is not None]
 
 
 def _parse_files(raw: Any) -> tuple[list[ManifestFile], list[Problem], bool]:
@@ -254,7 +322,7 @@ def _parse_file_entry(entry: Any, where: str) -> tuple[ManifestFile | None, list
     path, size, digest = entry.get("path"), entry.get("bytes"), entry.get("sha256")
     if not isinstance(path, str):
         return None, problems + [Problem("schema", where, "path must be a string")]
-    label = where if _CONTROL.search(path) else path
+    label = shown(path)  # a hostile box's control characters or lone surrogates never reach a terminal or the db
     problems += [Problem("path_unsafe", label, reason) for reason in path_problems(path)]
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         problems.append(Problem("schema", label, "bytes must be an integer >= 0 (not a boolean)"))

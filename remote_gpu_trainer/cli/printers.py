@@ -163,8 +163,10 @@ def _bar() -> Iterator[Progress]:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    columns = (TextColumn("{task.description}"), BarColumn(), _text_column(_bytes_text, "progress.download"),
-               _text_column(_rate_text, "progress.data.speed"), TimeRemainingColumn())
+    # markup off: the description holds file names from the box, and `[/]x` or `[blink]` is a name, not style
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(),
+               _text_column(_bytes_text, "progress.download"), _text_column(_rate_text, "progress.data.speed"),
+               TimeRemainingColumn())
     with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
         yield bar
 

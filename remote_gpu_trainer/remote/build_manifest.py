@@ -33,6 +33,7 @@ CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # that can never be pulled.
 TEMP_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
 TEMP_PREFIXES = (".rgt-tmp",)
+MAX_NAME_BYTES = 255 - len(".part")  # a name's local `<name>.part` must fit the file system's 255 bytes
 CHUNK = 4 << 20
 
 EXIT_OK = 0
@@ -67,9 +68,11 @@ def name_problem(name: str) -> "str | None":
     if CONTROL.search(name):
         return "control character in the name"
     try:
-        name.encode("utf-8")
+        encoded = name.encode("utf-8")
     except UnicodeEncodeError:
         return "name is not valid UTF-8"
+    if len(encoded) > MAX_NAME_BYTES:
+        return f"name is {len(encoded)} bytes: the local copy is streamed into <name>.part, at most 255 bytes"
     if is_temp_name(name):
         return f"temporary file name {name!r}"
     return None
@@ -77,7 +80,7 @@ def name_problem(name: str) -> "str | None":
 
 def shown(name: str) -> str:
     """A name as a problem shows it: control characters and undecodable bytes escaped, never raw."""
-    return "".join(c if not CONTROL.match(c) and not 0xDC80 <= ord(c) <= 0xDCFF else ascii(c)[1:-1] for c in name)
+    return "".join(c if not CONTROL.match(c) and not 0xD800 <= ord(c) <= 0xDFFF else ascii(c)[1:-1] for c in name)
 
 
 def check_params(params: object) -> "list[str]":
@@ -145,12 +148,15 @@ def existing_manifest_sha(root: str) -> "str | None":
         return "unreadable"
 
 
-def walk(root: str, roster: "list[str]") -> "tuple[list[str], list[dict[str, str]]]":
-    """Steps 4-5: every regular file under the roster's cells, never following a link.
+def walk(root: str, roster: "list[str]",
+         links: "list[dict[str, object]] | None" = None) -> "tuple[list[str], list[dict[str, str]]]":
+    """Steps 4-5: every regular file under the roster's cells, never following a link; each link inside a cell
+    is appended to `links` (read_link) instead.
 
     Returns relative POSIX paths and the problems found; a problem entry is never also a file entry.
     """
     files: list[str] = []  # local annotations are never evaluated, so 3.8 accepts them
+    found_links: list[dict[str, object]] = [] if links is None else links
     problems: list[dict[str, str]] = []
     found_cells = set()
     try:
@@ -172,14 +178,15 @@ def walk(root: str, roster: "list[str]") -> "tuple[list[str], list[dict[str, str
             problems.append(problem("unexpected_dir", name, "folder is not a cell of the roster"))
         else:
             found_cells.add(name)
-            walk_cell(root, name, files, problems)
+            walk_cell(root, name, files, problems, found_links)
     for cell in roster:
         if cell not in found_cells and not os.path.lexists(os.path.join(root, cell)):
             problems.append(problem("missing_dir", cell, "roster cell has no folder in the result root"))
     return sorted(files), problems
 
 
-def walk_cell(root: str, cell: str, files: "list[str]", problems: "list[dict[str, str]]") -> None:
+def walk_cell(root: str, cell: str, files: "list[str]", problems: "list[dict[str, str]]",
+              links: "list[dict[str, object]]") -> None:
     """Iterative walk of one cell (no recursion limit on deep trees), lstat only."""
     stack = [cell]
     while stack:
@@ -193,8 +200,14 @@ def walk_cell(root: str, cell: str, files: "list[str]", problems: "list[dict[str
         for entry in children:
             path = relative + "/" + entry.name
             unfit = name_problem(entry.name)
-            if entry.is_symlink():
-                problems.append(problem("symlink", shown(path), "symlink; the manifest lists real files only"))
+            if entry.is_symlink() and unfit is None:
+                link, issue = read_link(root, path)
+                if issue is not None:
+                    problems.append(issue)
+                elif link is not None:
+                    links.append(link)
+            elif entry.is_symlink():
+                problems.append(problem("path_unsafe", shown(path), unfit or ""))
             elif is_temp_name(entry.name):
                 problems.append(problem("temp_file", shown(path), "temporary file: still being written?"))
             elif unfit is not None:
@@ -205,6 +218,30 @@ def walk_cell(root: str, cell: str, files: "list[str]", problems: "list[dict[str
                 files.append(path)
             else:
                 problems.append(problem("not_regular", shown(path), "not a regular file (fifo, socket or device)"))
+
+
+def read_link(root: str, path: str) -> "tuple[dict[str, object] | None, dict[str, str] | None]":
+    """Step 4b: a link inside a cell (W&B's `latest-run`, its `debug.log`) is recorded as itself, its path and
+    target, never followed and never copied. `inside` is where it leads, relative to the root, when the box
+    resolves it (every link on the way followed) to a path inside the root; None when it leads out (its target
+    is not part of the results, and the teardown plan names it)."""
+    full = os.path.join(root, *path.split("/"))
+    try:
+        target = os.readlink(full)
+    except OSError as exc:
+        return None, problem("unreadable", shown(path), f"cannot read the link: {exc.strerror}")
+    if not target or CONTROL.search(target):
+        return None, problem("link_unsafe", shown(path), "link target is empty or holds a control character")
+    try:
+        target.encode("utf-8")
+    except UnicodeEncodeError:
+        return None, problem("link_unsafe", shown(path), "link target is not valid UTF-8")
+    real_root = os.path.realpath(root)
+    resolved = os.path.realpath(full)
+    inside = None
+    if resolved.startswith(real_root + os.sep):
+        inside = os.path.relpath(resolved, real_root).replace(os.sep, "/")
+    return {"path": path, "target": target, "inside": inside}, None
 
 
 def check_required(root: str, roster: "list[str]", required: "list[str]") -> "list[dict[str, str]]":
@@ -262,21 +299,25 @@ def utc_now_iso() -> str:
     return datetime.now(timezone.utc).replace(microsecond=0).isoformat()  # noqa: UP017
 
 
-def manifest_object(run_id: str, roster: "list[str]",
-                    entries: "list[dict[str, object]]") -> "dict[str, object]":
+def manifest_object(run_id: str, roster: "list[str]", entries: "list[dict[str, object]]",
+                    links: "list[dict[str, object]] | None" = None) -> "dict[str, object]":
+    """The manifest; `links` only when there are some, so a tree without links gives the same bytes as ever."""
     total = 0
     for entry in entries:
         size = entry["bytes"]
         assert isinstance(size, int)
         total += size
-    return {
+    body = {
         "schema": SCHEMA,
         "run_id": run_id,
         "created_at_utc": utc_now_iso(),
         "top_level_dirs": sorted(roster),
         "files": entries,
         "totals": {"files": len(entries), "bytes": total},
-    }
+    }  # type: dict[str, object]
+    if links:
+        body["links"] = sorted(links, key=lambda link: str(link["path"]))
+    return body
 
 
 def fsync_dir(path: str) -> None:
@@ -333,7 +374,8 @@ def build(root: str, run_id: str, roster: "list[str]", required: "list[str]") ->
         print(f"MANIFEST_SHA256={existing}")
         print("EXISTS " + os.path.join(root, MANIFEST_NAME))
         return EXIT_EXISTS
-    files, problems = walk(root, roster)
+    links = []  # type: list[dict[str, object]]
+    files, problems = walk(root, roster, links)
     problems.extend(check_required(root, roster, required))
     if problems:
         return fail(problems)  # hashing is the expensive step: only for an otherwise valid tree
@@ -348,7 +390,7 @@ def build(root: str, run_id: str, roster: "list[str]", required: "list[str]") ->
         problems.append(problem("no_files", "", "the result root holds no files"))
     if problems:
         return fail(problems)
-    data = canonical_json(manifest_object(run_id, roster, entries))
+    data = canonical_json(manifest_object(run_id, roster, entries, links))
     try:
         atomic = write_no_clobber(root, data)
     except FileExistsError:

@@ -186,7 +186,7 @@ def inputs_fingerprint(root: Path, db: StateDB) -> str:
     size; V33 re-hashes the bytes themselves), plus the newest probe answer."""
     digest = hashlib.sha256()
     for path, info in sorted(_input_stats(root)):
-        digest.update(f"{path}\0{info[0]}\0{info[1]}\n".encode())
+        digest.update(f"{path}\0{info[0]}\0{info[1]}\n".encode("utf-8", "surrogateescape"))  # any name
     probes = db.probe_records()
     digest.update(repr(sorted(probes.items())).encode())
     return digest.hexdigest()

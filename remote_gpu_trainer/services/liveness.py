@@ -29,9 +29,18 @@ if TYPE_CHECKING:
 
 PROBE_TIMEOUT_S = 30.0
 
+# Times to the nanosecond where the box's date and stat can (GNU), whole seconds where they cannot (busybox):
+# whole seconds on both sides of an age make it up to a second short, and a stall_after of 1 s would read as
+# running for a second after the on-box sentinel (float times) said stalled.
 _PROBE = r"""set -u
 CTL="$1"; LOG="$2"; ROOT="$3"
-echo "NOW=$(date +%s)"
+mt() {
+  v=$(stat -c '%.9Y' -- "$1" 2>/dev/null)
+  case "$v" in ''|*[!0-9.]*) v=$(stat -c '%Y' -- "$1");; esac
+  printf '%s' "$v"
+}
+now=$(date +%s.%N 2>/dev/null); case "$now" in ''|*[!0-9.]*) now=$(date +%s);; esac
+echo "NOW=$now"
 pid=$(cat "$CTL/pid" 2>/dev/null || true)
 state=gone
 if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
@@ -43,11 +52,11 @@ if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
   else state=alive; fi
 fi
 echo "PID_STATE=$state"
-[ -f "$CTL/exit_code" ] && echo "EXIT_CODE=$(cat "$CTL/exit_code")" && echo "FINISHED=$(stat -c '%Y' "$CTL/exit_code")"
+[ -f "$CTL/exit_code" ] && echo "EXIT_CODE=$(cat "$CTL/exit_code")" && echo "FINISHED=$(mt "$CTL/exit_code")"
 [ -f "$CTL/DONE" ] && echo "DONE=1"
-if [ -f "$LOG" ]; then echo "LOG=$(stat -c '%s %Y' "$LOG")"; fi
-[ -f "$CTL/launch.json" ] && echo "STARTED=$(stat -c '%Y' "$CTL/launch.json")"
-[ -f "$CTL/sentinel.heartbeat" ] && echo "SENTINEL=$(stat -c '%Y' "$CTL/sentinel.heartbeat")"
+if [ -f "$LOG" ]; then echo "LOG=$(stat -c '%s' -- "$LOG") $(mt "$LOG")"; fi
+[ -f "$CTL/launch.json" ] && echo "STARTED=$(mt "$CTL/launch.json")"
+[ -f "$CTL/sentinel.heartbeat" ] && echo "SENTINEL=$(mt "$CTL/sentinel.heartbeat")"
 [ -f "$CTL/sentinel.exited" ] && echo "SENTINEL_EXIT=$(head -c 64 "$CTL/sentinel.exited" | tr -d '\n')"
 if [ -d "$ROOT" ]; then
   newest=$(find "$ROOT" -type f \( -name '*.pth' -o -name '*.pt' -o -name '*.ckpt' -o -name '*.safetensors' \) \

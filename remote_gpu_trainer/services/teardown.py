@@ -19,11 +19,12 @@ from remote_gpu_trainer.fsutil import run_locks
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus, WaitsGone
 from remote_gpu_trainer.services import gate as box_gate
+from remote_gpu_trainer.services.evidence.manifest import local_manifest
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.meter import meter_reading
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state import events
-from remote_gpu_trainer.text import money, short_hash, size
+from remote_gpu_trainer.text import escape_control, money, short_hash, size
 from remote_gpu_trainer.views import TeardownPlan
 
 MAX_LISTED = 4
@@ -121,6 +122,23 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
             lines.append(f"  {f.path}  {size(f.bytes)}  sha256 {short_hash(f.sha256)}")
         if len(checkpoints) > MAX_LISTED:
             lines.append(f"  … and {len(checkpoints) - MAX_LISTED} more verified checkpoint(s)")
+        lines.extend(link_lines(session, run))
+    return lines
+
+
+def link_lines(session: Session, run: RunConfig) -> list[str]:
+    """The links the run's manifest recorded (docs/gate.md §2): never followed or copied; one that leads out of
+    the result root is named, since its target is not among the results and goes with the box."""
+    manifest = local_manifest(session.project.run_dir(run.id), run)
+    if manifest is None or not manifest.links:
+        return []
+    out = manifest.links_out
+    lines = [f"Links:     run {run.id}: {len(manifest.links)} link(s) recorded, not copied"
+             + (f"; {len(out)} lead out of the result root (their targets are not results and are not "
+                "pulled):" if out else "; each leads to a path inside the result root")]
+    lines += [f"  {escape_control(link.path)} -> {escape_control(link.target)}" for link in out[:MAX_LISTED]]
+    if len(out) > MAX_LISTED:
+        lines.append(f"  … and {len(out) - MAX_LISTED} more")
     return lines
 
 

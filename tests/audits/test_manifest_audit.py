@@ -72,7 +72,7 @@ def _set_path(path: Any) -> Callable[[dict[str, Any]], None]:
     "/seed0/best.pth", "\\seed0\\best.pth", "seed0/../seed1/best.pth", "seed0/./best.pth", "seed0//best.pth",
     "seed0\\best.pth", "seed0/be\nst.pth", "seed0/be\x7fst.pth", "best.pth", "seed0/",
     "seed0/be\x00st.pth", "seed0/be\x85st.pth", "seed0/x.part", "seed0/.rgt-tmp-1", "se ed0/best.pth",
-    ".hydra/config.yaml",
+    ".hydra/config.yaml", "seed0/" + "L" * 251, "seed0/" + "语" * 84,  # 251 and 252 bytes: no room for `.part`
 ])
 def test_unsafe_paths_are_refused(path: str) -> None:
     obj = good()
@@ -86,7 +86,7 @@ def test_unsafe_paths_are_refused(path: str) -> None:
 @pytest.mark.parametrize("path", [
     "seed0/epoch=3-step=64.ckpt", "seed0/.hydra/config.yaml", "seed0/mlruns/.trash/.keep", "seed0/sp ace.pth",
     "seed0/-x", "seed0/.hidden", "seed0/naïve-Ø.txt", "seed0/notes.txt~", "seed0/.nfs000abc", "seed0/.#lock",
-    "seed0/a\\b",
+    "seed0/a\\b", "seed0/" + "L" * 250, "seed0/" + "语" * 83,  # 250 and 249 bytes
 ])
 def test_the_names_tools_write_are_manifest_paths(path: str) -> None:
     """docs/gate.md §2: any part that is not empty, `.` or `..` and holds no NUL or control character; the cell,
@@ -202,3 +202,41 @@ def test_checkpoint_globs() -> None:
     assert not is_checkpoint("seed0/best_metrics.json", globs)
     assert required_checkpoints(("s1", "s0"), ("best.pth", "best_metrics.json"), globs) == [
         "s0/best.pth", "s1/best.pth"]
+
+
+LINKS = [{"path": "seed0/out", "target": "/etc/passwd", "inside": None},
+         {"path": "seed0/wandb/latest-run", "target": "run-1", "inside": "seed0/wandb/run-1"}]
+
+
+def test_links_are_an_optional_list_of_path_target_and_inside() -> None:
+    obj = good()
+    obj["links"] = LINKS
+    manifest, problems = parse_manifest(canonical_json(obj), roster=ROSTER, run_id="exp1")
+    assert problems == [] and manifest is not None
+    assert [(link.path, link.target, link.inside) for link in manifest.links] == [
+        ("seed0/out", "/etc/passwd", None), ("seed0/wandb/latest-run", "run-1", "seed0/wandb/run-1")]
+    assert [link.path for link in manifest.links_out] == ["seed0/out"]
+    plain, _ = parse_manifest(canonical_json(good()), roster=ROSTER, run_id="exp1")
+    assert plain is not None and plain.links == ()
+
+
+@pytest.mark.parametrize(("change", "code"), [
+    (lambda links: links.clear(), "schema"),  # present means non-empty
+    (lambda links: links.reverse(), "schema"),  # sorted by path
+    (lambda links: links[0].update(path="seed0/best.pth"), "duplicate_path"),  # a file's path
+    (lambda links: links.append(dict(links[1])), "duplicate_path"),
+    (lambda links: links[0].update(path="seed0/../../x"), "path_unsafe"),
+    (lambda links: links[0].update(target="a\x1b[2Jb"), "link_unsafe"),
+    (lambda links: links[0].update(target=""), "link_unsafe"),
+    (lambda links: links[1].update(inside="/etc"), "link_unsafe"),
+    (lambda links: links[1].update(inside="seed0/../.."), "link_unsafe"),
+    (lambda links: links[1].update(extra=1), "schema"),
+    (lambda links: links[1].pop("inside"), "schema"),
+])
+def test_a_malformed_link_refuses_the_manifest(change: Callable[[list[dict[str, Any]]], None], code: str) -> None:
+    obj = good()
+    obj["links"] = [dict(link) for link in LINKS]
+    change(obj["links"])
+    manifest, problems = parse_manifest(canonical_json(obj), roster=ROSTER, run_id="exp1")
+    assert code in {problem.code for problem in problems}
+    assert manifest is None

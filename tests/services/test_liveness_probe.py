@@ -4,7 +4,14 @@ the refresh that asked (a log deleted between the probe's test and its stat, dur
 
 from __future__ import annotations
 
-from remote_gpu_trainer.services.liveness import parse_probe
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from remote_gpu_trainer.providers.transports.local import LocalTransport
+from remote_gpu_trainer.services.liveness import _PROBE, parse_probe
 
 
 def test_a_log_that_vanished_mid_probe_reads_as_no_log() -> None:
@@ -30,3 +37,19 @@ def test_a_well_formed_answer_is_read_whole() -> None:
 
 def test_no_time_is_an_error_not_a_guess() -> None:
     assert parse_probe("NOW=\nPID_STATE=alive\n").error == "probe answered without a time"
+
+
+async def test_the_real_probe_reads_times_to_the_fraction_as_the_sentinel_does(tmp_path: Path) -> None:
+    """Whole seconds on both sides of an age made rgt read a job as running for up to a second after the on-box
+    sentinel (float times) had said stalled: the probe reports the box's times with their fractions."""
+    ctl, log, root = tmp_path / "ctl", tmp_path / "train.log", tmp_path / "results"
+    ctl.mkdir()
+    root.mkdir()
+    log.write_text("started\n")
+    (ctl / "launch.json").write_text("{}")
+    moment = time.time() - 1.25
+    os.utime(log, (moment, moment))
+    result = await LocalTransport().run(f"bash -s -- {ctl} {log} {root}", stdin=_PROBE.encode())
+    probed = parse_probe(result.text)
+    assert probed.log_mtime is not None and abs(probed.log_mtime - moment) < 0.01, result.text
+    assert probed.now - moment == pytest.approx(1.25, abs=0.5) and probed.now != int(probed.now)

@@ -68,7 +68,7 @@ async def test_s94_fires_when_the_job_stops_writing_checkpoints(tmp_path: Path) 
         assert fired, "S94 never fired"
         evidence = fired[0].first_evidence
         age = int(evidence.split("newest checkpoint ")[1].split(" s old")[0])
-        assert age >= 6 and evidence.endswith(
+        assert age >= 5 and evidence.endswith(  # over 2 × W = 5.36 s, shown rounded: 5 at the earliest
             "over 2 × W = 5 s (Young/Daly W 3 s): a preemption now loses that much work")
         overview = await observe_and_build(session)
         run = overview.run(RUN)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME
+from remote_gpu_trainer.remote.build_manifest import shown
 from remote_gpu_trainer.state.caches import FileKey
 from remote_gpu_trainer.state.db import StateDB
 
@@ -25,7 +26,8 @@ CHUNK = 4 << 20  # bytes read (and streamed) at a time
 def walk_local_root(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     """Every non-directory entry under the local root with its lstat (links never followed), by relative
     path; the manifest and the marker at the root are not entries. Verification and the gate both read
-    the local root through this one walk, so they can never disagree about what is there."""
+    the local root through this one walk, so they can never disagree about what is there. A name that is not
+    UTF-8 (left by some tool; never one the manifest lists) comes out escaped, as every face shows it."""
     stack = [""]
     while stack:
         relative = stack.pop()
@@ -39,7 +41,7 @@ def walk_local_root(root: Path) -> Iterator[tuple[str, os.stat_result]]:
             if stat.S_ISDIR(info.st_mode):
                 stack.append(path)
             else:
-                yield path, info
+                yield shown(path), info
 
 
 async def hash_with_cache(db: StateDB, path: Path) -> str:

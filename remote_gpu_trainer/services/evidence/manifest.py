@@ -67,7 +67,7 @@ async def build_manifest(transport: Transport, run: RunConfig, db: StateDB, *,
 def _builder_problems(stderr: str) -> str:
     """The first problems of the builder's JSON list, in one line."""
     try:
-        problems = json.loads(stderr.strip().splitlines()[-1])
+        problems = json.loads(stderr.strip().split("\n")[-1])  # not splitlines: U+2028 in a name is no line end
         items = [Problem(str(p["code"]), str(p["path"]), str(p["detail"])) for p in problems]
     except (ValueError, IndexError, KeyError, TypeError, RecursionError):  # the box wrote it: anything goes
         return " ".join(stderr.split())[-300:] or "no details"

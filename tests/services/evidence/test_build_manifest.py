@@ -80,8 +80,8 @@ async def test_a_foreign_existing_manifest_is_a_failure(env: Env) -> None:
 
 
 async def test_every_problem_is_gathered_and_nothing_is_written(env: Env) -> None:
-    (env.box / "seed0" / "alias.pth").symlink_to(env.box / "seed0" / "best.pth")
-    (env.box / "seed1" / "linked").symlink_to(env.box / "seed0", target_is_directory=True)
+    (env.box / "seed0" / "alias.pth").symlink_to("best\x1b[2J.pth")  # a link is recorded; this target is not
+    (env.box / "seed1" / "linked").symlink_to(env.box / "seed0", target_is_directory=True)  # fine: recorded
     (env.box / "seed0" / "ckpt.pth.part").write_bytes(b"half")
     (env.box / "seed0" / "notes.txt~").write_bytes(b"x")
     (env.box / "seed0" / ".rgt-tmp-x").write_bytes(b"x")
@@ -98,7 +98,7 @@ async def test_every_problem_is_gathered_and_nothing_is_written(env: Env) -> Non
     rc, _, err = await run_builder(env, roster=["seed0", "seed1", "seed2"])
     assert rc == 1
     assert problem_codes(err) >= {
-        ("symlink", "seed0/alias.pth"), ("symlink", "seed1/linked"), ("temp_file", "seed0/ckpt.pth.part"),
+        ("link_unsafe", "seed0/alias.pth"), ("temp_file", "seed0/ckpt.pth.part"),
         ("temp_file", "seed0/.rgt-tmp-x"),
         ("required_empty", "seed1/best_metrics.json"), ("required_missing", "seed1/best.pth"),
         ("loose_file", "loose.txt"), ("temp_file", ".rgt-tmp-PULL_MANIFEST.99"),
@@ -106,19 +106,47 @@ async def test_every_problem_is_gathered_and_nothing_is_written(env: Env) -> Non
         ("path_unsafe", "seed1/bad\\x1bname.txt"), ("path_unsafe", "seed1/\\udcff.bin"), ("not_regular", "seed1/pipe"),
     }
     listed = {path for _, path in problem_codes(err)}
-    assert "seed0/notes.txt~" not in listed and "seed1/a b=c, .d~" not in listed
+    assert "seed0/notes.txt~" not in listed and "seed1/a b=c, .d~" not in listed and "seed1/linked" not in listed
     assert "\x1b" not in err and "\udcff" not in err.encode("utf-8", "backslashreplace").decode()
     assert not (env.box / MANIFEST_NAME).exists()
 
 
-async def test_symlink_makes_the_service_fail_with_one_line(env: Env) -> None:
-    (env.box / "seed0" / "alias.pth").symlink_to(env.box / "seed0" / "best.pth")
-    with pytest.raises(VerbFailed) as caught:
-        await build_manifest(env.transport, env.run, env.db)
-    message = str(caught.value)
-    assert "\n" not in message and "seed0/alias.pth" in message and "symlink" in message
-    assert env.db.recorded_manifest(env.run.id) is None
-    assert not (env.box / MANIFEST_NAME).exists()
+async def test_links_are_recorded_as_links_never_followed(env: Env, tmp_path: Path) -> None:
+    """W&B's `latest-run` (relative) and `debug.log` (absolute) links, a link out of the root, one that leaves
+    through another link, a loop, a dangling one: each recorded with its target and where the box resolves it,
+    none followed, none blocking the manifest (docs/gate.md §2)."""
+    secret = tmp_path / "outside.txt"
+    secret.write_text("never pulled")
+    run_dir = env.box / "seed0" / "wandb" / "run-20261206_1200-abc"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "logs" / "debug.log").write_text("wandb debug\n")
+    (env.box / "seed0" / "wandb" / "latest-run").symlink_to("run-20261206_1200-abc", target_is_directory=True)
+    (env.box / "seed0" / "wandb" / "debug.log").symlink_to(run_dir / "logs" / "debug.log")
+    (env.box / "seed0" / "out").symlink_to(secret)
+    (env.box / "seed1" / "up").symlink_to(tmp_path, target_is_directory=True)
+    (env.box / "seed0" / "hop").symlink_to("../seed1/up/outside.txt")  # inside by its words, out in fact
+    (env.box / "seed0" / "loop-a").symlink_to("loop-b")
+    (env.box / "seed0" / "loop-b").symlink_to("loop-a")
+    (env.box / "seed0" / "dangling").symlink_to("not-there.pth")
+    await build_manifest(env.transport, env.run, env.db)
+    data = (env.box / MANIFEST_NAME).read_bytes()
+    manifest, problems = parse_manifest(data, roster=env.run.roster, run_id=env.run.id)
+    assert problems == [] and manifest is not None
+    links = {link.path: (link.target, link.inside) for link in manifest.links}
+    assert links == {
+        "seed0/dangling": ("not-there.pth", "seed0/not-there.pth"),
+        "seed0/hop": ("../seed1/up/outside.txt", None),
+        "seed0/loop-a": ("loop-b", links["seed0/loop-a"][1]),
+        "seed0/loop-b": ("loop-a", links["seed0/loop-b"][1]),
+        "seed0/out": (str(secret), None),
+        "seed0/wandb/debug.log": (str(run_dir / "logs" / "debug.log"),
+                                  "seed0/wandb/run-20261206_1200-abc/logs/debug.log"),
+        "seed0/wandb/latest-run": ("run-20261206_1200-abc", "seed0/wandb/run-20261206_1200-abc"),
+        "seed1/up": (str(tmp_path), None),
+    }
+    assert {link.path for link in manifest.links_out} == {"seed0/hop", "seed0/out", "seed1/up"}
+    assert "seed0/wandb/run-20261206_1200-abc/logs/debug.log" in manifest.by_path()  # the real file, once
+    assert b"never pulled" not in data and not set(links) & set(manifest.by_path())
 
 
 async def test_root_must_be_a_real_directory(tmp_path: Path) -> None:
