@@ -90,7 +90,10 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
     while True:
         state, alerts = await _watch_pass(session, run_id)
         printers.print_alerts(alerts, iso_z(session.clock()))
-        current = (state.liveness.state, state.liveness.detail if state.liveness.state != "running" else "")
+        # a state is said once, when it changes: a running or stalled run's detail ("log silent 12s") changes at
+        # every pass and would reprint the same state every interval
+        moving = state.liveness.state in ("running", "stalled")
+        current = (state.liveness.state, "" if moving else state.liveness.detail)
         if current != last or args.once:
             print(f"{iso_z(session.clock())} run {run_id}: {state.liveness.state} "
                   f"({escape_control(state.liveness.detail)})", flush=True)
