@@ -48,7 +48,7 @@ _RUN_KEYS = {
     "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
     "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after", "gpus", "total_steps",
     "smoke", "smoke_timeout", "notify", "auto",
-    "auto_resume", "network", "cache_dir", "mtbp_hours", "disk_budget",
+    "auto_resume", "network", "cache_dir", "mtbp_hours", "disk_budget", "checkpoint_bytes",
 }
 _LAUNCH_KEYS = {"gpu", "count", "max_price_per_hour", "image", "disk_gb", "region", "interruptible", "ssh_keys"}
 # Providers whose API can create an instance (`rgt up` launches them), and what each one's create call needs.
@@ -133,6 +133,7 @@ class RunConfig:
     cache_dir: str | None = None  # where that profile puts the HF/torch/pip caches (default: <workdir>/.cache)
     mtbp_hours: float | None = None  # mean time between preemptions for Young/Daly (beats the instance's)
     disk_budget: int | None = None  # bytes free before each cell (0: no gate; None: previous cell's size × 1.2)
+    checkpoint_bytes: int | None = None  # one checkpoint's size: phase 0's budget row (audits/env_audit/space.py)
 
 
 @dataclass(frozen=True)
@@ -438,7 +439,7 @@ def _run(run_id: str, body: Table, instances: dict[str, InstanceConfig]) -> RunC
         checkpoint_globs=globs, state_keys=state_keys, allowed_globals=allowed_globals,
         python=python_set or "python3", python_explicit=python_set is not None,
         smoke=smoke, notify=body.flag("notify", True), auto=_auto(body), **numbers, **_resilience(body),
-        disk_budget=_disk_budget(body),
+        disk_budget=_size(body, "disk_budget"), checkpoint_bytes=_size(body, "checkpoint_bytes", positive=True),
     )
 
 
@@ -520,19 +521,22 @@ _SIZE_UNITS = {None: 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10*
                "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
 
 
-def _disk_budget(body: Table) -> int | None:
-    """runs.<id>.disk_budget: whole bytes, or a string with a unit ("20GB", "512 MiB"); 0 turns the gate off."""
-    raw = body.value("disk_budget")
+def _size(body: Table, key: str, *, positive: bool = False) -> int | None:
+    """A size in bytes: whole bytes, or a string with a unit ("20GB", "512 MiB"). runs.<id>.disk_budget (0 turns
+    the gate off) and runs.<id>.checkpoint_bytes (one checkpoint, > 0)."""
+    raw = body.value(key)
     if raw is None:
         return None
-    if _whole(raw) and raw >= 0:
+    floor = 1 if positive else 0
+    if _whole(raw) and raw >= floor:
         return int(raw)
     found = _SIZE.match(raw) if isinstance(raw, str) else None
-    if found is None:
-        body.problem("disk_budget", 'must be a whole number of bytes >= 0 or a size like "20GB" or "512MiB" '
-                                    "(units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+    value = int(float(found.group(1)) * _SIZE_UNITS[found.group(2)]) if found is not None else None
+    if value is None or value < floor:
+        body.problem(key, f'must be a whole number of bytes >= {floor} or a size like "20GB" or "512MiB" '
+                          "(units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
         return None
-    return int(float(found.group(1)) * _SIZE_UNITS[found.group(2)])
+    return value
 
 
 def _smoke(body: Table) -> str | None:

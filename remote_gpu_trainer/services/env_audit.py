@@ -21,6 +21,7 @@ from remote_gpu_trainer.audits.env_audit import (
     PROBE_VERSION,
     RunRequirements,
     audit_environment,
+    kept_checkpoints,
     run_interpreter,
     worst,
 )
@@ -187,9 +188,11 @@ async def audit_run_environment(session: Session, run_id: str, actor: str = "use
     python = run_interpreter(run.command, run.python, explicit=run.python_explicit, run_id=run_id)
     facts = await run_env_probe(transport, scratch=run.workdir, durable=run.remote_root, python=python.path,
                                 workdir=run.workdir)
+    budget = run.checkpoint_bytes  # with it, row 3 weighs best + the resume anchor against the durable disk
     rows = audit_environment(facts, RunRequirements(gpus=run.gpus, interpreter_why=python.why,
                                                     ckpt_tier_survives=session.profile(run.instance).durable_survives(),
-                                                    no_proxy_hosts=no_proxy_hosts(run)))
+                                                    no_proxy_hosts=no_proxy_hosts(run), ckpt_bytes=budget,
+                                                    kept=kept_checkpoints(1, 0) if budget is not None else None))
     session.db.add_audit(run_id, "env", [dataclasses.asdict(row) for row in rows])
     counts = {status: sum(1 for r in rows if r.status == status) for status in ("fail", "warn", "pass")}
     events.env_audited(session.db, run_id=run_id, instance=run.instance, worst=worst(rows), fails=counts["fail"],

@@ -523,11 +523,32 @@ def test_row1_bytes_boundaries(used: int, status: str) -> None:
 
 
 def test_row1_counts_reserved_blocks_as_full_like_df() -> None:
-    # 900 used + 50 avail of 1000: df says 95% (the 50 reserved for root are not available)
-    facts = _with_disk("scratch", "bytes", df_bytes("/scratch", 1000, 900, 50))
+    # 900 used + 50 avail of 1000 (GB): df says 95% (the 50 reserved for root are not available)
+    g = 10**9
+    facts = _with_disk("scratch", "bytes", df_bytes("/scratch", 1000 * g, 900 * g, 50 * g))
     assert row(facts, 1).status == ea.WARN and "94.7% used" in row(facts, 1).detail
-    facts = _with_disk("scratch", "bytes", df_bytes("/scratch", 1000, 903, 47))
+    facts = _with_disk("scratch", "bytes", df_bytes("/scratch", 1000 * g, 903 * g, 47 * g))
     assert row(facts, 1).status == ea.FAIL
+
+
+@pytest.mark.parametrize(("free", "status"), [(2 * 1024**3 - 1, ea.FAIL), (2 * 1024**3, ea.PASS)])
+def test_row1_fails_a_nearly_empty_disk_too_small_to_hold_anything(free: int, status: str) -> None:
+    """A 4 GiB disk half empty is 50 % used and passed by percent; under 2 GiB free it cannot hold a run."""
+    facts = _with_disk("durable", "bytes", df_bytes("/workspace", 2 * free, free, free))
+    assert row(facts, 1).status == status
+    assert ("(under 2.0 GiB)" in row(facts, 1).detail) == (status == ea.FAIL)
+
+
+@pytest.mark.parametrize(("checkpoint", "status"), [(10 * 10**9, ea.PASS), (40 * 10**9, ea.WARN),
+                                                    (60 * 10**9, ea.FAIL)])
+def test_row3_weighs_best_and_the_resume_anchor_against_the_durable_disk(checkpoint: int, status: str) -> None:
+    """runs.<id>.checkpoint_bytes × 2 (best + the resume anchor, kept_checkpoints(1, 0)) + the 2 GiB reserve
+    against 100 GB free: 22 GB passes, 82 GB is over 80 % of it, 122 GB does not fit."""
+    g = 10**9
+    facts = _with_disk("durable", "bytes", df_bytes("/workspace", 200 * g, 100 * g, 100 * g))
+    req = ea.RunRequirements(ckpt_bytes=checkpoint, kept=ea.kept_checkpoints(1, 0))
+    budget = {r.id: r for r in ea.audit_environment(facts, req)}[3]
+    assert budget.status == status, budget
 
 
 def test_row1_fails_when_df_fails() -> None:
