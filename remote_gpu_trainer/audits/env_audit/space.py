@@ -59,8 +59,8 @@ def disk_bytes(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
         pct = row.used_pct()
         assert pct is not None
         free = row.avail or 0
-        tiny = free < SCRATCH_RESERVE_BYTES  # a small disk nearly empty is still too small: percent alone passed 0 B
-        statuses.append(FAIL if tiny else use_status(pct))
+        tiny = free < SCRATCH_RESERVE_BYTES  # a small disk nearly empty is still small: percent alone passed 0 B
+        statuses.append(worst_status([use_status(pct), WARN if tiny else PASS]))  # row 3 fails what cannot fit
         parts.append(f"{role} {path} on {row.target}: {pct:.1f}% used, {gib(free)} free"
                      + (f" (under {gib(SCRATCH_RESERVE_BYTES)})" if tiny else ""))
     return AuditRow(1, "disk_bytes", worst_status(statuses), "; ".join(parts))
