@@ -21,7 +21,8 @@ from remote_gpu_trainer.config_deliver import DeliverConfig, GridConfig, read_de
 from remote_gpu_trainer.config_notify import NotifyConfig, read_notify_config
 from remote_gpu_trainer.config_verify import VerifyConfig, read_verify_config
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.remote.build_manifest import name_problem, shown
+from remote_gpu_trainer.remote.build_manifest import name_problem
+from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
 from remote_gpu_trainer.toml_table import table_line as table_line  # providers/box_identity.py reads it here
 
@@ -461,7 +462,7 @@ def _required(body: Table) -> tuple[str, ...] | None:
     for name in required or ():
         unfit = [why for part in name.split("/") if (why := name_problem(part)) is not None]
         if unfit:
-            body.problem("required", f"{shown(name)!r} is not a relative path inside the cell ({unfit[0]})")
+            body.problem("required", f"{escape_control(name)!r} is not a relative path inside the cell ({unfit[0]})")
     return required
 
 

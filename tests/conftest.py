@@ -39,11 +39,10 @@ def room_on_the_temp_disk(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The sim boxes' disks are folders under the temp directory, and the sentinel reports a durable disk at
     DISK_FULL_PERCENT used as `disk_full`: on a nearly full machine the notification tests would see an event
     they do not expect. Said once, plainly, instead of as a dozen puzzling failures."""
+    from remote_gpu_trainer.remote.rgt_sentinel import disk_percent
     from remote_gpu_trainer.services.sentinel import DISK_FULL_PERCENT
 
-    vfs = os.statvfs(tmp_path_factory.getbasetemp())
-    taken = vfs.f_blocks - vfs.f_bfree  # as df and the sentinel count (remote/rgt_sentinel.disk_percent)
-    used = 100 * taken / (taken + vfs.f_bavail) if taken + vfs.f_bavail else 0.0
+    used = disk_percent(str(tmp_path_factory.getbasetemp())) or 0.0  # as the sentinel itself measures it
     if used >= DISK_FULL_PERCENT - 2:
         pytest.fail(f"{tmp_path_factory.getbasetemp()}: its disk is {used:.0f} % used; the tests need it under "
                     f"{DISK_FULL_PERCENT - 2} % (free some space)", pytrace=False)

@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
 from remote_gpu_trainer.config import SAFE_NAME
-from remote_gpu_trainer.remote.build_manifest import CONTROL, name_problem, shown
+from remote_gpu_trainer.remote.build_manifest import CONTROL, name_problem
 from remote_gpu_trainer.strict_json import loads_strict
+from remote_gpu_trainer.text import escape_control
 
 MANIFEST_SCHEMA = "remote-gpu-trainer/PULL/v1"
 MARKER_SCHEMA = "remote-gpu-trainer/VERIFIED/v1"
@@ -168,7 +169,7 @@ def path_problems(path: Any) -> list[str]:
         if unfit:
             reasons.append(unfit[0])
         elif not SAFE_NAME.match(parts[0]):
-            reasons.append(f"cell {shown(parts[0])!r} is not a safe name")
+            reasons.append(f"cell {escape_control(parts[0])!r} is not a safe name")
     return reasons
 
 
@@ -265,7 +266,7 @@ def _parse_links(raw: Any, file_paths: set[str]) -> tuple[list[ManifestLink], li
             continue
         found = _key_problems(entry, _LINK_KEYS, where)
         path, target, inside = entry.get("path"), entry.get("target"), entry.get("inside")
-        label = shown(path) if isinstance(path, str) else where
+        label = escape_control(path) if isinstance(path, str) else where
         found += [Problem("path_unsafe", label, reason) for reason in path_problems(path)]
         if not isinstance(target, str) or not target or _CONTROL.search(target):
             found.append(Problem("link_unsafe", label, "target must be text without control characters"))
@@ -322,7 +323,7 @@ def _parse_file_entry(entry: Any, where: str) -> tuple[ManifestFile | None, list
     path, size, digest = entry.get("path"), entry.get("bytes"), entry.get("sha256")
     if not isinstance(path, str):
         return None, problems + [Problem("schema", where, "path must be a string")]
-    label = shown(path)  # a hostile box's control characters or lone surrogates never reach a terminal or the db
+    label = escape_control(path)  # a hostile box's control characters or lone surrogates never reach a terminal
     problems += [Problem("path_unsafe", label, reason) for reason in path_problems(path)]
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         problems.append(Problem("schema", label, "bytes must be an integer >= 0 (not a boolean)"))

@@ -46,12 +46,10 @@ def replay_demo(folder: Path) -> None:
             (folder / "splits" / name).write_bytes((REPLAY_DIR / name).read_bytes())
 
 
-def replayed_demo(folder: Path, *, flawed: bool, pull: bool | tuple[str, ...] = True) -> Path:
-    """`rgt demo [--flawed]` in `folder`, its runs replayed on the sim box on the fixed clock and, with `pull`
-    (True: every run, or the runs named), pulled and verified (so audited), as `rgt demo` launches them but
-    without its phase-0 audit. Returns the project folder."""
-    config = create_demo(folder, quick=True, flawed=flawed)
-    replay_demo(folder)
+def run_demo(config: Path, *, pull: bool | tuple[str, ...] = False) -> Session:
+    """Launch every run of the demo project at `config` on its sim box, on the fixed clock, as `rgt demo` does
+    but without its phase-0 audit, wait for each to end and, with `pull` (True: every run, or the runs named),
+    pull and verify it (so audit it). Returns the closed session (its project names the runs)."""
     session = Session.open(str(config), clock=FixedClock(FIXED_NOW))
 
     async def prepare() -> None:
@@ -59,7 +57,7 @@ def replayed_demo(folder: Path, *, flawed: bool, pull: bool | tuple[str, ...] = 
         for run in sorted(session.project.runs):
             await session.launch(run)
         for run in sorted(session.project.runs):
-            await wait_for_liveness(session, run, timeout=180)
+            await wait_for_liveness(session, run, timeout=300)
             if pull is True or (isinstance(pull, tuple) and run in pull):
                 await session.pull(run)
                 assert (await session.verify(run)).ok
@@ -68,4 +66,12 @@ def replayed_demo(folder: Path, *, flawed: bool, pull: bool | tuple[str, ...] = 
         asyncio.run(prepare())
     finally:
         session.close()
+    return session
+
+
+def replayed_demo(folder: Path, *, flawed: bool, pull: bool | tuple[str, ...] = True) -> Path:
+    """`rgt demo [--flawed]` in `folder` with its runs replayed (run_demo). Returns the project folder."""
+    config = create_demo(folder, quick=True, flawed=flawed)
+    replay_demo(folder)
+    run_demo(config, pull=pull)
     return folder

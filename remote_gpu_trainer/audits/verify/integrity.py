@@ -40,8 +40,8 @@ from remote_gpu_trainer.audits.verify.smoke import (
     merge,
     safe_load,
 )
-from remote_gpu_trainer.remote.build_manifest import shown
 from remote_gpu_trainer.strict_json import loads_strict
+from remote_gpu_trainer.text import escape_control
 
 SCAN_SKIP = {"runs", "venv", "node_modules", "site-packages", "__pycache__"}
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
@@ -503,7 +503,7 @@ def local_files(base: Path) -> dict[str, bool]:
                     or name.endswith(".part"):
                 continue
             full = Path(folder) / name
-            found[shown(path)] = full.is_file() and not full.is_symlink()  # a name that is not UTF-8, escaped
+            found[escape_control(path)] = full.is_file() and not full.is_symlink()  # a name that is not UTF-8, escaped
         dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
     return found
 

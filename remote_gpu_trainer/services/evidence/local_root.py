@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME
-from remote_gpu_trainer.remote.build_manifest import shown
 from remote_gpu_trainer.state.caches import FileKey
 from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.text import escape_control
 
 CHUNK = 4 << 20  # bytes read (and streamed) at a time
 
@@ -41,7 +41,7 @@ def walk_local_root(root: Path) -> Iterator[tuple[str, os.stat_result]]:
             if stat.S_ISDIR(info.st_mode):
                 stack.append(path)
             else:
-                yield shown(path), info
+                yield escape_control(path), info
 
 
 async def hash_with_cache(db: StateDB, path: Path) -> str:

@@ -21,7 +21,7 @@ from remote_gpu_trainer.audits.log.metrics import canonical_key
 from remote_gpu_trainer.audits.verify.metric_registry import DIRECTION_WORDS, direction
 from remote_gpu_trainer.audits.verify.model import Capsule, InputProblem, TestArtifacts
 from remote_gpu_trainer.audits.verify.plain_yaml import YamlRefused, load_plain
-from remote_gpu_trainer.remote.build_manifest import shown
+from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -283,7 +283,7 @@ def walk_files(folder: Path) -> Iterator[tuple[str, Path]]:
         for name in sorted(filenames):
             path = base / name
             if not path.is_symlink() and path.is_file():
-                yield shown(path.relative_to(folder).as_posix()), path  # a name that is not UTF-8, escaped
+                yield escape_control(path.relative_to(folder).as_posix()), path  # a name that is not UTF-8, escaped
 
 
 def typed(text: str) -> Any:
