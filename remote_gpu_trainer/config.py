@@ -33,7 +33,10 @@ PROVIDERS = (
     "local", "sim", "ssh", "slurm", "kubernetes", "runpod", "vastai", "lambda", "paperspace", "autodl",
 )
 DEFAULT_REQUIRED = ("best.pth", "best_metrics.json")
-DEFAULT_CHECKPOINT_GLOBS = ("*.pth", "*.pt", "*.ckpt", "*.safetensors")
+# Plain torch.save names, then the standard .bin/.pkl names of Hugging Face and accelerate that hold tensors
+# (assets/checkpoints.toml says how each is checked); training_args.bin is a pickled Python object, never loaded.
+DEFAULT_CHECKPOINT_GLOBS = ("*.pth", "*.pt", "*.ckpt", "*.safetensors", "pytorch_model*.bin", "adapter_model.bin",
+                            "optimizer*.bin", "scheduler*.bin", "scaler*.bin", "random_states_*.pkl")
 DEFAULT_STATE_KEYS = ("model_state_dict", "state_dict", "model")
 
 _SECRET_KEY_NAME = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential)", re.IGNORECASE)

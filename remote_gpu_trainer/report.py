@@ -73,7 +73,8 @@ def _run_results_dict(run: RunResultsView) -> dict[str, Any]:
         "id": run.id, "status": "results" if run.rows else "no_results", "cells": run.cells,
         "metrics": [{"test_id": r.test_id, "split": r.split, "metric": r.metric, "direction": r.direction,
                      "arrow": r.arrow, "unit": r.unit, "mean": r.mean, "std": r.std, "seeds": r.seeds, "n": r.n,
-                     "cells": list(r.cells), "curve": r.curve, "best": r.best, "last": r.last, "note": r.note}
+                     "cells": list(r.cells), "curve": r.curve, "best": r.best, "last": r.last, "note": r.note,
+                     "source": r.source, "sources": list(r.sources)}
                     for r in run.rows],
         "started_at": iso_z(run.started_at) if run.started_at else None,
         "finished_at": iso_z(run.finished_at) if run.finished_at else None,
@@ -252,6 +253,17 @@ def _facts(row: ResultRowView) -> str:
     return f"{row.split or '?'}, n={row.n if row.n is not None else '?'}, {row.seeds} seed{'s' * (row.seeds != 1)}"
 
 
+def _sources(row: ResultRowView, shown: int = 3) -> str:
+    """The format and the first files the row's values were read from (the JSON lists every one)."""
+    more = f", … {len(row.sources) - shown} more" if len(row.sources) > shown else ""
+    return f"{row.source or '?'}: {', '.join(row.sources[:shown])}{more}"
+
+
+def _from(row: ResultRowView) -> str:
+    """`from <format>: <files>` for a row not read from rgt's own capsules, else nothing."""
+    return f"from {_sources(row)}" if row.sources and row.source != "capsule" else ""
+
+
 def _curve(row: ResultRowView) -> str:
     return f"best {_num(row.best)} · last {_num(row.last)} ({row.curve})" if row.curve else "no training curve"
 
@@ -281,6 +293,8 @@ def _results_text(results: ResultsView) -> list[str]:
             out.append(f"    {row.test_id} {row.metric} {row.arrow}  {_value(row)}  ({_facts(row)})  {_curve(row)}")
             if row.note:
                 out.append(f"      note: {row.note}")
+            if _from(row):
+                out.append(f"      {_from(row)}")
         out.extend(f"    tracker: {url}" for url in run.trackers)
     out += ["", "EVIDENCE"]
     if results.evidence_note:
@@ -313,7 +327,8 @@ def _results_markdown(results: ResultsView) -> list[str]:
         out += ["| test | metric | | mean ± std | split, n, seeds | best · last (curve) | note |",
                 "|---|---|:-:|---:|---|---|---|"]
         out.extend(f"| {_cell(r.test_id)} | {_cell(r.metric)} | {r.arrow} | {_cell(_value(r))} | {_cell(_facts(r))} "
-                   f"| {_cell(_curve(r))} | {_cell(r.note)} |" for r in run.rows)
+                   f"| {_cell(_curve(r))} | {_cell('; '.join(filter(None, [r.note, _from(r)])))} |"
+                   for r in run.rows)
         out.append("")
     out += ["## Evidence", ""]
     if results.evidence_note:

@@ -261,6 +261,8 @@ class ResultRowView:
     best: float | None = None  # mean over the cells of each cell's best value of `curve`
     last: float | None = None  # mean over the cells of each cell's last value of `curve`
     note: str = ""  # what qualifies the row (a legacy cell, cells that disagree on n or split)
+    sources: tuple[str, ...] = ()  # project-relative files the values were read from, once each, in cell order
+    source: str = ""  # their formats: capsule, legacy, trainer_state, lightning, tensorboard, mlflow, wandb
 
     @property
     def arrow(self) -> str:

@@ -22,6 +22,7 @@ from remote_gpu_trainer.audits.verify.model import MetricRule, plain
 from remote_gpu_trainer.deliver.build_common import InputFile, input_entry, mean_std, resolve_input
 from remote_gpu_trainer.deliver.figure_spec import FigureSpec, Series, arrow
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.fsutil import lstat_or_none
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -77,7 +78,14 @@ def _prepare_line(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRul
         curves: list[tuple[str, list[tuple[Any, float]]]] = []
         for key in series.capsules:
             ispec = {"capsule": key, "file": "train.csv", "metric": spec.y}
-            got = resolve_input(root, ispec, f"series[{index}].capsules ({key})")
+            where = f"series[{index}].capsules ({key})"
+            if not _has_train_csv(root, key) and (tracked := _tracker_curve(root, key, spec.x, spec.y, where)):
+                pairs, path, sha256 = tracked
+                curves.append((key, _checked_axis(pairs, path, spec.x, found)))
+                found.entries.append({"capsule": key, "metric": spec.y, "split": split, "path": path,
+                                      "sha256": sha256})
+                continue
+            got = resolve_input(root, ispec, where)
             curves.append((key, _curve(got, spec.x, spec.y, found)))
             found.entries.append(input_entry(ispec, got, split))
         found.rows += _curve_rows(series, curves, spec.y, found)
@@ -95,10 +103,49 @@ def _curve(got: InputFile, x: str, y: str, found: Prepared) -> list[tuple[Any, f
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
         pairs.append((_number(got, x, plain(step)), float(_number(got, y, value))))
+    return _checked_axis(pairs, got.path, x, found)
+
+
+def _checked_axis(pairs: list[tuple[Any, float]], path: str, x: str, found: Prepared) -> list[tuple[Any, float]]:
     steps = [s for s, _ in pairs]
     if any(not b > a for a, b in zip(steps, steps[1:], strict=False)):
-        found.problem("G5_axis", f"{got.path}: {x} is not strictly increasing")
+        found.problem("G5_axis", f"{path}: {x} is not strictly increasing")
     return pairs
+
+
+def _has_train_csv(root: Path, key: str) -> bool:
+    return lstat_or_none(root / "runs" / key / "train.csv") is not None
+
+
+def _tracker_curve(root: Path, key: str, x: str, y: str, where: str
+                   ) -> tuple[list[tuple[Any, float]], str, str] | None:
+    """(x, y) pairs of a cell with no train.csv, from the tracker file VERIFY reads its curve from
+    (audits/verify/readers), with that file's path and the sha256 of the bytes read. `x` and `y` may be
+    the tracker's own names (`eval/loss`, `val_loss`, `global_step`): they are mapped as the readers map
+    them. None when the cell holds no tracker curve either (the caller then names the missing train.csv)."""
+    from remote_gpu_trainer.audits.verify.readers import read_tracker_cell
+    from remote_gpu_trainer.audits.verify.readers.common import series_column
+
+    run_id, cell = key.split("/", 1)
+    capsule = read_tracker_cell(root, run_id, cell)
+    if capsule is None or capsule.train is None or capsule.train_path is None:
+        return None
+    frame = capsule.train
+    columns = {name: name if name in frame.columns else series_column(name) for name in (x, y)}
+    for name, column in columns.items():
+        if column is None or column not in frame.columns:
+            raise ConfigError(f"{where}: {capsule.train_path} ({capsule.source}) has no series {name!r} "
+                              f"(series: {', '.join(map(str, frame.columns))})")
+    pairs = []
+    for step, value in zip(frame[columns[x]].tolist(), frame[columns[y]].tolist(), strict=True):
+        if isinstance(value, float) and math.isnan(value) or isinstance(step, float) and math.isnan(step):
+            continue
+        pairs.append((plain(step), float(value)))
+    relative = capsule.train_path[len(capsule.path) + 1:]
+    sha256 = capsule.files.get(relative)
+    if sha256 is None:
+        raise ConfigError(f"{where}: {capsule.train_path} could not be hashed as it was read")
+    return pairs, capsule.train_path, sha256
 
 
 def _number(got: InputFile, column: str, cell: Any) -> int | float:

@@ -94,10 +94,34 @@ def read_cell(root: Path, run_id: str, cell: str) -> CellResults | None:
             tests.setdefault(test.test_id, test)
     curves = read_curves(root / rel / "train.csv", f"{rel}/train.csv", problems)
     if record is None and not tests and not curves and legacy is None:
-        return None
+        return tracker_cell(root, run_id, cell)
     capsule = Capsule(run_id=run_id, cell=cell, path=rel, source="capsule" if record is not None else "legacy",
                       run_record=record, tests=tests)
     return CellResults(capsule, curves, tuple(problems))
+
+
+def tracker_cell(root: Path, run_id: str, cell: str) -> CellResults | None:
+    """A cell with no capsule file, as its trackers recorded it (audits/verify/readers: trainer_state.json,
+    Lightning metrics.csv, TensorBoard events, MLflow mlruns, W&B): the same reader VERIFY uses, so the report
+    and the checks read one number. Only such cells pay for the readers (and pandas)."""
+    from remote_gpu_trainer.audits.verify.readers import read_tracker_cell
+
+    capsule = read_tracker_cell(root, run_id, cell)
+    if capsule is None:
+        return None
+    curves: dict[str, Curve] = {}
+    if capsule.train is not None:
+        for name in capsule.train.columns:
+            if name == LOSS or str(name).startswith("val/"):
+                values = [float(v) for v in capsule.train[name].tolist() if _finite(v)]
+                if values:
+                    curves[str(name)] = Curve(values[-1], min(values), max(values))
+    problems = tuple(f"{p.path}: {p.message}" for p in capsule.problems)
+    return CellResults(capsule, curves, problems)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def read_curves(path: Path, rel: str, problems: list[str]) -> dict[str, Curve]:
@@ -203,7 +227,9 @@ def _row(number: Number, values: list[SeedValue], cells: Mapping[str, CellResult
         metric=number.metric, direction=way, unit=unit if isinstance(unit, str) and unit else None,
         mean=mean([v.value for v in values]), std=sample_std([v.value for v in values]), seeds=len(values),
         n=ns[0] if len(ns) == 1 and ns[0] >= 0 else None, cells=tuple(v.capsule.key for v in values),
-        curve=curve, best=best, last=last, note="; ".join(notes))
+        curve=curve, best=best, last=last, note="; ".join(notes),
+        sources=tuple(dict.fromkeys(t.metrics_path for t in tests)),
+        source=", ".join(dict.fromkeys(v.capsule.source for v in values)))
 
 
 def metric_direction(metric: str, block: Mapping[str, Any], declared: Mapping[str, MetricRule]) -> str | None:

@@ -1,27 +1,35 @@
 """Checkpoint load-verification probe, run in its own process (docs/gate.md §5.1).
 
     <python> -I -m remote_gpu_trainer.probes.ckpt_probe PATH [--allow-global mod.Name]...
-        [--state-key K]... [--accept-flat]
+        [--state-key K]... [--accept-flat] [--check model|state] [--finite-under KEY]...
     <python> -I -m remote_gpu_trainer.probes.ckpt_probe --serve [--parent PID]
 
 One-shot mode: stdout is exactly one JSON object:
 `{"ok": true, "format", "tensors", "elements", "state_key", "torch"}` or `{"ok": false, "error": ..., ...}`
-with error one of `blocked_global` (+ `global`), `nonfinite` (+ `labels`, the first 10),
+with error one of `blocked_global` (+ `global`, the first, and `globals`, every one the pickle names that is
+not allowed, found in one pass), `nonfinite` (+ `labels`, the first 10),
 `no_tensors`, `no_state_key`, `load_failed` (+ `detail`; exit status 1).
 
 Server mode (`--serve`, used by rgt's verifier so torch is imported once per process, not once per file):
 after importing torch it writes `{"ready": true, "pid", "torch"}`, then reads one JSON request per line on
-stdin, `{"path": str, "allow_globals": [str], "state_keys": [str], "accept_flat": bool|null}` (all but path
-optional), and answers each with one verdict line of exactly the one-shot shapes; a request it cannot parse
-gets `{"ok": false, "error": "bad_request"}`. It exits at end of input. On Linux it asks the kernel for
-SIGKILL when its parent dies (PR_SET_PDEATHSIG) and exits at once if `--parent` is no longer its parent, so
-a kill -9 of rgt leaves no probe behind; elsewhere a watcher thread polls getppid().
+stdin, `{"path": str, "allow_globals": [str], "state_keys": [str], "accept_flat": bool|null,
+"check": "model"|"state", "finite_under": [str], "kind": str}` (all but path optional), and answers each
+with one verdict line of exactly the one-shot shapes; a request it cannot parse gets
+`{"ok": false, "error": "bad_request"}`. It exits at end of input. On Linux it asks the kernel for SIGKILL
+when its parent dies (PR_SET_PDEATHSIG) and exits at once if `--parent` is no longer its parent, so a kill -9
+of rgt leaves no probe behind; elsewhere a watcher thread polls getppid().
 
 Why a subprocess: loading a checkpoint can take memory and time without bound, and torch must never load in
 the UI process. Why `weights_only=True` and never a retry without it: a pickle that names any global beyond
 tensors could run arbitrary code; such a file is reported `unloadable` with the blocked global named, and
-nothing in it is executed. This module imports torch only inside functions, so importing it for
-PROBE_VERSION costs nothing.
+nothing in it is executed.
+
+What a file must hold depends on its kind (remote_gpu_trainer/checkpoint_kinds.py): `check="model"` wants a
+model state and every tensor finite; `check="state"` (optimizer, scheduler, RNG state) wants the file to load
+and its tensors finite, and may hold no tensor at all. `finite_under` narrows the finiteness check to those
+top-level keys where present (Lightning's callbacks keep `inf` as "no best yet").
+
+This module imports torch only inside functions, so importing it for PROBE_VERSION costs nothing.
 """
 
 from __future__ import annotations
@@ -45,7 +53,11 @@ DEFAULT_STATE_KEYS = ("model_state_dict", "state_dict", "model")
 FINITE_CHUNK = 16 * 1024 * 1024  # elements per torch.isfinite call: bounds the temporary bool tensor
 MAX_LABELS = 10
 MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
-_GLOBAL = re.compile(r"GLOBAL\s+([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+_DOTTED = r"([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+)"
+# The weights-only unpickler names a refused global two ways: "GLOBAL mod.Name was not an allowed global" for a
+# global it meets, and "Can only build Tensor, ... but got <class 'mod.Name'>" for an object it must BUILD.
+_GLOBAL = re.compile(r"GLOBAL\s+" + _DOTTED + r"|but got <class '" + _DOTTED + r"'>")
+CHECKS = ("model", "state")
 
 
 class ProbeFailure(Exception):
@@ -80,7 +92,25 @@ def detect_format(path: str) -> str:
 def blocked_global(message: str) -> str | None:
     """The dotted name in the weights-only unpickler's 'GLOBAL module.name' message, ANSI stripped."""
     match = _GLOBAL.search(strip_ansi(message))
-    return match.group(1) if match else None
+    return (match.group(1) or match.group(2)) if match else None
+
+
+def refused_globals(path: str, fmt: str, allow_globals: Sequence[str]) -> list[str]:
+    """Every global the pickle names that weights-only loading would refuse, read from its opcodes without
+    executing anything (torch's own scanner), so one verify names them all rather than one per pass."""
+    if fmt != "torch-zip":
+        return []
+    import torch
+
+    scan = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+    if scan is None:
+        return []
+    try:
+        named = scan(path)
+    except Exception:  # not a readable archive: the load below says why
+        return []
+    allowed = set(allow_globals)
+    return sorted({str(name) for name in named} - allowed)
 
 
 def load_torch(path: str, fmt: str, allow_globals: Sequence[str]) -> Any:
@@ -90,6 +120,10 @@ def load_torch(path: str, fmt: str, allow_globals: Sequence[str]) -> Any:
     import torch
 
     allowed = [_import_global(name) for name in allow_globals]
+    refused = refused_globals(path, fmt, allow_globals)
+    if refused:
+        raise ProbeFailure({"ok": False, "error": "blocked_global", "format": fmt, "global": refused[0],
+                            "globals": refused})
     try:
         if allowed:
             with torch.serialization.safe_globals(allowed):
@@ -164,19 +198,25 @@ def _read_safetensors(path: str) -> Iterator[tuple[str, Any]]:
         yield name, tensor.reshape(shape)
 
 
-def walk(root: Any, finite: bool = True) -> WalkResult:
+def walk(root: Any, finite: bool = True, finite_under: Sequence[str] = ()) -> WalkResult:
     """Iterative walk of dict/list/tuple nests (no recursion limit), guarded against cycles by id().
 
     Counts tensors and elements; floating and complex tensors must be finite (checked in chunks);
     sparse tensors are checked through their values; integer, bool and quantized ones are only counted.
+    When the top level is a mapping holding any key of `finite_under`, only tensors under those keys must be
+    finite; the rest are counted.
     """
     import torch
 
     result = WalkResult()
     seen: set[int] = set()
-    stack: list[tuple[str, Any]] = [("", root)]
+    scoped = isinstance(root, Mapping) and any(key in root for key in finite_under)
+    stack: list[tuple[str, Any, bool]] = [("", root, finite and not scoped)]
+    if scoped:
+        stack = [(str(key), value, finite and key in finite_under) for key, value in reversed(list(root.items()))]
+        seen.add(id(root))
     while stack:
-        label, obj = stack.pop()
+        label, obj, check = stack.pop()
         if isinstance(obj, torch.Tensor | Mapping | list | tuple):
             if id(obj) in seen:
                 continue
@@ -184,13 +224,13 @@ def walk(root: Any, finite: bool = True) -> WalkResult:
         if isinstance(obj, torch.Tensor):
             result.tensors += 1
             result.elements += obj.numel()
-            if finite and len(result.nonfinite) < MAX_LABELS and not _all_finite(obj):
+            if check and len(result.nonfinite) < MAX_LABELS and not _all_finite(obj):
                 result.nonfinite.append(label or "(top level)")
         elif isinstance(obj, Mapping):
-            children = [(_join(label, str(key)), value) for key, value in obj.items()]
+            children = [(_join(label, str(key)), value, check) for key, value in obj.items()]
             stack.extend(reversed(children))
         elif isinstance(obj, list | tuple):
-            stack.extend(reversed([(_join(label, str(index)), value) for index, value in enumerate(obj)]))
+            stack.extend(reversed([(_join(label, str(index)), value, check) for index, value in enumerate(obj)]))
     return result
 
 
@@ -231,8 +271,15 @@ def state_key(root: Any, keys: Sequence[str], accept_flat: bool) -> str | None:
 
 
 def probe(path: str, allow_globals: Sequence[str] = (), state_keys: Sequence[str] = DEFAULT_STATE_KEYS,
-          accept_flat: bool | None = None) -> dict[str, Any]:
-    """The verdict for one file, as the JSON object the probe prints."""
+          accept_flat: bool | None = None, check: str = "model", finite_under: Sequence[str] = (),
+          kind: str | None = None) -> dict[str, Any]:
+    """The verdict for one file, as the JSON object the probe prints (with `kind` echoed when given)."""
+    verdict = _verdict(path, allow_globals, state_keys, accept_flat, check, finite_under)
+    return {**verdict, "kind": kind} if kind else verdict
+
+
+def _verdict(path: str, allow_globals: Sequence[str], state_keys: Sequence[str], accept_flat: bool | None,
+             check: str, finite_under: Sequence[str]) -> dict[str, Any]:
     import torch
 
     fmt = detect_format(path)
@@ -246,11 +293,15 @@ def probe(path: str, allow_globals: Sequence[str] = (), state_keys: Sequence[str
     except Exception as exc:  # corrupt archive, bad header, out of memory: the file does not load
         return {"ok": False, "error": "load_failed", "format": fmt,
                 "detail": _one_line(f"{type(exc).__name__}: {exc}")}
-    walked = walk(root)
-    if walked.tensors == 0:
-        return {"ok": False, "error": "no_tensors", "format": fmt}
+    walked = walk(root, finite_under=finite_under)
     if walked.nonfinite:
         return {"ok": False, "error": "nonfinite", "format": fmt, "labels": walked.nonfinite}
+    version = str(torch.__version__).split("+")[0]
+    if check == "state":  # training state loads and is finite; a scheduler's may hold no tensor at all
+        return {"ok": True, "format": fmt, "tensors": walked.tensors, "elements": walked.elements,
+                "state_key": "", "torch": version}
+    if walked.tensors == 0:
+        return {"ok": False, "error": "no_tensors", "format": fmt}
     flat = accept_flat if accept_flat is not None else fmt == "safetensors"
     key = state_key(root, state_keys, flat)
     if key is None:
@@ -258,7 +309,7 @@ def probe(path: str, allow_globals: Sequence[str] = (), state_keys: Sequence[str
         return {"ok": False, "error": "no_state_key", "format": fmt,
                 "detail": f"no model state under {accepted}"}
     return {"ok": True, "format": fmt, "tensors": walked.tensors, "elements": walked.elements,
-            "state_key": key, "torch": str(torch.__version__).split("+")[0]}
+            "state_key": key, "torch": version}
 
 
 def _one_line(text: str) -> str:
@@ -293,23 +344,40 @@ def die_with_parent(parent: int | None) -> None:
         threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _request(line: bytes) -> tuple[str, list[str], list[str], bool | None] | None:
+@dataclass(frozen=True)
+class Request:
+    """One probe request, as `serve` reads it from a line."""
+
+    path: str
+    allow_globals: tuple[str, ...] = ()
+    state_keys: tuple[str, ...] = ()
+    accept_flat: bool | None = None
+    check: str = "model"
+    finite_under: tuple[str, ...] = ()
+    kind: str | None = None
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    value = value or []
+    if not (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+        return None
+    return tuple(value)
+
+
+def _request(line: bytes) -> Request | None:
     try:
         request = json.loads(line.decode("utf-8"))
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(request, dict) or not isinstance(request.get("path"), str):
         return None
-    allow = request.get("allow_globals") or []
-    keys = request.get("state_keys") or []
-    flat = request.get("accept_flat")
-    if not (isinstance(allow, list) and all(isinstance(item, str) for item in allow)):
+    allow, keys, under = (_strings(request.get(name)) for name in ("allow_globals", "state_keys", "finite_under"))
+    flat, check, kind = request.get("accept_flat"), request.get("check", "model"), request.get("kind")
+    if allow is None or keys is None or under is None or check not in CHECKS:
         return None
-    if not (isinstance(keys, list) and all(isinstance(item, str) for item in keys)):
+    if (flat is not None and not isinstance(flat, bool)) or (kind is not None and not isinstance(kind, str)):
         return None
-    if flat is not None and not isinstance(flat, bool):
-        return None
-    return request["path"], allow, keys, flat
+    return Request(request["path"], allow, keys, flat, check, under, kind)
 
 
 def serve(stdin: Any, out: Any, parent: int | None) -> int:
@@ -327,8 +395,8 @@ def serve(stdin: Any, out: Any, parent: int | None) -> int:
         if parsed is None:
             result: dict[str, Any] = {"ok": False, "error": "bad_request", "detail": "not a probe request"}
         else:
-            path, allow, keys, flat = parsed
-            result = probe(path, allow, keys or DEFAULT_STATE_KEYS, flat)
+            result = probe(parsed.path, parsed.allow_globals, parsed.state_keys or DEFAULT_STATE_KEYS,
+                           parsed.accept_flat, parsed.check, parsed.finite_under, parsed.kind)
         out.write(json.dumps(result, sort_keys=True) + "\n")
         out.flush()
     return 0
@@ -340,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--allow-global", action="append", default=[], metavar="MOD.NAME")
     parser.add_argument("--state-key", action="append", default=[], metavar="KEY")
     parser.add_argument("--accept-flat", action="store_true", default=None)
+    parser.add_argument("--check", choices=CHECKS, default="model", help="model (default) or training state")
+    parser.add_argument("--finite-under", action="append", default=[], metavar="KEY")
     parser.add_argument("--serve", action="store_true", help="answer one JSON request per stdin line")
     parser.add_argument("--parent", type=int, default=None, help="die when this pid stops being the parent")
     args = parser.parse_args(argv)
@@ -351,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout = sys.stderr
     if args.serve:
         return serve(sys.stdin.buffer, out, args.parent)
-    result = probe(args.path, args.allow_global, args.state_key or DEFAULT_STATE_KEYS, args.accept_flat)
+    result = probe(args.path, args.allow_global, args.state_key or DEFAULT_STATE_KEYS, args.accept_flat,
+                   args.check, args.finite_under)
     out.write(json.dumps(result, sort_keys=True) + "\n")
     out.flush()
     return 1 if result.get("error") == "load_failed" else 0

@@ -45,7 +45,7 @@ RESULT_RUN = {"id": (str,), "status": (str,), "cells": (int,), "metrics": (list,
 RESULT_METRIC = {"test_id": (str,), "split": (str, NONE), "metric": (str,), "direction": (str, NONE),
                  "arrow": (str,), "unit": (str, NONE), "mean": (float,), "std": (float, NONE), "seeds": (int,),
                  "n": (int, NONE), "cells": (list,), "curve": (str, NONE), "best": (float, NONE),
-                 "last": (float, NONE), "note": (str,)}
+                 "last": (float, NONE), "note": (str,), "source": (str,), "sources": (list,)}
 RESULT_COST = {"amount": (float, NONE), "currency": (str,), "estimate": (bool,), "shared_with": (list,),
                "note": (str,)}
 RESULT_CLAIM = {"id": (str,), "statement": (str,), "state": (str,), "numbers": (list,), "disclosure": (str, NONE),

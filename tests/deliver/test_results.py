@@ -30,7 +30,8 @@ def test_three_seeds_give_exact_mean_std_n_direction_best_and_last(tmp_path: Pat
     acc, err = rows_of(tmp_path)["r1"]
     assert acc == ResultRowView(
         test_id="main", split="test", metric="acc", direction="higher_is_better", unit=None, mean=0.75, std=0.25,
-        seeds=3, n=4, cells=("r1/seed0", "r1/seed1", "r1/seed2"), curve="val/acc", best=0.75, last=0.625, note="")
+        seeds=3, n=4, cells=("r1/seed0", "r1/seed1", "r1/seed2"), curve="val/acc", best=0.75, last=0.625, note="",
+        sources=tuple(f"runs/r1/seed{i}/test/main/metrics.json" for i in range(3)), source="capsule")
     assert acc.arrow == "↑"
     # err: 0.5, 0.25, 0.0 (↓); no val/err column, so best and last are the loss curve's (lowest is best)
     assert (err.metric, err.direction, err.arrow, err.mean, err.std) == ("err", "lower_is_better", "↓", 0.25, 0.25)

@@ -125,7 +125,8 @@ def test_the_json_report_has_results_first_at_full_precision(project: Path) -> N
     assert r1["metrics"][0] == {
         "test_id": "main", "split": "test", "metric": "acc", "direction": "higher_is_better", "arrow": "↑",
         "unit": None, "mean": 0.75, "std": 0.25, "seeds": 3, "n": 4, "cells": ["r1/seed0", "r1/seed1", "r1/seed2"],
-        "curve": "val/acc", "best": 0.75, "last": 0.625, "note": ""}
+        "curve": "val/acc", "best": 0.75, "last": 0.625, "note": "", "source": "capsule",
+        "sources": [f"runs/r1/seed{i}/test/main/metrics.json" for i in range(3)]}
     assert [m["metric"] for m in r1["metrics"]] == ["acc", "err"]
     assert {k: r1[k] for k in ("id", "status", "cells", "started_at", "finished_at", "wall_s", "wall_source",
                                "trackers")} == {

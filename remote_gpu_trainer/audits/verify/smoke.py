@@ -153,9 +153,11 @@ def safe_load(path: Path, timeout: float) -> dict[str, Any]:
     import subprocess
     import sys
 
+    from remote_gpu_trainer.checkpoint_kinds import kind_of
     from remote_gpu_trainer.strict_json import loads_strict
 
-    command = [sys.executable, "-I", "-m", "remote_gpu_trainer.probes.ckpt_probe", str(path), "--accept-flat"]
+    command = [sys.executable, "-I", "-m", "remote_gpu_trainer.probes.ckpt_probe", str(path), "--accept-flat",
+               *kind_of(path.name).argv()]
     try:
         done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
                               env=probe_environment(), start_new_session=True, check=False)

@@ -27,6 +27,7 @@ from remote_gpu_trainer.audits.manifest import (
     is_checkpoint,
     required_checkpoints,
 )
+from remote_gpu_trainer.checkpoint_kinds import CheckpointKind, kind_of
 from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
 from remote_gpu_trainer.probes.environment import probe_environment as probe_environment
@@ -41,14 +42,21 @@ _PROBE_CODES = {
 }
 
 
-def probe_key(run: RunConfig) -> str:
-    """What besides the bytes decides a probe's verdict: probe version, torch version, allow-list, keys."""
+def probe_key(run: RunConfig, kind: CheckpointKind) -> str:
+    """What besides the bytes decides a probe's verdict: probe version, torch version, the request (allow-list,
+    state keys and the file's kind, assets/checkpoints.toml)."""
     try:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = "none"
-    return json.dumps({"probe": PROBE_VERSION, "torch": torch_version, "allow": sorted(run.allowed_globals),
-                       "keys": list(run.state_keys)}, sort_keys=True)
+    return json.dumps({"probe": PROBE_VERSION, "torch": torch_version, **probe_request(run, kind)}, sort_keys=True)
+
+
+def probe_request(run: RunConfig, kind: CheckpointKind) -> dict[str, Any]:
+    """The request fields for a file of this kind: the run's allowed globals with the kind's own, its state
+    keys, and how the kind is checked."""
+    allowed = sorted(set(run.allowed_globals) | set(kind.globals))
+    return {"allow_globals": allowed, "state_keys": list(run.state_keys), **kind.request()}
 
 
 async def probe_checkpoints(root: Path, run: RunConfig, manifest: Manifest, hashed: dict[str, str],
@@ -61,10 +69,10 @@ async def probe_checkpoints(root: Path, run: RunConfig, manifest: Manifest, hash
     with the same bytes gets the verdict of the one path that was probed.
     """
     groups = _contents(run, manifest, hashed)
-    key = probe_key(run)
-    verdicts, fresh = _cached_verdicts(groups, key, db, report)
+    keys = {sha256: probe_key(run, kind_of(paths[0])) for sha256, paths in groups.items()}
+    verdicts, fresh = _cached_verdicts(groups, keys, db, report)
     if fresh:
-        verdicts.update(await _probe_fresh(root, run, groups, fresh, key, db, report, timeout))
+        verdicts.update(await _probe_fresh(root, run, groups, fresh, keys, db, report, timeout))
     return _checkpoints(groups, verdicts, per_file)
 
 
@@ -78,13 +86,13 @@ def _contents(run: RunConfig, manifest: Manifest, hashed: dict[str, str]) -> dic
     return groups
 
 
-def _cached_verdicts(groups: dict[str, list[str]], key: str, db: StateDB, report: Callable[[str], None]
-                     ) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """The verdicts cached for these contents under this probe key, and the contents still to probe."""
+def _cached_verdicts(groups: dict[str, list[str]], keys: dict[str, str], db: StateDB,
+                     report: Callable[[str], None]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The verdicts cached for these contents under their probe keys, and the contents still to probe."""
     verdicts: dict[str, dict[str, Any]] = {}
     fresh: list[str] = []
     for sha256, paths in groups.items():
-        cached = db.cached_probe(sha256, key)
+        cached = db.cached_probe(sha256, keys[sha256])
         if cached is None:
             fresh.append(sha256)
             continue
@@ -94,22 +102,22 @@ def _cached_verdicts(groups: dict[str, list[str]], key: str, db: StateDB, report
     return verdicts, fresh
 
 
-async def _probe_fresh(root: Path, run: RunConfig, groups: dict[str, list[str]], fresh: list[str], key: str,
-                       db: StateDB, report: Callable[[str], None],
+async def _probe_fresh(root: Path, run: RunConfig, groups: dict[str, list[str]], fresh: list[str],
+                       keys: dict[str, str], db: StateDB, report: Callable[[str], None],
                        timeout: float | None) -> dict[str, dict[str, Any]]:
     """Probe one path of each content in `fresh` through one pool; a verdict the bytes decide is cached."""
     verdicts: dict[str, dict[str, Any]] = {}
-    request = {"allow_globals": list(run.allowed_globals), "state_keys": list(run.state_keys)}
     counter = iter(range(1, len(fresh) + 1))
 
     async def one(pool: ProbePool, sha256: str) -> None:
         paths = groups[sha256]
         local = root.joinpath(*paths[0].split("/"))
         copies = f"; {len(paths) - 1} more path(s) hold the same bytes" if len(paths) > 1 else ""
+        request = probe_request(run, kind_of(paths[0]))
         result = await pool.probe(local, request, timeout or _probe_timeout(local), started=lambda: report(
             f"load-verifying {paths[0]} ({next(counter)}/{len(fresh)}{copies})"))
         if result.get("ok") or result.get("error") in _DETERMINISTIC_PROBE_ERRORS:
-            db.store_probe(sha256, key, result)
+            db.store_probe(sha256, keys[sha256], result)
         verdicts[sha256] = result
 
     size = probe_pool_size(len(fresh), sum(root.joinpath(*groups[sha256][0].split("/")).stat().st_size
@@ -318,8 +326,10 @@ def _probe_problem(path: str, result: dict[str, Any]) -> Problem:
     error = str(result.get("error"))
     code = _PROBE_CODES.get(error, "ckpt_crash")
     if error == "blocked_global":
-        detail = (f"pickle needs global {result.get('global')}, which weights-only loading refuses; "
-                  "nothing was executed (allow it in allowed_globals only if you trust the file)")
+        names = result.get("globals") or [result.get("global")]
+        listed = ", ".join(str(name) for name in names)
+        detail = (f"pickle needs global{'s' if len(names) > 1 else ''} {listed}, which weights-only loading "
+                  "refuses; nothing was executed (allow them in allowed_globals only if you trust the file)")
     elif error == "nonfinite":
         detail = "non-finite values in " + ", ".join(str(label) for label in result.get("labels", []))
     elif error == "no_tensors":

@@ -290,7 +290,8 @@ def _file_statuses(manifest: Manifest | None, errors: list[Problem], per_file: d
     """Each file's worst problem, or what passed: the load result for a checkpoint, the hash for the rest."""
     if manifest is None:
         return []
-    loads = {c.path: f"loads: {c.format} · {c.tensors} tensors · {c.elements:,} values · key {c.state_key}"
+    loads = {c.path: f"loads: {c.format} · {c.tensors} tensors · {c.elements:,} values · "
+                     + (f"key {c.state_key}" if c.state_key else "training state")
              for c in checkpoints}
     statuses: list[FileStatus] = []
     for entry in manifest.files:

@@ -115,6 +115,15 @@ def classify(raw: str) -> tuple[str, str] | None:
     return None
 
 
+def series_column(name: str) -> str | None:
+    """The curve column a tracker's series name reads as (`eval/loss`, `eval_loss`, `val_loss` -> `val/loss`;
+    `train/loss` -> `loss`; `global_step` -> `step`), None when the readers would not keep it as a curve."""
+    kind = classify(name)
+    if kind is None or kind[0] == "test":
+        return None
+    return kind[1] if kind[0] == "train" else f"val/{kind[1]}"
+
+
 def number(value: Any) -> float | None:
     """A logged value as a float (NaN kept: a NaN loss is evidence); bools, text and containers are not."""
     if isinstance(value, bool) or not isinstance(value, int | float):
