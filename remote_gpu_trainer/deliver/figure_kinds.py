@@ -131,21 +131,32 @@ def _tracker_curve(root: Path, key: str, x: str, y: str, where: str
     if capsule is None or capsule.train is None or capsule.train_path is None:
         return None
     frame = capsule.train
-    columns = {name: name if name in frame.columns else series_column(name) for name in (x, y)}
-    for name, column in columns.items():
+    columns: dict[str, str] = {}
+    for name in (x, y):
+        column = name if name in frame.columns else series_column(name)
         if column is None or column not in frame.columns:
             raise ConfigError(f"{where}: {capsule.train_path} ({capsule.source}) has no series {name!r} "
                               f"(series: {', '.join(map(str, frame.columns))})")
+        columns[name] = column
     pairs = []
     for step, value in zip(frame[columns[x]].tolist(), frame[columns[y]].tolist(), strict=True):
         if isinstance(value, float) and math.isnan(value) or isinstance(step, float) and math.isnan(step):
             continue
         pairs.append((plain(step), float(value)))
-    relative = capsule.train_path[len(capsule.path) + 1:]
+    relative = _series_file(capsule.files, columns[y]) or capsule.train_path[len(capsule.path) + 1:]
     sha256 = capsule.files.get(relative)
     if sha256 is None:
         raise ConfigError(f"{where}: {capsule.train_path} could not be hashed as it was read")
-    return pairs, capsule.train_path, sha256
+    return pairs, f"{capsule.path}/{relative}", sha256
+
+
+def _series_file(files: Mapping[str, str], column: str) -> str | None:
+    """The file that holds just this series, where the tracker keeps one file per series (MLflow's
+    `metrics/<key>`), so the figure's input names the bytes it was drawn from; None elsewhere."""
+    from remote_gpu_trainer.audits.verify.readers.common import series_column
+
+    return next((path for path in sorted(files) if "/metrics/" in f"/{path}"
+                 and series_column(path.rsplit("/", 1)[-1]) == column), None)
 
 
 def _number(got: InputFile, column: str, cell: Any) -> int | float:

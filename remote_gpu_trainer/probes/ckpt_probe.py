@@ -302,7 +302,9 @@ def _verdict(path: str, allow_globals: Sequence[str], state_keys: Sequence[str],
                 "state_key": "", "torch": version}
     if walked.tensors == 0:
         return {"ok": False, "error": "no_tensors", "format": fmt}
-    flat = accept_flat if accept_flat is not None else fmt == "safetensors"
+    # A flat name -> tensor map is what `torch.save(model.state_dict(), path)` writes, PyTorch's own tutorial
+    # way to save a model, and what safetensors always holds: a model state unless the caller says otherwise.
+    flat = accept_flat if accept_flat is not None else True
     key = state_key(root, state_keys, flat)
     if key is None:
         accepted = ", ".join(state_keys) + (" or a flat name->tensor map" if flat else "")

@@ -39,12 +39,16 @@ def log_path(run: RunConfig) -> str:
 
 
 def cell_command(run: RunConfig, transport: Transport, cell: str) -> str:
+    """The run's command for one cell: `{cell}` the cell id, `{out}` the quoted `remote_root/<cell>`, and
+    `{workdir}` the quoted workdir (for tools that write under their current folder: `cd {out} && python
+    {workdir}/train.py` keeps Lightning's `lightning_logs/` inside the cell)."""
     out = transport.resolve(f"{run.remote_root.rstrip('/')}/{cell}")
+    workdir = transport.resolve(run.workdir)
     try:
-        return run.command.format(cell=cell, out=shlex.quote(out))
+        return run.command.format(cell=cell, out=shlex.quote(out), workdir=shlex.quote(workdir))
     except (KeyError, IndexError, ValueError) as exc:
         raise ConfigError(
-            f"runs.{run.id}.command: bad placeholder {exc}: only {{cell}} and {{out}} are filled in"
+            f"runs.{run.id}.command: bad placeholder {exc}: only {{cell}}, {{out}} and {{workdir}} are filled in"
         ) from None
 
 
@@ -105,16 +109,35 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
 
 
 async def push(project: ProjectConfig, run: RunConfig, transport: Transport) -> list[str]:
-    """Copy the run's `push` files into its workdir; returns the remote paths written."""
+    """Copy the run's `push` files into its workdir; returns the remote paths written. A file lands as its
+    name; a folder (Hydra's `conf/`) lands as itself with its regular files below it, symlinks and
+    `__pycache__` left out, so a config tree the script finds by relative path arrives whole."""
     written = []
     for item in run.push:
         local = project.root / item
-        if not local.is_file():
+        if local.is_dir() and not local.is_symlink():
+            files = [(f"{local.name}/{rel}", path) for rel, path in _folder_files(local)]
+        elif local.is_file():
+            files = [(local.name, local)]
+        else:
             raise ConfigError(f"runs.{run.id}.push: {local} does not exist")
-        remote = f"{run.workdir.rstrip('/')}/{Path(item).name}"
-        await transport.put_bytes(local.read_bytes(), remote)
-        written.append(remote)
+        for rel, path in files:
+            remote = f"{run.workdir.rstrip('/')}/{rel}"
+            await transport.put_bytes(path.read_bytes(), remote)
+            written.append(remote)
     return written
+
+
+def _folder_files(folder: Path) -> list[tuple[str, Path]]:
+    """(posix path below `folder`, path) of its regular files, sorted; symlinks and __pycache__ skipped."""
+    found = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if "__pycache__" in rel.parts or any(p.is_symlink() for p in [path, *path.parents][:len(rel.parts)]):
+            continue
+        if path.is_file():
+            found.append((rel.as_posix(), path))
+    return found
 
 
 async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,

@@ -37,6 +37,8 @@ DEFAULT = "python3"
     ("/usr/bin/env python3 t.py", "python3"),
     ("'/opt/my envs/bin/python' t.py && echo done", "/opt/my envs/bin/python"),
     ("python train.py; echo done", "python"),
+    ("cd {out} && python {workdir}/train.py", "python"),
+    ("cd /w; cd out && WANDB_MODE=offline /opt/v/bin/python3 t.py", "/opt/v/bin/python3"),
 ])
 def test_a_command_that_starts_with_a_python_is_checked_with_it(command: str, program: str) -> None:
     chosen = ea.run_interpreter(command, DEFAULT, explicit=False, run_id=RUN)
@@ -53,6 +55,8 @@ def test_a_command_that_starts_with_a_python_is_checked_with_it(command: str, pr
     ("python 'unbalanced", "cannot be split into words"),
     ("X=1", "has no program word"),
     ("&& python train.py", "has no program word"),
+    ("cd {out} && torchrun train.py", "starts with torchrun, not a python"),
+    ("cd {out} || python train.py", "starts with cd, not a python"),
 ])
 def test_a_launcher_keeps_the_default_and_says_why(command: str, named: str) -> None:
     chosen = ea.run_interpreter(command, DEFAULT, explicit=False, run_id=RUN)

@@ -43,8 +43,10 @@ def is_python(word: str) -> bool:
 
 
 def command_program(command: str) -> tuple[str | None, str]:
-    """The program the command's first simple command runs, past `VAR=value` prefixes and `env [options]`;
-    or (None, why) when the command cannot be read that way."""
+    """The program the command's first simple command runs, past leading `cd DIR &&` (or `;`) steps, `VAR=value`
+    prefixes and `env [options]`; or (None, why) when the command cannot be read that way. `cd {out} && python
+    {workdir}/train.py` is how a tool that writes under its current folder (Lightning, Hydra) is pointed at its
+    cell, so the python after the cd is the one that runs the training."""
     try:
         lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
         lexer.whitespace_split = True
@@ -52,6 +54,8 @@ def command_program(command: str) -> tuple[str | None, str]:
     except ValueError as exc:
         return None, f"the command cannot be split into words ({exc})"
     rest = _past_prefixes(words)
+    while len(rest) >= 3 and rest[0] == "cd" and rest[2] in ("&&", ";"):
+        rest = _past_prefixes(rest[3:])
     if not rest or not rest[0] or set(rest[0]) <= set("();<>|&"):
         return None, "the command has no program word"
     return rest[0], ""

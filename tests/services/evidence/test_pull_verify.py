@@ -188,7 +188,7 @@ async def test_a_pickle_that_would_run_code_is_unloadable_and_never_runs(env: En
 
 
 @pytest.mark.parametrize("payload, code", [
-    ({"weights": {"w": torch.ones(2)}}, "ckpt_no_state_key"),
+    ({"weights": {"w": torch.ones(2)}, "epoch": 3}, "ckpt_no_state_key"),
     ({"model_state_dict": {}, "epoch": 3}, "ckpt_no_tensors"),
     (b"PK\x03\x04 this is not a zip archive", "ckpt_crash"),
 ])

@@ -4,7 +4,8 @@
 `wandb_version` and the client's own `_wandb` block; `files/wandb-summary.json` the last logged value of
 every key (`_step`, `_runtime`, `_timestamp` and `_wandb` are the client's); `files/wandb-metadata.json`
 the program, args, git remote and commit, and GPU. The history itself is in the binary `run-<id>.wandb`
-log, which only wandb reads: a W&B cell has a config and final numbers but no curve (train is None).
+log: read with the wandb package's own protobuf schema (readers/wandb_history.py), it gives the curve, and in
+offline mode, where wandb 0.31 writes no config.yaml and no summary, the config and the final numbers too.
 A cell is one run: with several run folders the latest (by the date in its name) is read.
 """
 
@@ -12,12 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify.model import Capsule
 from remote_gpu_trainer.audits.verify.readers.common import WANDB_RUN, Curves, Reading, number, tracker_tests
 
+if TYPE_CHECKING:
+    from remote_gpu_trainer.audits.verify.readers.wandb_history import History
+
 SOURCE = "wandb"
+MAX_LOG_BYTES = 512 << 20  # a run's binary log read whole; beyond this it is named, not read
 CLIENT_KEYS = {"wandb_version", "_wandb"}
 
 
@@ -33,11 +38,51 @@ def read(root: Path, run_id: str, cell: str, paths: list[Path]) -> Capsule:
     config = _config(reading, files / "config.yaml")
     summary_path = files / "wandb-summary.json"
     step = _summary(reading, summary_path, curves)
+    log = _log_path(files.parent)
+    history = _history(reading, log, curves) if log is not None else None
+    if history is not None and not summary_path.is_file():
+        for key, value in history.summary.items():
+            curves.add_point(key, None, value)
+        steps = [s for s, _ in history.rows if s is not None]
+        step = max(steps) if steps else step
+    config = config or (dict(history.config) if history is not None and history.config else None)
+    source_path = summary_path if summary_path.is_file() or log is None else log
     extra = {"step": step} if step is not None else {}
-    tests = tracker_tests(curves, reading.rel(summary_path), reading.sha(summary_path), SOURCE, extra)
+    tests = tracker_tests(curves, reading.rel(source_path), reading.sha(source_path), SOURCE, extra)
     metadata = _metadata(reading, files / "wandb-metadata.json")
     record = _record(files.parent.name, config or {}, metadata)
-    return reading.capsule(run_id, cell, SOURCE, curves, None, config=config, tests=tests, run_record=record)
+    train_source = log if history is not None and history.rows else None
+    return reading.capsule(run_id, cell, SOURCE, curves, train_source, config=config, tests=tests,
+                           run_record=record)
+
+
+def _log_path(folder: Path) -> Path | None:
+    """The run's binary log `run-<id>.wandb` (a regular file, never a symlink), or None."""
+    logs = sorted(p for p in folder.glob("run-*.wandb") if not p.is_symlink() and p.is_file())
+    return logs[-1] if logs else None
+
+
+def _history(reading: Reading, path: Path, curves: Curves) -> History | None:
+    """Fold the log's history rows into `curves`; None (with a problem naming why) when it cannot be read."""
+    from remote_gpu_trainer.audits.verify.readers.wandb_history import WandbMissing, read_history
+
+    if path.stat().st_size > MAX_LOG_BYTES:
+        reading.problem(path, f"larger than {MAX_LOG_BYTES >> 20} MiB: its history is not read")
+        return None
+    data = reading.read_bytes(path)
+    if data is None:
+        return None
+    try:
+        history = read_history(data)
+    except WandbMissing as exc:
+        reading.problem(path, f"W&B history not read: {exc}")
+        return None
+    for message in history.problems:
+        reading.problem(path, message)
+    for step, values in history.rows:
+        for key, value in values.items():
+            curves.add_point(key, step, value)
+    return history
 
 
 def _config(reading: Reading, path: Path) -> dict[str, Any] | None:

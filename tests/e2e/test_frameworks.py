@@ -1,0 +1,127 @@
+"""Real frameworks' default outputs through the whole arc on a sim box, as a user drives it: up, push, run,
+watch, pull, verify, audit, report, build, down (issue 23, docs/frameworks.md).
+
+Each training script under tests/fixtures/frameworks/ is written from its framework's quick-start defaults and
+run unchanged; only rgt.toml is rgt's. The expected numbers are read from the run's own files with each
+framework's own reader (json for trainer_state.json, csv for Lightning, TensorBoard's EventAccumulator, the
+MLflow client, W&B's console summary), never from rgt, so a wrong reading in rgt fails here.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from support.frameworks import FRAMEWORKS, Framework, figure_spec, framework_project, rgt_ok
+from support.helpers import run_rgt
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+def test_a_framework_goes_through_the_arc_with_default_settings(tmp_path: Path, name: str) -> None:
+    framework = FRAMEWORKS[name]
+    root = framework_project(tmp_path / name, framework)
+    rgt_ok("up", "r1", cwd=root)
+    rgt_ok("push", "r1", cwd=root)
+    rgt_ok("run", "r1", cwd=root)
+    watched = rgt_ok("watch", "r1", "--interval", "0.5", cwd=root, timeout=600)
+    assert "finished (exit 0" in watched.splitlines()[-1], watched
+
+    refused = run_rgt("down", "r1", "--confirm", "sim-box", cwd=root)
+    assert refused.returncode == 3 and "no PULL_VERIFIED.json" in refused.stderr, refused.stderr
+
+    rgt_ok("pull", "r1", cwd=root)
+    assert (root / "runs" / "r1" / "PULL_MANIFEST.json").is_file()
+    verified = rgt_ok("verify", "r1", cwd=root)
+    for cell in framework.roster:
+        for checkpoint in framework.checkpoints:
+            assert re.search(rf"^verified +{re.escape(cell)}/{re.escape(checkpoint)} +loads: ", verified, re.M), \
+                f"{cell}/{checkpoint} not load-verified:\n{verified}"
+    assert not re.search(r"^(unloadable|missing|nonfinite|hash_mismatch)", verified, re.M), verified
+    if framework.links:
+        assert (root / "runs" / "r1" / framework.roster[0] / "wandb").is_dir()
+
+    report = json.loads(rgt_ok("--report", "--format", "json", cwd=root))
+    (run,) = [r for r in report["results"]["runs"] if r["id"] == "r1"]
+    row = next(m for m in run["metrics"] if (m["test_id"], m["metric"]) == (framework.test_id, framework.metric))
+    expected = [expected_value(root, framework, cell) for cell in framework.roster]
+    assert row["seeds"] == len(framework.roster) and row["source"] == framework.source, row
+    assert math.isclose(row["mean"], sum(expected) / len(expected), rel_tol=1e-4), (row, expected)
+    assert row["std"] is not None and row["std"] > 0, row
+    assert row["cells"] == [f"r1/{cell}" for cell in framework.roster]
+    assert all((root / source).is_file() for source in row["sources"]) and len(row["sources"]) == 2, row
+
+    audit = run_rgt("audit", "r1", cwd=root)
+    assert audit.returncode in (0, 1) and "V04" in audit.stdout, audit.stdout + audit.stderr
+
+    figure = figure_spec(root, framework)
+    rgt_ok("build", "figure", figure, cwd=root)
+    with (root / "figures" / figure / "source.csv").open(encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and {r["seeds"] for r in rows} == {str(len(framework.roster))}, rows
+    inputs = json.loads((root / "figures" / figure / "figure.json").read_text())["inputs"]
+    assert [i["capsule"] for i in inputs] == row["cells"]
+    for entry in inputs:  # each input names the tracker file its series was read from, hashed as read
+        assert entry["path"].startswith(f"runs/{entry['capsule']}/"), entry
+        assert hashlib.sha256((root / entry["path"]).read_bytes()).hexdigest() == entry["sha256"], entry
+
+    done = rgt_ok("down", "r1", "--confirm", "sim-box", cwd=root)
+    assert "terminated, confirmed by the provider" in done
+
+
+# -- the expected numbers, read with each framework's own tools ---------------------------------------------
+def expected_value(root: Path, framework: Framework, cell: str) -> float:
+    folder = root / "runs" / "r1" / cell
+    reader = {"trainer_state": _trainer_state, "lightning": _lightning_csv, "tensorboard": _tensorboard,
+              "mlflow": _mlflow, "wandb": _wandb_console}[framework.source]
+    return reader(folder, root)
+
+
+def _trainer_state(folder: Path, root: Path) -> float:
+    history = json.loads((folder / "trainer_state.json").read_text())["log_history"]
+    return float([e for e in history if "eval_loss" in e][-1]["eval_loss"])
+
+
+def _lightning_csv(folder: Path, root: Path) -> float:
+    (path,) = folder.glob("logs/lightning_logs/version_0/metrics.csv")
+    with path.open(encoding="utf-8") as handle:
+        return float([r for r in csv.DictReader(handle) if r.get("val_loss")][-1]["val_loss"])
+
+
+def _tensorboard(folder: Path, root: Path) -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    last: tuple[int, float] | None = None
+    for events in sorted(folder.rglob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        for tag in accumulator.Tags()["scalars"]:
+            if tag in ("val/loss", "val_loss", "eval/loss"):
+                point = accumulator.Scalars(tag)[-1]
+                last = max(last or (point.step, point.value), (point.step, point.value))
+    assert last is not None, f"no validation scalar in {folder}"
+    return last[1]
+
+
+def _mlflow(folder: Path, root: Path) -> float:
+    from mlflow.tracking import MlflowClient
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 reads a file store only when told to
+        client = MlflowClient(tracking_uri=(folder / "mlruns").as_uri())
+        (run,) = client.search_runs(["0"])
+        return float(client.get_metric_history(run.info.run_id, "val_loss")[-1].value)
+
+
+def _wandb_console(folder: Path, root: Path) -> float:
+    """W&B 0.31 offers no Python reader of its offline log: its own console summary (5 significant digits)."""
+    log = (root / ".rgt" / "sim" / "box" / "workspace" / "job" / "train.log").read_text(errors="replace")
+    started = log.index(f"== rgt: cell {folder.name} started")
+    found = re.search(r"wandb:\s+val/loss ([-0-9.e]+)", log[started:])
+    assert found, log[started:]
+    return float(found.group(1))
