@@ -82,6 +82,7 @@ def _run_results_dict(run: RunResultsView) -> dict[str, Any]:
         "cost": {"amount": _round(run.cost), "currency": run.currency, "estimate": run.cost_estimate,
                  "shared_with": list(run.shared_with), "note": run.cost_note},
         "trackers": list(run.trackers),
+        "left_out": list(run.left_out),
     }
 
 
@@ -289,6 +290,8 @@ def _results_text(results: ResultsView) -> list[str]:
         out.append(f"  run {run.id}: {_wall_and_cost(run)}")
         if not run.rows:
             out.append("    no results yet")
+        if run.left_out:
+            out.append(f"    left out of the numbers (did not finish, as the box recorded): {', '.join(run.left_out)}")
         for row in run.rows:
             out.append(f"    {row.test_id} {row.metric} {row.arrow}  {_value(row)}  ({_facts(row)})  {_curve(row)}")
             if row.note:
@@ -321,6 +324,9 @@ def _results_markdown(results: ResultsView) -> list[str]:
         out += [f"### Run {run.id}", "", _cell(_wall_and_cost(run)) + ".", ""]
         out.extend(f"Tracker: {_cell(url)}" for url in run.trackers)
         out += [""] if run.trackers else []
+        if run.left_out:
+            out += [_cell(f"Left out of the numbers (did not finish, as the box recorded): {', '.join(run.left_out)}"),
+                    ""]
         if not run.rows:
             out += ["No results yet.", ""]
             continue

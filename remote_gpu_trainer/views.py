@@ -286,6 +286,7 @@ class RunResultsView:
     cost_note: str = ""  # why there is no cost, what is shared, or that the run is still running
     shared_with: tuple[str, ...] = ()
     trackers: tuple[str, ...] = ()  # provenance.tracker.url of the cells (http and https only)
+    left_out: tuple[str, ...] = ()  # "<cell> failed (exit N)" / "<cell> never started": not in the numbers
 
 
 @dataclass(frozen=True)

@@ -260,7 +260,7 @@ def _g4_counts(inputs: GateInputs, marker: Marker | None, manifest: Manifest, re
         reasons.append(f"{MARKER_NAME} counts ({marker.files} files, {marker.bytes} bytes) differ from the "
                        "manifest: run verify")
     checked = {item.path: item for item in marker.checkpoints}
-    needed = set(required_checkpoints(inputs.roster, inputs.required, inputs.checkpoint_globs))
+    needed = set(required_checkpoints(manifest.finished(inputs.roster), inputs.required, inputs.checkpoint_globs))
     needed |= {path for path in listed if is_checkpoint(path, inputs.checkpoint_globs)}
     for path in sorted(needed):
         item = checked.get(path)

@@ -30,7 +30,9 @@ MARKER_NAME = "PULL_VERIFIED.json"
 CHECKPOINT_FORMATS = ("torch-zip", "torch-legacy", "safetensors")
 
 _MANIFEST_KEYS = {"schema", "run_id", "created_at_utc", "top_level_dirs", "files", "totals"}
-_OPTIONAL_MANIFEST_KEYS = {"links"}  # written only when the result root holds links (docs/gate.md §2)
+# written only when the result root holds links, and only when some cell did not finish (docs/gate.md §2)
+_OPTIONAL_MANIFEST_KEYS = {"links", "cells"}
+CELL_STATES = ("failed", "never_started")
 _FILE_KEYS = {"path", "bytes", "sha256"}
 _LINK_KEYS = {"path", "target", "inside"}
 _TOTALS_KEYS = {"files", "bytes"}
@@ -86,6 +88,20 @@ class ManifestLink:
 
 
 @dataclass(frozen=True)
+class CellOutcome:
+    """A cell that did not finish, as the box's job wrapper recorded it: `failed` with its non-zero exit code,
+    or `never_started` (the run ended before the wrapper reached it). Its files are listed as they are; its
+    required files are not demanded, and VERIFY leaves it out of seeds and means, saying so."""
+
+    cell: str
+    state: str
+    exit_code: int | None = None
+
+    def words(self) -> str:
+        return f"failed (exit {self.exit_code})" if self.state == "failed" else "never started"
+
+
+@dataclass(frozen=True)
 class Manifest:
     run_id: str
     created_at_utc: str
@@ -93,6 +109,12 @@ class Manifest:
     top_level_dirs: tuple[str, ...]
     sha256: str  # of the exact bytes: the manifest's identity
     links: tuple[ManifestLink, ...] = ()
+    cells: tuple[CellOutcome, ...] = ()  # the cells that did not finish, by cell
+
+    def finished(self, roster: Sequence[str]) -> list[str]:
+        """The roster's cells that finished: the ones whose required files are demanded."""
+        unfinished = {outcome.cell for outcome in self.cells}
+        return [cell for cell in roster if cell not in unfinished]
 
     @property
     def links_out(self) -> tuple[ManifestLink, ...]:
@@ -237,7 +259,10 @@ def parse_manifest(data: bytes, *, roster: Sequence[str],
     links, link_problems = _parse_links(obj["links"], {entry.path for entry in files}) if "links" in obj else ([], [])
     problems += link_problems
     files_ok = files_ok and not link_problems
-    tops, top_problems = _parse_top_level_dirs(obj.get("top_level_dirs"), files, roster)
+    outcomes, cell_problems = _parse_cells(obj["cells"], roster) if "cells" in obj else ([], [])
+    problems += cell_problems
+    tops, top_problems = _parse_top_level_dirs(obj.get("top_level_dirs"), files, roster,
+                                               {outcome.cell for outcome in outcomes})
     problems += top_problems
     problems += _totals_problems(obj.get("totals"), files)
     if not files_ok:
@@ -245,8 +270,34 @@ def parse_manifest(data: bytes, *, roster: Sequence[str],
     manifest = Manifest(
         run_id=manifest_run_id, created_at_utc=created if isinstance(created, str) else "",
         files=tuple(files), top_level_dirs=tuple(tops), sha256=sha256_bytes(data), links=tuple(links),
+        cells=tuple(outcomes),
     )
     return manifest, problems
+
+
+def _parse_cells(raw: Any, roster: Sequence[str]) -> tuple[list[CellOutcome], list[Problem]]:
+    """`cells`: a non-empty object of roster cell -> `{state: failed, exit_code: <non-zero int>}` or
+    `{state: never_started, exit_code: null}`, keys sorted as written by the builder."""
+    if not isinstance(raw, dict) or not raw:
+        return [], [Problem("schema", MANIFEST_NAME, "cells must be a non-empty object when present")]
+    outcomes: list[CellOutcome] = []
+    problems: list[Problem] = []
+    for cell, entry in raw.items():
+        where = f"cells.{escape_control(str(cell))}"
+        if cell not in roster:
+            problems.append(Problem("schema", where, "is not a roster cell"))
+            continue
+        if not isinstance(entry, dict) or set(entry) != {"state", "exit_code"}:
+            problems.append(Problem("schema", where, "must be {state, exit_code}"))
+            continue
+        state, code = entry["state"], entry["exit_code"]
+        failed = state == "failed" and is_int(code) and code != 0
+        if not (failed or (state == "never_started" and code is None)):
+            problems.append(Problem("schema", where, "state must be failed with a non-zero exit_code, or "
+                                                     "never_started with a null exit_code"))
+            continue
+        outcomes.append(CellOutcome(cell, state, code if failed else None))
+    return sorted(outcomes, key=lambda outcome: outcome.cell), problems
 
 
 def _parse_links(raw: Any, file_paths: set[str]) -> tuple[list[ManifestLink], list[Problem]]:
@@ -336,15 +387,16 @@ def _parse_file_entry(entry: Any, where: str) -> tuple[ManifestFile | None, list
     return ManifestFile(path=path, bytes=size, sha256=digest), []
 
 
-def _parse_top_level_dirs(raw: Any, files: list[ManifestFile],
-                          roster: Sequence[str]) -> tuple[list[str], list[Problem]]:
+def _parse_top_level_dirs(raw: Any, files: list[ManifestFile], roster: Sequence[str],
+                          unfinished: set[str] | frozenset[str] = frozenset()) -> tuple[list[str], list[Problem]]:
+    """Every cell that holds files is a top-level dir; a failed or never-started cell may hold none."""
     if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
         return [], [Problem("schema", MANIFEST_NAME, "top_level_dirs must be a list of strings")]
     problems: list[Problem] = []
     if raw != sorted(set(raw)):
         problems.append(Problem("schema", MANIFEST_NAME, "top_level_dirs must be sorted and unique"))
     firsts = {entry.cell for entry in files}
-    if files and set(raw) != firsts:
+    if files and not firsts <= set(raw) or files and set(raw) - firsts - unfinished:
         problems.append(Problem("schema", MANIFEST_NAME,
                                 "top_level_dirs differs from the first components of files[].path: "
                                 + _difference(firsts, raw)))

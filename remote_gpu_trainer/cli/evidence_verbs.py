@@ -46,6 +46,9 @@ async def verify(session: Session, args: argparse.Namespace) -> int:
     else:
         for f in outcome.files:
             print(f"{f.status:<14} {escape_control(f.path)}  {escape_control(f.detail)}")
+        for cell in outcome.cells:
+            print(f"{cell.words():<14} {escape_control(cell.cell)}/  the box's job wrapper recorded it; what it "
+                  "left is listed as it is, and VERIFY leaves it out of seeds and means")
     if not outcome.ok:
         first = outcome.errors[0]
         raise VerbFailed(f"verification of {args.run} failed: {len(outcome.errors)} problem(s), first: "

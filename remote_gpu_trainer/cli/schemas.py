@@ -73,6 +73,7 @@ def verify_document(run_id: str, local_root: Path, outcome: VerifyResult) -> dic
         "files": [{"path": f.path, "bytes": f.bytes, "sha256": f.sha256, "status": f.status, "detail": f.detail}
                   for f in outcome.files],
         "errors": _problems(outcome.errors),
+        "cells": [{"cell": c.cell, "state": c.state, "exit_code": c.exit_code} for c in outcome.cells],
     }
 
 

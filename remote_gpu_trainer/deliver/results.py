@@ -18,12 +18,12 @@ import math
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.verify.load import SAFE_ID, SKIP_DIRS, numbers_of
+from remote_gpu_trainer.audits.verify.load import SAFE_ID, SKIP_DIRS, cell_outcomes, numbers_of
 from remote_gpu_trainer.audits.verify.metric_registry import DIRECTION_WORDS, normalise, stated_or_registered
 from remote_gpu_trainer.audits.verify.model import Capsule, MetricRule, Number, ProjectEvidence, TestArtifacts
 from remote_gpu_trainer.audits.verify.numbers import SeedValue, mean, sample_std, seed_values
@@ -65,12 +65,21 @@ def read_cells(root: Path) -> list[CellResults]:
     for run_dir in _folders(root / "runs"):
         if not SAFE_ID.match(run_dir.name):
             continue
+        outcomes = run_outcomes(root, run_dir.name)
         for cell_dir in _folders(run_dir):
             if SAFE_ID.match(cell_dir.name) and cell_dir.name not in SKIP_DIRS:
                 cell = read_cell(root, run_dir.name, cell_dir.name)
+                if cell is not None and cell_dir.name in outcomes:
+                    cell = replace(cell, capsule=replace(cell.capsule, outcome=outcomes[cell_dir.name]))
                 if cell is not None:
                     cells.append(cell)
     return cells
+
+
+def run_outcomes(root: Path, run_id: str) -> dict[str, str]:
+    """The run's cells its pulled manifest records as failed or never started (docs/gate.md §2): cell -> words."""
+    manifest = _json_object(root, f"runs/{run_id}/PULL_MANIFEST.json", [])
+    return cell_outcomes(manifest)
 
 
 def read_cell(root: Path, run_id: str, cell: str) -> CellResults | None:
@@ -218,6 +227,10 @@ def _row(number: Number, values: list[SeedValue], cells: Mapping[str, CellResult
         notes.append("n differs across the cells: " + ", ".join("?" if n < 0 else str(n) for n in ns))
     notes.extend(dict.fromkeys(str(t.metrics["disclosure"]) for t in tests
                                if t.metrics and isinstance(t.metrics.get("disclosure"), str)))
+    dropped = [f"{c.capsule.key} {c.capsule.outcome}" for key in number.cells
+               if (c := cells.get(key)) is not None and c.capsule.outcome is not None]
+    if dropped:
+        notes.append("left out (did not finish): " + ", ".join(dropped))
     curve, best, last, on = _curve(number.metric, way, [cells[v.capsule.key].curves for v in values])
     if curve is not None and on < len(values):
         notes.append(f"best and last from the {on} of {len(values)} cells whose train.csv has {curve}")

@@ -6,7 +6,12 @@ never evaluates them). The client prepends one line that defines PARAMS:
 
     import base64, json; PARAMS = json.loads(base64.b64decode("...").decode())
 
-with keys `root`, `run_id`, `roster`, `required`. Nothing from the run is spliced into a shell string.
+with keys `root`, `run_id`, `roster`, `required` and, optionally, `ctl`: the run's control folder, where the job
+wrapper records each cell's exit code (`<cell>.exit_code`) and the run's (`exit_code`). A cell that exited
+non-zero is `failed` and one the wrapper never started (the run ended without its exit code) is
+`never_started`: what such a cell left is listed as it is, its required files are not demanded, a missing folder
+is no problem, and the manifest's `cells` names both (docs/gate.md §2). Nothing from the run is spliced into a
+shell string.
 
 Exit codes: 0 written (prints `MANIFEST_SHA256=<hex>` and `WROTE <path>`); 1 validation problems (JSON list
 of `{code, path, detail}` on stderr, all of them, not only the first); 2 usage (malformed PARAMS);
@@ -95,7 +100,9 @@ def check_params(params: object) -> "list[str]":
         value = params.get(key)
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             errors.append(f"PARAMS.{key} must be a list of strings")
-    unknown = sorted(set(params) - {"root", "run_id", "roster", "required"})
+    if "ctl" in params and not isinstance(params["ctl"], str):
+        errors.append("PARAMS.ctl must be a string")
+    unknown = sorted(set(params) - {"root", "run_id", "roster", "required", "ctl"})
     if unknown:
         errors.append("PARAMS has unknown keys: " + ", ".join(unknown))
     return errors
@@ -148,8 +155,43 @@ def existing_manifest_sha(root: str) -> "str | None":
         return "unreadable"
 
 
-def walk(root: str, roster: "list[str]",
-         links: "list[dict[str, object]] | None" = None) -> "tuple[list[str], list[dict[str, str]]]":
+def cell_outcomes(ctl: "str | None", roster: "list[str]") -> "dict[str, dict[str, object]]":
+    """Cells that did not finish: `{cell: {"state": "failed", "exit_code": n}}` for a recorded non-zero exit,
+    `{"state": "never_started", "exit_code": None}` when the run ended (its `exit_code` exists) without the
+    cell's. Without a control folder, or while the run has not ended, nothing is known and nothing is relaxed."""
+    if not ctl:
+        return {}
+    ended = read_exit_code(os.path.join(ctl, "exit_code")) is not None
+    outcomes = {}  # type: dict[str, dict[str, object]]
+    for cell in roster:
+        path = os.path.join(ctl, cell + ".exit_code")
+        code = read_exit_code(path)
+        if code is not None and code != 0:
+            outcomes[cell] = {"state": "failed", "exit_code": code}
+        elif ended and not os.path.lexists(path):  # an exit-code file that does not read as one relaxes nothing
+            outcomes[cell] = {"state": "never_started", "exit_code": None}
+    return outcomes
+
+
+def read_exit_code(path: str) -> "int | None":
+    """A small regular file holding one whole number, as the wrapper writes it; None for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = os.read(fd, 32).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return int(text) if re.fullmatch(r"-?[0-9]{1,9}", text) else None
+
+
+def walk(root: str, roster: "list[str]", links: "list[dict[str, object]] | None" = None,
+         unfinished: "dict[str, dict[str, object]] | None" = None) -> "tuple[list[str], list[dict[str, str]]]":
     """Steps 4-5: every regular file under the roster's cells, never following a link; each link inside a cell
     is appended to `links` (read_link) instead.
 
@@ -180,7 +222,7 @@ def walk(root: str, roster: "list[str]",
             found_cells.add(name)
             walk_cell(root, name, files, problems, found_links)
     for cell in roster:
-        if cell not in found_cells and not os.path.lexists(os.path.join(root, cell)):
+        if cell not in found_cells and cell not in (unfinished or {}) and not os.path.lexists(os.path.join(root, cell)):
             problems.append(problem("missing_dir", cell, "roster cell has no folder in the result root"))
     return sorted(files), problems
 
@@ -300,8 +342,10 @@ def utc_now_iso() -> str:
 
 
 def manifest_object(run_id: str, roster: "list[str]", entries: "list[dict[str, object]]",
-                    links: "list[dict[str, object]] | None" = None) -> "dict[str, object]":
-    """The manifest; `links` only when there are some, so a tree without links gives the same bytes as ever."""
+                    links: "list[dict[str, object]] | None" = None,
+                    cells: "dict[str, dict[str, object]] | None" = None) -> "dict[str, object]":
+    """The manifest; `links` and `cells` only when there are some, so a tree without links and a run whose
+    cells all finished give the same bytes as ever."""
     total = 0
     for entry in entries:
         size = entry["bytes"]
@@ -317,6 +361,8 @@ def manifest_object(run_id: str, roster: "list[str]", entries: "list[dict[str, o
     }  # type: dict[str, object]
     if links:
         body["links"] = sorted(links, key=lambda link: str(link["path"]))
+    if cells:
+        body["cells"] = {cell: cells[cell] for cell in sorted(cells)}
     return body
 
 
@@ -363,7 +409,7 @@ def write_no_clobber(root: str, data: bytes) -> bool:
     return atomic
 
 
-def build(root: str, run_id: str, roster: "list[str]", required: "list[str]") -> int:
+def build(root: str, run_id: str, roster: "list[str]", required: "list[str]", ctl: "str | None" = None) -> int:
     """Steps 1-10 in order; every problem of a step is gathered before failing."""
     root = root.rstrip("/") or "/"
     problems = check_inputs(root, run_id, roster, required)
@@ -375,8 +421,9 @@ def build(root: str, run_id: str, roster: "list[str]", required: "list[str]") ->
         print("EXISTS " + os.path.join(root, MANIFEST_NAME))
         return EXIT_EXISTS
     links = []  # type: list[dict[str, object]]
-    files, problems = walk(root, roster, links)
-    problems.extend(check_required(root, roster, required))
+    outcomes = cell_outcomes(ctl, roster)
+    files, problems = walk(root, roster, links, outcomes)
+    problems.extend(check_required(root, [cell for cell in roster if cell not in outcomes], required))
     if problems:
         return fail(problems)  # hashing is the expensive step: only for an otherwise valid tree
     entries = []
@@ -390,7 +437,7 @@ def build(root: str, run_id: str, roster: "list[str]", required: "list[str]") ->
         problems.append(problem("no_files", "", "the result root holds no files"))
     if problems:
         return fail(problems)
-    data = canonical_json(manifest_object(run_id, roster, entries, links))
+    data = canonical_json(manifest_object(run_id, roster, entries, links, outcomes))
     try:
         atomic = write_no_clobber(root, data)
     except FileExistsError:
@@ -416,7 +463,8 @@ def main(params: object) -> int:
         sys.stderr.write("usage: " + "; ".join(errors) + "\n")
         return EXIT_USAGE
     assert isinstance(params, dict)
-    return build(params["root"], params["run_id"], list(params["roster"]), list(params["required"]))
+    return build(params["root"], params["run_id"], list(params["roster"]), list(params["required"]),
+                 params.get("ctl"))
 
 
 if __name__ == "__main__":

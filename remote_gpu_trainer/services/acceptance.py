@@ -159,7 +159,7 @@ def local_manifest(root: Path, run: RunConfig) -> Manifest:
 def checkpoint_paths(run: RunConfig, manifest: Manifest) -> list[str]:
     """The files load-checked there: every required checkpoint and every file matching checkpoint_globs."""
     listed = {entry.path for entry in manifest.files}
-    wanted = set(required_checkpoints(run.roster, run.required, run.checkpoint_globs)) & listed
+    wanted = set(required_checkpoints(manifest.finished(run.roster), run.required, run.checkpoint_globs)) & listed
     wanted |= {path for path in listed if is_checkpoint(path, run.checkpoint_globs)}
     return sorted(wanted)
 

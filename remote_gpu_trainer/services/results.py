@@ -13,7 +13,7 @@ for numbers it does not show.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -72,6 +72,7 @@ class RunCapsules:
     cells: int = 0
     window: tuple[datetime, datetime] | None = None
     trackers: tuple[str, ...] = ()
+    left_out: tuple[str, ...] = ()
 
 
 def results_view(session: Session, seen: Observation) -> ResultsView:
@@ -90,15 +91,27 @@ def results_view(session: Session, seen: Observation) -> ResultsView:
 
 def read_runs(root: Path, declared: Mapping[str, MetricRule]) -> dict[str, RunCapsules]:
     """Run id -> what its capsules under runs/ say (deliver/results.py, imported only when runs/ exists)."""
-    from remote_gpu_trainer.deliver.results import capsule_window, read_cells, result_rows, tracker_urls
+    from remote_gpu_trainer.deliver.results import (
+        capsule_window,
+        read_cells,
+        result_rows,
+        run_outcomes,
+        tracker_urls,
+    )
 
     cells = read_cells(root)
     by_run: dict[str, list[CellResults]] = {}
     for cell in cells:
         by_run.setdefault(cell.capsule.run_id, []).append(cell)
     rows = result_rows(cells, declared)
-    return {run_id: RunCapsules(rows.get(run_id, ()), len(group), capsule_window(group), tracker_urls(group))
-            for run_id, group in by_run.items()}
+    found = {run_id: RunCapsules(rows.get(run_id, ()), len(group), capsule_window(group), tracker_urls(group))
+             for run_id, group in by_run.items()}
+    for run_dir in sorted((root / "runs").iterdir()):
+        outcomes = run_outcomes(root, run_dir.name) if run_dir.is_dir() and not run_dir.is_symlink() else {}
+        if outcomes:
+            listed = tuple(f"{cell} {words}" for cell, words in sorted(outcomes.items()))
+            found[run_dir.name] = replace(found.get(run_dir.name, RunCapsules()), left_out=listed)
+    return found
 
 
 def run_window(session: Session, run_id: str, capsules: tuple[datetime, datetime] | None,
@@ -172,7 +185,8 @@ def _run_view(run_id: str, capsules: RunCapsules, window: RunWindow, cost: RunCo
         wall_source=window.wall_source, cost=cost.total if costed and cost is not None else None,
         currency=cost.currency if cost is not None else "USD",
         cost_estimate=bool(cost and costed and cost.estimate), cost_note=note,
-        shared_with=tuple(sorted(cost.shared_with)) if cost is not None else (), trackers=capsules.trackers)
+        shared_with=tuple(sorted(cost.shared_with)) if cost is not None else (), trackers=capsules.trackers,
+        left_out=capsules.left_out)
 
 
 def evidence_claims(root: Path) -> tuple[tuple[ClaimView, ...], str]:

@@ -123,7 +123,20 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
         if len(checkpoints) > MAX_LISTED:
             lines.append(f"  … and {len(checkpoints) - MAX_LISTED} more verified checkpoint(s)")
         lines.extend(link_lines(session, run))
+        lines.extend(cell_lines(session, run))
     return lines
+
+
+def cell_lines(session: Session, run: RunConfig) -> list[str]:
+    """The cells the run's manifest records as failed or never started (docs/gate.md §2): what they left is home
+    and verified with the rest; the plan says so, so nobody reads a partial run as a complete one."""
+    manifest = local_manifest(session.project.run_dir(run.id), run)
+    if manifest is None or not manifest.cells:
+        return []
+    named = ", ".join(f"{escape_control(c.cell)} {c.words()}" for c in manifest.cells[:MAX_LISTED])
+    more = f", … and {len(manifest.cells) - MAX_LISTED} more" if len(manifest.cells) > MAX_LISTED else ""
+    return [f"Cells:     run {run.id}: {len(manifest.cells)} of {len(run.roster)} cell(s) did not finish, as the "
+            f"box recorded: {named}{more}; what they left is pulled and verified with the rest"]
 
 
 def link_lines(session: Session, run: RunConfig) -> list[str]:

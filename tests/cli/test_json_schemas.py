@@ -28,7 +28,7 @@ EVENTS = {"schema": (str,), "run": (str, NONE), "events": (list,)}
 EVENT = {"seq": (int,), "at": (str,), "kind": (str,), "actor": (str,), "run_id": (str, NONE),
          "instance": (str, NONE), "summary": (str,), "detail": (dict,)}
 VERIFY = {"schema": (str,), "run": (str,), "ok": (bool,), "local_root": (str,), "manifest_sha256": (str, NONE),
-          "marker": (str, NONE), "files": (list,), "errors": (list,)}
+          "marker": (str, NONE), "files": (list,), "errors": (list,), "cells": (list,)}
 VERIFY_FILE = {"path": (str,), "bytes": (int,), "sha256": (str,), "status": (str,), "detail": (str,)}
 PULL = {"schema": (str,), "run": (str,), "ok": (bool,), "local_root": (str,), "manifest_sha256": (str,),
         "bytes": (int,), "files": (list,), "fetched": (list,), "present": (list,), "failed": (list,)}
@@ -41,7 +41,7 @@ ALERT = {"severity": (str,), "title": (str,), "message": (str,), "fix": (str,), 
 RESULTS = {"runs": (list,), "claims": (list,), "evidence_note": (str,)}
 RESULT_RUN = {"id": (str,), "status": (str,), "cells": (int,), "metrics": (list,), "started_at": (str, NONE),
               "finished_at": (str, NONE), "wall_s": (float, NONE), "wall_source": (str, NONE), "cost": (dict,),
-              "trackers": (list,)}
+              "trackers": (list,), "left_out": (list,)}
 RESULT_METRIC = {"test_id": (str,), "split": (str, NONE), "metric": (str,), "direction": (str, NONE),
                  "arrow": (str,), "unit": (str, NONE), "mean": (float,), "std": (float, NONE), "seeds": (int,),
                  "n": (int, NONE), "cells": (list,), "curve": (str, NONE), "best": (float, NONE),

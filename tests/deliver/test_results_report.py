@@ -135,7 +135,7 @@ def test_the_json_report_has_results_first_at_full_precision(project: Path) -> N
     assert r2 == {"id": "r2", "status": "no_results", "cells": 0, "metrics": [], "started_at": None,
                   "finished_at": None, "wall_s": None, "wall_source": None,
                   "cost": {"amount": None, "currency": "USD", "estimate": False, "shared_with": [], "note": NEVER},
-                  "trackers": []}
+                  "trackers": [], "left_out": []}
     (claim,) = document["results"]["claims"]
     assert claim == {"id": "C1-acc", "statement": "Seeds agree on acc.", "state": "pull_verified",
                      "numbers": list(claim_views(project)[0][0].numbers), "disclosure": "3 seeds, no CI",

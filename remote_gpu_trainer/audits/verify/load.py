@@ -73,6 +73,7 @@ def load_project(root: Path, declarations: Declarations | None = None) -> Projec
         manifest, _ = _read_json(root, f"runs/{run_dir.name}/PULL_MANIFEST.json", problems)
         if isinstance(manifest, dict):
             manifests[run_dir.name] = manifest
+    capsules = with_outcomes(capsules, manifests)
     project = ProjectEvidence(
         root=root, capsules=capsules, splits=splits,
         evidence=evidence if isinstance(evidence, dict) else None,
@@ -82,6 +83,28 @@ def load_project(root: Path, declarations: Declarations | None = None) -> Projec
         declared_runs=tuple(sorted(decl.rosters)),
     )
     return replace(project, numbers=tuple(numbers_of(project)))
+
+
+def cell_outcomes(manifest: Mapping[str, Any] | None) -> dict[str, str]:
+    """Cell -> "failed (exit N)" | "never started", from a manifest's `cells` (docs/gate.md §2); an entry
+    that is not one of those two shapes is not an outcome (the manifest's own parser refuses it)."""
+    cells = (manifest or {}).get("cells")
+    outcomes: dict[str, str] = {}
+    for cell, entry in (cells.items() if isinstance(cells, Mapping) else ()):
+        state = entry.get("state") if isinstance(entry, Mapping) else None
+        code = entry.get("exit_code") if isinstance(entry, Mapping) else None
+        if state == "failed" and isinstance(code, int) and not isinstance(code, bool):
+            outcomes[str(cell)] = f"failed (exit {code})"
+        elif state == "never_started":
+            outcomes[str(cell)] = "never started"
+    return outcomes
+
+
+def with_outcomes(capsules: Iterable[Capsule], manifests: Mapping[str, Any]) -> tuple[Capsule, ...]:
+    """The capsules, each cell the run's manifest records as failed or never started marked so."""
+    outcomes = {run_id: cell_outcomes(m if isinstance(m, Mapping) else None) for run_id, m in manifests.items()}
+    return tuple(replace(c, outcome=outcome) if (outcome := outcomes.get(c.run_id, {}).get(c.cell)) else c
+                 for c in capsules)
 
 
 def _run_dirs(root: Path) -> list[Path]:

@@ -225,6 +225,9 @@ class Capsule:
     legacy_metrics: Mapping[str, Any] | None = None  # best_metrics.json of an upstream-style cell
     files: Mapping[str, str] = field(default_factory=dict)  # capsule-relative path -> sha256 of what is on disk
     problems: tuple[InputProblem, ...] = ()
+    # "failed (exit 3)" or "never started" when the run's manifest records the cell so (docs/gate.md §2): its
+    # numbers are left out of seeds and means, and the checks and the report say so
+    outcome: str | None = None
 
     @property
     def key(self) -> str:

@@ -23,10 +23,13 @@ class SeedValue:
 
 def seed_values(project: ProjectEvidence, number: Number) -> list[SeedValue]:
     """The finite values of `number.metric` in each of its cells' `test/<test_id>/metrics.json`, in cell order;
-    a cell without the file or the value contributes nothing (a check counting seeds sees it missing)."""
+    a cell without the file or the value contributes nothing (a check counting seeds sees it missing), and
+    neither does a cell the box recorded as failed or never started (`Capsule.outcome`)."""
     found: list[SeedValue] = []
     for key in number.cells:
         capsule = project.capsule(key)
+        if capsule is not None and capsule.outcome is not None:
+            continue
         test = capsule.tests.get(number.test_id) if capsule is not None else None
         value = test.metric_value(number.metric) if test is not None else None
         if capsule is not None and test is not None and value is not None and math.isfinite(value):
@@ -59,3 +62,9 @@ def aggregate(number: Number, values: list[float]) -> float | None:
     if number.aggregate == "single":
         return values[0]
     return mean(values)
+
+
+def left_out(project: ProjectEvidence, number: Number) -> list[str]:
+    """`<run>/<cell> <outcome>` for each of the number's cells left out because it failed or never started."""
+    capsules = [project.capsule(key) for key in number.cells]
+    return [f"{c.key} {c.outcome}" for c in capsules if c is not None and c.outcome is not None]

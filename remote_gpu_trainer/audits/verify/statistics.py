@@ -24,6 +24,7 @@ from remote_gpu_trainer.audits.verify.comparability import (
     metric_direction,
     shared_targets,
 )
+from remote_gpu_trainer.audits.verify.load import cell_outcomes
 from remote_gpu_trainer.audits.verify.model import (
     Capsule,
     CheckResult,
@@ -66,7 +67,25 @@ def check_seed_count(project: ProjectEvidence, params: Mapping[str, Any]) -> Che
     if not project.numbers:
         return skipped("V04", "seed_count", "no reported numbers (no EVIDENCE.json claims, no metrics.json)")
     findings = [f for n in project.numbers if (f := _seed_finding(project, n, params)) is not None]
-    return result("V04", "seed_count", findings, [n.subject for n in project.numbers])
+    unfinished = _unfinished_runs(project)
+    return result("V04", "seed_count", findings + unfinished,
+                  [n.subject for n in project.numbers] + [f.subject for f in unfinished])
+
+
+def _unfinished_runs(project: ProjectEvidence) -> list[Finding]:
+    """One info finding per run whose manifest records cells that failed or never started: their numbers are
+    not among the seeds, and a reader of the run's mean must be told which cells it leaves out and why."""
+    findings = []
+    for run_id, manifest in sorted(project.manifests.items()):
+        outcomes = cell_outcomes(manifest)
+        if outcomes:
+            listed = ", ".join(f"{cell} {words}" for cell, words in sorted(outcomes.items()))
+            findings.append(Finding(
+                "V04", f"run:{run_id}", "info", f"left out of seeds and means: {listed}",
+                {"left_out": dict(sorted(outcomes.items()))}, (),
+                f"{len(outcomes)} cell(s) of run {run_id} did not finish ({listed}) and are not in its numbers",
+                integrity_class="qrp_tell"))
+    return findings
 
 
 def iqm_bootstrap_ci(values: list[float], resamples: int, rng_seed: int) -> tuple[float, float]:

@@ -39,8 +39,10 @@ def builder_stdin(params: dict[str, Any]) -> bytes:
 async def build_manifest(transport: Transport, run: RunConfig, db: StateDB, *,
                          timeout: float = BUILDER_TIMEOUT_S) -> str:
     """Run the builder on the box and record the manifest's hash (trust boundary 1). Returns the hash."""
+    from remote_gpu_trainer.services.launch import ctl_dir  # the wrapper's control folder: cells' exit codes
+
     params = {"root": transport.resolve(run.remote_root), "run_id": run.id, "roster": list(run.roster),
-              "required": list(run.required)}
+              "required": list(run.required), "ctl": transport.resolve(ctl_dir(run))}
     where = f"{run.remote_root}/{MANIFEST_NAME}"
     result = await transport.run(f"{shlex.quote(run.python)} -", stdin=builder_stdin(params), timeout=timeout)
     match = _SHA_LINE.search(result.text)

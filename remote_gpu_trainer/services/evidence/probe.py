@@ -78,7 +78,7 @@ async def probe_checkpoints(root: Path, run: RunConfig, manifest: Manifest, hash
 
 def _contents(run: RunConfig, manifest: Manifest, hashed: dict[str, str]) -> dict[str, list[str]]:
     """The checkpoints whose bytes matched, grouped by content (sha256), each group's paths sorted."""
-    wanted = set(required_checkpoints(run.roster, run.required, run.checkpoint_globs))
+    wanted = set(required_checkpoints(manifest.finished(run.roster), run.required, run.checkpoint_globs))
     wanted |= {entry.path for entry in manifest.files if is_checkpoint(entry.path, run.checkpoint_globs)}
     groups: dict[str, list[str]] = {}
     for path in sorted(path for path in wanted if path in hashed):

@@ -25,6 +25,7 @@ from remote_gpu_trainer.audits.gate import config_sha256
 from remote_gpu_trainer.audits.manifest import (
     MANIFEST_NAME,
     MARKER_NAME,
+    CellOutcome,
     Manifest,
     MarkerCheckpoint,
     Problem,
@@ -95,6 +96,7 @@ class VerifyResult:
     files: list[FileStatus]
     manifest_sha256: str | None = None
     marker: Path | None = None
+    cells: tuple[CellOutcome, ...] = ()  # cells the box's wrapper recorded as failed or never started
 
 
 async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
@@ -227,9 +229,10 @@ async def _hash_listed(root: Path, manifest: Manifest, per_file: dict[str, list[
 
 
 def _check_required(run: RunConfig, manifest: Manifest, errors: list[Problem]) -> None:
-    """Step 5a: every roster cell lists every required file."""
+    """Step 5a: every roster cell that finished lists every required file (a failed or never-started cell,
+    as the box's wrapper recorded it in the manifest's `cells`, is listed as it is)."""
     listed = manifest.by_path()
-    for cell in run.roster:
+    for cell in manifest.finished(run.roster):
         for name in run.required:
             path = f"{cell}/{name}"
             if path not in listed:
@@ -282,7 +285,8 @@ def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, 
                         [problem.to_dict() for problem in errors], records, marker_sha256=marker_sha,
                         config_sha256=config_sha256(run), config=run_config_record(run))
     return VerifyResult(ok=ok, errors=errors, files=files,
-                        manifest_sha256=manifest.sha256 if manifest else None, marker=marker_path)
+                        manifest_sha256=manifest.sha256 if manifest else None, marker=marker_path,
+                        cells=manifest.cells if manifest else ())
 
 
 def _file_statuses(manifest: Manifest | None, errors: list[Problem], per_file: dict[str, list[Problem]],
