@@ -14,18 +14,74 @@ import hashlib
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from support.frameworks import FRAMEWORKS, Framework, figure_spec, framework_project, rgt_ok
 from support.helpers import run_rgt
+from support.sshd_fixtures import Sshd
 
 
 @pytest.mark.parametrize("name", sorted(FRAMEWORKS))
 def test_a_framework_goes_through_the_arc_with_default_settings(tmp_path: Path, name: str) -> None:
     framework = FRAMEWORKS[name]
     root = framework_project(tmp_path / name, framework)
+    drive_arc(root, framework)
+    done = rgt_ok("down", "r1", "--confirm", "sim-box", cwd=root)
+    assert "terminated, confirmed by the provider" in done
+
+
+@pytest.mark.sshd
+def test_a_framework_goes_through_the_arc_over_a_real_sshd(sshd: Sshd, ssh_home: Path, tmp_path: Path) -> None:
+    """Lightning's default outputs (`epoch=2-step=24.ckpt`, `hparams.yaml`) over SSH: the builder, the pull and
+    the probe meet the names the framework writes on a real box."""
+    framework = FRAMEWORKS["lightning_csv"]
+    ssh_dir = ssh_home / ".ssh"
+    ssh_dir.mkdir(parents=True, exist_ok=True)
+    (ssh_dir / "config").write_text(f"Host gpu-box\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User root\n"
+                                    f"  IdentityFile {sshd.client_key}\n  IdentitiesOnly yes\n")
+    root = framework_project(tmp_path / "project", framework, box=tmp_path / "box",
+                             instance_body='provider = "ssh"\nhost = "gpu-box"\nprice_per_hour = 1.5')
+    rgt_ok("trust", "box", "--fingerprint", sshd.host_public_key().get_fingerprint("sha256"), cwd=root)
+    report = drive_arc(root, framework)
+    (run,) = [r for r in report["runs"] if r["id"] == "r1"]
+    assert run["gate"]["open"] is True, run["gate"]
+
+
+def test_a_partial_framework_run_pulls_verifies_and_names_its_unfinished_cells(tmp_path: Path) -> None:
+    """HF Trainer refuses a `metric_for_best_model` its evaluation does not produce, at the first evaluation,
+    mid-run, with its own message: that cell fails (exit 1), the wrapper starts no further cell, and the run
+    still pulls, verifies and reports what it has, saying which cells are left out."""
+    framework = FRAMEWORKS["hf_trainer"]
+    broken = framework.command + " $( [ {cell} = 2 ] && echo --metric_for_best_model nope --load_best_model_at_end )"
+    root = framework_project(tmp_path / "partial", replace(framework, command=broken, roster=("1", "2", "3")))
+    rgt_ok("up", "r1", cwd=root)
+    rgt_ok("push", "r1", cwd=root)
+    rgt_ok("run", "r1", cwd=root)
+    watched = run_rgt("watch", "r1", "--interval", "0.5", cwd=root, timeout=600)
+    assert "dead (exit 1)" in watched.stdout.splitlines()[-1], watched.stdout
+    log = (root / ".rgt" / "sim" / "box" / "workspace" / "job" / "train.log").read_text(errors="replace")
+    assert "metric_for_best_model" in log and "== rgt: cell 2 exited 1" in log and "cell 3 started" not in log
+    rgt_ok("pull", "r1", cwd=root)
+    verified = rgt_ok("verify", "r1", cwd=root)
+    assert re.search(r"^failed \(exit 1\) +2/ ", verified, re.M) and re.search(r"^never started +3/ ", verified, re.M)
+    report = json.loads(rgt_ok("--report", "--format", "json", cwd=root))
+    (run,) = [r for r in report["results"]["runs"] if r["id"] == "r1"]
+    assert run["left_out"] == ["2 failed (exit 1)", "3 never started"]
+    row = next(m for m in run["metrics"] if (m["test_id"], m["metric"]) == ("val", "loss"))
+    assert row["cells"] == ["r1/1"] and row["seeds"] == 1
+    assert math.isclose(row["mean"], expected_value(root, framework, "1"), rel_tol=1e-9)
+    (gated,) = [r for r in report["runs"] if r["id"] == "r1"]
+    assert gated["gate"]["open"] is True, gated["gate"]
+    done = rgt_ok("down", "r1", "--confirm", "sim-box", cwd=root)
+    assert "terminated, confirmed by the provider" in done
+
+
+def drive_arc(root: Path, framework: Framework) -> dict[str, Any]:
+    """up, push, run, watch, a refused down, pull, verify, report, audit and a figure: the report's JSON."""
     rgt_ok("up", "r1", cwd=root)
     rgt_ok("push", "r1", cwd=root)
     rgt_ok("run", "r1", cwd=root)
@@ -69,9 +125,7 @@ def test_a_framework_goes_through_the_arc_with_default_settings(tmp_path: Path, 
     for entry in inputs:  # each input names the tracker file its series was read from, hashed as read
         assert entry["path"].startswith(f"runs/{entry['capsule']}/"), entry
         assert hashlib.sha256((root / entry["path"]).read_bytes()).hexdigest() == entry["sha256"], entry
-
-    done = rgt_ok("down", "r1", "--confirm", "sim-box", cwd=root)
-    assert "terminated, confirmed by the provider" in done
+    return report
 
 
 # -- the expected numbers, read with each framework's own tools ---------------------------------------------
