@@ -10,6 +10,9 @@ Public API (the figure and the table builder both use these; keep it small and s
   `runs/<run>/<cell>/test/<test_id>/metrics.json` (or `results.parquet|csv` by `file`), and
   `runs/<run>/<cell>/train.csv` for `{capsule, file: "train.csv"}` or a spec without a test id.
 - `resolve_input(root, spec, where) -> InputFile`: `input_path` then `read_input`.
+- `resolve_test(root, spec, where) -> InputFile`: a test's metrics.json, or, for a cell with no metrics.json and
+  no run record, the test a tracker recorded (`TrackerInput`: the tracker file's path and sha256, the
+  metrics.json-shaped body VERIFY's readers made of those bytes; docs/frameworks.md).
 - `input_entry(spec, found, split) -> dict`: the generated form of an `inputs[]` entry (path, sha256, split).
 - `code_state(root) -> dict` and `provenance(root, capsules, *, command, builder, env, code) -> dict`: the
   provenance block (git commit, dirty, dirty_diff_sha256, checkpoint_sha256 per capsule, data_sha256,
@@ -41,7 +44,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -176,6 +179,42 @@ def input_path(spec: Mapping[str, Any], where: str) -> str:
 
 def resolve_input(root: Path, spec: Mapping[str, Any], where: str) -> InputFile:
     return read_input(root, input_path(spec, where), where)
+
+
+@dataclass(frozen=True)
+class TrackerInput(InputFile):
+    """A test a tracker recorded (trainer_state.json, Lightning metrics.csv, TensorBoard events, MLflow, W&B),
+    read through VERIFY's readers (audits/verify/readers): `path` and `sha256` are the tracker file's, exactly
+    the bytes the reader parsed; `body` is the metrics.json-shaped test it made of them (no `n`: trackers do not
+    record the test's size)."""
+
+    body: Mapping[str, Any] = field(default_factory=dict)
+
+    def json(self, limit: int = MAX_JSON_BYTES) -> Any:
+        return dict(self.body)
+
+
+def resolve_test(root: Path, spec: Mapping[str, Any], where: str) -> InputFile:
+    """The test's metrics.json; for a cell without one (and without run.json), the tracker's test of that id."""
+    rel = input_path(spec, where)
+    capsule = str(spec["capsule"])
+    if (spec.get("file") in (None, "metrics.json") and lstat_or_none(root / rel) is None
+            and lstat_or_none(root / "runs" / capsule / "run.json") is None):
+        tracked = tracker_test(root, capsule, str(spec.get("test_id")))
+        if tracked is not None:
+            return tracked
+    return read_input(root, rel, where)
+
+
+def tracker_test(root: Path, capsule: str, test_id: str) -> TrackerInput | None:
+    from remote_gpu_trainer.audits.verify.readers import read_tracker_cell
+
+    run_id, cell = capsule.split("/", 1)
+    found = read_tracker_cell(root, run_id, cell)
+    test = found.tests.get(test_id) if found is not None else None
+    if found is None or test is None or test.metrics is None or test.metrics_sha256 is None:
+        return None
+    return TrackerInput(path=test.metrics_path, data=b"", sha256=test.metrics_sha256, body=dict(test.metrics))
 
 
 def input_entry(spec: Mapping[str, Any], found: InputFile, split: str | None) -> dict[str, Any]:

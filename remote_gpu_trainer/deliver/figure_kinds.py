@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify import metric_registry
 from remote_gpu_trainer.audits.verify.model import MetricRule, plain
-from remote_gpu_trainer.deliver.build_common import InputFile, input_entry, mean_std, resolve_input
+from remote_gpu_trainer.deliver.build_common import InputFile, input_entry, mean_std, resolve_input, resolve_test
 from remote_gpu_trainer.deliver.figure_spec import FigureSpec, Series, arrow
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import lstat_or_none
@@ -220,7 +220,7 @@ def _read_metrics(root: Path, spec: FigureSpec, index: int, key: str, metrics: S
                   found: Prepared) -> list[Reading]:
     """The named metrics of one capsule's metrics.json, read once; a split other than test is disclosed."""
     ispec = {"capsule": key, "test_id": spec.test_id, "metric": label}
-    got = resolve_input(root, ispec, f"series[{index}].capsules ({key})")
+    got = resolve_test(root, ispec, f"series[{index}].capsules ({key})")
     readings = [metric_reading(got, metric) for metric in metrics]
     found.entries.append(input_entry(ispec, got, readings[0].split))
     if readings[0].split not in (None, "test"):

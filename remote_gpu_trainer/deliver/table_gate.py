@@ -393,7 +393,11 @@ def _interval(cell: SourceCell) -> str:
 # -- Q5 n shown -----------------------------------------------------------------------------------------------
 def _check_n(cells: Mapping[tuple[str, str], SourceCell], shown: list[Displayed],
              csv_rows: list[dict[str, str]] | None, layout: Layout, v: _Verdicts) -> None:
-    counts = {}
+    unknown = sorted({c.method for c in cells.values() if c.n is None})
+    if unknown:
+        v.disclose(Q5, f"n is unknown for {', '.join(unknown)}: their cells come from a tracker's eval numbers, "
+                       "which do not record the test's size (shown as ?)")
+    counts: dict[str, tuple[int | None, int] | None] = {}
     for method in layout.rows:
         row = {(c.n, c.seeds) for c in (cells.get((method, m)) for m in layout.columns) if c is not None}
         if len(row) > 1:
@@ -416,7 +420,8 @@ def _check_n(cells: Mapping[tuple[str, str], SourceCell], shown: list[Displayed]
 
 
 def _compare_counts(name: str, layout: Layout, methods: list[str], ns: dict[str, int | None],
-                    seeds: dict[str, int | None], counts: Mapping[str, tuple[int, int] | None], v: _Verdicts) -> None:
+                    seeds: dict[str, int | None], counts: Mapping[str, tuple[int | None, int] | None],
+                    v: _Verdicts) -> None:
     if not ns or not seeds:
         v.fail(Q5, f"{name} has no {'n' if not ns else 'seeds'} column")
         return

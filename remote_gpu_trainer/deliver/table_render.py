@@ -67,7 +67,7 @@ class SourceCell:
     metric: str
     mean: float
     std: float | None
-    n: int
+    n: int | None  # None: the cells' test size is not recorded (a tracker's eval numbers), shown as `?`
     seeds: int
     capsules: str
     test_id: str
@@ -98,7 +98,8 @@ def source_cells(frame: pd.DataFrame) -> dict[tuple[str, str], SourceCell]:
     for index, row in enumerate(frame.to_dict("records"), start=2):  # line 1 is the header
         try:
             cell = SourceCell(str(row["method"]), str(row["metric"]), float(row["mean"]), _std(row["std"]),
-                              _whole(row["n"]), _whole(row["seeds"]), str(row["capsules"]), str(row["test_id"]))
+                              _whole_or_none(row["n"]), _whole(row["seeds"]), str(row["capsules"]),
+                              str(row["test_id"]))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"line {index}: {exc}") from None
         if (cell.method, cell.metric) in cells:
@@ -110,6 +111,11 @@ def source_cells(frame: pd.DataFrame) -> dict[tuple[str, str], SourceCell]:
 def _std(value: object) -> float | None:
     """An empty cell is a single seed's missing std; any other text must be a number (`nan` stays NaN, for Q2)."""
     return None if value == "" else float(value)  # type: ignore[arg-type]
+
+
+def _whole_or_none(value: object) -> int | None:
+    """An empty cell is an unknown count (None); anything else must be a whole number."""
+    return None if value == "" else _whole(value)
 
 
 def _whole(value: object) -> int:
@@ -177,7 +183,7 @@ def render(frame: pd.DataFrame, layout: Layout, directions: Mapping[str, str | N
     return {f"final.{fmt}": writers[fmt](cells, layout, directions, bold).encode() for fmt in layout.formats}
 
 
-def row_counts(cells: Mapping[tuple[str, str], SourceCell], layout: Layout, method: str) -> tuple[int, int]:
+def row_counts(cells: Mapping[tuple[str, str], SourceCell], layout: Layout, method: str) -> tuple[int | None, int]:
     """(n, seeds) shown for a row: its first metric's (every metric of a row reads the same metrics.json)."""
     first = cells[(method, layout.columns[0])]
     return first.n, first.seeds
@@ -203,12 +209,17 @@ def _markdown(cells: Mapping[tuple[str, str], SourceCell], layout: Layout, direc
     header = layout.header() + [metric_header(layout, m, directions.get(m), tex=False) for m in layout.columns]
     lines = [_md_line(header), _md_line([":---"] + ["---:"] * (len(header) - 1))]
     for method in layout.rows:
-        row = [md_escape(method)] + ([str(v) for v in row_counts(cells, layout, method)] if layout.show_n else [])
+        row = [md_escape(method)] + (_counts_text(cells, layout, method) if layout.show_n else [])
         for metric in layout.columns:
             text = cell_text(cells[(method, metric)], layout, MD_PM)
             row.append(f"**{text}**" if bold[metric].method == method else text)
         lines.append(_md_line(row))
     return "\n".join(lines) + "\n"
+
+
+def _counts_text(cells: Mapping[tuple[str, str], SourceCell], layout: Layout, method: str) -> list[str]:
+    """n and seeds as shown: an unknown n is `?`, never a number rgt does not have."""
+    return ["?" if v is None else str(v) for v in row_counts(cells, layout, method)]
 
 
 def _md_line(cells: list[str]) -> str:
@@ -221,7 +232,7 @@ def _latex(cells: Mapping[tuple[str, str], SourceCell], layout: Layout, directio
     header = plain + [metric_header(layout, m, directions.get(m), tex=True) for m in layout.columns]
     lines = [r"\begin{tabular}{l" + "r" * (len(header) - 1) + "}", r"\toprule", _tex_line(header), r"\midrule"]
     for method in layout.rows:
-        row = [tex_escape(method)] + ([str(v) for v in row_counts(cells, layout, method)] if layout.show_n else [])
+        row = [tex_escape(method)] + (_counts_text(cells, layout, method) if layout.show_n else [])
         for metric in layout.columns:
             text = cell_text(cells[(method, metric)], layout, TEX_PM)
             row.append(rf"\textbf{{{text}}}" if bold[metric].method == method else text)

@@ -26,6 +26,7 @@ from remote_gpu_trainer.audits.verify.model import MetricRule, sha256_hex
 from remote_gpu_trainer.clock import iso_z, utc_now
 from remote_gpu_trainer.deliver.build_common import (
     InputFile,
+    TrackerInput,
     environment,
     input_entry,
     load_document,
@@ -33,7 +34,7 @@ from remote_gpu_trainer.deliver.build_common import (
     merge_document,
     output_folder,
     provenance,
-    resolve_input,
+    resolve_test,
     source_csv,
     staging,
 )
@@ -131,7 +132,7 @@ def read_rows(root: Path, spec: TableSpec, where: str) -> list[Reading]:
     for index, row in enumerate(spec.rows):
         for position, capsule in enumerate(row.capsules):
             at = f"{where}: rows[{index}].capsules[{position}]"
-            found = resolve_input(root, {"capsule": capsule, "test_id": row.test_id}, at)
+            found = resolve_test(root, {"capsule": capsule, "test_id": row.test_id}, at)
             body = found.json()
             if not isinstance(body, dict):
                 raise ConfigError(f"{found.path}: is not a JSON object (read for {at})")
@@ -139,7 +140,7 @@ def read_rows(root: Path, spec: TableSpec, where: str) -> list[Reading]:
                 if _value(body, metric) is None:
                     raise ConfigError(f"{found.path}: no finite metrics.{metric}.value (row {row.method!r} "
                                       f"needs {metric}; {at})")
-            if _whole(body.get("n")) is None:
+            if _whole(body.get("n")) is None and not (isinstance(found, TrackerInput) and body.get("n") is None):
                 raise ConfigError(f"{found.path}: n is missing or not a whole number ≥ 0 ({at})")
             readings.append(Reading(row, capsule, found, body, at))
         _same_n(row, [r for r in readings if r.row is row])
@@ -147,7 +148,7 @@ def read_rows(root: Path, spec: TableSpec, where: str) -> list[Reading]:
 
 
 def _same_n(row: TableRow, readings: Sequence[Reading]) -> None:
-    counts = {r.found.path: r.body["n"] for r in readings}
+    counts = {r.found.path: r.body.get("n") for r in readings}
     if len(set(counts.values())) > 1:
         listed = ", ".join(f"{path} n={n}" for path, n in counts.items())
         raise ConfigError(f"row {row.method!r}: its capsules were tested on different n ({listed}); a cell "
@@ -196,7 +197,7 @@ def source_rows(spec: TableSpec, readings: Sequence[Reading]) -> list[dict[str, 
             values = [v for r in mine if (v := _value(r.body, metric)) is not None]
             centre, spread = mean_std(values)
             rows.append({"method": row.method, "metric": metric, "mean": centre, "std": spread,
-                         "n": mine[0].body["n"], "seeds": len(values), "capsules": ";".join(row.capsules),
+                         "n": mine[0].body.get("n"), "seeds": len(values), "capsules": ";".join(row.capsules),
                          "test_id": row.test_id})
     return rows
 

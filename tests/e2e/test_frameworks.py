@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from support.frameworks import FRAMEWORKS, Framework, figure_spec, framework_project, rgt_ok
+from support.frameworks import FRAMEWORKS, Framework, figure_spec, framework_project, rgt_ok, table_spec
 from support.helpers import run_rgt
 from support.sshd_fixtures import Sshd
 
@@ -125,6 +125,17 @@ def drive_arc(root: Path, framework: Framework) -> dict[str, Any]:
     for entry in inputs:  # each input names the tracker file its series was read from, hashed as read
         assert entry["path"].startswith(f"runs/{entry['capsule']}/"), entry
         assert hashlib.sha256((root / entry["path"]).read_bytes()).hexdigest() == entry["sha256"], entry
+
+    table = table_spec(root, framework)
+    built = rgt_ok("build", "table", table, cwd=root)
+    assert "Q5_n_shown               disclosed" in built, built  # a tracker records no test size: n is `?`
+    with (root / "tables" / table / "source.csv").open(encoding="utf-8") as handle:
+        (source,) = list(csv.DictReader(handle))
+    assert math.isclose(float(source["mean"]), row["mean"], rel_tol=1e-12) and source["n"] == "", source
+    assert f"| {framework.name.replace('_', chr(92) + '_')} | ? | {len(framework.roster)} |" in \
+        (root / "tables" / table / "final.md").read_text()
+    paths = [i["path"] for i in json.loads((root / "tables" / table / "table.json").read_text())["inputs"]]
+    assert paths == row["sources"], (paths, row["sources"])
     return report
 
 

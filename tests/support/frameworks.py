@@ -131,6 +131,17 @@ def figure_spec(root: Path, framework: Framework) -> str:
     return "curve"
 
 
+def table_spec(root: Path, framework: Framework) -> str:
+    """A table of the run's validation metric over its cells (one row, one column); returns its id."""
+    folder = root / "tables" / "main"
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {"schema": "remote-gpu-trainer/TABLE/v1", "table_id": "main", "test_id": framework.test_id,
+            "rows": [{"method": framework.name, "capsules": [f"r1/{cell}" for cell in framework.roster]}],
+            "layout": {"columns": [framework.metric], "precision": 4}}
+    (folder / "table.json").write_text(json.dumps(spec, indent=2), encoding="utf-8")
+    return "main"
+
+
 def rgt_ok(*args: str, cwd: Path, timeout: float = 300) -> str:
     """`rgt ARGS` that must exit 0: its stdout; a failure shows both streams."""
     done = run_rgt(*args, cwd=cwd, timeout=timeout)
