@@ -136,6 +136,14 @@ def drive_arc(root: Path, framework: Framework) -> dict[str, Any]:
         (root / "tables" / table / "final.md").read_text()
     paths = [i["path"] for i in json.loads((root / "tables" / table / "table.json").read_text())["inputs"]]
     assert paths == row["sources"], (paths, row["sources"])
+
+    (root / "EVIDENCE.json").write_text(json.dumps({"schema": "remote-gpu-trainer/EVIDENCE/v1", "claims": [
+        {"id": "C1", "statement": "The run's validation loss.", "metric": framework.metric,
+         "evidence": [{"cells": row["cells"], "test_id": framework.test_id}]}]}))
+    rgt_ok("build", "evidence", cwd=root)
+    (generated,) = json.loads((root / "EVIDENCE.json").read_text())["claims"][0]["evidence"]
+    assert math.isclose(generated["value"], row["mean"], rel_tol=1e-12) and generated["seeds"] == row["seeds"]
+    assert [source["path"] for source in generated["sources"]] == row["sources"]
     return report
 
 
