@@ -35,7 +35,7 @@ from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig, run_config_from_record
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
-from remote_gpu_trainer.services.evidence.local_root import hash_with_cache_sync, walk_local_root
+from remote_gpu_trainer.services.evidence.local_root import hash_with_cache_sync, recorded_links, walk_local_root
 from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, remote_manifest
 from remote_gpu_trainer.services.liveness import run_state_of
 from remote_gpu_trainer.state.db import StateDB
@@ -145,11 +145,12 @@ def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, inst
     manifest_bytes = read_regular(root / MANIFEST_NAME)
     manifest_info = lstat_or_none(root / MANIFEST_NAME)
     listed: dict[str, int] = {}
+    manifest = None
     if manifest_bytes is not None:
         manifest, _ = parse_manifest(manifest_bytes, roster=run.roster, run_id=run.id)
         if manifest is not None:
             listed = {entry.path: entry.bytes for entry in manifest.files}
-    files = tuple(_gate_listing(root, listed, db))
+    files = tuple(_gate_listing(root, listed, db, recorded_links(root, manifest)))
     record = db.last_verification_record(run.id)
     seen = None if record is None else VerificationSeen(
         ok=record.ok, at=record.at, manifest_sha256=record.manifest_sha256, marker_sha256=record.marker_sha256,
@@ -169,12 +170,15 @@ def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, inst
     )
 
 
-def _gate_listing(root: Path, listed: dict[str, int], db: StateDB) -> list[LocalFile]:
-    """Every entry under the local root but the manifest and marker; listed files of the right size hashed."""
+def _gate_listing(root: Path, listed: dict[str, int], db: StateDB, links: set[str]) -> list[LocalFile]:
+    """Every entry under the local root but the manifest and marker and the manifest's links as the pull
+    re-created them (`links`, which are not files); listed files of the right size hashed."""
     if not root.is_dir():
         return []
     result: list[LocalFile] = []
     for path, info in walk_local_root(root):
+        if path in links:  # the manifest's own link, as the pull re-created it: not a file
+            continue
         regular = stat.S_ISREG(info.st_mode)
         digest = None
         if regular and listed.get(path) == info.st_size:

@@ -19,6 +19,7 @@ from remote_gpu_trainer.fsutil import run_locks
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus, WaitsGone
 from remote_gpu_trainer.services import gate as box_gate
+from remote_gpu_trainer.services.evidence.local_root import local_link_target
 from remote_gpu_trainer.services.evidence.manifest import local_manifest
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.meter import meter_reading
@@ -140,13 +141,15 @@ def cell_lines(session: Session, run: RunConfig) -> list[str]:
 
 
 def link_lines(session: Session, run: RunConfig) -> list[str]:
-    """The links the run's manifest recorded (docs/gate.md §2): never followed or copied; one that leads out of
-    the result root is named, since its target is not among the results and goes with the box."""
+    """The links the run's manifest recorded (docs/gate.md §2): never followed or copied, re-created locally only
+    when they lead to listed files; one that leads out of the result root is named, since its target is not among
+    the results and goes with the box."""
     manifest = local_manifest(session.project.run_dir(run.id), run)
     if manifest is None or not manifest.links:
         return []
     out = manifest.links_out
-    lines = [f"Links:     run {run.id}: {len(manifest.links)} link(s) recorded, not copied"
+    made = sum(1 for link in manifest.links if local_link_target(manifest, link) is not None)
+    lines = [f"Links:     run {run.id}: {len(manifest.links)} link(s) recorded, {made} re-created in the local copy"
              + (f"; {len(out)} lead out of the result root (their targets are not results and are not "
                 "pulled):" if out else "; each leads to a path inside the result root")]
     lines += [f"  {escape_control(link.path)} -> {escape_control(link.target)}" for link in out[:MAX_LISTED]]

@@ -168,15 +168,18 @@ async def test_links_are_listed_pulled_as_nothing_and_named_in_the_teardown_plan
             await teardown.execute(session, "box", "sim-box", ["test"])
         assert (await session.verify("r1")).ok
         local = root / "runs" / "r1" / "seed0"
-        assert not [p for p in local.rglob("*") if p.is_symlink()]  # recorded, never re-created
+        made = sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_symlink())
+        assert made == ["wandb/debug.log", "wandb/latest-run"]  # the links to results, made again locally
+        assert (local / "wandb" / "debug.log").read_text() == "history\n"
         assert (local / "wandb" / "run-20261206_120000-abc" / "logs" / "debug.log").read_text() == "history\n"
         assert not (local / "shared-data").exists() and b"own data" not in b"".join(
             p.read_bytes() for p in local.rglob("*") if p.is_file())
         plan = await teardown.plan(session, "box")
         assert plan.gate_open, plan.reasons
         links = [line for line in plan.lines if line.startswith("Links:") or line.startswith("  seed0/shared")]
-        assert links == ["Links:     run r1: 3 link(s) recorded, not copied; 1 lead out of the result root (their "
-                         "targets are not results and are not pulled):", f"  seed0/shared-data -> {outside}"]
+        assert links == ["Links:     run r1: 3 link(s) recorded, 2 re-created in the local copy; 1 lead out of the "
+                         "result root (their targets are not results and are not pulled):",
+                         f"  seed0/shared-data -> {outside}"]
         outcome = await teardown.execute(session, "box", "sim-box", plan.lines)
         assert outcome.confirmed
         assert outside.read_bytes() == b"the box's own data, outside the results"  # nothing followed a link

@@ -15,7 +15,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME
+from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, Manifest, ManifestLink
 from remote_gpu_trainer.state.caches import FileKey
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import escape_control
@@ -42,6 +42,54 @@ def walk_local_root(root: Path) -> Iterator[tuple[str, os.stat_result]]:
                 stack.append(path)
             else:
                 yield escape_control(path), info
+
+
+def local_link_target(manifest: Manifest, link: ManifestLink) -> str | None:
+    """The relative target a recorded link gets in the local copy, or None when it is not re-created.
+
+    Only a link the box resolved inside the result root to a listed file, or to a folder holding listed files,
+    is re-created, and its target is computed from that resolved path (`inside`), never taken from the box's
+    own target text: the local link cannot lead out of the local root, and a loop (which resolves to no file)
+    is recorded but never made."""
+    inside = link.inside
+    if inside is None or inside == link.path:
+        return None
+    listed = {entry.path for entry in manifest.files}
+    if inside not in listed and not any(path.startswith(inside + "/") for path in listed):
+        return None
+    return os.path.relpath(inside, os.path.dirname(link.path) or ".").replace(os.sep, "/")
+
+
+def recorded_links(root: Path, manifest: Manifest | None) -> set[str]:
+    """The entries under the local root that are the manifest's links as rgt re-created them: a symlink at a
+    recorded link's path whose target is exactly `local_link_target`. Anything else stays an error."""
+    if manifest is None:
+        return set()
+    found = set()
+    for link in manifest.links:
+        target = local_link_target(manifest, link)
+        local = root.joinpath(*link.path.split("/"))
+        try:
+            if target is not None and os.readlink(local) == target:
+                found.add(link.path)
+        except OSError:
+            continue
+    return found
+
+
+def recreate_links(root: Path, manifest: Manifest) -> list[str]:
+    """Make the links `local_link_target` allows, where nothing is in their place yet; returns their paths.
+    An existing entry is left as it is (verification says whether it is the recorded link)."""
+    made = []
+    for link in manifest.links:
+        target = local_link_target(manifest, link)
+        local = root.joinpath(*link.path.split("/"))
+        if target is None or os.path.lexists(local):
+            continue
+        local.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(target, local)
+        made.append(link.path)
+    return made
 
 
 async def hash_with_cache(db: StateDB, path: Path) -> str:

@@ -26,7 +26,7 @@ from remote_gpu_trainer.errors import HostKeyChanged, RgtError, TransportError, 
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none, remove_if_present
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.services.evidence import pull_batches
-from remote_gpu_trainer.services.evidence.local_root import CHUNK
+from remote_gpu_trainer.services.evidence.local_root import CHUNK, recreate_links
 from remote_gpu_trainer.services.evidence.manifest import acceptable_manifest, build_manifest, read_box_manifest
 from remote_gpu_trainer.services.evidence.pull_local import (
     Refused,
@@ -125,6 +125,8 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
             present.append(entry.path)
         else:
             fetched.append(entry.path)
+    if not failed:
+        recreate_links(root, manifest)  # docs/gate.md §2: only links to listed files inside the root
     return PullResult(manifest_sha256=manifest.sha256, files=[entry.path for entry in manifest.files],
                       bytes=manifest.total_bytes,
                       fetched=fetched, present=present, failed=failed)

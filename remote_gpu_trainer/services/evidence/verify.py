@@ -40,7 +40,7 @@ from remote_gpu_trainer.config import ProjectConfig, RunConfig, run_config_recor
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none
 from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
-from remote_gpu_trainer.services.evidence.local_root import hash_fresh, walk_local_root
+from remote_gpu_trainer.services.evidence.local_root import hash_fresh, recorded_links, walk_local_root
 from remote_gpu_trainer.services.evidence.manifest import local_manifest
 from remote_gpu_trainer.services.evidence.probe import probe_checkpoints
 from remote_gpu_trainer.services.evidence.read_only import seal_verified
@@ -114,7 +114,7 @@ async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
     report(VerifyStep(f"manifest {MANIFEST_NAME} checked"))
     if manifest is None:
         return _finish(root, run, db, None, errors, {}, {}, [])
-    local = _local_entries(root, errors)
+    local = _local_entries(root, errors, manifest)
     listed = manifest.by_path()
     per_file: dict[str, list[Problem]] = {path: [] for path in listed}
     stats: dict[str, os.stat_result] = {}
@@ -186,13 +186,18 @@ def _verify_manifest(root: Path, run: RunConfig, db: StateDB, errors: list[Probl
     return manifest
 
 
-def _local_entries(root: Path, errors: list[Problem]) -> dict[str, os.stat_result]:
+def _local_entries(root: Path, errors: list[Problem],
+                   manifest: Manifest | None = None) -> dict[str, os.stat_result]:
     """Step 2: every regular file under the root by relative path.
 
-    Symlinks, other non-regular entries and `.part` files become errors.
+    Symlinks, other non-regular entries and `.part` files become errors, except the manifest's links as the
+    pull re-created them (local_root.recorded_links), which are not files.
     """
     found: dict[str, os.stat_result] = {}
+    links = recorded_links(root, manifest)
     for path, info in walk_local_root(root):
+        if path in links:
+            continue
         if stat.S_ISLNK(info.st_mode):
             errors.append(Problem("symlink", path, "symlink in the local root; replace it by the file"))
         elif not stat.S_ISREG(info.st_mode):
