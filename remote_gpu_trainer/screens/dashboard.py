@@ -268,7 +268,7 @@ class DashboardScreen(DeliverActions):
         self.show_alerts(update.alerts)
         chart = run_logs.loss_chart(self.rgt.session, self.run_id)
         if chart is not None:
-            panel.query_one(LossChart).set_series(chart.steps, chart.values, chart.title)
+            panel.query_one(LossChart).set_series(chart.steps, chart.values, chart.title, chart.x)
         if update.more:
             self.call_later(self.poll_log)  # a backlog: keep reading, one bounded chunk per frame
 

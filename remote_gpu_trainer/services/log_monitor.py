@@ -84,9 +84,10 @@ class LogUpdate:
 
 @dataclass(frozen=True)
 class ChartData:
-    steps: tuple[float, ...]
+    steps: tuple[float, ...]  # the x of each point: steps, or epochs when `x` says so
     values: tuple[float, ...]
     title: str
+    x: str = "step"  # "step" or "epoch" (a Hugging Face dict series without steps, docs/log-signatures.md §4.5)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,11 @@ class MonitorSnapshot:
     chart: ChartData
 
     def eta(self, now: float) -> float | None:
-        return max(0.0, self.eta_at_t - max(0.0, now - self.t)) if self.eta_at_t is not None else None
+        """The ETA counted down to `now`; None once it ran out (no estimate, never "0 s to go")."""
+        if self.eta_at_t is None:
+            return None
+        left = self.eta_at_t - max(0.0, now - self.t)
+        return left if left > 0 else None
 
 
 class ThinnedSeries:
@@ -152,7 +157,9 @@ class RunLogMonitor:
         self.host = HostHistory()  # the host rules' inputs across ticks (services/host_signals.py)
         self._lock = asyncio.Lock()  # one poll or rule evaluation at a time: they share the parser state
         self.loss = ThinnedSeries()
-        self.nonfinite_step: int | None = None
+        self.loss_x = ""  # what the chart's x is: "step", or "epoch" for a series whose lines state no step
+        self.nonfinite_at: str | None = None  # "step 120" / "epoch 1.25": where the loss first went non-finite
+        self.behind = False  # the last poll left lines unread: the next one's lines were written before it
         self.cell: str | None = None  # the roster cell the log is at (the wrapper's marker line says)
         self.saved = 0  # sample rows of this run stored so far: a cell boundary is recorded as a count
         self.thinner = SeriesThinner()  # which samples are stored (dense series downsampled on the way in)
@@ -189,7 +196,7 @@ class RunLogMonitor:
             self.series.pop(key, None)
             recent = self.db.metric_samples(self.run_id, key, last=SERIES_WINDOW, from_seq=since)
             self._remember(recent)
-            self.progress.observe(recent)
+            self.progress.observe(recent, timed=False)  # history read at once: positions, not intervals
         self._chart_add(self.db.metric_samples(self.run_id, "loss", max_points=CHART_POINTS // 2, from_seq=since))
 
     async def backfill(self, launch_offset: int, max_bytes: int = BACKFILL_BYTES) -> list[LogLineView]:
@@ -231,6 +238,10 @@ class RunLogMonitor:
             chunk = dataclasses.replace(chunk, lines=tuple(self._redacted(chunk.lines)))
         hits = self.detector.feed_lines([line.text for line in chunk.lines], chunk.first_line_no, t)
         rows: list[Sample] = []  # what is stored: the thinner's pick of the parsed samples
+        # a backlog read over several polls (the previous or this one left lines unread) was written before
+        # it was read: its positions count, its read times measure no speed (audits/log/progress.py)
+        timed = not (self.behind or chunk.more)
+        self.behind = chunk.more
         for cell, lines in _cells(chunk.lines):
             if cell is not None:
                 rows.extend(self.thinner.flush())  # the old cell's open buckets, before its boundary
@@ -239,7 +250,7 @@ class RunLogMonitor:
             if parsed:
                 groups = by_key(parsed)
                 self._remember(groups)
-                self.progress.observe(parsed)
+                self.progress.observe(parsed, timed)
                 self._chart_add(groups.get("loss", ()))
                 rows.extend(self.thinner.add(groups))
         if not chunk.more:
@@ -262,13 +273,17 @@ class RunLogMonitor:
 
     def _parse(self, lines: Sequence[Line], t: float) -> list[Sample]:
         """Metric samples of some lines. Of a run of progress-bar redraws only the last frame is parsed (the
-        one a terminal would show): the frames before it are older values of the same counters."""
+        one a terminal would show): the frames before it are older values of the same counters. A blank
+        frame is no newer value: tqdm clears its bar with one before it prints a line (Hugging Face's dicts
+        come as `bar\\r<blanks>\\r{...}`), and the bar before it is the newest position."""
         samples: list[Sample] = []
         feed = self.parser.feed
         last = len(lines) - 1
         for index, line in enumerate(lines):
-            if line.redraw and index < last and lines[index + 1].redraw:
-                continue
+            if line.redraw and index < last:
+                after = lines[index + 1]
+                if after.redraw and after.text and not after.text.isspace():
+                    continue
             samples.extend(feed(line.text, t))
         return samples
 
@@ -282,7 +297,8 @@ class RunLogMonitor:
         self.series.clear()
         self.first_series.clear()
         self.loss = ThinnedSeries()
-        self.nonfinite_step = None
+        self.loss_x = ""
+        self.nonfinite_at = None
         self.cell = cell
         events.cell_started(self.db, run_id=self.run_id, cell=cell, t=t, samples_before=samples_before)
 
@@ -349,12 +365,23 @@ class RunLogMonitor:
             window.extend(group)
 
     def _chart_add(self, loss: Sequence[Sample]) -> None:
+        """The loss at its own line's position: by step, or by epoch for a series whose lines state none (a
+        Hugging Face dict, §4.5); the first sample with a position decides, and a point with none on that axis
+        is left out of an epoch chart (a step chart counts it on, as before)."""
         for sample in loss:
+            if not self.loss_x and (sample.step is not None or sample.epoch is not None):
+                self.loss_x = "step" if sample.step is not None else "epoch"
+            by_epoch = self.loss_x == "epoch"
             if not math.isfinite(sample.value):
-                if self.nonfinite_step is None:
-                    self.nonfinite_step = sample.step
+                if self.nonfinite_at is None:
+                    self.nonfinite_at = _position(sample, by_epoch)
                 continue
-            x = float(sample.step) if sample.step is not None else float(self.loss._seen)
+            if by_epoch:
+                if sample.epoch is None:
+                    continue
+                x = sample.epoch
+            else:
+                x = float(sample.step) if sample.step is not None else float(self.loss._seen)
             self.loss.add(x, sample.value)
 
     def _snapshot(self, t: float) -> MonitorSnapshot:
@@ -362,23 +389,32 @@ class RunLogMonitor:
         step, total = self.progress.current_step, self.progress.total_steps
         eta = self.progress.eta_seconds(t) if total and step is not None and step < total else None
         parts: list[str] = []
-        if self.loss.last is not None or self.nonfinite_step is not None:
+        if self.loss.last is not None or self.nonfinite_at is not None:
             parts.append(f"loss {self.loss.last[1]:.4g}" if self.loss.last else "loss")
             if step is not None:
                 parts.append(f"step {step}" + (f"/{total}" if total else ""))
             if eta is not None:
                 parts.append(f"ETA {duration(eta)}")
-            if self.nonfinite_step is not None:
-                parts.append(f"NON-FINITE at step {self.nonfinite_step}")
+            if self.nonfinite_at is not None:
+                parts.append(f"NON-FINITE at {self.nonfinite_at}")
         if parts and self.cell is not None:
             parts.insert(0, f"cell {self.cell}")
         title = " · ".join(parts) or "loss chart: no loss parsed from the log yet"
-        chart = ChartData(tuple(p[0] for p in points), tuple(p[1] for p in points), title)
+        chart = ChartData(tuple(p[0] for p in points), tuple(p[1] for p in points), title, self.loss_x or "step")
         return MonitorSnapshot(t, step, total, eta, chart)
 
     def chart(self) -> ChartData:
         """The loss over the whole run (thinned), with what a chart cannot show in its title."""
         return self.snapshot.chart
+
+
+def _position(sample: Sample, by_epoch: bool) -> str:
+    """Where a sample is, in words: its step, or its epoch on an epoch chart (or when it has no step)."""
+    if sample.step is not None and not by_epoch:
+        return f"step {sample.step}"
+    if sample.epoch is not None:
+        return f"epoch {sample.epoch:g}"
+    return f"step {sample.step}" if sample.step is not None else "an unknown step"
 
 
 def worst_by_line(hits: Sequence[Hit]) -> dict[int, str]:

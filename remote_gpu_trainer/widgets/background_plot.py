@@ -15,7 +15,7 @@ from textual_plotext import PlotextPlot
 
 REDRAW_S = 0.5  # a backlog's chart moves at most twice a second
 
-Series = tuple[tuple[float, ...], tuple[float, ...], str, str]  # xs, ys, title, marker
+Series = tuple[tuple[float, ...], tuple[float, ...], str, str, str]  # xs, ys, title, x axis, marker
 Key = tuple[int, int, str, Series]  # what one drawing depends on: width, height, plotext theme, series
 
 
@@ -73,12 +73,12 @@ class BackgroundPlot(PlotextPlot):
         self.refresh()
 
     def _draw(self, key: Key) -> Text:
-        width, height, theme, (xs, ys, title, marker) = key
+        width, height, theme, (xs, ys, title, x, marker) = key
         with self._lock:
             plt = self.plt
             plt.clear_data()
             plt.clear_figure()
-            plt.title(f"{title} (x: step)")
+            plt.title(f"{title} (x: {x})")
             plt.plot(list(xs), list(ys), marker=marker)
             # then as PlotextPlot.render does (the theme after the plot: it keeps plotext's line colour)
             plt.plotsize(width, height)

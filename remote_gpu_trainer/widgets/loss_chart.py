@@ -24,7 +24,7 @@ from textual.widgets import Static
 from remote_gpu_trainer.text import escape_control, utf8_terminal
 
 EMPTY_TEXT = "loss chart: no loss parsed from the log yet"
-Shown = tuple[tuple[float, ...], tuple[float, ...], str]  # xs, ys, title
+Shown = tuple[tuple[float, ...], tuple[float, ...], str, str]  # xs, ys, title, x axis ("step" or "epoch")
 
 
 class LossChart(Vertical):
@@ -37,15 +37,16 @@ class LossChart(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(EMPTY_TEXT, id="chart-empty")
 
-    def set_series(self, steps: Sequence[float], values: Sequence[float], title: str) -> None:
-        """Plot the finite points; the title carries what a chart cannot show (nan steps, ETA)."""
+    def set_series(self, steps: Sequence[float], values: Sequence[float], title: str, x: str = "step") -> None:
+        """Plot the finite points against `x` (steps, or epochs); the title carries what a chart cannot show
+        (nan steps, ETA)."""
         title = escape_control(title)  # it names the roster cell the log's marker line gave
         points = [(x, y) for x, y in zip(steps, values, strict=True) if math.isfinite(y)]
         xs = tuple(p[0] for p in points)
         ys = tuple(p[1] for p in points)
-        if (xs, ys, title) == self._shown:
+        if (xs, ys, title, x) == self._shown:
             return  # nothing new: no redraw
-        self._shown = (xs, ys, title)
+        self._shown = (xs, ys, title, x)
         empty = self.query_one("#chart-empty", Static)
         if len(points) < 2:
             empty.update(Text(title if points or title != EMPTY_TEXT else EMPTY_TEXT))  # never markup
@@ -78,7 +79,7 @@ class LossChart(Vertical):
         if not self.region.area:
             return self._shown
         drawn = self._plot.drawn
-        return self._shown if drawn is not None and drawn[:3] == self._shown else None
+        return self._shown if drawn is not None and drawn[:4] == self._shown else None
 
     def _import_plot(self) -> None:
         cls = importlib.import_module("remote_gpu_trainer.widgets.background_plot").BackgroundPlot

@@ -1,7 +1,9 @@
 """Failure signatures over live log lines (docs/log-signatures.md §1, §4.6): `LogDetector` turns clean log lines into
 `Hit`s of the catalogue's log rows, folds a Python traceback (chained or not) into one event, reads the sizes of
-a CUDA OOM message (S01, S03) and maps torchrun's worker exit codes to the rows they stand for. Pure: it keeps
-only the open traceback between calls. prefilter.py decides which rows a line can match at all.
+a CUDA OOM message (S01, S03), maps torchrun's worker exit codes to the rows they stand for and reads torchrun's
+failure report (S96: the rank that failed first; the ranks torchrun then stopped are not stopped from outside, so
+neither their SIGTERM nor their `Received SIGTERM` is S47). Pure: it keeps only the open traceback, the open
+root-cause block and the pids torchrun signalled between calls. prefilter.py decides which rows a line can match.
 """
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ EXC_LINE = re.compile(
 ELASTIC_EXIT = re.compile(r"exitcode\s*:\s*(?P<code>-?\d+)")
 
 ELASTIC_ROWS = {-9: ("S04", "SIGKILL"), -11: ("S22", "SIGSEGV"), -15: ("S47", "SIGTERM")}
+ELASTIC_PID = re.compile(r"\(pid: (?P<pid>\d+)\)")
+# torchrun stopping its workers (`Sending process 1299 closing signal SIGTERM`), and torchrun itself told to stop
+# first (`Received 15 death signal, shutting down workers`): then the stop came from outside
+TORCHRUN_STOPS = re.compile(r"Sending process (?P<pid>\d+) closing signal (?P<signal>SIG[A-Z]+)")
+TORCHRUN_SIGNALLED = "death signal, shutting down workers"
+ROOT_CAUSE = "Root Cause (first observed failure):"
+ROOT_CAUSE_ROW = "S96"
+REPORT_FIELD = re.compile(r"^\s*(?P<key>rank|exitcode|host|time)\s*:\s*(?P<value>.*?)\s*$")
+ROOT_CAUSE_LINES = 12  # the block's fields come within its first lines: `[0]:`, time, host, rank, exitcode
+STOP_WINDOW_LINES = 2000  # how long torchrun's own stop explains a SIGTERM: its report follows within lines
+MAX_STOPPED = 64
 _UNIT_BYTES = {"KiB": 2.0**10, "MiB": 2.0**20, "GiB": 2.0**30, "TiB": 2.0**40}
 
 
@@ -142,11 +155,23 @@ class _Block:
         self.also.extend(h.signature for h in hits if h.signature not in labelled and h.signature not in self.also)
 
 
+@dataclass
+class _RootCause:
+    """torchrun's `Root Cause (first observed failure):` block, open until it named the rank and its exit code."""
+
+    line_no: int
+    t: float
+    text: str
+    lines: int = 0
+    fields: dict[str, str] = field(default_factory=dict)
+
+
 class LogDetector:
     """Feeds clean log lines through the catalogue's log rows, with the traceback and OOM rules of §1/§4.6.
 
     One detector follows one run's log (and may also be fed its dmesg or ssh lines by `source`); it keeps only
-    the open traceback between calls, so memory stays bounded however long the log.
+    the open traceback, the open root-cause block and at most MAX_STOPPED pids between calls, so memory stays
+    bounded however long the log.
     """
 
     def __init__(self, catalogue: Catalogue) -> None:
@@ -156,6 +181,10 @@ class LogDetector:
             for source in LOG_SOURCES
         }
         self._block: _Block | None = None
+        self._root: _RootCause | None = None
+        self._stopped: dict[int, str] = {}  # pid → signal: ranks torchrun stopped after one failed
+        self._stopped_until = -1  # the line up to which that stop explains SIGTERMs
+        self._signalled_at: int | None = None  # the line where torchrun said it was itself told to stop
 
     def feed(self, line: str, line_no: int, t: float, source: str = "log") -> list[Hit]:
         """Hits caused by this line. Hits of a traceback arrive when the block ends (a later line or `flush`)."""
@@ -182,13 +211,15 @@ class LogDetector:
         wanted = self._matchers["log"].gate(lowered, starts) if starts else None
         hits: list[Hit] = []
         for index, line in enumerate(lines):
-            if wanted is None or self._block is not None or index in wanted:
+            if wanted is None or self._block is not None or self._root is not None or index in wanted:
                 hits.extend(self.feed(line, first_line_no + index, t))
         return hits
 
     def flush(self, t: float) -> list[Hit]:
-        """End of input: close an open traceback. Hits keep the time of their evidence line, not `t`."""
-        return self._close() if self._block is not None else []
+        """End of input: close an open traceback and root-cause block. Hits keep the time of their evidence line,
+        not `t`."""
+        hits = self._close() if self._block is not None else []
+        return hits + self._close_root() if self._root is not None else hits
 
     # -- one physical line ---------------------------------------------------------------------------------
 
@@ -203,7 +234,15 @@ class LogDetector:
             return []
         if source != "log":
             return self._line_hits(matcher, text, line, line_no, t)
-        out = self._elastic(text, line, line_no, t) if "exitcode" in text else []
+        out = self._root_step(text, line_no) if self._root is not None else []
+        if "signal" in text:
+            self._torchrun_stop(text, line_no)
+        if text.startswith(ROOT_CAUSE) and ROOT_CAUSE_ROW in self._catalogue.rows:
+            out.extend(self._close_root())
+            self._root = _RootCause(line_no, t, _evidence(line))
+            return out
+        if "exitcode" in text:
+            out.extend(self._elastic(text, line, line_no, t))
         if self._block is not None:
             consumed, closed = self._block_step(self._block, matcher, text, line, line_no, t)
             out.extend(closed)
@@ -219,6 +258,8 @@ class LogDetector:
         rows = matcher.matching(text)
         if not rows:
             return []
+        if self._stopped and line_no <= self._stopped_until and "got signal" not in text:
+            rows = [row for row in rows if row.id != "S47"]  # a rank torchrun stopped says so: not from outside
         evidence = _evidence(line)
         hits = [Hit(row.id, row.severity, evidence, t, line_no) for row in rows]
         if any(row.id == "S01" for row in rows):
@@ -241,9 +282,13 @@ class LogDetector:
         return hits
 
     def _elastic(self, text: str, line: str, line_no: int, t: float) -> list[Hit]:
-        """torchrun's `exitcode : -9` names the signal that killed a worker: report the row it stands for."""
+        """torchrun's `exitcode : -9` names the signal that killed a worker: report the row it stands for, unless
+        torchrun itself sent that worker the signal (it stops the other ranks when one fails)."""
         found = ELASTIC_EXIT.search(text)
         if not found:
+            return []
+        pid = ELASTIC_PID.search(text)
+        if pid is not None and int(pid["pid"]) in self._stopped and line_no <= self._stopped_until:
             return []
         mapped = ELASTIC_ROWS.get(int(found["code"]))
         row = self._catalogue.rows.get(mapped[0]) if mapped else None
@@ -251,6 +296,52 @@ class LogDetector:
             return []
         detail = f"torchrun worker exitcode {found['code']} ({mapped[1]})"
         return [Hit(row.id, row.severity, _evidence(line), t, line_no, detail)]
+
+    # -- torchrun's stop and its report ------------------------------------------------------------------------
+
+    def _torchrun_stop(self, text: str, line_no: int) -> None:
+        """Remember the workers torchrun signals because one of them failed; not when torchrun was itself told
+        to stop just before (a preemption reaches every rank: that SIGTERM is the outside's, S47)."""
+        if TORCHRUN_SIGNALLED in text:
+            self._signalled_at = line_no
+            return
+        found = TORCHRUN_STOPS.search(text)
+        if found is None:
+            return
+        if self._signalled_at is not None and line_no - self._signalled_at <= STOP_WINDOW_LINES:
+            return
+        if len(self._stopped) >= MAX_STOPPED:
+            self._stopped.pop(next(iter(self._stopped)))
+        self._stopped[int(found["pid"])] = found["signal"]
+        self._stopped_until = line_no + STOP_WINDOW_LINES
+
+    def _root_step(self, text: str, line_no: int) -> list[Hit]:
+        """One line of the open root-cause block: a field of the first failure, or the block's end."""
+        root = self._root
+        assert root is not None
+        root.lines += 1
+        found = REPORT_FIELD.match(text)
+        if found is not None:
+            root.fields.setdefault(found["key"], found["value"])
+        done = "rank" in root.fields and "exitcode" in root.fields
+        if done or root.lines >= ROOT_CAUSE_LINES or text.startswith("==="):
+            return self._close_root()
+        return []
+
+    def _close_root(self) -> list[Hit]:
+        """S96 naming the rank that failed first (its rank, exit code and host, as the block gives them), and the
+        ranks torchrun stopped because of it; torchrun's own stop is then over."""
+        root, self._root = self._root, None
+        row = self._catalogue.rows.get(ROOT_CAUSE_ROW)
+        if root is None or row is None:
+            return []
+        named = [f"{key} {' '.join(root.fields[key].split())}" for key in ("rank", "exitcode", "host")
+                 if key in root.fields]
+        evidence = "torchrun root cause: " + ", ".join(named) if named else root.text
+        stopped = ", ".join(f"pid {pid} ({signal})" for pid, signal in self._stopped.items())
+        detail = f"torchrun then stopped the other ranks: {stopped}" if stopped else ""
+        self._stopped.clear()
+        return [Hit(row.id, row.severity, _evidence(evidence), root.t, root.line_no, detail)]
 
     # -- traceback blocks -------------------------------------------------------------------------------------
 

@@ -5,10 +5,15 @@ progress bar), nothing else. Per line the first parser that yields a number wins
 JSON line → Hugging Face dict → tqdm bar → Lightning rich bar → key=value with progress counters.
 
 Choices the spec leaves open, made here:
-- Every sample carries its line's step and epoch. A line with a position but no metric (`Step 1200/50000`,
-  a bar's first `?it/s` frame) emits `step`/`epoch` samples, so a consumer that only stores samples can
-  still follow progress; lines with metrics do not repeat their position as samples (half the samples,
-  and the parser's cost is mostly building them). A carried step (HF dict lines) is never emitted.
+- Every sample carries its line's own step and epoch, never another line's: a Hugging Face dict printed
+  beside a progress bar is not at the bar's step (the bar is drawn at its own rate, so it lags or leads the
+  dict). A dict line's step is its `step` key, else its epoch × steps per epoch when that is exact (§4.5),
+  else none: its epoch is its position. A line with a position but no metric (`Step 1200/50000`, a bar's
+  first `?it/s` frame) emits `step`/`epoch` samples, so a consumer that only stores samples can still follow
+  progress; lines with metrics do not repeat their position as samples (half the samples, and the parser's
+  cost is mostly building them). A derived step (HF dict lines) is never emitted as a `step` sample.
+- Lightning's rich bar, written to a file, wraps its metrics at 80 columns: an indented line of only
+  `key: value` pairs right after a bar line is the rest of that bar, at the bar's step.
   When a line reveals the run's planned total (a tqdm total, `step 12/600`, Lightning epochs × batches),
   a `total_steps` sample is emitted once per change, for the same reason (nan: no longer known).
 - Progress counters also accept `=` (`step=12/600`, the demo trainer's format).
@@ -55,6 +60,12 @@ KV = re.compile(r"(?<![\w./-])(?P<key>[A-Za-z_][\w./-]*+)\s*+[=:]\s*+(?P<val>" +
 PROGRESS = re.compile(r"(?=[EeSsIi])\b(?P<unit>[Ee]poch|[Ss]tep|[Ii]ter(?:ation)?)\b\s*[:=\[]?\s*(?P<cur>\d+)\s*"
                       r"(?:/|of)\s*(?P<total>\d+)")
 HF_PAIR = re.compile(r"'(?P<key>[^']+)':\s*'?(?P<val>" + NUM + r"|nan|[-+]?inf)'?(?=[,}])")
+# Hugging Face 5 prints every float as a string with 4 significant digits (`'epoch': '1.25'`, `f"{v:.4g}"`);
+# HF 4 printed the float itself (its repr: exact)
+HF_EPOCH = re.compile(r"'epoch':\s*(?P<quote>'?)(?P<val>" + NUM + r")'?(?=[,}])")
+HF_SIGNIFICANT = 4
+# the rest of a rich bar wrapped onto the next line: only `key: value` pairs, indented
+RICH_REST = re.compile(r"\s+(?:[A-Za-z_][\w./-]*:\s*(?:" + NUM + "|" + _NONFINITE + r")\s*)+")
 TQDM = re.compile(r"(?:(?P<desc>[^|\r\n]{0,200}?):\s*)?(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*"
                   r"\[(?P<elapsed>[\d:]+)<(?P<remaining>[\d:?]+),\s*(?P<rate>[\d.]+|\?)\s*(?P<unit>[^\s,\]]+)"
                   r"(?:,\s*(?P<postfix>[^\]]*))?\]")
@@ -273,14 +284,17 @@ def _postfix_metrics(text: str | None) -> list[Metric]:
 class MetricParser:
     """Stateful line parser for one run's log; see the module docstring for the order and the choices.
 
-    `logging_steps` and `steps_per_epoch` come from the run's config when known: HF dict lines carry no
-    step, and these are the spec's ways to recover it. Memory is constant: a few scalars of state.
+    `logging_steps`, `steps_per_epoch` and `epochs` come from the run's config when known: HF dict lines
+    carry no step, and these are the spec's ways to recover it (§4.5). Memory is constant: a few scalars.
     """
 
-    def __init__(self, logging_steps: int | None = None, steps_per_epoch: int | None = None) -> None:
+    def __init__(self, logging_steps: int | None = None, steps_per_epoch: int | None = None,
+                 epochs: int | None = None) -> None:
         self.logging_steps = logging_steps
         self.steps_per_epoch = steps_per_epoch
-        self._step: int | None = None  # last known global step, carried onto HF dict lines
+        self.epochs = epochs  # planned epochs; else an `Epoch k/N` counter's N
+        self._counted_epochs: int | None = None
+        self._step: int | None = None  # last global step a line stated (or derived exactly)
         self._total: int | None = None  # the run's planned steps, when a line revealed it
         self._total_sent: int | None = None
         self._hf_lines = 0  # HF training dict lines seen: × logging_steps gives their step
@@ -291,6 +305,8 @@ class MetricParser:
         self._bar_offset = 0  # per-epoch bars without a description: steps of the bars before this one
         self._desc: str | None = None  # the last bar description read, and the epoch it names
         self._desc_epoch: int | None = None
+        self._rich_after: tuple[int, float] | None = None  # (step, epoch) when the previous line was a rich bar
+        self._rich_rest: list[Metric] | None = None  # the last wrapped rest of a rich bar, read once
 
     @property
     def step(self) -> int | None:
@@ -308,6 +324,10 @@ class MetricParser:
             line = line[:MAX_LINE_CHARS]
         if "\x1b" in line:
             line = strip_ansi(line)
+        if self._rich_after is not None:
+            bar, self._rich_after = self._rich_after, None
+            if line[:1] == " " and RICH_REST.fullmatch(line):
+                return self._rich_wrapped(line, t, bar)
         samples: list[Sample] | None = None
         if "{" in line:
             samples = self._structured(line, t)
@@ -344,34 +364,49 @@ class MetricParser:
         return _build(t, step, epoch, metrics, "json")
 
     def _hf_dict(self, line: str, t: float) -> list[Sample]:
+        """A Trainer dict line at its own position: its `step` when it has one, else the step its epoch
+        gives exactly (§4.5), else no step (its epoch is its position). Never the progress bar's step."""
         pairs = [(key, float(value)) for key, value in HF_PAIR.findall(line)]
         if not pairs:
             return []
         if _is_summary(pairs):
             epoch, metrics = _summary_metrics(pairs)
-            return _build(t, self._step, epoch, metrics, "hf", stated_step=False)
+            return _build(t, None, epoch, metrics, "hf", stated_step=False)
         step, epoch, metrics = _classify(pairs)
         if not metrics and step is None and epoch is None:
             return []
         training = any(not key.startswith("val/") for key, _, _ in metrics)
         self._hf_lines += training
-        approx = False
-        if step is None:
-            step, approx = self._hf_step(epoch, training)
-        if step is None:  # carried: the line does not state it, so no `step` sample
-            return _build(t, self._step, epoch, metrics, "hf", stated_step=False)
-        self._step = step
-        return _build(t, step, epoch, metrics, "hf", approx)
+        if step is not None:  # stated by the line
+            self._step = step
+            return _build(t, step, epoch, metrics, "hf")
+        step, approx = self._hf_step(line, epoch, training)
+        if step is not None:
+            self._step = step
+        return _build(t, step, epoch, metrics, "hf", approx, stated_step=False)
 
-    def _hf_step(self, epoch: float | None, training: bool) -> tuple[int | None, bool]:
-        """The spec's fallbacks for a dict line's step: round(epoch × steps_per_epoch) (approximate: HF
-        rounds the printed epoch), else training line index × logging_steps; (None, False) to carry."""
-        if epoch is not None and self.steps_per_epoch:
-            value = epoch * self.steps_per_epoch
-            return (_as_step(float(round(value))) if math.isfinite(value) else None), True
+    def _hf_step(self, line: str, epoch: float | None, training: bool) -> tuple[int | None, bool]:
+        """The spec's ways to a dict line's step: epoch × steps per epoch when exactly one whole step fits the
+        printed epoch (approximate in name only: it is derived), else the training line's index ×
+        logging_steps; (None, False) when neither is known."""
+        per_epoch = self._steps_per_epoch()
+        if epoch is not None and per_epoch:
+            step = _step_of_epoch(line, epoch, per_epoch)
+            if step is not None:
+                return step, True
         if training and self.logging_steps:
             return self._hf_lines * self.logging_steps, False
         return None, False
+
+    def _steps_per_epoch(self) -> int | None:
+        """Declared steps per epoch, else the global bar's total over the planned epochs when it divides."""
+        if self.steps_per_epoch:
+            return self.steps_per_epoch
+        epochs = self.epochs or self._counted_epochs
+        total = self._main_total if self._bar_offset == 0 else None
+        if epochs and total and total % epochs == 0:
+            return total // epochs
+        return None
 
     def _tqdm(self, line: str, t: float) -> list[Sample] | None:
         match = TQDM.search(line)
@@ -432,11 +467,23 @@ class MetricParser:
         epoch, n, total = int(match["epoch"]), int(match["n"]), int(match["total"])
         step = epoch * total + n
         if self._is_redraw((epoch, step, total, match["rest"])):
+            self._rich_after = (step, float(epoch))
             return []
         self._step = step
+        self._rich_after = (step, float(epoch))
         self._total = (int(match["max_epoch"]) + 1) * total  # Lightning prints `Epoch e/(max_epochs - 1)`
         metrics = _throughput(match["rate"], match["unit"]) + _postfix_metrics(match["rest"])
         return _build(t, step, float(epoch), metrics, "rich", approx=True)
+
+    def _rich_wrapped(self, line: str, t: float, bar: tuple[int, float]) -> list[Sample]:
+        """The metrics a rich bar wrapped onto the next line (a file is 80 columns to rich), at the bar's step;
+        a live terminal redraws them with every frame (realigned as the bar's width changes), so the same values
+        are read once."""
+        metrics = _postfix_metrics(line)
+        if not metrics or metrics == self._rich_rest:
+            return []
+        self._rich_rest = metrics
+        return _build(t, bar[0], bar[1], metrics, "rich", approx=True)
 
     def _key_values(self, line: str, t: float) -> list[Sample]:
         # findall's (key, value) tuples are much cheaper than match objects on this, the hottest path
@@ -466,6 +513,8 @@ class MetricParser:
             if match["unit"][0] in "Ee":
                 if epoch is None:
                     epoch = float(cur)
+                    if total > 0:
+                        self._counted_epochs = total
                     if self.steps_per_epoch and self._total is None:
                         self._total = total * self.steps_per_epoch
             elif step is None:
@@ -480,6 +529,23 @@ class MetricParser:
         value = math.nan if self._total is None else float(self._total)
         first = samples[0]
         samples.append(Sample(t, first.step, first.epoch, "total_steps", value, first.source, first.approx_step, ""))
+
+
+def _step_of_epoch(line: str, epoch: float, per_epoch: int) -> int | None:
+    """The one whole step whose epoch prints as this line's (§4.5), or None when the printed precision leaves
+    more than one: HF 5 prints 4 significant digits (`'epoch': '1.25'`), HF 4 the float itself (exact)."""
+    if epoch == 0:
+        return 0
+    found = HF_EPOCH.search(line)
+    if found is not None and found["quote"]:
+        half = 0.5 * 10.0 ** (math.floor(math.log10(abs(epoch))) - HF_SIGNIFICANT + 1)
+    else:
+        half = 1e-9 * max(1.0, abs(epoch))
+    low, high = (epoch - half) * per_epoch, (epoch + half) * per_epoch
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return None
+    first, last = math.ceil(low - 1e-9), math.floor(high + 1e-9)
+    return first if first == last and first >= 0 else None
 
 
 def parse_csv(text: str, t: float, source: str = "csv") -> list[Sample]:

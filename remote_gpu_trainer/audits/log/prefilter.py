@@ -126,7 +126,8 @@ def build_matcher(signatures: Sequence[Signature]) -> Matcher:
                    *_chunk_gates(rows, by_trigger))
 
 
-CHUNK_ALWAYS = ("traceback (most recent call last):", "exitcode")  # block starts and torchrun exits
+# block starts, torchrun's exits and its own stops (audits/log/detector.py reads them without a row)
+CHUNK_ALWAYS = ("traceback (most recent call last):", "exitcode", "closing signal", "death signal")
 
 
 def _chunk_gates(rows: Sequence[_Row], by_trigger: Mapping[str, frozenset[int]]

@@ -12,6 +12,13 @@ Rules of the counter:
   by key): they may raise the maximum, never count as progress or regression.
 - Samples sharing one timestamp (one poll's chunk) are one advance: the interval is measured from the
   last position at an earlier time, so a chunk of 10 steps after 2 s reads 0.2 s/step, not 2 s/step.
+- A sample's time is when rgt read its line, not when the job wrote it; the two agree only while reading
+  keeps up with the log. Positions read in a burst (a backlog read over several polls, a history restored
+  from the state database) are `timed=False`: they move the counter but measure no interval, so a backlog
+  of 5,000 steps read 50 ms apart never reads as 10 µs a step (an "ETA 0s"). The next timed advance is
+  measured from the last of them.
+- An ETA counted down to nothing while steps remain is no estimate (the run is slower than measured, or
+  paused): None, never "0 s to go".
 - A step below the last one seen is a regression when it is also below the maximum (S65): a relaunch that
   ignored its saved state, or a second run appended to the same log. Counting then follows the new run.
 """
@@ -72,13 +79,14 @@ class TrainingProgress:
         """How many step intervals the speed window holds (bounded by `window`)."""
         return len(self._intervals)
 
-    def observe(self, samples: Iterable[Sample]) -> None:
-        """Feed parser output as it comes: `total_steps` samples set the total, every step counts."""
+    def observe(self, samples: Iterable[Sample], timed: bool = True) -> None:
+        """Feed parser output as it comes: `total_steps` samples set the total, every step counts; `timed`
+        False for samples read in a burst (their positions count, their times measure nothing)."""
         for sample in samples:
             if sample.key == "total_steps":
                 self.observe_total(sample.value)
             elif sample.step is not None and (sample.step != self._last or sample.t < self._latest_t):
-                self.observe_step(sample.step, sample.t, sample.approx_step)
+                self.observe_step(sample.step, sample.t, sample.approx_step, timed)
 
     def observe_total(self, total: float | None) -> None:
         """A planned total from the log (a bar total, `step N/M`); None or nan: the log no longer knows it."""
@@ -87,8 +95,9 @@ class TrainingProgress:
         elif total >= 1:
             self._parsed_total = int(total)
 
-    def observe_step(self, step: int, t: float, approx: bool = False) -> None:
-        """One position seen at time t; `approx` for derived steps (Lightning bars, HF epoch × steps)."""
+    def observe_step(self, step: int, t: float, approx: bool = False, timed: bool = True) -> None:
+        """One position seen at time t; `approx` for derived steps (Lightning bars, HF epoch × steps); `timed`
+        False when t is only when a burst was read (no interval is measured up to it)."""
         if approx and self._exact_seen:
             return
         if not approx and not self._exact_seen:
@@ -102,6 +111,8 @@ class TrainingProgress:
         last, top = self._last, self._max
         if last is None or top is None:
             self._max, self._last, self._last_t = step, step, t
+        elif step > last and not timed:
+            self._last, self._last_t, self._max, self._anchor = step, t, max(top, step), None
         elif step > last:
             self._advance(last, top, step, t)
         elif step < last:
@@ -136,7 +147,8 @@ class TrainingProgress:
         return 1.0 / seconds if seconds else None
 
     def eta_seconds(self, now: float) -> float | None:
-        """Remaining steps × median interval, counted from the last advance; None while unknowable."""
+        """Remaining steps × median interval, counted from the last advance; None while unknowable (also
+        once that count reached zero with steps still to go)."""
         total = self.total_steps
         if total is None or self._last is None:
             return None
@@ -145,7 +157,8 @@ class TrainingProgress:
         seconds = self.seconds_per_step(now)
         if not seconds:
             return None
-        return max(0.0, (total - self._last) * seconds - max(0.0, now - self._last_t))
+        left = (total - self._last) * seconds - max(0.0, now - self._last_t)
+        return left if left > 0 else None
 
     def frozen_for(self, now: float) -> float | None:
         """Seconds since the step last changed ("step frozen at N"); None before any step."""

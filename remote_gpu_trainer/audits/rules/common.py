@@ -64,7 +64,12 @@ fmt_dur = span  # the rules' name for text.span, the one coarse duration (45s, 4
 
 
 def fmt_at(sample: Stamped) -> str:
-    return f"step {sample.step}" if sample.step is not None else f"t={sample.t:.0f}"
+    """Where a sample is: its step, else its epoch (a Hugging Face dict line states no step, docs/log-signatures.md
+    §4.5; a LossPoint has no epoch), else its time."""
+    if sample.step is not None:
+        return f"step {sample.step}"
+    epoch = getattr(sample, "epoch", None)
+    return f"epoch {epoch:g}" if epoch is not None else f"t={sample.t:.0f}"
 
 
 def hit(s: RunSignals, row: str, evidence: str, severity: str | None = None, detail: str = "") -> list[Hit]:

@@ -187,26 +187,26 @@ def test_hf_trainer_log() -> None:
     expected: list[Row] = [
         (0, "step", 0.0, t), (0, "total_steps", 500.0, t),
         (1, "throughput", 2.69, t), (50, "throughput", 2.91, t), (100, "throughput", 2.91, t),
-        (100, "loss", 0.6931, "hf"), (100, "grad_norm", 3.8712, "hf"), (100, "lr", 4e-05, "hf"),
+        (None, "loss", 0.6931, "hf"), (None, "grad_norm", 3.8712, "hf"), (None, "lr", 4e-05, "hf"),
         (150, "throughput", 2.92, t), (200, "throughput", 2.92, t),
-        (200, "loss", 0.5217, "hf"), (200, "grad_norm", 2.9135, "hf"), (200, "lr", 3e-05, "hf"),
+        (None, "loss", 0.5217, "hf"), (None, "grad_norm", 2.9135, "hf"), (None, "lr", 3e-05, "hf"),
         (250, "throughput", 2.92, t),
-        (250, "val/loss", 0.4102, "hf"), (250, "val/accuracy", 0.8525, "hf"), (250, "val/runtime", 2.2671, "hf"),
-        (250, "val/samples_per_second", 225.84, "hf"), (250, "val/steps_per_second", 14.115, "hf"),
+        (None, "val/loss", 0.4102, "hf"), (None, "val/accuracy", 0.8525, "hf"), (None, "val/runtime", 2.2671, "hf"),
+        (None, "val/samples_per_second", 225.84, "hf"), (None, "val/steps_per_second", 14.115, "hf"),
         (300, "throughput", 2.91, t),
-        (300, "loss", 0.3689, "hf"), (300, "grad_norm", 4.4721, "hf"), (300, "lr", 2e-05, "hf"),
+        (None, "loss", 0.3689, "hf"), (None, "grad_norm", 4.4721, "hf"), (None, "lr", 2e-05, "hf"),
         (400, "throughput", 2.91, t),
-        (400, "loss", 0.3012, "hf"), (400, "grad_norm", 2.1544, "hf"), (400, "lr", 1e-05, "hf"),
+        (None, "loss", 0.3012, "hf"), (None, "grad_norm", 2.1544, "hf"), (None, "lr", 1e-05, "hf"),
         (500, "throughput", 2.91, t),
-        (500, "loss", 0.2811, "hf"), (500, "grad_norm", 1.9345, "hf"), (500, "lr", 0.0, "hf"),
-        (500, "val/loss", 0.3901, "hf"), (500, "val/accuracy", 0.874, "hf"), (500, "val/runtime", 2.2412, "hf"),
-        (500, "val/samples_per_second", 228.45, "hf"), (500, "val/steps_per_second", 14.278, "hf"),
-        (500, "summary/train_runtime", 174.5012, "hf"), (500, "summary/train_samples_per_second", 45.845, "hf"),
-        (500, "summary/train_steps_per_second", 2.865, "hf"), (500, "summary/train_loss", 0.4309, "hf"),
-        (500, "summary/epoch", 2.0, "hf"),
+        (None, "loss", 0.2811, "hf"), (None, "grad_norm", 1.9345, "hf"), (None, "lr", 0.0, "hf"),
+        (None, "val/loss", 0.3901, "hf"), (None, "val/accuracy", 0.874, "hf"), (None, "val/runtime", 2.2412, "hf"),
+        (None, "val/samples_per_second", 228.45, "hf"), (None, "val/steps_per_second", 14.278, "hf"),
+        (None, "summary/train_runtime", 174.5012, "hf"), (None, "summary/train_samples_per_second", 45.845, "hf"),
+        (None, "summary/train_steps_per_second", 2.865, "hf"), (None, "summary/train_loss", 0.4309, "hf"),
+        (None, "summary/epoch", 2.0, "hf"),
     ]
     samples = parse_log("hf_trainer.log")
-    assert rows(samples) == expected
+    assert rows(samples) == expected  # a dict line states no step: never the bar's (docs/log-signatures.md §4.5)
     assert {s.unit for s in samples if s.key == "throughput"} == {"it/s"}
     assert [s.epoch for s in samples if s.key == "loss"] == [0.4, 0.8, 1.2, 1.6, 2.0]
     assert not any(s.approx_step for s in samples)
@@ -228,24 +228,24 @@ def test_hf_dict_steps_from_steps_per_epoch_or_logging_steps() -> None:
     by_index = [s for s in parse_log("hf_trainer.log", logging_steps=100) if s.source == "hf"]
     assert [(s.step, s.approx_step) for s in by_index if s.key == "loss"] == [
         (100, False), (200, False), (300, False), (400, False), (500, False)]
-    assert [s.step for s in by_index if s.key == "val/loss"] == [250, 500]  # carried from the bar
+    assert [s.step for s in by_index if s.key == "val/loss"] == [None, None]  # an eval line has no index
 
 
-def test_hf_dict_alone_carries_the_last_step() -> None:
+def test_hf_dict_never_takes_another_lines_step() -> None:
     parser = MetricParser(logging_steps=50)
     assert rows(parser.feed(HF_TRAIN, 0.0))[0] == (50, "loss", 0.4512, "hf")
-    assert rows(parser.feed(HF_EVAL, 0.0))[0] == (50, "val/loss", 0.39, "hf")  # eval lines do not count
+    assert rows(parser.feed(HF_EVAL, 0.0))[0] == (None, "val/loss", 0.39, "hf")  # eval lines do not count
     assert rows(parser.feed(HF_TRAIN, 0.0))[0] == (100, "loss", 0.4512, "hf")
     no_config = MetricParser()
     no_config.feed("step=7 loss=1.0", 0.0)
-    assert rows(no_config.feed(HF_TRAIN, 0.0))[0] == (7, "loss", 0.4512, "hf")
+    assert rows(no_config.feed(HF_TRAIN, 0.0))[0] == (None, "loss", 0.4512, "hf")  # not step 7
 
 
 def test_hf_dict_glued_to_a_bar_frame_is_read_as_the_dict() -> None:
     parser = MetricParser()
     parser.feed(" 19%|█▉        | 99/500 [00:34<02:17,  2.91it/s]", 0.0)
     glued = " 20%|██        | 100/500 [00:34<02:17,  2.91it/s]{'loss': 0.6931, 'epoch': 0.4}"
-    assert rows(parser.feed(glued, 0.0)) == [(99, "loss", 0.6931, "hf")]
+    assert rows(parser.feed(glued, 0.0)) == [(None, "loss", 0.6931, "hf")]
 
 
 def test_lightning_tqdm_log() -> None:
@@ -512,6 +512,30 @@ def test_one_poll_chunk_is_one_advance() -> None:
         for step in range(10 * chunk - 9, 10 * chunk + 1):
             progress.observe_step(step, 2.0 * chunk)
     assert progress.seconds_per_step(40.0) == pytest.approx(0.2)
+
+
+def test_positions_read_in_a_burst_measure_no_interval() -> None:
+    """A backlog read over two polls 50 ms apart is 100 steps in 50 ms only by when it was read (§3.3)."""
+    progress = TrainingProgress(total_steps=1000)
+    for step in range(1, 101):
+        progress.observe_step(step, 0.0)
+    for step in range(101, 201):
+        progress.observe_step(step, 0.05, timed=False)
+    assert progress.current_step == 200 and progress.intervals_held == 0 and progress.eta_seconds(0.05) is None
+    progress.observe_step(210, 20.05)  # read live: 10 steps in the 20 s since the burst was read
+    assert progress.seconds_per_step(20.05) == pytest.approx(2.0)
+    assert progress.eta_seconds(20.05) == pytest.approx(790 * 2.0)
+    stored = [Sample(float(step), step, None, "loss", 0.5, "kv") for step in range(1, 50)]
+    restored = TrainingProgress(total_steps=1000)
+    restored.observe(stored, timed=False)  # a restarted rgt's history
+    assert restored.current_step == 49 and restored.intervals_held == 0
+
+
+def test_an_eta_that_ran_out_is_no_estimate() -> None:
+    progress = TrainingProgress(total_steps=1000)
+    t = advance(progress, range(0, 101), 2.0)
+    assert progress.eta_seconds(t + 1799) == pytest.approx(1.0)
+    assert progress.eta_seconds(t + 1800) is None and progress.eta_seconds(t + 5000) is None  # never "0 s to go"
 
 
 def test_regressions_are_recorded() -> None:

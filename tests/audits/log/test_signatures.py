@@ -46,8 +46,9 @@ EXPECTED_ROWS = {
     "S85": ("metric", "warn"), "S86": ("gpu", "info"), "S87": ("gpu", "warn"), "S88": ("gpu", "critical"),
     "S89": ("gpu", "warn"), "S90": ("gpu", "warn"), "S91": ("gpu", "warn"), "S92": ("gpu", "error"),
     "S93": ("gpu", "warn"), "S94": ("proc", "warn"),
+    "S95": ("log", "error"), "S96": ("log", "error"),  # issue 23: a non-finite grad norm; torchrun's root cause
 }
-IGNORE_CASE = {"S08", "S38"}
+IGNORE_CASE = {"S08", "S38", "S95"}
 # The rows whose backslashes and quotes are easiest to mangle in TOML, exactly as in the spec.
 EXACT_PATTERNS = {
     "S08": r"""(?<![A-Za-z])loss(?![A-Za-z])[\w/'\"\]]{0,24}?\s*[:=]\s*['\"]?(?:tensor\()?[-+]?(?:nan|inf)\b"""
@@ -109,7 +110,7 @@ def test_detector_fires_on_every_example_and_on_no_counter_example(row) -> None:
 
 def test_catalogue_holds_exactly_the_spec_rows_with_their_sources_and_severities() -> None:
     assert {row_id: (row.source, row.severity) for row_id, row in CATALOGUE.rows.items()} == EXPECTED_ROWS
-    assert list(CATALOGUE.rows) == [f"S{n:02d}" for n in range(1, 95)]  # S94: rgt's checkpoint cadence row
+    assert list(CATALOGUE.rows) == [f"S{n:02d}" for n in range(1, 97)]  # S94: rgt's checkpoint cadence row
 
 
 def test_regex_rows_and_rule_rows_are_where_the_spec_puts_them() -> None:
@@ -135,12 +136,13 @@ FIXTURE_EXPECTATIONS = {
     "oom_fragmented.log": {("S01", "error", 19), ("S02", "warn", 19), ("S03", "error", 19)},
     "oom_not_fragmented.log": {("S01", "error", 12)},
     "oom_torch1.log": {("S01", "error", 6), ("S03", "error", 6)},
-    "nccl_timeout.log": {("S25", "critical", 1), ("S25", "critical", 5), ("S29", "error", 21)},
+    "nccl_timeout.log": {("S25", "critical", 1), ("S25", "critical", 5), ("S29", "error", 21), ("S96", "error", 28)},
     "bash_killed.log": {("S04", "critical", 3)},
     "disk_full.log": {("S56", "info", 2), ("S31", "critical", 8), ("S31", "critical", 21)},
-    "nan_loss.log": {("S08", "error", 3), ("S08", "error", 4)},
+    "nan_loss.log": {("S08", "error", 3), ("S08", "error", 4), ("S95", "error", 3), ("S95", "error", 4)},
     "dataloader_killed.log": {("S07", "critical", 11)},
-    "torchrun_sigkill.log": {("S04", "critical", 2), ("S29", "error", 12), ("S04", "critical", 24)},
+    "torchrun_sigkill.log": {("S04", "critical", 2), ("S29", "error", 12), ("S96", "error", 19),
+                             ("S04", "critical", 24)},
     "generic_valueerror.log": {("S48", "error", 7)},
     "hf_normal.log": {("S54", "info", 3), ("S51", "info", 36), ("S56", "info", 42), ("S55", "info", 49)},
 }
@@ -347,7 +349,7 @@ def test_user_rows_from_a_directory_and_from_rgt_toml_load_and_fire(tmp_path: Pa
     direct = {"id": "U02", "source": "log", "severity": "warn", "pattern": "(?i)eval skipped",
               "match": ["EVAL SKIPPED: no val split"], "nomatch": ["eval done"], "cause": "c", "fix": "f"}
     catalogue = load_catalogue(user_dirs=[tmp_path / "signatures.d", tmp_path / "absent"], user_rows=[direct])
-    assert list(catalogue.rows)[-2:] == ["U01", "U02"] and len(catalogue) == 96
+    assert list(catalogue.rows)[-2:] == ["U01", "U02"] and len(catalogue) == 98
     hits = run_detector(["my_dataset: shard 7 is corrupt", "Eval Skipped for epoch 3", "all fine"], catalogue)
     assert triples(hits) == {("U01", "error", 1), ("U02", "warn", 2)}
 
