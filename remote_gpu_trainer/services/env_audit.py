@@ -188,16 +188,37 @@ async def audit_run_environment(session: Session, run_id: str, actor: str = "use
     python = run_interpreter(run.command, run.python, explicit=run.python_explicit, run_id=run_id)
     facts = await run_env_probe(transport, scratch=run.workdir, durable=run.remote_root, python=python.path,
                                 workdir=run.workdir)
-    budget = run.checkpoint_bytes  # with it, row 3 weighs best + the resume anchor against the durable disk
+    # with a size, row 3 weighs best + the resume anchor against the durable disk
+    budget, source = checkpoint_size(session, run)
     rows = audit_environment(facts, RunRequirements(gpus=run.gpus, interpreter_why=python.why,
                                                     ckpt_tier_survives=session.profile(run.instance).durable_survives(),
                                                     no_proxy_hosts=no_proxy_hosts(run), ckpt_bytes=budget,
+                                                    ckpt_source=source,
                                                     kept=kept_checkpoints(1, 0) if budget is not None else None))
     session.db.add_audit(run_id, "env", [dataclasses.asdict(row) for row in rows])
     counts = {status: sum(1 for r in rows if r.status == status) for status in ("fail", "warn", "pass")}
     events.env_audited(session.db, run_id=run_id, instance=run.instance, worst=worst(rows), fails=counts["fail"],
                        warns=counts["warn"], rows=[dataclasses.asdict(r) for r in rows], actor=actor)
     return rows
+
+
+def checkpoint_size(session: Session, run: RunConfig) -> tuple[int | None, str]:
+    """One checkpoint's size for row 3 and where it came from: `runs.<id>.checkpoint_bytes` when set, else the
+    largest checkpoint a pulled manifest of this run, or of a run with the same command, lists (the first
+    checkpoints rgt has seen of this training); (None, "") when neither says."""
+    if run.checkpoint_bytes is not None:
+        return run.checkpoint_bytes, f"runs.{run.id}.checkpoint_bytes"
+    from remote_gpu_trainer.audits.manifest import is_checkpoint
+    from remote_gpu_trainer.services.evidence.manifest import local_manifest
+
+    same = [run] + [other for other in session.project.runs.values()
+                    if other.id != run.id and other.command == run.command]
+    for other in same:
+        manifest = local_manifest(session.project.run_dir(other.id), other)
+        sizes = [f.bytes for f in manifest.files if is_checkpoint(f.path, other.checkpoint_globs)] if manifest else []
+        if sizes:
+            return max(sizes), f"estimated: the largest checkpoint run {other.id} pulled"
+    return None, ""
 
 
 def no_proxy_hosts(run: RunConfig) -> tuple[str, ...]:

@@ -40,3 +40,29 @@ def test_checkpoint_bytes_is_a_size_and_a_bad_one_names_its_line(tmp_path: Path)
     bad = rgt(root, "run", "r1")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "checkpoint_bytes" in bad.stderr and "rgt.toml" in bad.stderr
+
+
+def test_without_checkpoint_bytes_the_budget_is_estimated_from_a_pulled_checkpoint(tmp_path: Path) -> None:
+    """A rerun (same command) of a run whose pull listed its checkpoints: row 3 weighs the largest of them,
+    says where the size came from, and refuses the launch when it cannot fit."""
+    from remote_gpu_trainer.audits.manifest import canonical_json
+
+    root = tmp_path / "p"
+    write_project(root, copy_command())
+    text = (root / "rgt.toml").read_text()
+    table = text[text.index("[runs.r1]"):]
+    (root / "rgt.toml").write_text(text + "\n" + table.replace("[runs.r1]", "[runs.r2]"))
+    before = rgt(root, "up", "r2")
+    assert "· skipped  3 checkpoint_budget      no checkpoint size estimate" in before.stdout, before.stdout
+    huge = 100 * 10**12  # 100 TB: what r1's pull listed for its best.pth (no test machine has 200 TB free)
+    files = [{"path": "seed0/best.pth", "bytes": huge, "sha256": "0" * 64},
+             {"path": "seed1/best.pth", "bytes": 1000, "sha256": "1" * 64}]
+    (root / "runs" / "r1").mkdir(parents=True)
+    (root / "runs" / "r1" / "PULL_MANIFEST.json").write_bytes(canonical_json({
+        "schema": "remote-gpu-trainer/PULL/v1", "run_id": "r1", "created_at_utc": "2026-12-06T10:00:00+00:00",
+        "top_level_dirs": ["seed0", "seed1"], "files": files, "totals": {"files": 2, "bytes": huge + 1000}}))
+    up = rgt(root, "up", "r2")
+    row = next(line for line in up.stdout.splitlines() if "checkpoint_budget" in line)
+    assert "✖ fail" in row and "(estimated: the largest checkpoint run r1 pulled) × 2" in row, row
+    assert "(does not fit)" in row and f"B = {huge / 2**30:.1f} GiB" in row, row
+    assert rgt(root, "run", "r2").returncode == 1

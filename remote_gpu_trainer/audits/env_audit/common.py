@@ -39,6 +39,7 @@ class RunRequirements:
     gpu_memory_mib: float | None = None     # per GPU
     needs_torch: bool = True
     ckpt_bytes: int | None = None           # one checkpoint
+    ckpt_source: str = ""                   # where ckpt_bytes came from, said in row 3 (rgt.toml or an estimate)
     kept: int | None = None                 # checkpoints alive at once: see kept_checkpoints()
     data_cache_bytes: int = 0
     log_bytes: int = 0

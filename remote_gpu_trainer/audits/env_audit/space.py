@@ -92,7 +92,8 @@ def checkpoint_budget(facts: Mapping[str, Any], req: RunRequirements) -> AuditRo
     if row is None or row.avail is None:
         return AuditRow(3, "checkpoint_budget", FAIL, f"durable free space unknown: {why or 'not reported'}")
     need = req.ckpt_bytes * req.kept + req.data_cache_bytes + req.log_bytes + SCRATCH_RESERVE_BYTES
-    detail = (f"B = {gib(req.ckpt_bytes)} × {req.kept} + scratch {gib(need - req.ckpt_bytes * req.kept)} "
+    source = f" ({req.ckpt_source})" if req.ckpt_source else ""
+    detail = (f"B = {gib(req.ckpt_bytes)}{source} × {req.kept} + scratch {gib(need - req.ckpt_bytes * req.kept)} "
               f"= {gib(need)} vs {gib(row.avail)} free on {row.target}")
     if need <= BUDGET_PASS_RATIO * row.avail:
         return AuditRow(3, "checkpoint_budget", PASS, detail)
