@@ -123,7 +123,11 @@ async def push(project: ProjectConfig, run: RunConfig, transport: Transport) -> 
             raise ConfigError(f"runs.{run.id}.push: {local} does not exist")
         for rel, path in files:
             remote = f"{run.workdir.rstrip('/')}/{rel}"
-            await transport.put_bytes(path.read_bytes(), remote)
+            try:
+                await transport.put_bytes(path.read_bytes(), remote)
+            except OSError as exc:  # a full or read-only disk on the box: one line, not an internal error
+                raise VerbFailed(f"runs.{run.id}.push: cannot write {remote} on {run.instance}: "
+                                 f"{exc.strerror or exc}") from None
             written.append(remote)
     return written
 

@@ -350,6 +350,18 @@ def test_dead_without_exit_code_names_the_cause() -> None:
     assert RULES["S59"](gone)[0].severity == "critical"
 
 
+def test_a_job_that_died_with_a_traceback_on_a_full_disk_is_not_a_crash_without_one() -> None:
+    """Measured with HF Trainer on a 700 KiB tmpfs: torch.save failed (S31), the traceback is in the log, and the
+    wrapper could not write the exit code on the full disk. S59 said "killed", a false critical."""
+    full = [DiskUsage("/workspace", bytes_used_pct=100.0, inodes_used_pct=1.0)]
+    gone = replace(probe_signals(pid_state="gone", started_at=NOW - 3600), disks=full)
+    assert RULES["S59"](gone)[0].detail == "disk"
+    assert "the wrapper could not write its exit code there" in RULES["S59"](gone)[0].evidence
+    traced = replace(gone, log_tail=("Traceback (most recent call last):", '  File "train.py", line 37',
+                                     "RuntimeError: basic_ios::clear: iostream error"))
+    assert RULES["S59"](traced) == []
+
+
 # ---- §3.2 spike and divergence ---------------------------------------------------------------------
 
 def test_spike_numbers_of_the_spec() -> None:

@@ -105,12 +105,19 @@ def _death_cause(s: RunSignals) -> str:
         return "reboot (boot_id changed)"
     if s.oom_kill_delta:
         return f"oom (oom_kill rose by {s.oom_kill_delta})"
+    full = [d.mount for d in s.disks if d.bytes_used_pct is not None and d.bytes_used_pct >= 99]
+    if full:
+        return f"disk full on {', '.join(full)}: the wrapper could not write its exit code there"
     return "killed (no reboot or OOM kill recorded)"
 
 
 def rule_s59(s: RunSignals) -> list[Hit]:
-    """Dead without an exit-code file: the wrapper itself was killed, so the cause is read around it."""
+    """Dead without an exit-code file: the wrapper itself was killed, so the cause is read around it. A job that
+    died with a traceback (on a full disk the wrapper cannot record the exit code the traceback ended with) is
+    not a crash without one: the traceback's own signature names the cause."""
     if s.liveness is None or s.liveness.state != "dead" or _exit_file_present(s):
+        return []
+    if any(_TRACEBACK.search(strip_ansi(line)) for line in list(s.log_tail)[-200:]):
         return []
     cause = _death_cause(s)
     log_age = age_of(s, s.last_log_line_t)

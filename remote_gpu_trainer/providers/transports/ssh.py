@@ -26,11 +26,10 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
-import asyncssh
-
 from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.base import CommandResult, RemoteStat, Transport
 from remote_gpu_trainer.providers.transports.detach import launch_with_setsid
+from remote_gpu_trainer.providers.transports.quiet_asyncssh import asyncssh
 from remote_gpu_trainer.providers.transports.ssh_pool import (
     CLOSE_TIMEOUT_S,
     DEFAULT_POOL,

@@ -18,11 +18,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import asyncssh
-
 from remote_gpu_trainer.clock import iso_offset, utc_now
 from remote_gpu_trainer.errors import HostKeyChanged, TransportError
 from remote_gpu_trainer.fsutil import atomic_write
+from remote_gpu_trainer.providers.transports.quiet_asyncssh import asyncssh
 
 __all__ = ["HostKeyMismatch", "HostKeyPolicy", "HostKeyUnknown", "accept_host_key", "host_port", "known_hosts_pattern"]
 

@@ -24,10 +24,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import asyncssh
-
 from remote_gpu_trainer.clock import iso_offset, utc_now
 from remote_gpu_trainer.errors import ConfigError, TransportError
+from remote_gpu_trainer.providers.transports.quiet_asyncssh import asyncssh
 from remote_gpu_trainer.providers.transports.ssh_hostkeys import (
     HostKeyMismatch,
     HostKeyPolicy,
