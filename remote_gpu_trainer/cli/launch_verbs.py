@@ -16,7 +16,7 @@ from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
-from remote_gpu_trainer.services import auto_follow, env_audit, recovery, resume
+from remote_gpu_trainer.services import auto_follow, env_audit, recovery, resume, run_logs
 from remote_gpu_trainer.services.progress_line import ProgressTicker, progress_line
 from remote_gpu_trainer.text import escape_control
 
@@ -83,7 +83,12 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
     run_id = session.run_config(args.run).id
     if args.format == "json":  # the parser allows it with --once only
         state, alerts = await _watch_pass(session, run_id)
-        printers.print_json(schemas.watch_document(run_id, iso_z(session.clock()), state.liveness, alerts))
+        # one document stands alone: every open alert of the run (a stall raised at an earlier pass included),
+        # then any of this pass's that the database does not hold
+        shown = run_logs.current_alerts(session, run_id)
+        held = {alert.signature for alert in shown}
+        shown += [alert for alert in alerts if alert.signature not in held]
+        printers.print_json(schemas.watch_document(run_id, iso_z(session.clock()), state.liveness, shown))
         return EXIT_FAILED if resume.unanswered(state) else EXIT_OK
     last: tuple[str, str] | None = None
     ticker = ProgressTicker(args.progress_every)

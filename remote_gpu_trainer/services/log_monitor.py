@@ -343,10 +343,7 @@ class RunLogMonitor:
         return alerts
 
     def _alert(self, hit: Hit) -> Alert:
-        row = self.catalogue.rows.get(hit.signature)
-        cause = row.cause if row else hit.signature
-        return Alert(self.run_id, hit.signature, hit.severity, f"{hit.signature} {cause} · {self.run_id}",
-                     hit.evidence[:200], row.fix if row else "")
+        return make_alert(self.run_id, self.catalogue, hit.signature, hit.severity, hit.evidence)
 
     @staticmethod
     def _finding(e: LedgerEntry) -> LogFinding:
@@ -406,6 +403,20 @@ class RunLogMonitor:
     def chart(self) -> ChartData:
         """The loss over the whole run (thinned), with what a chart cannot show in its title."""
         return self.snapshot.chart
+
+
+def make_alert(run_id: str, catalogue: Catalogue, signature: str, severity: str, evidence: str) -> Alert:
+    """An alert in the words of its catalogue row: `S61 <cause> · r1`, the evidence, the row's fix."""
+    row = catalogue.rows.get(signature)
+    cause = row.cause if row else signature
+    return Alert(run_id, signature, severity, f"{signature} {cause} · {run_id}", evidence[:200], row.fix if row else "")
+
+
+def open_alerts(run_id: str, catalogue: Catalogue, findings: Sequence[LogFinding]) -> list[Alert]:
+    """The run's findings that are open (not acknowledged) at `warn` or above, each as its alert with its worst
+    severity and newest evidence: what a one-shot look reports, since a row alerts only once (§1 Alerts)."""
+    return [make_alert(run_id, catalogue, f.signature, f.severity, f.last_evidence) for f in findings
+            if f.status == "open" and severity_rank(f.severity) >= severity_rank(NOTIFY_FROM)]
 
 
 def _position(sample: Sample, by_epoch: bool) -> str:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.services import host_signals
-from remote_gpu_trainer.services.log_monitor import Alert, ChartData, LogUpdate
+from remote_gpu_trainer.services.log_monitor import Alert, ChartData, LogUpdate, open_alerts
 from remote_gpu_trainer.views import LogLineView
 
 if TYPE_CHECKING:
@@ -71,6 +71,12 @@ def take_alerts(session: Session) -> list[Alert]:
         alerts.extend(monitor.pending_alerts)
         monitor.pending_alerts.clear()
     return alerts
+
+
+def current_alerts(session: Session, run_id: str) -> list[Alert]:
+    """Every alert the run's launch raised that is still open (warn and above; acknowledged ones left out), from
+    the state database: `rgt watch RUN --once --format json` reports these, not only the ones new to this pass."""
+    return open_alerts(run_id, session.catalogue(), session.db.log_findings(run_id))
 
 
 async def evaluate_rules(session: Session, run_id: str, state: RunState) -> None:
