@@ -14,6 +14,8 @@ import hashlib
 import json
 import math
 import re
+import subprocess
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,40 @@ def test_a_partial_framework_run_pulls_verifies_and_names_its_unfinished_cells(t
     assert gated["gate"]["open"] is True, gated["gate"]
     done = rgt_ok("down", "r1", "--confirm", "sim-box", cwd=root)
     assert "terminated, confirmed by the provider" in done
+
+
+@pytest.fixture
+def tiny_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 700 KiB tmpfs: the first HF checkpoint (about 400 KiB) fits, the second does not."""
+    mount = tmp_path / "box"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs (needs root, as in .ci/run): {done.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_disk_that_fills_mid_run_names_the_disk_and_no_false_crash(tmp_path: Path, tiny_disk: Path) -> None:
+    """HF Trainer's checkpoint does not fit on the box's one disk, which also holds the log: torch.save fails, its
+    traceback is cut short in the log (no room), the wrapper cannot write the exit code. The disk rows (S31 from
+    the log, or S68 from the box's df) name the full disk as critical, and the job is not reported as a crash
+    without traceback (S59)."""
+    framework = FRAMEWORKS["hf_trainer"]
+    root = framework_project(tmp_path / "disk", framework, box=tiny_disk, instance_body='provider = "local"')
+    rgt_ok("push", "r1", cwd=root)
+    rgt_ok("run", "r1", "--ack", "a tiny disk on purpose", cwd=root)
+    watched = run_rgt("watch", "r1", "--interval", "0.5", cwd=root, timeout=600)
+    lines = watched.stdout.splitlines()
+    log = (tiny_disk / "job" / "train.log").read_text(errors="replace")
+    disk = [line for line in lines if "CRITICAL S31" in line or "CRITICAL S68" in line]
+    assert disk and (str(tiny_disk) in disk[0] or "No space left" in disk[0]), watched.stdout + log[-3000:]
+    assert not any(" S59 " in line for line in lines), watched.stdout
+    assert lines[-1].split(": ", 1)[1].startswith("dead"), lines[-1]
+    assert watched.stderr == "", watched.stderr
 
 
 def drive_arc(root: Path, framework: Framework) -> dict[str, Any]:
