@@ -85,7 +85,8 @@ def pure_pipeline(path: Path, traced: bool = False) -> tuple[float, int, int, in
         while chunk := handle.read(1 << 20):
             split = splitter.feed(chunk)
             for index, line in enumerate(split):  # as the monitor does: the last frame of a redraw run
-                if not (line.redraw and index + 1 < len(split) and split[index + 1].redraw):
+                after = split[index + 1] if line.redraw and index + 1 < len(split) else None
+                if not (after is not None and after.redraw and after.text and not after.text.isspace()):
                     samples += len(parser.feed(line.text, 0.0))
             hits += len(detector.feed_lines([line.text for line in split], lines + 1, 0.0))
             lines += sum(1 for line in split if not line.redraw)
