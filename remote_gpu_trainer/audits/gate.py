@@ -22,6 +22,7 @@ from typing import NamedTuple
 from remote_gpu_trainer.audits.manifest import (
     MANIFEST_NAME,
     MARKER_NAME,
+    Adoption,
     Manifest,
     Marker,
     canonical_json,
@@ -105,6 +106,14 @@ class GateInputs:
     launched_at: datetime | None = None  # the run's latest launch, from the launch log
     manifest_built_at: datetime | None = None  # when the recorded manifest was built on the box
     liveness: str | None = None  # the job's state on the box now, when it was asked
+    adopted_run_id: str | None = None  # the recorded manifest was adopted, naming this run id (docs/gate.md §2.1)
+
+    @property
+    def adoption(self) -> Adoption | None:
+        """The adoption recorded with the manifest hash: it applies only to the bytes of that hash."""
+        if self.recorded_manifest_sha256 is None or self.adopted_run_id is None:
+            return None
+        return Adoption(self.recorded_manifest_sha256, self.adopted_run_id)
 
 
 @dataclass(frozen=True)
@@ -193,13 +202,15 @@ def _g2_binding(inputs: GateInputs, marker: Marker | None, reasons: list[str],
     if inputs.manifest is None:
         reasons.append(f"no {MANIFEST_NAME}: run pull")
         return None
-    manifest, problems = parse_manifest(inputs.manifest, roster=inputs.roster, run_id=inputs.run_id)
+    manifest, problems = parse_manifest(inputs.manifest, roster=inputs.roster, run_id=inputs.run_id,
+                                        adopted=inputs.adoption)
     reasons.extend(f"{MANIFEST_NAME}: {problem.line()}" for problem in problems
                    if problem.code != "roster_mismatch")  # G5 names the roster difference
     local_sha = sha256_bytes(inputs.manifest)
     recorded = inputs.recorded_manifest_sha256
     if recorded is None:
-        reasons.append("no manifest hash recorded at build time for this run: build the manifest with rgt")
+        reasons.append("no manifest hash recorded at build time for this run: build the manifest with rgt "
+                       "(`rgt pull` builds it, or adopts the one the skill's build_pull_manifest.py wrote)")
     elif recorded != local_sha:
         reasons.append(f"local {MANIFEST_NAME} is not the manifest recorded at build time")
     if inputs.remote_checked:

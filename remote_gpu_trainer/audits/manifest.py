@@ -43,6 +43,7 @@ _MARKER_KEYS = {
 _CHECKPOINT_KEYS = {"path", "sha256", "format", "tensors", "elements", "state_key"}
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _CONTROL = CONTROL
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -102,14 +103,27 @@ class CellOutcome:
 
 
 @dataclass(frozen=True)
-class Manifest:
+class Adoption:
+    """A manifest this project adopted instead of building it (docs/gate.md §2.1): one that the public
+    remote-gpu-trainer skill's `scripts/build_pull_manifest.py` wrote on the box. `sha256` is the identity of
+    its exact bytes, as recorded when rgt read them from the box and checked them against the box's tree;
+    `run_id` is the run id those bytes name (the skill takes any text). The skill's differences from rgt's
+    own builder are accepted only for these bytes."""
+
+    sha256: str
     run_id: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    run_id: str  # rgt's run id; for an adopted manifest, the run it was adopted for
     created_at_utc: str
-    files: tuple[ManifestFile, ...]
+    files: tuple[ManifestFile, ...]  # sorted by path as a string, whatever order the bytes list them in
     top_level_dirs: tuple[str, ...]
     sha256: str  # of the exact bytes: the manifest's identity
     links: tuple[ManifestLink, ...] = ()
     cells: tuple[CellOutcome, ...] = ()  # the cells that did not finish, by cell
+    adopted_run_id: str | None = None  # the run id an adopted manifest's bytes name (§2.1); None for rgt's own
 
     def finished(self, roster: Sequence[str]) -> list[str]:
         """The roster's cells that finished: the ones whose required files are demanded."""
@@ -228,23 +242,34 @@ def _key_problems(obj: dict[str, Any], allowed: set[str], where: str) -> list[Pr
     return problems
 
 
-def parse_manifest(data: bytes, *, roster: Sequence[str],
-                   run_id: str) -> tuple[Manifest | None, list[Problem]]:
+def parse_manifest(data: bytes, *, roster: Sequence[str], run_id: str,
+                   adopted: Adoption | None = None) -> tuple[Manifest | None, list[Problem]]:
     """Apply every §2 rule, plus `top_level_dirs == roster` and `run_id` equal to the run record's.
 
     The Manifest comes back whenever every file entry is well formed (safe path, int bytes, hex hash,
     unique), even if run id, roster or totals are wrong, so verification can still report per-file
     status; the manifest is acceptable only when the problem list is empty.
+
+    `adopted` is the adoption this project recorded for the run (§2.1). When these bytes are the adopted
+    ones (same sha256), the adoption step applies the skill's two differences, and nothing else changes:
+    `run_id` is the adopted text (any text without control characters) instead of rgt's run id, and the files
+    may be listed in the skill's order (by path parts). The Manifest comes back normalised to rgt's model:
+    rgt's run id, files sorted by path, `adopted_run_id` naming what the bytes say.
     """
     obj, problems = _load_object(data, MANIFEST_NAME)
     if obj is None:
         return None, problems
+    adopting = adopted is not None and adopted.sha256 == sha256_bytes(data)
     problems += _key_problems({k: v for k, v in obj.items() if k not in _OPTIONAL_MANIFEST_KEYS}, _MANIFEST_KEYS,
                               MANIFEST_NAME)
     if obj.get("schema") != MANIFEST_SCHEMA:
         problems.append(Problem("schema", MANIFEST_NAME, f"schema must be {MANIFEST_SCHEMA!r}"))
     manifest_run_id = obj.get("run_id")
-    if not isinstance(manifest_run_id, str) or not manifest_run_id.strip() \
+    if adopting:
+        assert adopted is not None
+        problems += _adoption_problems(obj, adopted)
+        manifest_run_id = run_id
+    elif not isinstance(manifest_run_id, str) or not manifest_run_id.strip() \
             or not SAFE_NAME.match(manifest_run_id):
         problems.append(Problem("run_id", MANIFEST_NAME, "run_id must be a safe name"))
         manifest_run_id = ""
@@ -254,7 +279,7 @@ def parse_manifest(data: bytes, *, roster: Sequence[str],
     created = obj.get("created_at_utc")
     if parse_iso_utc(created) is None:
         problems.append(Problem("schema", MANIFEST_NAME, "created_at_utc must be ISO-8601 UTC with +00:00"))
-    files, file_problems, files_ok = _parse_files(obj.get("files"))
+    files, file_problems, files_ok = _parse_files(obj.get("files"), skill_order=adopting)
     problems += file_problems
     links, link_problems = _parse_links(obj["links"], {entry.path for entry in files}) if "links" in obj else ([], [])
     problems += link_problems
@@ -269,10 +294,43 @@ def parse_manifest(data: bytes, *, roster: Sequence[str],
         return None, problems
     manifest = Manifest(
         run_id=manifest_run_id, created_at_utc=created if isinstance(created, str) else "",
-        files=tuple(files), top_level_dirs=tuple(tops), sha256=sha256_bytes(data), links=tuple(links),
-        cells=tuple(outcomes),
+        files=tuple(sorted(files, key=lambda entry: entry.path)), top_level_dirs=tuple(tops),
+        sha256=sha256_bytes(data), links=tuple(links), cells=tuple(outcomes),
+        adopted_run_id=adopted.run_id if adopting and adopted is not None else None,
     )
     return manifest, problems
+
+
+def adoptable(data: bytes, *, roster: Sequence[str], run_id: str) -> tuple[Adoption | None, list[Problem]]:
+    """The adoption step's verdict on manifest bytes read from the box (docs/gate.md §2.1): the Adoption to
+    record when they pass every §2 rule as the skill writes them (its run id, its order), else the problems.
+    The same parser decides, so adopting relaxes nothing else."""
+    obj, problems = _load_object(data, MANIFEST_NAME)
+    if obj is None:
+        return None, problems
+    named = obj.get("run_id")
+    candidate = Adoption(sha256=sha256_bytes(data), run_id=named if isinstance(named, str) else "")
+    manifest, problems = parse_manifest(data, roster=roster, run_id=run_id, adopted=candidate)
+    if manifest is None or problems:
+        return None, problems or [Problem("schema", MANIFEST_NAME, "unreadable")]
+    return candidate, []
+
+
+def _adoption_problems(obj: dict[str, Any], adopted: Adoption) -> list[Problem]:
+    """What the adoption step demands of the adopted bytes: the skill's form (the v1 keys only: it writes
+    neither links nor cells, and refuses links) and a run id that is printable text, the one recorded."""
+    problems = [Problem("schema", MANIFEST_NAME, f"an adopted manifest holds the v1 keys only, not {key!r}")
+                for key in sorted(_OPTIONAL_MANIFEST_KEYS & set(obj))]
+    named = obj.get("run_id")
+    if not isinstance(named, str) or not named.strip():
+        problems.append(Problem("run_id", MANIFEST_NAME, "run_id must be non-empty text"))
+    elif _CONTROL.search(named) or _SURROGATE.search(named):
+        problems.append(Problem("run_id", MANIFEST_NAME,
+                                f"run_id {escape_control(named)!r} holds a control character"))
+    elif named != adopted.run_id:
+        problems.append(Problem("run_id", MANIFEST_NAME, f"run_id {escape_control(named)!r} is not the adopted "
+                                                         f"{escape_control(adopted.run_id)!r}"))
+    return problems
 
 
 def _parse_cells(raw: Any, roster: Sequence[str]) -> tuple[list[CellOutcome], list[Problem]]:
@@ -342,8 +400,10 @@ def _inside_problems(inside: str) -> list[str]:
     return [why for part in inside.split("/") if (why := name_problem(part)) is not None]
 
 
-def _parse_files(raw: Any) -> tuple[list[ManifestFile], list[Problem], bool]:
-    """Entries, problems, and whether every entry was well formed."""
+def _parse_files(raw: Any, *, skill_order: bool = False) -> tuple[list[ManifestFile], list[Problem], bool]:
+    """Entries, problems, and whether every entry was well formed. Sorted by path means as strings, or, with
+    `skill_order` (an adopted manifest, §2.1), by path parts, as the skill's pathlib sort lists them
+    (`cell/a/x` before `cell/a-b/y`, where a string sort puts `-` before `/`)."""
     if not isinstance(raw, list) or not raw:
         return [], [Problem("schema", MANIFEST_NAME, "files must be a non-empty list")], False
     problems: list[Problem] = []
@@ -361,7 +421,8 @@ def _parse_files(raw: Any) -> tuple[list[ManifestFile], list[Problem], bool]:
         seen.add(parsed.path)
         files.append(parsed)
     paths = [entry.get("path") for entry in raw if isinstance(entry, dict)]
-    if all(isinstance(p, str) for p in paths) and paths != sorted(str(p) for p in paths):
+    if all(isinstance(p, str) for p in paths) and paths != sorted(str(p) for p in paths) and not (
+            skill_order and paths == sorted((str(p) for p in paths), key=lambda p: p.split("/"))):
         problems.append(Problem("schema", MANIFEST_NAME, "files must be sorted by path"))
     return files, problems, ok
 

@@ -35,7 +35,15 @@ async def pull(session: Session, args: argparse.Namespace) -> int:
                          f"above, then `rgt pull {args.run}` again")
     print(f"pulled {len(result.files)} file(s) into {where}: {len(result.fetched)} fetched, "
           f"{len(result.present)} already here, each matching its manifest hash", file=sys.stderr)
+    _adopted_line(args.run, result.adopted_run_id)
     return EXIT_OK
+
+
+def _adopted_line(run_id: str, adopted_run_id: str | None) -> None:
+    """Say on stderr that the manifest was adopted, not built by rgt (docs/gate.md §2.1)."""
+    if adopted_run_id is not None:
+        print(f"manifest adopted: built on the box without rgt (the skill's build_pull_manifest.py; its run id "
+              f"{escape_control(adopted_run_id)!r}), bound to run {run_id} by its sha256", file=sys.stderr)
 
 
 async def verify(session: Session, args: argparse.Namespace) -> int:
@@ -55,6 +63,7 @@ async def verify(session: Session, args: argparse.Namespace) -> int:
                          f"{first.code} {first.path} {first.detail}".rstrip())
     if args.format != "json":
         print(f"verified: {session.project.run_dir(args.run) / 'PULL_VERIFIED.json'}")
+        _adopted_line(args.run, outcome.adopted_run_id)
         _audit_line(session)
     return EXIT_OK
 

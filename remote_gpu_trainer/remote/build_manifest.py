@@ -16,6 +16,13 @@ shell string.
 Exit codes: 0 written (prints `MANIFEST_SHA256=<hex>` and `WROTE <path>`); 1 validation problems (JSON list
 of `{code, path, detail}` on stderr, all of them, not only the first); 2 usage (malformed PARAMS);
 4 a manifest already exists (prints its `MANIFEST_SHA256=<hex>`; it is never overwritten).
+
+With `"adopt": true` in PARAMS the builder writes nothing: it checks the manifest already in the root (one that
+the public remote-gpu-trainer skill's `scripts/build_pull_manifest.py` wrote) against the tree, for adoption
+(docs/gate.md §2.1). The tree is walked by the same rules as for building, nothing hashed (the pull hashes
+every byte it takes): every file must be listed with its size and be no newer than the manifest, every listed
+file must be there, and nothing the manifest cannot list (a link) may be. Exit 0 prints `MANIFEST_SHA256=<hex>`
+(of the bytes checked) and `ADOPTABLE <path>`; 1 the problems, as above.
 """
 
 import hashlib
@@ -40,6 +47,7 @@ TEMP_SUFFIXES = (".tmp", ".part", ".partial", ".swp")
 TEMP_PREFIXES = (".rgt-tmp",)
 MAX_NAME_BYTES = 255 - len(".part")  # a name's local `<name>.part` must fit the file system's 255 bytes
 CHUNK = 4 << 20
+MANIFEST_MAX_BYTES = 256 << 20  # as the client reads it (services/evidence/manifest.py)
 
 EXIT_OK = 0
 EXIT_PROBLEMS = 1
@@ -102,7 +110,9 @@ def check_params(params: object) -> "list[str]":
             errors.append(f"PARAMS.{key} must be a list of strings")
     if "ctl" in params and not isinstance(params["ctl"], str):
         errors.append("PARAMS.ctl must be a string")
-    unknown = sorted(set(params) - {"root", "run_id", "roster", "required", "ctl"})
+    if "adopt" in params and not isinstance(params["adopt"], bool):
+        errors.append("PARAMS.adopt must be a boolean")
+    unknown = sorted(set(params) - {"root", "run_id", "roster", "required", "ctl", "adopt"})
     if unknown:
         errors.append("PARAMS has unknown keys: " + ", ".join(unknown))
     return errors
@@ -191,9 +201,10 @@ def read_exit_code(path: str) -> "int | None":
 
 
 def walk(root: str, roster: "list[str]", links: "list[dict[str, object]] | None" = None,
-         unfinished: "dict[str, dict[str, object]] | None" = None) -> "tuple[list[str], list[dict[str, str]]]":
+         unfinished: "dict[str, dict[str, object]] | None" = None,
+         manifest_there: bool = False) -> "tuple[list[str], list[dict[str, str]]]":
     """Steps 4-5: every regular file under the roster's cells, never following a link; each link inside a cell
-    is appended to `links` (read_link) instead.
+    is appended to `links` (read_link) instead. `manifest_there`: the root's manifest is no loose file (adopt).
 
     Returns relative POSIX paths and the problems found; a problem entry is never also a file entry.
     """
@@ -208,6 +219,8 @@ def walk(root: str, roster: "list[str]", links: "list[dict[str, object]] | None"
         return [], [problem("unreadable", root, "cannot list the result root: " + str(exc.strerror))]
     for entry in top:
         name = shown(entry.name)
+        if manifest_there and entry.name == MANIFEST_NAME and entry.is_file(follow_symlinks=False):
+            continue
         if entry.is_symlink():
             problems.append(problem("symlink", name, "symlink in the result root; copy the real data in"))
         elif is_temp_name(name):
@@ -452,6 +465,90 @@ def build(root: str, run_id: str, roster: "list[str]", required: "list[str]", ct
     return EXIT_OK
 
 
+def read_existing(root: str) -> "tuple[bytes | None, int, dict[str, str] | None]":
+    """The root's manifest bytes and mtime, read as a regular file (never through a link, never a FIFO), or
+    the problem."""
+    path = os.path.join(root, MANIFEST_NAME)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return None, 0, problem("no_manifest", MANIFEST_NAME, "no manifest in the result root to adopt")
+    except OSError as exc:
+        return None, 0, problem("unreadable", MANIFEST_NAME, f"cannot open the manifest: {exc.strerror}")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MANIFEST_MAX_BYTES:
+            return None, 0, problem("not_regular", MANIFEST_NAME, "the manifest is not a regular file of sane size")
+        chunks = []
+        while True:
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError as exc:
+        return None, 0, problem("unreadable", MANIFEST_NAME, f"cannot read the manifest: {exc.strerror}")
+    finally:
+        os.close(fd)
+    return b"".join(chunks), info.st_mtime_ns, None
+
+
+def listed_sizes(data: bytes) -> "tuple[dict[str, int], list[dict[str, str]]]":
+    """Each listed path with its size; the client judges every other rule of the manifest itself."""
+    try:
+        obj = json.loads(data.decode("utf-8"))
+        entries = obj["files"]
+        listed = {}  # type: dict[str, int]
+        for entry in entries:
+            path, size = entry["path"], entry["bytes"]
+            if not isinstance(path, str) or not isinstance(size, int) or isinstance(size, bool):
+                raise TypeError(path)
+            listed[path] = size
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return {}, [problem("manifest", MANIFEST_NAME, "not a manifest: files[] of {path, bytes} expected")]
+    return listed, []
+
+
+def adopt(root: str, run_id: str, roster: "list[str]", required: "list[str]") -> int:
+    """Check the root's existing manifest against the tree for adoption; nothing is written (module doc)."""
+    root = root.rstrip("/") or "/"
+    problems = check_inputs(root, run_id, roster, required)
+    if problems:
+        return fail(problems)
+    data, written_ns, issue = read_existing(root)
+    if issue is not None or data is None:
+        return fail([issue or problem("unreadable", MANIFEST_NAME, "cannot read the manifest")])
+    print("MANIFEST_SHA256=" + hashlib.sha256(data).hexdigest())
+    listed, problems = listed_sizes(data)
+    if problems:
+        return fail(problems)
+    links = []  # type: list[dict[str, object]]
+    files, problems = walk(root, roster, links, manifest_there=True)
+    for link in links:
+        problems.append(problem("link", shown(str(link["path"])), "a link, which this manifest cannot list "
+                                "(the skill's builder refuses links): move it out of the result root"))
+    problems.extend(check_required(root, roster, required))
+    on_box = set(files)
+    for path in sorted(on_box - set(listed)):
+        problems.append(problem("unlisted", shown(path), "on the box but not in the manifest: written after it?"))
+    for path in sorted(set(listed) - on_box):
+        problems.append(problem("missing_on_box", shown(path), "in the manifest but not a file on the box"))
+    for path in sorted(on_box & set(listed)):
+        try:
+            info = os.lstat(os.path.join(root, *path.split("/")))
+        except OSError as exc:
+            problems.append(problem("unreadable", shown(path), f"cannot stat: {exc.strerror}"))
+            continue
+        if info.st_size != listed[path]:
+            problems.append(problem("size_differs", shown(path),
+                                    f"{info.st_size} bytes on the box, {listed[path]} in the manifest"))
+        elif info.st_mtime_ns > written_ns:
+            problems.append(problem("changed_after_manifest", shown(path), "modified after the manifest was written"))
+    if problems:
+        return fail(problems)
+    print("ADOPTABLE " + os.path.join(root, MANIFEST_NAME))
+    return EXIT_OK
+
+
 def fail(problems: "list[dict[str, str]]") -> int:
     sys.stderr.write(json.dumps(problems, ensure_ascii=False) + "\n")
     return EXIT_PROBLEMS
@@ -463,6 +560,8 @@ def main(params: object) -> int:
         sys.stderr.write("usage: " + "; ".join(errors) + "\n")
         return EXIT_USAGE
     assert isinstance(params, dict)
+    if params.get("adopt"):
+        return adopt(params["root"], params["run_id"], list(params["roster"]), list(params["required"]))
     return build(params["root"], params["run_id"], list(params["roster"]), list(params["required"]),
                  params.get("ctl"))
 

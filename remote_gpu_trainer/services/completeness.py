@@ -34,7 +34,7 @@ from remote_gpu_trainer.deliver.completeness import (
 from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.fsutil import atomic_write, lstat_or_none, read_regular
 from remote_gpu_trainer.services.evidence.local_root import hash_with_cache_sync
-from remote_gpu_trainer.services.evidence.manifest import acceptable_manifest, read_box_manifest
+from remote_gpu_trainer.services.evidence.manifest import acceptable_manifest, read_box_manifest, recorded_adoption
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.text import size
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.config import ProjectConfig
     from remote_gpu_trainer.config_deliver import GridConfig, GridPoint
     from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.state.db import StateDB
 
 COMPLETENESS_NAME = "completeness.json"
 REMOTE_TIMEOUT_S = 30.0  # one box, all its questions: a hung box costs this much, once
@@ -79,7 +80,7 @@ async def gather(session: Session, grid: GridConfig, *,
     missing = [a for a in needed if a.run_id and a.local not in local]
     boxes = {run_id: await box_listing(session, run_id, [a.remote for a in missing if a.run_id == run_id and a.remote],
                                        timeout_s) for run_id in runs}
-    inventory = Inventory(local=local, sealed=sealed_files(session.project, runs), boxes=boxes,
+    inventory = Inventory(local=local, sealed=sealed_files(session.project, runs, session.db), boxes=boxes,
                           figures=read_figures(root), selections=selections)
     return evidence, inventory
 
@@ -114,8 +115,9 @@ def local_facts(session: Session, needed: Sequence[Artifact]) -> dict[str, str |
     return facts
 
 
-def sealed_files(project: ProjectConfig, runs: Sequence[str]) -> dict[str, dict[str, str]]:
-    """Each run's PULL_MANIFEST.json here, as path -> sha256 (the seal the pull and the verification used)."""
+def sealed_files(project: ProjectConfig, runs: Sequence[str], db: StateDB | None = None) -> dict[str, dict[str, str]]:
+    """Each run's PULL_MANIFEST.json here, as path -> sha256 (the seal the pull and the verification used; an
+    adopted one read by its adoption step, docs/gate.md §2.1, when `db` is given)."""
     sealed: dict[str, dict[str, str]] = {}
     for run_id in runs:
         path = local_file(project.root, f"runs/{run_id}/{MANIFEST_NAME}")
@@ -123,7 +125,8 @@ def sealed_files(project: ProjectConfig, runs: Sequence[str]) -> dict[str, dict[
         if data is None:
             continue
         roster = project.runs[run_id].roster if run_id in project.runs else ()
-        manifest, _ = parse_manifest(data, roster=roster, run_id=run_id)
+        adopted = recorded_adoption(db, run_id) if db is not None else None
+        manifest, _ = parse_manifest(data, roster=roster, run_id=run_id, adopted=adopted)
         if manifest is not None:
             sealed[run_id] = {entry.path: entry.sha256 for entry in manifest.files}
     return sealed
@@ -217,7 +220,7 @@ async def _ask_box(session: Session, run_id: str, wanted: Sequence[str]) -> dict
     info = await transport.stat(f"{base}/{MANIFEST_NAME}")
     if info is not None and info.kind == "file":
         manifest = acceptable_manifest(await read_box_manifest(transport, f"{base}/{MANIFEST_NAME}"), run,
-                                       f"{base}/{MANIFEST_NAME} on the box")
+                                       f"{base}/{MANIFEST_NAME} on the box", recorded_adoption(session.db, run_id))
         files = {e.path: RemoteFile(e.bytes, e.sha256) for e in manifest.files if e.path in set(wanted)}
     for rel in wanted:
         if rel not in files:

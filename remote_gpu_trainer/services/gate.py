@@ -36,7 +36,7 @@ from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig, 
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
 from remote_gpu_trainer.services.evidence.local_root import hash_with_cache_sync, recorded_links, walk_local_root
-from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, remote_manifest
+from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, recorded_adoption, remote_manifest
 from remote_gpu_trainer.services.liveness import run_state_of
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.views import GateView
@@ -146,8 +146,9 @@ def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, inst
     manifest_info = lstat_or_none(root / MANIFEST_NAME)
     listed: dict[str, int] = {}
     manifest = None
+    adopted = recorded_adoption(db, run.id)
     if manifest_bytes is not None:
-        manifest, _ = parse_manifest(manifest_bytes, roster=run.roster, run_id=run.id)
+        manifest, _ = parse_manifest(manifest_bytes, roster=run.roster, run_id=run.id, adopted=adopted)
         if manifest is not None:
             listed = {entry.path: entry.bytes for entry in manifest.files}
     files = tuple(_gate_listing(root, listed, db, recorded_links(root, manifest)))
@@ -160,7 +161,8 @@ def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, inst
         run_id=run.id, roster=tuple(run.roster), required=tuple(run.required),
         checkpoint_globs=tuple(run.checkpoint_globs), marker=marker, manifest=manifest_bytes,
         manifest_mtime_ns=manifest_info.st_mtime_ns if manifest_info is not None else None,
-        recorded_manifest_sha256=db.recorded_manifest(run.id), local_files=files,
+        recorded_manifest_sha256=db.recorded_manifest(run.id),
+        adopted_run_id=adopted.run_id if adopted is not None else None, local_files=files,
         instance_id=instance_id, approval=approval, now=now or utc_now(), action_described=action_described,
         remote_manifest_sha256=remote.sha256 if remote is not None else None,
         remote_checked=remote is not None and remote.reachable,

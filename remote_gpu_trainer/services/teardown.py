@@ -20,7 +20,7 @@ from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus, WaitsGone
 from remote_gpu_trainer.services import gate as box_gate
 from remote_gpu_trainer.services.evidence.local_root import local_link_target
-from remote_gpu_trainer.services.evidence.manifest import local_manifest
+from remote_gpu_trainer.services.evidence.manifest import local_manifest, recorded_adoption
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.meter import meter_reading
 from remote_gpu_trainer.services.session import Session
@@ -131,7 +131,7 @@ def describe(session: Session, instance_name: str, status: InstanceStatus, actio
 def cell_lines(session: Session, run: RunConfig) -> list[str]:
     """The cells the run's manifest records as failed or never started (docs/gate.md §2): what they left is home
     and verified with the rest; the plan says so, so nobody reads a partial run as a complete one."""
-    manifest = local_manifest(session.project.run_dir(run.id), run)
+    manifest = local_manifest(session.project.run_dir(run.id), run, recorded_adoption(session.db, run.id))
     if manifest is None or not manifest.cells:
         return []
     named = ", ".join(f"{escape_control(c.cell)} {c.words()}" for c in manifest.cells[:MAX_LISTED])
@@ -144,7 +144,7 @@ def link_lines(session: Session, run: RunConfig) -> list[str]:
     """The links the run's manifest recorded (docs/gate.md §2): never followed or copied, re-created locally only
     when they lead to listed files; one that leads out of the result root is named, since its target is not among
     the results and goes with the box."""
-    manifest = local_manifest(session.project.run_dir(run.id), run)
+    manifest = local_manifest(session.project.run_dir(run.id), run, recorded_adoption(session.db, run.id))
     if manifest is None or not manifest.links:
         return []
     out = manifest.links_out

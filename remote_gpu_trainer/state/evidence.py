@@ -64,16 +64,24 @@ class EvidenceTables(Store):
                                   errors=json.loads(row[6]), files=json.loads(row[7]))
 
     # -- run records: the manifest as built ----------------------------------------------------------
-    def record_manifest(self, run_id: str, manifest_sha256: str) -> None:
+    def record_manifest(self, run_id: str, manifest_sha256: str, *, adopted_run_id: str | None = None) -> None:
         """The manifest's hash as the builder printed it (trust boundary 1), stamped with the real time in
-        microseconds like the launch log: the gate asks whether the manifest was built after the last launch."""
+        microseconds like the launch log: the gate asks whether the manifest was built after the last launch.
+        `adopted_run_id` is given for a manifest adopted instead of built (docs/gate.md §2.1): the run id its
+        bytes name, which the adoption binds to this run."""
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO run_records (run_id, manifest_sha256, manifest_built_at) VALUES (?, ?, ?)"
+                "INSERT INTO run_records (run_id, manifest_sha256, manifest_built_at, adopted_run_id)"
+                " VALUES (?, ?, ?, ?)"
                 " ON CONFLICT(run_id) DO UPDATE SET manifest_sha256 = excluded.manifest_sha256,"
-                " manifest_built_at = excluded.manifest_built_at",
-                (run_id, manifest_sha256, utc_now().isoformat(timespec="microseconds")),
+                " manifest_built_at = excluded.manifest_built_at, adopted_run_id = excluded.adopted_run_id",
+                (run_id, manifest_sha256, utc_now().isoformat(timespec="microseconds"), adopted_run_id),
             )
+
+    def adopted_run_id(self, run_id: str) -> str | None:
+        """The run id the recorded manifest's bytes name when it was adopted (docs/gate.md §2.1), else None."""
+        row = self._conn.execute("SELECT adopted_run_id FROM run_records WHERE run_id = ?", (run_id,)).fetchone()
+        return str(row[0]) if row and row[0] is not None else None
 
     def manifest_built_at(self, run_id: str) -> datetime | None:
         row = self._conn.execute("SELECT manifest_built_at FROM run_records WHERE run_id = ?", (run_id,)).fetchone()

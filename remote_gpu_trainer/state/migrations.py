@@ -11,7 +11,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.errors import StateError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -211,6 +211,11 @@ CREATE TABLE probe_records (
     output TEXT NOT NULL
 );
 CREATE INDEX probe_records_by_subject ON probe_records (check_id, subject, seq);
+""",
+    # 4 -> 5: a manifest adopted instead of built (docs/gate.md §2.1) keeps the run id its bytes name beside
+    # its hash; NULL for every manifest rgt's own builder wrote.
+    4: """
+ALTER TABLE run_records ADD COLUMN adopted_run_id TEXT;
 """,
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION)), "one rung per schema version"

@@ -20,14 +20,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, Manifest, ManifestFile, Problem, sha256_bytes
+from remote_gpu_trainer.audits.manifest import (
+    MANIFEST_NAME,
+    Adoption,
+    Manifest,
+    ManifestFile,
+    Problem,
+    sha256_bytes,
+)
 from remote_gpu_trainer.config import ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import HostKeyChanged, RgtError, TransportError, VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none, remove_if_present
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.services.evidence import pull_batches
 from remote_gpu_trainer.services.evidence.local_root import CHUNK, recreate_links
-from remote_gpu_trainer.services.evidence.manifest import acceptable_manifest, build_manifest, read_box_manifest
+from remote_gpu_trainer.services.evidence.manifest import (
+    acceptable_manifest,
+    build_manifest,
+    read_box_manifest,
+    recorded_adoption,
+)
 from remote_gpu_trainer.services.evidence.pull_local import (
     Refused,
     append_hashed,
@@ -73,6 +85,7 @@ class PullResult:
     fetched: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
     failed: list[Problem] = field(default_factory=list)
+    adopted_run_id: str | None = None  # the manifest was adopted (docs/gate.md §2.1), its bytes naming this run id
 
     @property
     def ok(self) -> bool:
@@ -101,7 +114,7 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
     root = project.run_dir(run.id)
     root.mkdir(parents=True, exist_ok=True)
     recorded = db.recorded_manifest(run.id) or await build_manifest(transport, run, db)
-    manifest = await _manifest_for_pull(root, run, transport, recorded)
+    manifest = await _manifest_for_pull(root, run, transport, recorded, recorded_adoption(db, run.id))
     await asyncio.to_thread(_check_free_space, root, manifest)
     puller = _Puller(root, run, transport, db, progress or (lambda _: None))
     small = [entry for entry in manifest.files
@@ -129,7 +142,7 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
         recreate_links(root, manifest)  # docs/gate.md §2: only links to listed files inside the root
     return PullResult(manifest_sha256=manifest.sha256, files=[entry.path for entry in manifest.files],
                       bytes=manifest.total_bytes,
-                      fetched=fetched, present=present, failed=failed)
+                      fetched=fetched, present=present, failed=failed, adopted_run_id=manifest.adopted_run_id)
 
 
 def _check_free_space(root: Path, manifest: Manifest) -> None:
@@ -150,8 +163,10 @@ def _check_free_space(root: Path, manifest: Manifest) -> None:
                          "free space, then pull again")
 
 
-async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, recorded: str) -> Manifest:
-    """The recorded manifest, checked by every §2 rule before it is written into the local root.
+async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, recorded: str,
+                             adopted: Adoption | None = None) -> Manifest:
+    """The recorded manifest, checked by every §2 rule (an adopted one by its adoption step, §2.1) before it is
+    written into the local root.
 
     A different manifest already there stops the pull: two manifests are never mixed.
     """
@@ -164,13 +179,13 @@ async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, r
             raise VerbFailed(f"{final}: a different manifest is already here (sha256 "
                              f"{sha256_bytes(existing)[:12]}, run records {recorded[:12]}): never mix two "
                              f"manifests; move {root} aside or use a new run id")
-        return acceptable_manifest(existing, run, final)
+        return acceptable_manifest(existing, run, final, adopted)
     remote = f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}"
     data = await read_box_manifest(transport, remote)
     if sha256_bytes(data) != recorded:
         raise VerbFailed(f"{remote}: manifest on the box (sha256 {sha256_bytes(data)[:12]}) is not the one "
                          f"recorded at build time ({recorded[:12]}): the evidence changed; investigate")
-    manifest = acceptable_manifest(data, run, remote)
+    manifest = acceptable_manifest(data, run, remote, adopted)
     await asyncio.to_thread(_check_free_space, root, manifest)  # before anything is written here
     await asyncio.to_thread(atomic_write, final, data)
     return manifest

@@ -7,12 +7,14 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
-from remote_gpu_trainer.errors import RgtError, VerbFailed
+from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, Problem, parse_manifest
+from remote_gpu_trainer.config import RunConfig
+from remote_gpu_trainer.errors import RgtError, TransportError, VerbFailed
 from remote_gpu_trainer.fsutil import read_regular, run_lock
 from remote_gpu_trainer.services import audit, recovery
 from remote_gpu_trainer.services.evidence import pull as evidence_pull
 from remote_gpu_trainer.services.evidence import verify as evidence_verify
+from remote_gpu_trainer.services.evidence.manifest import adopt_manifest, recorded_adoption
 from remote_gpu_trainer.services.liveness import run_state
 from remote_gpu_trainer.state import events
 
@@ -59,12 +61,40 @@ async def verify_run(session: Session, run_id: str,
     the project's evidence (docs/verify.md §2), whatever the verification found: they disclose, never block."""
     run = session.run_config(run_id)
     with run_lock(session.project.state_dir, run_id, "verifying"):
-        result = await evidence_verify.verify(session.project, run, session.db, progress)
+        noted = await _adopt_before_verify(session, run)
+        result = await evidence_verify.verify(session.project, run, session.db, progress, noted=noted)
     events.verified(session.db, run_id=run_id, instance=run.instance, ok=result.ok, problems=len(result.errors),
                     errors=[e.__dict__ for e in result.errors[:50]], actor=actor)
     recovery.refresh(session, run_id)
     await asyncio.to_thread(audit.run_audit, session.project, session.db, actor=actor)
     return result
+
+
+async def _adopt_before_verify(session: Session, run: RunConfig) -> list[Problem]:
+    """A local manifest this project never recorded (a copy the skill's download loop made, docs/gate.md §2.1)
+    is adopted from the box first, as `rgt pull` adopts it: the box's manifest must be these very bytes and
+    its tree must match them. A box that does not answer, or holds no manifest, adopts nothing: the local
+    bytes are verified as they are, and the gate stays closed until a manifest is recorded. A box that
+    answers and refuses says why, as an error of this verification."""
+    if session.db.recorded_manifest(run.id) is not None:
+        return []
+    local = read_regular(session.project.run_dir(run.id) / MANIFEST_NAME)
+    if local is None:
+        return []
+    try:
+        transport = await session.remote(run.instance)
+        if await transport.stat(f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}") is None:
+            return []
+    except (RgtError, OSError, TimeoutError):  # no box to ask, or it does not answer
+        return []
+    try:
+        await adopt_manifest(transport, run, session.db, local=local)
+    except VerbFailed as exc:
+        return [Problem("manifest_unrecorded", MANIFEST_NAME,
+                        f"this project never recorded it, and the box's manifest cannot be adopted: {exc}")]
+    except (TransportError, OSError, TimeoutError):
+        return []
+    return []
 
 
 def manifest_sizes(session: Session, run_id: str) -> dict[str, int]:
@@ -74,5 +104,6 @@ def manifest_sizes(session: Session, run_id: str) -> dict[str, int]:
     data = read_regular(session.project.run_dir(run_id) / MANIFEST_NAME)
     if data is None:
         return {}
-    manifest, _ = parse_manifest(data, roster=run.roster, run_id=run.id)
+    manifest, _ = parse_manifest(data, roster=run.roster, run_id=run.id,
+                                 adopted=recorded_adoption(session.db, run_id))
     return {entry.path: entry.bytes for entry in manifest.files} if manifest is not None else {}

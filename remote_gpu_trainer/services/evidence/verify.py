@@ -41,7 +41,7 @@ from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none
 from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
 from remote_gpu_trainer.services.evidence.local_root import hash_fresh, recorded_links, walk_local_root
-from remote_gpu_trainer.services.evidence.manifest import local_manifest
+from remote_gpu_trainer.services.evidence.manifest import local_manifest, recorded_adoption
 from remote_gpu_trainer.services.evidence.probe import probe_checkpoints
 from remote_gpu_trainer.services.evidence.read_only import seal_verified
 from remote_gpu_trainer.state.caches import FileKey
@@ -97,19 +97,22 @@ class VerifyResult:
     manifest_sha256: str | None = None
     marker: Path | None = None
     cells: tuple[CellOutcome, ...] = ()  # cells the box's wrapper recorded as failed or never started
+    adopted_run_id: str | None = None  # the manifest verified was adopted (docs/gate.md §2.1), naming this run id
 
 
 async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
                  progress: Callable[[VerifyStep], None] | None = None, *,
-                 probe_timeout: float | None = None) -> VerifyResult:
+                 probe_timeout: float | None = None, noted: Sequence[Problem] = ()) -> VerifyResult:
     """§5 in order; the marker is written only when every error list is empty.
 
-    `progress` receives each step (its text for a status line, its byte counts for a progress bar).
+    `progress` receives each step (its text for a status line, its byte counts for a progress bar). `noted`
+    are problems found before verification began (the box refused to let its manifest be adopted, §2.1):
+    errors like any other.
     """
     root = project.run_dir(run.id)
     report = progress or (lambda _: None)
     _remove_marker(root)
-    errors: list[Problem] = []
+    errors: list[Problem] = list(noted)
     manifest = _verify_manifest(root, run, db, errors)
     report(VerifyStep(f"manifest {MANIFEST_NAME} checked"))
     if manifest is None:
@@ -176,7 +179,7 @@ def _verify_manifest(root: Path, run: RunConfig, db: StateDB, errors: list[Probl
         errors.append(Problem("symlink", MANIFEST_NAME, "manifest is a symlink or not a regular file"))
         return None
     data = path.read_bytes()
-    manifest, problems = parse_manifest(data, roster=run.roster, run_id=run.id)
+    manifest, problems = parse_manifest(data, roster=run.roster, run_id=run.id, adopted=recorded_adoption(db, run.id))
     errors.extend(problems)
     recorded = db.recorded_manifest(run.id)
     if recorded is not None and recorded != sha256_bytes(data):
@@ -291,7 +294,8 @@ def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, 
                         config_sha256=config_sha256(run), config=run_config_record(run))
     return VerifyResult(ok=ok, errors=errors, files=files,
                         manifest_sha256=manifest.sha256 if manifest else None, marker=marker_path,
-                        cells=manifest.cells if manifest else ())
+                        cells=manifest.cells if manifest else (),
+                        adopted_run_id=manifest.adopted_run_id if manifest else None)
 
 
 def _file_statuses(manifest: Manifest | None, errors: list[Problem], per_file: dict[str, list[Problem]],
@@ -336,7 +340,7 @@ def checkpoint_statuses(project: ProjectConfig, run: RunConfig, db: StateDB) -> 
     the last verification, as long as the file's size and mtime are what that verification saw.
     """
     root = project.run_dir(run.id)
-    manifest = local_manifest(root, run)
+    manifest = local_manifest(root, run, recorded_adoption(db, run.id))
     record = db.last_verification(run.id)
     seen: dict[str, dict[str, Any]] = {}
     if record is not None and manifest is not None and record.get("manifest_sha256") == manifest.sha256:
