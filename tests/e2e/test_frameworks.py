@@ -80,6 +80,9 @@ def test_a_partial_framework_run_pulls_verifies_and_names_its_unfinished_cells(t
     assert gated["gate"]["open"] is True, gated["gate"]
     done = rgt_ok("down", "r1", "--confirm", "sim-box", cwd=root)
     assert "terminated, confirmed by the provider" in done
+    shown = rgt_ok("events", cwd=root)  # the plan the approval was given against names the unfinished cells
+    assert "Cells:     run r1: 2 of 3 cell(s) did not finish, as the box recorded: 2 failed (exit 1), 3 never " \
+           "started" in " ".join(shown.split("\n")).replace("│ ", ""), shown
 
 
 @pytest.fixture
