@@ -1,4 +1,4 @@
-"""The log pipeline on real frameworks' console output (tests/fixtures/logs/captured/README.md), written by a real
+"""The log pipeline on real frameworks' console output (the README of tests/fixtures/logs/captured/), written by a real
 job on the sim box and followed by the session's own monitor: the chart's x, the steps the progress bar gives,
 the ETA from a backlog read in bursts, and the rows the run raises (docs/log-signatures.md §3.3, §4)."""
 

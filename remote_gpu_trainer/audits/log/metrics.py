@@ -5,17 +5,15 @@ progress bar), nothing else. Per line the first parser that yields a number wins
 JSON line → Hugging Face dict → tqdm bar → Lightning rich bar → key=value with progress counters.
 
 Choices the spec leaves open, made here:
-- Every sample carries its line's own step and epoch, never another line's: a Hugging Face dict printed
-  beside a progress bar is not at the bar's step (the bar is drawn at its own rate, so it lags or leads the
-  dict). A dict line's step is its `step` key, else its epoch × steps per epoch when that is exact (§4.5),
-  else none: its epoch is its position. A line with a position but no metric (`Step 1200/50000`, a bar's
-  first `?it/s` frame) emits `step`/`epoch` samples, so a consumer that only stores samples can still follow
-  progress; lines with metrics do not repeat their position as samples (half the samples, and the parser's
-  cost is mostly building them). A derived step (HF dict lines) is never emitted as a `step` sample.
-- Lightning's rich bar, written to a file, wraps its metrics at 80 columns: an indented line of only
-  `key: value` pairs right after a bar line is the rest of that bar, at the bar's step.
-  When a line reveals the run's planned total (a tqdm total, `step 12/600`, Lightning epochs × batches),
-  a `total_steps` sample is emitted once per change, for the same reason (nan: no longer known).
+- Every sample carries its own line's step and epoch, never another line's (a Hugging Face dict beside a bar is
+  not at the bar's step: §4.5). A line with a position but no metric (`Step 1200/50000`, a bar's first `?it/s`
+  frame) emits `step`/`epoch` samples, so a consumer that only stores samples can still follow progress; lines
+  with metrics do not repeat their position as samples (half the samples, and the parser's cost is mostly
+  building them). A derived step (HF dict lines) is never emitted. When a line reveals the run's planned total
+  (a tqdm total, `step 12/600`, Lightning epochs × batches), a `total_steps` sample is emitted once per change,
+  for the same reason (nan: no longer known).
+- Lightning's rich bar in a file wraps at 80 columns: an indented line of only `key: value` pairs right after
+  a bar line is the rest of that bar, at its step.
 - Progress counters also accept `=` (`step=12/600`, the demo trainer's format).
 - Redraws are deduplicated by (epoch, n, total) and the postfix: Lightning adds `val_loss=` to the bar
   of a finished epoch without moving n.
@@ -60,8 +58,7 @@ KV = re.compile(r"(?<![\w./-])(?P<key>[A-Za-z_][\w./-]*+)\s*+[=:]\s*+(?P<val>" +
 PROGRESS = re.compile(r"(?=[EeSsIi])\b(?P<unit>[Ee]poch|[Ss]tep|[Ii]ter(?:ation)?)\b\s*[:=\[]?\s*(?P<cur>\d+)\s*"
                       r"(?:/|of)\s*(?P<total>\d+)")
 HF_PAIR = re.compile(r"'(?P<key>[^']+)':\s*'?(?P<val>" + NUM + r"|nan|[-+]?inf)'?(?=[,}])")
-# Hugging Face 5 prints every float as a string with 4 significant digits (`'epoch': '1.25'`, `f"{v:.4g}"`);
-# HF 4 printed the float itself (its repr: exact)
+# HF 5 prints every float as a string of 4 significant digits (`'epoch': '1.25'`); HF 4 the float itself (exact)
 HF_EPOCH = re.compile(r"'epoch':\s*(?P<quote>'?)(?P<val>" + NUM + r")'?(?=[,}])")
 HF_SIGNIFICANT = 4
 # the rest of a rich bar wrapped onto the next line: only `key: value` pairs, indented
@@ -386,9 +383,8 @@ class MetricParser:
         return _build(t, step, epoch, metrics, "hf", approx, stated_step=False)
 
     def _hf_step(self, line: str, epoch: float | None, training: bool) -> tuple[int | None, bool]:
-        """The spec's ways to a dict line's step: epoch × steps per epoch when exactly one whole step fits the
-        printed epoch (approximate in name only: it is derived), else the training line's index ×
-        logging_steps; (None, False) when neither is known."""
+        """The spec's ways to a dict line's step: epoch × steps per epoch when exactly one whole step fits the printed
+        epoch (marked approximate: derived), else the training line's index × logging_steps; else (None, False)."""
         per_epoch = self._steps_per_epoch()
         if epoch is not None and per_epoch:
             step = _step_of_epoch(line, epoch, per_epoch)
@@ -404,9 +400,7 @@ class MetricParser:
             return self.steps_per_epoch
         epochs = self.epochs or self._counted_epochs
         total = self._main_total if self._bar_offset == 0 else None
-        if epochs and total and total % epochs == 0:
-            return total // epochs
-        return None
+        return total // epochs if epochs and total and total % epochs == 0 else None
 
     def _tqdm(self, line: str, t: float) -> list[Sample] | None:
         match = TQDM.search(line)
@@ -476,9 +470,8 @@ class MetricParser:
         return _build(t, step, float(epoch), metrics, "rich", approx=True)
 
     def _rich_wrapped(self, line: str, t: float, bar: tuple[int, float]) -> list[Sample]:
-        """The metrics a rich bar wrapped onto the next line (a file is 80 columns to rich), at the bar's step;
-        a live terminal redraws them with every frame (realigned as the bar's width changes), so the same values
-        are read once."""
+        """The metrics a rich bar wrapped onto the next line (a file is 80 columns to rich), at the bar's step; a
+        terminal redraws them with every frame (realigned as the bar's width changes): the same values are read once."""
         metrics = _postfix_metrics(line)
         if not metrics or metrics == self._rich_rest:
             return []

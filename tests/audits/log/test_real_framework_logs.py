@@ -1,4 +1,4 @@
-"""Console output captured from the real frameworks (tests/fixtures/logs/captured/README.md: transformers 5.25,
+"""Console output captured from the real frameworks (the README of tests/fixtures/logs/captured/: transformers 5.25,
 pytorch-lightning 2.6.6, torch 2.13 CPU), read by the real line splitter, parser and detector
 (docs/log-signatures.md §1, §4): every number at its own line's position, the failure rows they must raise, and
 no false critical when torchrun stops the ranks that did not fail."""
