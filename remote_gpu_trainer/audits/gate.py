@@ -107,6 +107,7 @@ class GateInputs:
     manifest_built_at: datetime | None = None  # when the recorded manifest was built on the box
     liveness: str | None = None  # the job's state on the box now, when it was asked
     adopted_run_id: str | None = None  # the recorded manifest was adopted, naming this run id (docs/gate.md §2.1)
+    not_home: str | None = None  # why the local root is not a local copy (services/evidence/local_root.not_home)
 
     @property
     def adoption(self) -> Adoption | None:
@@ -146,6 +147,8 @@ def _evidence(inputs: GateInputs, reasons: list[str], warnings: list[str]) -> Ma
     """G1-G5 and the bindings, appending reasons; returns the marker when it parsed (G7 compares the
     approval with it)."""
     _job_finished(inputs, reasons)
+    if inputs.not_home is not None:  # a copy that is the box's own files, or on a mount of them, is not home
+        reasons.append(f"runs/{inputs.run_id} is not a local copy: {inputs.not_home}")
     marker = _g1_marker(inputs, reasons)
     manifest = _g2_binding(inputs, marker, reasons, warnings)
     if marker is not None:

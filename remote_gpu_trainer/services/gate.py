@@ -35,7 +35,13 @@ from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig, run_config_from_record
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
-from remote_gpu_trainer.services.evidence.local_root import hash_with_cache_sync, recorded_links, walk_local_root
+from remote_gpu_trainer.services.evidence.local_root import (
+    box_folders,
+    hash_with_cache_sync,
+    not_home,
+    recorded_links,
+    walk_local_root,
+)
 from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, recorded_adoption, remote_manifest
 from remote_gpu_trainer.services.liveness import run_state_of
 from remote_gpu_trainer.state.db import StateDB
@@ -168,7 +174,7 @@ def gather_gate_inputs(project: ProjectConfig, run: RunConfig, db: StateDB, inst
         remote_checked=remote is not None and remote.reachable,
         verification=seen, config_sha256=config_sha256(run),
         launched_at=launches[-1].at if launches else None, manifest_built_at=db.manifest_built_at(run.id),
-        liveness=liveness,
+        liveness=liveness, not_home=not_home(project.root, run.id, box_folders(project, run)),
     )
 
 

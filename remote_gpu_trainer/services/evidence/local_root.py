@@ -12,15 +12,82 @@ import asyncio
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, Manifest, ManifestLink
+from remote_gpu_trainer.config import ProjectConfig, RunConfig
 from remote_gpu_trainer.state.caches import FileKey
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import escape_control
 
 CHUNK = 4 << 20  # bytes read (and streamed) at a time
+
+
+# File systems that are another machine's disk seen from here: a "copy" on one is the box's files, not a copy.
+REMOTE_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "sshfs", "9p", "afs", "ceph",
+                       "fuse.rclone", "fuse.s3fs", "fuse.gcsfuse", "davfs", "fuse.davfs"})
+
+
+def not_home(project_root: Path, run_id: str, box_roots: Iterable[Path] = ()) -> str | None:
+    """Why `runs/<run_id>` is not a copy on this machine, or None (docs/gate.md §5): `runs/` or the run's folder
+    is a symlink; it resolves inside a box's own folder (`box_roots`: the result roots of boxes whose disk is a
+    folder here, the sim and local boxes, and the sim disks under .rgt/sim), a bind mount included (same inode);
+    or it lives on a network file system (NFS, SMB, sshfs, other FUSE remotes), which is the box's disk seen
+    from here. Home is where the results survive the box: nothing else may hold the marker."""
+    runs = project_root / "runs"
+    local = runs / run_id
+    for path in (runs, local):
+        if path.is_symlink():
+            return f"{path.relative_to(project_root)} is a symlink (to {os.readlink(path)}): make it a real folder"
+    if not local.exists():
+        return None
+    real = local.resolve()
+    for box in (*box_roots, project_root / ".rgt" / "sim"):
+        try:
+            inside = real == box.resolve() or box.resolve() in real.parents
+            if inside or (box.exists() and os.path.samefile(local, box)):
+                return f"it is the box's own folder {box} (a copy must survive the box)"
+        except OSError:
+            continue
+    fstype = filesystem_type(real)
+    if fstype is not None and (fstype in REMOTE_FS or fstype.startswith("fuse.sshfs")):
+        return f"it is on a {fstype} file system, another machine's disk seen from here"
+    return None
+
+
+def box_folders(project: ProjectConfig, run: RunConfig) -> list[Path]:
+    """The run's result root where the box's disk is a folder of this machine: a `local` box's path, a sim box's
+    folder under .rgt/sim (`samefile` against it catches a bind mount). An SSH box's paths name another machine."""
+    instance = project.instances.get(run.instance)
+    if instance is None:
+        return []
+    if instance.provider == "local":
+        return [Path(run.remote_root)]
+    if instance.provider == "sim":
+        return [project.root / ".rgt" / "sim" / run.instance / run.remote_root.lstrip("/")]
+    return []
+
+
+def filesystem_type(path: Path, mounts: str | None = None) -> str | None:
+    """The type of the file system holding `path`, from the mount table (`mounts`, else /proc/self/mounts: the
+    longest mount point that contains it); None where the kernel does not say (not Linux)."""
+    try:
+        text_of_table = mounts if mounts is not None else Path("/proc/self/mounts").read_text(
+            encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = text_of_table.splitlines()
+    best: tuple[int, str] | None = None
+    text = str(path)
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (text == point or text.startswith(point.rstrip("/") + "/")) and (best is None or len(point) > best[0]):
+            best = (len(point), fields[2])
+    return best[1] if best else None
 
 
 def walk_local_root(root: Path) -> Iterator[tuple[str, os.stat_result]]:

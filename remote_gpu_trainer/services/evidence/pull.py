@@ -33,7 +33,7 @@ from remote_gpu_trainer.errors import HostKeyChanged, RgtError, TransportError, 
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none, remove_if_present
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.services.evidence import pull_batches
-from remote_gpu_trainer.services.evidence.local_root import CHUNK, recreate_links
+from remote_gpu_trainer.services.evidence.local_root import CHUNK, box_folders, not_home, recreate_links
 from remote_gpu_trainer.services.evidence.manifest import (
     acceptable_manifest,
     build_manifest,
@@ -112,6 +112,9 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
     file costs round trips, small files travel in batches (pull_batches.py); any of them a batch
     did not bring back clean goes down the per-file path like the rest."""
     root = project.run_dir(run.id)
+    elsewhere = not_home(project.root, run.id, box_folders(project, run))
+    if elsewhere is not None:  # docs/gate.md §5: a "copy" that is the box's own files is no copy
+        raise VerbFailed(f"runs/{run.id} is not a local copy: {elsewhere}")
     root.mkdir(parents=True, exist_ok=True)
     recorded = db.recorded_manifest(run.id) or await build_manifest(transport, run, db)
     manifest = await _manifest_for_pull(root, run, transport, recorded, recorded_adoption(db, run.id))

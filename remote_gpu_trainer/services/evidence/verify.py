@@ -40,7 +40,13 @@ from remote_gpu_trainer.config import ProjectConfig, RunConfig, run_config_recor
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none
 from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
-from remote_gpu_trainer.services.evidence.local_root import hash_fresh, recorded_links, walk_local_root
+from remote_gpu_trainer.services.evidence.local_root import (
+    box_folders,
+    hash_fresh,
+    not_home,
+    recorded_links,
+    walk_local_root,
+)
 from remote_gpu_trainer.services.evidence.manifest import local_manifest, recorded_adoption
 from remote_gpu_trainer.services.evidence.probe import probe_checkpoints
 from remote_gpu_trainer.services.evidence.read_only import seal_verified
@@ -111,6 +117,10 @@ async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
     """
     root = project.run_dir(run.id)
     report = progress or (lambda _: None)
+    elsewhere = not_home(project.root, run.id, box_folders(project, run))
+    if elsewhere is not None:  # docs/gate.md §5: never a marker in the box's own files
+        problem = Problem("not_home", f"runs/{run.id}", f"not a local copy: {elsewhere}")
+        return _finish(root, run, db, None, [*noted, problem], {}, {}, [])
     _remove_marker(root)
     errors: list[Problem] = list(noted)
     manifest = _verify_manifest(root, run, db, errors)
