@@ -56,7 +56,9 @@ def _local_target(root: Path, path: str) -> tuple[Path | None, Problem | None]:
 
 def local_side(root: Path, path: str, db: StateDB, size: int, sha256: str) -> tuple[Path, bool]:
     """Where the entry lands, and whether the local copy already holds the manifest's bytes. A copy
-    with other bytes (damaged or edited here) loses its `.part` too: it is fetched whole again."""
+    with other bytes (damaged or edited here) loses its `.part` too: it is fetched whole again. So does a copy
+    that is already right: a `.part` left beside it (a pull interrupted after the rename, or a copy put back by
+    hand) is rgt's own leftover, and verification would otherwise ask for another pull forever."""
     target, problem = _local_target(root, path)
     if problem is not None:
         raise Refused(problem)
@@ -64,10 +66,9 @@ def local_side(root: Path, path: str, db: StateDB, size: int, sha256: str) -> tu
     info = lstat_or_none(target)
     if info is None or not stat.S_ISREG(info.st_mode) or info.st_size != size:
         return target, False
-    if hash_with_cache_sync(db, target) == sha256:
-        return target, True
+    present = hash_with_cache_sync(db, target) == sha256
     remove_if_present(target.with_name(target.name + ".part"))
-    return target, False
+    return target, present
 
 
 def open_part(part: Path, size: int) -> tuple[int, int, Any]:

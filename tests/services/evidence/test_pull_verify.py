@@ -258,6 +258,21 @@ async def test_an_interrupted_pull_resumes_and_verifies(env: Env) -> None:
     assert (await verify(env.project, env.run, env.db)).ok
 
 
+async def test_a_stale_part_beside_a_correct_copy_is_cleared_by_the_next_pull(env: Env) -> None:
+    """A pull killed after its rename (or a copy put back by hand) leaves `x.part` beside a correct `x`: verify
+    asks for a pull, and the pull, finding `x` right, clears the leftover instead of saying "already here"
+    forever (issue 24's evidence path)."""
+    await pull(env.project, env.run, env.transport, env.db)
+    part = env.local / "seed1" / "best.pth.part"
+    part.write_bytes((env.local / "seed1" / "best.pth").read_bytes()[:300])
+    early = await verify(env.project, env.run, env.db)
+    assert ("incomplete_part", "seed1/best.pth.part") in {(p.code, p.path) for p in early.errors}
+    again = await pull(env.project, env.run, env.transport, env.db)
+    assert again.ok and again.fetched == [] and "seed1/best.pth" in again.present
+    assert not part.exists()
+    assert (await verify(env.project, env.run, env.db)).ok
+
+
 async def test_a_corrupt_or_oversized_part_is_fetched_again(env: Env) -> None:
     await pull(env.project, env.run, env.transport, env.db)
     for name, make in (("best.pth", lambda data: bytes([data[0] ^ 1]) + data[1:600]),
