@@ -14,7 +14,6 @@ import hashlib
 import json
 import math
 import re
-import subprocess
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -24,6 +23,7 @@ import pytest
 
 from support.frameworks import FRAMEWORKS, Framework, figure_spec, framework_project, rgt_ok, table_spec
 from support.helpers import run_rgt
+from support.mounts import tmpfs
 from support.sshd_fixtures import Sshd
 
 
@@ -90,14 +90,8 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 700 KiB tmpfs: the first HF checkpoint (about 400 KiB) fits, the second does not."""
     mount = tmp_path / "box"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=700k", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs (needs root, as in .ci/run): {done.stderr}")
-    try:
+    with tmpfs(mount, "700k"):
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def test_a_disk_that_fills_mid_run_names_the_disk_and_no_false_crash(tmp_path: Path, tiny_disk: Path) -> None:

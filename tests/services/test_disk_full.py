@@ -4,7 +4,6 @@ anywhere (no manifest, no temp file on the box, nothing recorded or pulled here)
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.services.session import Session
 from support.helpers import FIXTURES, write_project
 from support.helpers import fill_disk as fill
+from support.mounts import tmpfs
 
 RUN = "r1"
 
@@ -23,14 +23,8 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
     """A 256 KiB tmpfs: a real filesystem that really runs out of space (tests and CI run as root)."""
     mount = tmp_path / "box"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs for the disk-full test (needs root, as in .ci/run): {done.stderr}")
-    try:
+    with tmpfs(mount, "256k"):
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 

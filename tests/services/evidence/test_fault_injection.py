@@ -45,6 +45,7 @@ from support.gate_helpers import (
 )
 from support.helpers import FIXTURES, INSTANCE, RUN, wait_for_liveness
 from support.helpers import fill_disk as fill
+from support.mounts import tmpfs
 from support.sshd_fixtures import Sshd
 
 BIG = 768 << 20  # large enough that pulling and hashing it takes a visible while
@@ -447,14 +448,8 @@ def small_runs(tmp_path: Path) -> Iterator[Path]:
     """The project's runs/ folder on a real 4 MiB tmpfs (tests and CI run as root)."""
     runs = tmp_path / "proj" / "runs"
     runs.mkdir(parents=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(runs)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.fail(f"cannot mount a tmpfs for the disk-full tests (needs root, as in .ci/run): {done.stderr}")
-    try:
+    with tmpfs(runs, "4m"):
         yield runs
-    finally:
-        subprocess.run(["umount", "-l", str(runs)], check=False)
 
 
 

@@ -15,6 +15,7 @@ from remote_gpu_trainer.errors import GateRefused, VerbFailed
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.session import Session
 from support.helpers import INSTANCE, RUN, launched_and_finished, run_rgt, write_project
+from support.mounts import mounted
 
 
 @pytest.fixture
@@ -93,13 +94,8 @@ def bind_mounted(finished: Path) -> Iterator[Path]:
     """runs/r1 as a bind mount of the box's result root (CI runs as root)."""
     target = finished / "runs" / RUN
     target.mkdir(parents=True)
-    done = subprocess.run(["mount", "--bind", str(box_root(finished)), str(target)], capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.fail(f"cannot bind-mount (needs root, as in .ci/run): {done.stderr}")
-    try:
+    with mounted(target, "--bind", str(box_root(finished))):
         yield finished
-    finally:
-        subprocess.run(["umount", "-l", str(target)], check=False)
 
 
 async def test_a_bind_mount_of_the_boxs_folder_is_not_home(bind_mounted: Path) -> None:
