@@ -47,9 +47,11 @@ class TeardownScreen(ModalScreen[str | None]):
 
     def on_key(self, event: events.Key) -> None:
         """Typing goes into the id field wherever the focus is (it starts on Cancel, so Enter alone never
-        confirms): the approval is what was typed, and only a matching id enables the action."""
-        field = self.query_one("#confirm-id", Input)
-        if not field.has_focus and event.is_printable and event.character:
+        confirms): the approval is what was typed, and only a matching id enables the action. A key that
+        arrives before the dialog is composed is left alone rather than crashing the app."""
+        fields = self.query("#confirm-id").results(Input)
+        field = next(fields, None)
+        if field is not None and not field.has_focus and event.is_printable and event.character:
             field.focus()
             field.insert_text_at_cursor(event.character)
             event.stop()

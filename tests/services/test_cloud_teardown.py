@@ -414,6 +414,7 @@ async def test_a_stop_that_wipes_the_container_needs_the_gate_and_the_typed_id_i
             assert dashboard(app).check_action("stop", ()) is True
             await pilot.press("s")
             await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+            await wait_until(pilot, lambda: bool(app.screen.query("#confirm-id")))  # composed: keys reach the field
             modal = app.screen
             assert isinstance(modal, TeardownScreen) and modal.plan.gated and not modal.plan.irreversible
             assert "reversible, storage keeps billing" in str(modal.query_one("#teardown-dialog").border_title)
@@ -425,6 +426,7 @@ async def test_a_stop_that_wipes_the_container_needs_the_gate_and_the_typed_id_i
 
             await pilot.press("s")
             await wait_until(pilot, lambda: isinstance(app.screen, TeardownScreen))
+            await wait_until(pilot, lambda: bool(app.screen.query("#confirm-id")))
             field = app.screen.query_one("#confirm-id", Input)
             await pilot.press(*POD)
             await wait_until(pilot, lambda: field.value == POD)
