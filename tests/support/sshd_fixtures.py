@@ -77,6 +77,11 @@ class Sshd:
     def config(self) -> Path:
         return self.root / "sshd_config"
 
+    @property
+    def home(self) -> Path:
+        """The login's HOME on this box (sshd's SetEnv), not the real /root."""
+        return self.root / "home"
+
     def host_public_key(self) -> asyncssh.SSHKey:
         return asyncssh.read_public_key(str(self.host_key) + ".pub")
 
@@ -92,6 +97,7 @@ class Sshd:
         return self.log_text().count("Accepted publickey")
 
     def start(self) -> None:
+        self.home.mkdir(exist_ok=True)
         _write_config(self)
         checked = subprocess.run([str(SSHD), "-t", "-f", str(self.config)], capture_output=True, text=True)
         if checked.returncode != 0:
@@ -141,6 +147,9 @@ def _write_config(server: Sshd) -> None:
         "StrictModes no\n"
         "PermitRootLogin prohibit-password\n"
         "Subsystem sftp internal-sftp\n"
+        # each box has a home of its own, as separate machines do: the box's ledger (~/.rgt-ledger,
+        # docs/gate.md §7.2) of one test's box never holds another test's runs
+        f"SetEnv HOME={server.home}\n"
         "LogLevel VERBOSE\n", encoding="utf-8")
 
 
@@ -193,9 +202,10 @@ async def session_pid(transport: SSHTransport) -> int:
     return int(result.text.strip())
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    """One sshd shared by the whole session (read-mostly tests)."""
+    """One sshd per test (about 20 ms to start): one box per test, with a home of its own, so what one test
+    leaves on a box (its ledger, docs/gate.md §7.2) is never another test's box."""
     server = start_sshd(tmp_path_factory.mktemp("sshd"))
     yield server
     server.stop()

@@ -61,6 +61,10 @@ class NoSFTP(TransportError):
 
 # -- the transport -----------------------------------------------------------------------------------------
 
+REFUSED_RETRIES = 10  # a channel refused on a live connection: asked again up to this many times
+REFUSED_DELAY_S = 0.02  # times the attempt: 1.1 s in all before the refusal is reported
+
+
 class SSHTransport(Transport):
     """The Transport protocol on a box reached over SSH (docs/architecture.md §3.3). Remote paths are the box's own
     paths: `resolve` is the identity."""
@@ -163,16 +167,24 @@ class SSHTransport(Transport):
     async def _start(self, command: str, timeout: float) -> tuple[asyncssh.SSHClientConnection,
                                                                    asyncssh.SSHClientProcess[bytes]]:
         """Open a session channel. If the connection turns out to be dead, nothing ran, so one more try on
-        a fresh connection is safe; a live server refusing the channel (MaxSessions) is reported as is."""
-        for attempt in (0, 1):
+        a fresh connection is safe. A live server refusing the channel is asked again a few times: sshd
+        frees a closed session's slot a moment after the client saw it close, so a fast box at its
+        MaxSessions refuses briefly (REFUSED_RETRIES); a refusal that lasts is reported as is."""
+        attempt, refused = 0, 0
+        while True:
             conn = await self._connection()
             try:
                 return conn, await asyncio.wait_for(conn.create_process(command, encoding=None), timeout)
             except asyncssh.ChannelOpenError as exc:
                 if not conn.is_closed():
-                    raise TransportError(f"{self.target}: the server refused a channel: {exc.reason}") from None
+                    refused += 1
+                    if refused > REFUSED_RETRIES:
+                        raise TransportError(f"{self.target}: the server refused a channel: {exc.reason}") from None
+                    await asyncio.sleep(REFUSED_DELAY_S * refused)
+                    continue
                 self._lost(conn)
-                if attempt:
+                attempt += 1
+                if attempt > 1:
                     raise TransportError(f"{self.target}: cannot open a channel: {exc.reason}") from None
             except TimeoutError:
                 self._lost(conn)
@@ -181,7 +193,6 @@ class SSHTransport(Transport):
             except (OSError, asyncssh.Error) as exc:
                 self._lost(conn)
                 raise TransportError(f"{self.target}: cannot start a command: {_reason(exc)}") from None
-        raise AssertionError("unreachable")
 
     async def _kill_group(self, conn: asyncssh.SSHClientConnection, process: asyncssh.SSHClientProcess[bytes],
                           err: bytearray) -> None:
