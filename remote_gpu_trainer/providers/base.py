@@ -18,11 +18,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.errors import TransportError
+from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.profiles import Profile
     from remote_gpu_trainer.providers.cloud.types import TeardownOutcome
     from remote_gpu_trainer.providers.slurm.commands import SlurmJob
+
+# What a command may print before it is stopped (docs/pull.md, "Bounded output"): the largest clean answer is a
+# batch of small files (16 MiB, services/evidence/pull_batches.py); a box that prints more is flooding, and
+# holding all of it once made `rgt pull` a 1.25 GB process. A caller that needs more passes a larger cap.
+STDOUT_CAP = 64 << 20
+STDERR_CAP = 4 << 20
 
 INSTANCE_STATES = ("pending", "running", "stopping", "stopped", "terminating", "terminated", "unknown")
 PRICE_SOURCES = ("api", "profile", "user", "none")
@@ -41,6 +49,26 @@ class CommandResult:
     @property
     def error_text(self) -> str:
         return self.stderr.decode("utf-8", errors="replace")
+
+
+class OutputCapped(TransportError):
+    """A command printed more than its cap on one stream: it was stopped there (process group killed, channel
+    closed) and nothing it printed is returned, since a cut answer must never be parsed as a whole one."""
+
+    def __init__(self, where: str, command: str, stream: str, cap: int) -> None:
+        super().__init__(f"{where}: `{command_label(command)}` printed more than {cap:,} bytes on {stream} "
+                         "(the cap): stopped there, its process group killed")
+        self.stream = stream
+        self.cap = cap
+
+
+def command_label(command: str) -> str:
+    """A command named in an error by its first two words (never its whole text: arguments are not for
+    messages), with control characters escaped."""
+    words = command.split()[:2]
+    label = " ".join(words)
+    label = label if len(label) <= 60 else label[:57] + "..."
+    return escape_control(label)
 
 
 @dataclass(frozen=True)
@@ -71,13 +99,20 @@ class Transport(Protocol):
     # Each file fetched on its own costs network round trips (SSH): the pull sends small files in
     # batches through one command instead (services/pull_batches.py). False for a local disk.
     batches_small_files: bool
+    # The login's home on a simulated box (its disk is a folder here, so $HOME would name this machine's);
+    # None: the box is asked (the box's ledger lives there, services/box_ledger.py).
+    fixed_home: str | None
 
     def resolve(self, remote: str) -> str:
         """The path as processes on the far side see it (identity everywhere but a simulated disk)."""
         ...
 
     async def run(self, command: str, *, stdin: bytes | None = None, cwd: str | None = None,
-                  timeout: float = 30.0) -> CommandResult: ...
+                  timeout: float = 30.0, stdout_cap: int = STDOUT_CAP,
+                  stderr_cap: int = STDERR_CAP) -> CommandResult:
+        """`bash -c command` on the far side. Each stream is kept up to its cap; a command that prints
+        more is stopped at once and OutputCapped raised, so memory never grows past the caps."""
+        ...
 
     async def launch_detached(self, script: str, ctl_dir: str) -> int:
         """Start `script` (bash) in its own session, stdin from /dev/null; returns the wrapper pid."""

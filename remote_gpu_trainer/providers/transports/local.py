@@ -7,6 +7,7 @@ which is how the `sim` provider behaves like a rented machine without leaving th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import signal
@@ -16,10 +17,20 @@ from pathlib import Path
 
 from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.fsutil import atomic_write
-from remote_gpu_trainer.providers.base import CommandResult, RemoteStat, Transport
+from remote_gpu_trainer.providers.base import (
+    STDERR_CAP,
+    STDOUT_CAP,
+    CommandResult,
+    OutputCapped,
+    RemoteStat,
+    Transport,
+)
+from remote_gpu_trainer.providers.transports.capped import PIECE, Flooded, all_or_first_error, drain_capped
 from remote_gpu_trainer.providers.transports.detach import launch_with_setsid
 
 HASH_CHUNK = 4 << 20
+STOP_WAIT_S = 10.0  # how long a killed command's pipes are drained before it is left to the kernel
+SIM_HOME = "/root"  # a simulated box logs in as root, like most rented boxes
 
 
 class LocalTransport(Transport):
@@ -27,6 +38,7 @@ class LocalTransport(Transport):
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root
+        self.fixed_home = SIM_HOME if root is not None else None
 
     def resolve(self, remote: str) -> str:
         if self.root is None:
@@ -46,7 +58,11 @@ class LocalTransport(Transport):
             raise TransportError(f"instance disk {self.root} is gone: the instance is not reachable")
 
     async def run(self, command: str, *, stdin: bytes | None = None, cwd: str | None = None,
-                  timeout: float = 30.0) -> CommandResult:
+                  timeout: float = 30.0, stdout_cap: int = STDOUT_CAP,
+                  stderr_cap: int = STDERR_CAP) -> CommandResult:
+        """`bash -c command` in its own process group. Output is kept up to the caps (docs/pull.md,
+        "Bounded output"): past one, the whole group is killed and OutputCapped raised, as on a timeout
+        or a cancel, so neither a flood nor a hang outlives the call."""
         self._ensure_alive()
         workdir = self.resolve(cwd) if cwd else None
         process = await asyncio.create_subprocess_exec(
@@ -55,14 +71,17 @@ class LocalTransport(Transport):
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             cwd=workdir, start_new_session=True,
         )
+        out, err = bytearray(), bytearray()
         try:
-            out, err = await asyncio.wait_for(process.communicate(stdin), timeout)
+            await asyncio.wait_for(_exchange(process, stdin, (out, stdout_cap), (err, stderr_cap)), timeout)
+        except Flooded as flood:
+            await _stop(process)
+            raise OutputCapped(str(self.root or "localhost"), command, flood.stream, flood.cap) from None
         except (TimeoutError, asyncio.CancelledError):
-            _kill_group(process.pid)
-            await process.wait()
+            await _stop(process)
             raise
         assert process.returncode is not None
-        return CommandResult(process.returncode, out, err)
+        return CommandResult(process.returncode, bytes(out), bytes(err))
 
     async def launch_detached(self, script: str, ctl_dir: str) -> int:
         return await launch_with_setsid(self, script, ctl_dir)
@@ -140,6 +159,43 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+async def _exchange(process: asyncio.subprocess.Process, stdin: bytes | None,
+                    out: tuple[bytearray, int], err: tuple[bytearray, int]) -> None:
+    """Feed stdin and drain both outputs (each up to its cap) at once, then wait for the exit status."""
+    assert process.stdout is not None and process.stderr is not None
+
+    async def feed() -> None:
+        if process.stdin is None:
+            return
+        try:  # the command may exit without reading its stdin
+            if stdin:
+                process.stdin.write(stdin)
+                await process.stdin.drain()
+            process.stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    await all_or_first_error(feed(), drain_capped(process.stdout.read, *out, "stdout"),
+                             drain_capped(process.stderr.read, *err, "stderr"))
+    await process.wait()
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """Kill the command's whole process group (it runs in its own session) and reap it. asyncio reaps a
+    process only once its pipes reach their end, so what is left in them is read and dropped; a pipe some
+    escaped descendant still holds open is given up on after STOP_WAIT_S, never waited on for ever."""
+    _kill_group(process.pid)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(_discard_rest(process), STOP_WAIT_S)
+
+
+async def _discard_rest(process: asyncio.subprocess.Process) -> None:
+    async def discard(reader: asyncio.StreamReader | None) -> None:
+        while reader is not None and await reader.read(PIECE):
+            pass
+
+    await asyncio.gather(discard(process.stdout), discard(process.stderr))
+    await process.wait()
 
 
 def _kill_group(pid: int) -> None:

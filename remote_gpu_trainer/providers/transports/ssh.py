@@ -27,7 +27,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 from remote_gpu_trainer.errors import TransportError
-from remote_gpu_trainer.providers.base import CommandResult, RemoteStat, Transport
+from remote_gpu_trainer.providers.base import (
+    STDERR_CAP,
+    STDOUT_CAP,
+    CommandResult,
+    OutputCapped,
+    RemoteStat,
+    Transport,
+)
+from remote_gpu_trainer.providers.transports.capped import Flooded, all_or_first_error, drain_capped
 from remote_gpu_trainer.providers.transports.detach import launch_with_setsid
 from remote_gpu_trainer.providers.transports.quiet_asyncssh import asyncssh
 from remote_gpu_trainer.providers.transports.ssh_pool import (
@@ -70,6 +78,7 @@ class SSHTransport(Transport):
     paths: `resolve` is the identity."""
 
     batches_small_files = True  # four SFTP requests per file: small files go in batches through one command
+    fixed_home = None  # a real box: its home is what its login says
 
     def __init__(self, target: str, settings: SSHSettings, pool: SSHPool | None = None) -> None:
         self.target = Target.parse(target)
@@ -135,16 +144,22 @@ class SSHTransport(Transport):
     # -- commands -----------------------------------------------------------------------------------------
 
     async def run(self, command: str, *, stdin: bytes | None = None, cwd: str | None = None,
-                  timeout: float = 30.0) -> CommandResult:
+                  timeout: float = 30.0, stdout_cap: int = STDOUT_CAP,
+                  stderr_cap: int = STDERR_CAP) -> CommandResult:
         """`bash -c command` on the box, like LocalTransport.run: exit status (negative signal number when
         killed by one), stdout and stderr. On timeout or cancel the remote process group is killed and
         TimeoutError (or the cancel) propagates; a connection lost mid-command is a TransportError, since
-        the outcome is unknown, and the command is never re-sent."""
+        the outcome is unknown, and the command is never re-sent. Output past a cap (docs/pull.md,
+        "Bounded output") closes the channel, kills the group and raises OutputCapped: what asyncssh holds
+        meanwhile is bounded by the channel window (ssh_pool.WINDOW)."""
         async with self._link().sessions:
             conn, process = await self._start(_wrap(command, cwd), timeout)
             out, err = bytearray(), bytearray()
             try:
-                await asyncio.wait_for(_exchange(process, stdin, out, err), timeout)
+                await asyncio.wait_for(_exchange(process, stdin, (out, stdout_cap), (err, stderr_cap)), timeout)
+            except Flooded as flood:
+                await self._kill_group(conn, process, err)
+                raise OutputCapped(str(self.target), command, flood.stream, flood.cap) from None
             except TimeoutError:
                 await self._kill_group(conn, process, err)
                 raise TimeoutError(f"{self.target}: command still running after {timeout:g} s: its process "
@@ -403,10 +418,11 @@ class _ReadAhead:
             await asyncio.wait_for(asyncio.gather(*reads, return_exceptions=True), CLOSE_TIMEOUT_S)
 
 
-async def _exchange(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | None, out: bytearray,
-                    err: bytearray) -> None:
-    """Feed stdin and drain both outputs concurrently (either side may block on a full window), then
-    wait for the exit status. Output lands in `out`/`err` as it arrives, so a timeout still sees the pid."""
+async def _exchange(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | None, out: tuple[bytearray, int],
+                    err: tuple[bytearray, int]) -> None:
+    """Feed stdin and drain both outputs concurrently (either side may block on a full window), each up to
+    its cap, then wait for the exit status. Output lands in the buffers as it arrives, so a timeout still
+    sees the pid. The prelude's pid line counts against stderr's cap (it is a few bytes)."""
     async def feed() -> None:
         with contextlib.suppress(OSError, asyncssh.Error):  # the command may exit without reading stdin
             if stdin:
@@ -414,11 +430,8 @@ async def _exchange(process: asyncssh.SSHClientProcess[bytes], stdin: bytes | No
                 await process.stdin.drain()
             process.stdin.write_eof()
 
-    async def drain(reader: asyncssh.SSHReader[bytes], sink: bytearray) -> None:
-        while chunk := await reader.read(1 << 16):
-            sink += chunk
-
-    await asyncio.gather(feed(), drain(process.stdout, out), drain(process.stderr, err))
+    await all_or_first_error(feed(), drain_capped(process.stdout.read, *out, "stdout"),
+                             drain_capped(process.stderr.read, *err, "stderr"))
     await process.wait_closed()
 
 
