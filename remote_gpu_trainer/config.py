@@ -335,12 +335,16 @@ class _ProjectReader:
     def _same_provider_id(self, instances: dict[str, InstanceConfig]) -> None:
         """Two entries with one provider and one provider id are one physical box: each would get its own
         gate, so tearing down through one could destroy results the other's runs never pulled. SSH and Slurm
-        hosts are compared once ssh config has resolved them, when the project is opened (providers/box_identity.py)."""
+        hosts are compared once ssh config has resolved them, when the project is opened (providers/box_identity.py).
+        Ids differing only in case or in a number's leading zeros count as one box (added 2026-12-06): refusing
+        them is safe, as no provider hands out two ids that differ only so. One provider is one account here
+        (its key comes from one place), so provider and id name one box whatever `api_base` says."""
         seen: dict[tuple[str, str], str] = {}
         for name, instance in instances.items():
             if instance.id is None:
                 continue
-            key = (instance.provider, instance.id.strip())
+            ident = instance.id.strip().casefold()
+            key = (instance.provider, str(int(ident)) if ident.isdigit() else ident)
             first = seen.setdefault(key, name)
             if first != name:
                 line = self.lines.line_of(("instances", first), None)

@@ -77,10 +77,13 @@ async def trust_host_key(session: Session, name: str, fingerprint: str, actor: s
     if fingerprint.strip() != presented.fingerprint_sha256:
         raise RgtError(f"instances.{name}: the host presents {presented.fingerprint_sha256}, not "
                        f"{fingerprint.strip()}: nothing was trusted")
+    from remote_gpu_trainer.providers.box_identity import refuse_second_name
     from remote_gpu_trainer.providers.transports.ssh_hostkeys import (
         accept_host_key,  # asyncssh only when a host key is trusted
     )
 
+    # a key another entry is trusted with is that entry's box: one gate per box (docs/gate.md §7 item 6)
+    await refuse_second_name(session.project, name, presented.fingerprint_sha256)
     receipt = accept_host_key(presented.known_hosts_file, presented.host, presented.port, presented.key,
                               instance_id=session.provider(name).provider_id(session.instance(name)),
                               now=session.clock())

@@ -215,6 +215,7 @@ async def launch_run(session: Session, run_id: str, actor: str = "user", *, resu
     checked preemption and auto_resume) relaunches on the results already there."""
     # liveness.py reads this module's control-file layout, so its names are imported here, not at the top
     from remote_gpu_trainer.audits.liveness import Liveness
+    from remote_gpu_trainer.providers.box_identity import refuse_second_name
     from remote_gpu_trainer.services import recovery
     from remote_gpu_trainer.services.gate import session_box_key
     from remote_gpu_trainer.services.liveness import run_state
@@ -233,6 +234,8 @@ async def launch_run(session: Session, run_id: str, actor: str = "user", *, resu
     if stale is not None:
         stale.close()
     provider = session.provider(run.instance)
+    # a key trusted since the project was opened may show this entry to be another's box (docs/gate.md §7)
+    await refuse_second_name(session.project, run.instance)
     detail = await launch(session.project, run, await session.remote(run.instance), session.db, session.clock,
                           actor=actor, method="sbatch" if primitive == "sbatch" else "setsid",
                           batch=provider if isinstance(provider, BatchJobs) else None,

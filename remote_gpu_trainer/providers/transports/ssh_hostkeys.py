@@ -23,7 +23,8 @@ from remote_gpu_trainer.errors import HostKeyChanged, TransportError
 from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.providers.transports.quiet_asyncssh import asyncssh
 
-__all__ = ["HostKeyMismatch", "HostKeyPolicy", "HostKeyUnknown", "accept_host_key", "host_port", "known_hosts_pattern"]
+__all__ = ["HostKeyMismatch", "HostKeyPolicy", "HostKeyUnknown", "accept_host_key", "host_port", "known_hosts_pattern",
+           "trusted_fingerprints"]
 
 DEFAULT_PORT = 22
 
@@ -143,6 +144,17 @@ class HostKeyPolicy:
     @property
     def last(self) -> _Lookup | None:
         return self.lookups[-1] if self.lookups else None
+
+
+def trusted_fingerprints(known_hosts_file: Path, user_known_hosts: Sequence[Path], host: str,
+                         port: int) -> frozenset[str]:
+    """SHA-256 fingerprints of the keys a connection to host:port would accept, chosen as HostKeyPolicy
+    chooses them (the user's files when they list the host at all, else rgt's). With strict checking no
+    other key can answer there, so these name the box the entry reaches (docs/gate.md §7 item 6)."""
+    result = _match_known_hosts([path.expanduser() for path in user_known_hosts], host, port)
+    if not (result[0] or result[1]):
+        result = _match_known_hosts([known_hosts_file], host, port)
+    return frozenset(key.get_fingerprint("sha256") for key in result[0])
 
 
 def _match_known_hosts(paths: Sequence[Path], host: str, port: int | None) -> tuple[Sequence[Any], ...]:

@@ -215,6 +215,7 @@ class Resolved:
     port: int
     user: str
     jump: str | None
+    proxied: bool = False  # a ProxyJump or ProxyCommand: `host` is looked up at the far end, not here
 
 
 async def open_connection(target: Target, settings: SSHSettings) -> asyncssh.SSHClientConnection:
@@ -243,7 +244,8 @@ async def resolve_target(target: Target, settings: SSHSettings) -> Resolved:
     except (OSError, ValueError, asyncssh.Error) as exc:
         raise ConfigError(f"{target}: cannot read the ssh config: {exc}") from None
     jump = options.tunnel if isinstance(options.tunnel, str) and options.tunnel.lower() != "none" else None
-    return Resolved(options.host, options.port, options.username, jump)
+    return Resolved(options.host, options.port, options.username, jump,
+                    bool(jump) or bool(getattr(options, "proxy_command", None)))
 
 
 async def _connect_one(target: Target, resolved: Resolved, settings: SSHSettings,
