@@ -13,7 +13,7 @@ import os
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -108,6 +108,20 @@ class InstanceConfig:
         return self.interruptible or (self.launch is not None and self.launch.interruptible)
 
 
+# Where a launched run's files and processes are (docs/gate.md §7, "Launch-time bindings"): frozen by each
+# launch, so an edit of these keys in rgt.toml is drift that applies to the next launch only.
+LOCATION_KEYS = ("instance", "workdir", "log", "command", "remote_root", "roster", "cache_dir")
+
+
+@dataclass(frozen=True)
+class LocationDrift:
+    """A location key whose value in rgt.toml differs from the one the run's latest launch used."""
+
+    key: str
+    launched: str | tuple[str, ...] | None
+    now: str | tuple[str, ...] | None
+
+
 @dataclass(frozen=True)
 class RunConfig:
     id: str
@@ -138,6 +152,18 @@ class RunConfig:
     mtbp_hours: float | None = None  # mean time between preemptions for Young/Daly (beats the instance's)
     disk_budget: int | None = None  # bytes free before each cell (0: no gate; None: previous cell's size × 1.2)
     checkpoint_bytes: int | None = None  # one checkpoint's size: phase 0's budget row (audits/env_audit/space.py)
+    # the location keys rgt.toml now sets otherwise than the latest launch did (bind_to_launch); () as written
+    location_drift: tuple[LocationDrift, ...] = ()
+
+    def as_configured(self) -> RunConfig:
+        """The table as rgt.toml states it now: the drifted keys at their rgt.toml values. The gate's
+        evidence hash is taken over this, so an edit of remote_root or roster after verification still closes
+        it (docs/gate.md §7, binding 4), although the run stays bound to where its launch put its files."""
+        if not self.location_drift:
+            return self
+        now: dict[str, Any] = {item.key: item.now for item in self.location_drift}
+        return replace(self, location_drift=(), **now)
+
 
 
 @dataclass(frozen=True)
@@ -586,8 +612,12 @@ def _whole(value: Any) -> bool:
 
 def run_config_record(run: RunConfig) -> dict[str, Any]:
     """A run's configuration as JSON, stored with each launch and verification: the gate still covers a
-    run after its table left rgt.toml, judged by the configuration it ran and was verified under."""
-    return asdict(run)
+    run after its table left rgt.toml, judged by the configuration it ran and was verified under. `location_drift` is
+    written only when there is some (a verification of a run whose rgt.toml table moved since its launch)."""
+    record = asdict(run)
+    if not run.location_drift:
+        del record["location_drift"]
+    return record
 
 
 def run_config_from_record(record: dict[str, Any]) -> RunConfig | None:
@@ -596,9 +626,28 @@ def run_config_from_record(record: dict[str, Any]) -> RunConfig | None:
         values = dict(record)
         metric = values.get("metric")
         values["metric"] = Metric(**metric) if isinstance(metric, dict) else None
+        values["location_drift"] = tuple(LocationDrift(item["key"], _tupled(item["launched"]), _tupled(item["now"]))
+                                         for item in values.get("location_drift", ()))
         for name, value in list(values.items()):
             if isinstance(value, list):
                 values[name] = tuple(value)
         return RunConfig(**values)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, KeyError):
         return None
+
+
+def _tupled(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def bind_to_launch(current: RunConfig, launched: RunConfig | None) -> RunConfig:
+    """The run as rgt.toml states it (`current`), with the location keys its latest launch used
+    (`launched`, from the launch log) and a LocationDrift for each one rgt.toml now sets otherwise: liveness, logs,
+    pull, verify and the gate look where the job really is (docs/gate.md §7, "Launch-time bindings"). A run
+    never launched (or launched before the launch log kept configurations) is `current` as it is."""
+    if launched is None:
+        return current
+    drift = tuple(LocationDrift(key, getattr(launched, key), getattr(current, key)) for key in LOCATION_KEYS
+                  if getattr(launched, key) != getattr(current, key))
+    bound: dict[str, Any] = {item.key: item.launched for item in drift}
+    return replace(current, location_drift=drift, **bound)

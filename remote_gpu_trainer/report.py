@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from remote_gpu_trainer.clock import iso_z
-from remote_gpu_trainer.text import cadence_line, duration, escape_all, money, short_hash, size
+from remote_gpu_trainer.text import cadence_line, duration, escape_all, location_drift_line, money, short_hash, size
 from remote_gpu_trainer.views import (
     AuditView,
     CadenceView,
@@ -142,7 +142,14 @@ def _run_dict(run: RunView) -> dict[str, Any]:
         "eta_s": _round(run.eta_s),
         "sentinel": run.sentinel or None,
         "checkpoint_cadence": _cadence_json(run.checkpoint_cadence),
+        "location_drift": [{"key": d.key, "launched": _drift_json(d.launched), "now": _drift_json(d.now)}
+                           for d in run.location_drift],
     }
+
+
+def _drift_json(value: str | tuple[str, ...] | None) -> str | list[str] | None:
+    """runs[].location_drift values (docs/formats.md, Report JSON): a string, a list (roster), or null (unset)."""
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _cadence_json(view: CadenceView | None) -> dict[str, object] | None:
@@ -207,6 +214,8 @@ def _text(o: Overview) -> str:
         out.append("")
         out.append(f"RUN {run.id} on {run.instance}: {run.evidence_state} · liveness {run.liveness}"
                    f" ({run.liveness_detail})")
+        if run.location_drift:
+            out.append(f"  {location_drift_line(run.location_drift)}")
         if run.sentinel:
             out.append(f"  sentinel: {run.sentinel}")
         if run.checkpoint_cadence is not None:
@@ -393,6 +402,7 @@ def _markdown(o: Overview) -> str:
         out += ["", f"## Run {run.id}", "",
                 f"Instance {run.instance}; evidence state **{run.evidence_state}**; liveness **{run.liveness}** "
                 f"({run.liveness_detail}).{f' Sentinel: {run.sentinel}.' if run.sentinel else ''}", "",
+                *([_cell(location_drift_line(run.location_drift)), ""] if run.location_drift else []),
                 f"Gate: **{'open' if run.gate.open else 'closed'}** — {run.gate.action}", ""]
         out.extend(f"- {reason}" for reason in run.gate.reasons)
         if run.findings:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # annotations only; audits import this module, so it imports nothing above audits
     from remote_gpu_trainer.audits.gpu_health import GpuSample
-    from remote_gpu_trainer.views import BoxView, CadenceView, FleetView, OrphanView, ProjectRowView
+    from remote_gpu_trainer.views import BoxView, CadenceView, FleetView, LocationDriftView, OrphanView, ProjectRowView
 
 T = TypeVar("T")
 
@@ -257,6 +257,19 @@ def orphan_cells(orphan: OrphanView) -> tuple[str, ...]:
     shown = "?" if orphan.price_per_hour is None else f"{price(orphan.price_per_hour, orphan.currency)}/h"
     return tuple(escape_control(cell) for cell in (
         orphan.provider, orphan.id, orphan.name, orphan.state, shown, orphan.mark))
+
+
+def location_drift_line(drift: tuple[LocationDriftView, ...]) -> str:
+    """The location keys rgt.toml changed since the run's launch, the same in the run panel and the report: the
+    run is still watched, pulled and gated where its launch put it (docs/gate.md §7, "Launch-time bindings")."""
+    changes = "; ".join(f"{d.key} {_drift_value(d.launched)} → {_drift_value(d.now)}" for d in drift)
+    return f"rgt.toml changed since the launch (applies to the next launch): {changes}"
+
+
+def _drift_value(value: str | tuple[str, ...] | None) -> str:
+    if value is None:
+        return "(unset)"
+    return "[" + ", ".join(value) + "]" if isinstance(value, tuple) else value
 
 
 def cadence_line(view: CadenceView) -> str:

@@ -64,6 +64,16 @@ class CadenceView:
 
 
 @dataclass(frozen=True)
+class LocationDriftView:
+    """A location key rgt.toml now sets otherwise than the run's latest launch did (docs/gate.md §7,
+    "Launch-time bindings"): the run stays where its launch put it; the edit applies to the next launch."""
+
+    key: str
+    launched: str | tuple[str, ...] | None
+    now: str | tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
 class GateView:
     open: bool
     action: str
@@ -162,6 +172,7 @@ class RunView:
     checklist_rows: tuple[ChecklistRow, ...] = ()  # the checklist panel's rows (services/checklist.py)
     sentinel: str = ""  # the on-box sentinel: alive, silent since T, exited after E; "" when notifications are off
     checkpoint_cadence: CadenceView | None = None  # Young/Daly W; None when the box is not preemptible or C unknown
+    location_drift: tuple[LocationDriftView, ...] = ()  # location keys edited in rgt.toml since the launch
 
     def sorted_findings(self) -> list[FindingView]:
         """Worst first, then by id (docs/ux.md §8): the same order in every report format and in the TUI."""

@@ -100,3 +100,24 @@ def test_nearest_project_file_is_found_upward(tmp_path: Path, monkeypatch: pytes
     deep.mkdir(parents=True)
     monkeypatch.chdir(deep)
     assert resolve_project_file(None) == path
+
+
+def test_a_bound_run_keeps_its_launch_places_and_its_drift_through_a_record() -> None:
+    """A verification stores the bound run (docs/gate.md §7, "Launch-time bindings"); read back, it is the same
+    run with the same evidence hash, which stays the hash of what rgt.toml stated (binding 4)."""
+    import json
+
+    from remote_gpu_trainer.audits.gate import config_sha256
+    from remote_gpu_trainer.config import RunConfig, bind_to_launch, run_config_from_record, run_config_record
+
+    launched = RunConfig(id="r1", instance="box", workdir="/w", command="train {cell}", log="train.log",
+                         remote_root="/results/r1", roster=("seed0", "seed1"))
+    now = RunConfig(id="r1", instance="box", workdir="/w2", command="train {cell}", log="train.log",
+                    remote_root="/results/r1-moved", roster=("seed0",), gpus=1)
+    bound = bind_to_launch(now, launched)
+    assert (bound.workdir, bound.remote_root, bound.roster, bound.gpus) == ("/w", "/results/r1", ("seed0", "seed1"), 1)
+    assert [d.key for d in bound.location_drift] == ["workdir", "remote_root", "roster"]
+    assert bound.as_configured() == now and config_sha256(bound) == config_sha256(now) != config_sha256(launched)
+    assert run_config_from_record(json.loads(json.dumps(run_config_record(bound)))) == bound
+    assert "location_drift" not in run_config_record(launched)  # a launch record is written as before
+    assert bind_to_launch(now, None) is now  # never launched: rgt.toml as it is

@@ -41,7 +41,10 @@ LIVE_STATES = ("running", "stalled")
 
 def evidence_config(run: RunConfig) -> dict[str, object]:
     """The part of a run's configuration that decides what its evidence means: where the results are,
-    which cells and files they must hold, and how checkpoints are judged. A verification holds for it only."""
+    which cells and files they must hold, and how checkpoints are judged. A verification holds for it only.
+    Taken as rgt.toml states it (`as_configured`): a run bound to its launch's remote_root and roster is
+    still re-verified after either is edited (docs/gate.md §7, binding 4 and "Launch-time bindings")."""
+    run = run.as_configured()
     return {"remote_root": run.remote_root, "roster": list(run.roster), "required": list(run.required),
             "checkpoint_globs": list(run.checkpoint_globs), "state_keys": list(run.state_keys),
             "allowed_globals": list(run.allowed_globals)}

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 
 async def up(session: Session, args: argparse.Namespace) -> int:
-    run = session.run_config(args.run)
+    run = session.project.run(args.run)  # up, push and run prepare the next launch: rgt.toml as it is
     provider = session.provider(run.instance)
     if not isinstance(provider, Creatable):
         from remote_gpu_trainer.services import rent as launcher  # not for sim: it loads the cloud clients
@@ -45,7 +45,7 @@ async def up(session: Session, args: argparse.Namespace) -> int:
 async def push(session: Session, args: argparse.Namespace) -> int:
     from remote_gpu_trainer.services.launch import push as push_files
 
-    run = session.run_config(args.run)
+    run = session.project.run(args.run)
     session.require_writable("push")
     written = await push_files(session.project, run, await session.remote(run.instance))
     print("\n".join(f"pushed {path}" for path in written) or "nothing to push")
@@ -55,12 +55,12 @@ async def push(session: Session, args: argparse.Namespace) -> int:
 async def run(session: Session, args: argparse.Namespace) -> int:
     from remote_gpu_trainer.services import launch as runner
 
-    run = session.run_config(args.run)
+    run = session.project.run(args.run)
     if getattr(args, "resume", False):
         return await _resume(session, args)
     if args.rerun:
         args.run = runner.add_rerun(session, args.run, actor="cli")
-        run = session.run_config(args.run)
+        run = session.project.run(args.run)
         print(f"added [runs.{args.run}] to {session.project.file} (remote_root {run.remote_root})")
     await runner.refuse_reused_id(session, run)  # before the audit: a reused id is refused at once
     rows = await session.env_audit(args.run, actor="cli")
@@ -161,7 +161,7 @@ async def _up_launch(session: Session, run_id: str, approved_price: str | None) 
     """Rent the run's instance: the smoke gate here first, then the plan, then only the stated price launches."""
     from remote_gpu_trainer.services import rent as launcher
 
-    run = session.run_config(run_id)
+    run = session.project.run(run_id)
     launcher.check_launchable(session, run.instance)
     if run.smoke:
         print(f"smoke gate: running `{run.smoke}` here on the CPU …", file=sys.stderr, flush=True)

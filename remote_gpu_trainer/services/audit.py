@@ -21,6 +21,7 @@ from remote_gpu_trainer.audits.verify.load import Declarations, load_project
 from remote_gpu_trainer.audits.verify.model import CHECK_STATUSES, CheckResult, ProjectEvidence
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.services import findings
+from remote_gpu_trainer.services.bindings import bound_run_config
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.state.verify import FindingRecord
@@ -49,7 +50,8 @@ def gather(project: ProjectConfig, db: StateDB) -> ProjectEvidence:
     """The evidence the catalogue reads: the files (audits/verify/load.py), rgt.toml's declarations, the stored
     probe answers and the logs pulled with each run (what V32 checks "saved" lines against)."""
     declarations = Declarations(metrics=project.verify.metrics, comparisons=project.verify.comparisons,
-                                rosters={run.id: run.roster for run in project.runs.values()})
+                                rosters={run_id: bound_run_config(project, db, run_id).roster  # as launched
+                                         for run_id in project.runs})
     evidence = load_project(project.root, declarations)
     logs = {run_dir.name: tuple(_log_lines(run_dir)) for run_dir in _run_dirs(project.root)}
     return replace(evidence, probes=db.probe_records(), log_lines={k: v for k, v in logs.items() if v},

@@ -32,6 +32,7 @@ from remote_gpu_trainer.deliver.evidence import ClaimSpec, RowSpec
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import atomic_write, read_regular
 from remote_gpu_trainer.services import audit
+from remote_gpu_trainer.services.bindings import bound_run_config
 from remote_gpu_trainer.services.gate import gather_gate_inputs
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.state.verify import FindingRecord
@@ -162,7 +163,7 @@ def _context(project: ProjectConfig, db: StateDB, found: ProjectEvidence, claims
 def _unverified(project: ProjectConfig, db: StateDB, run_id: str) -> str | None:
     """Why the run is not pull-verified, by the teardown gate's evidence conditions (G1–G5 and the binding of
     PULL_VERIFIED.json to the last recorded verification); None when it is."""
-    run = project.runs.get(run_id)
+    run = bound_run_config(project, db, run_id) if run_id in project.runs else None  # as the gate judges it
     if run is None:
         record = db.last_verification_record(run_id)
         run = run_config_from_record(record.config) if record is not None else None

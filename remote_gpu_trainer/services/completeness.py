@@ -33,6 +33,7 @@ from remote_gpu_trainer.deliver.completeness import (
 )
 from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.fsutil import atomic_write, lstat_or_none, read_regular
+from remote_gpu_trainer.services.bindings import bound_run_config
 from remote_gpu_trainer.services.evidence.local_root import hash_with_cache_sync
 from remote_gpu_trainer.services.evidence.manifest import acceptable_manifest, read_box_manifest, recorded_adoption
 from remote_gpu_trainer.strict_json import loads_strict
@@ -124,12 +125,19 @@ def sealed_files(project: ProjectConfig, runs: Sequence[str], db: StateDB | None
         data = read_regular(path) if path is not None else None
         if data is None:
             continue
-        roster = project.runs[run_id].roster if run_id in project.runs else ()
+        roster = _roster(project, db, run_id)
         adopted = recorded_adoption(db, run_id) if db is not None else None
         manifest, _ = parse_manifest(data, roster=roster, run_id=run_id, adopted=adopted)
         if manifest is not None:
             sealed[run_id] = {entry.path: entry.sha256 for entry in manifest.files}
     return sealed
+
+
+def _roster(project: ProjectConfig, db: StateDB | None, run_id: str) -> tuple[str, ...]:
+    """The cells the run's launch ran (docs/gate.md §7, "Launch-time bindings"); () for a run not in rgt.toml."""
+    if run_id not in project.runs:
+        return ()
+    return (bound_run_config(project, db, run_id) if db is not None else project.runs[run_id]).roster
 
 
 def read_selections(root: Path, paths: Sequence[str]) -> dict[str, tuple[str, ...] | None]:
@@ -197,7 +205,7 @@ def _json_file(root: Path, rel: str) -> Any:
 async def box_listing(session: Session, run_id: str, wanted: Sequence[str],
                       timeout_s: float = REMOTE_TIMEOUT_S) -> BoxListing:
     """What the run's box holds of `wanted` (paths under its result root). Nothing wanted: nothing asked."""
-    run = session.project.runs.get(run_id)
+    run = session.run_config(run_id) if run_id in session.project.runs else None  # where its launch put it
     if run is None:
         return BoxListing(run_id, None, False, detail="not a run of rgt.toml: no box to ask")
     if not wanted:
@@ -213,7 +221,7 @@ async def box_listing(session: Session, run_id: str, wanted: Sequence[str],
 
 async def _ask_box(session: Session, run_id: str, wanted: Sequence[str]) -> dict[str, RemoteFile]:
     """The box's manifest (sizes and hashes) when it has one, then a stat for whatever it does not list."""
-    run = session.project.run(run_id)
+    run = session.run_config(run_id)
     transport = await session.remote(run.instance)
     base = run.remote_root.rstrip("/")
     files: dict[str, RemoteFile] = {}

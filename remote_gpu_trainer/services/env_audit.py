@@ -176,8 +176,9 @@ def _one_line(text: str) -> str:
 
 
 async def audit_run_environment(session: Session, run_id: str, actor: str = "user") -> list[AuditRow]:
-    """Phase 0 on the run's instance: one probe, sixteen rows, stored and logged (docs/remote-ops.md §4)."""
-    run = session.run_config(run_id)
+    """Phase 0 on the run's instance: one probe, sixteen rows, stored and logged (docs/remote-ops.md §4).
+    It checks the box for the next launch, so it reads rgt.toml as it is (not the last launch's bindings)."""
+    run = session.project.run(run_id)
     transport = await session.remote(run.instance)
     workdir, durable = transport.resolve(run.workdir), transport.resolve(run.remote_root)
     made = await transport.run(f"mkdir -p {shlex.quote(workdir)} {shlex.quote(durable)}", timeout=30)
@@ -231,7 +232,7 @@ def acknowledge_failed_rows(session: Session, run_id: str, failed: list[AuditRow
     """Launching past failed phase-0 rows is the user's call, recorded with their reason before the launch."""
     if not note.strip():
         raise VerbFailed(f"run {run_id}: launching past a failed phase-0 row needs a reason (--ack \"why\")")
-    events.env_acknowledged(session.db, run_id=run_id, instance=session.run_config(run_id).instance, note=note,
+    events.env_acknowledged(session.db, run_id=run_id, instance=session.project.run(run_id).instance, note=note,
                             checks=[r.check for r in failed], actor=actor)
 
 

@@ -107,7 +107,7 @@ async def look_at(root: Path, clock: Clock, timeout_s: float) -> _Look:
 def box_view(session: Session, view: InstanceView, seen: overview.Observation) -> BoxView:
     """The dashboard's instance row, with the project it belongs to, its runs and its idle time."""
     runs = [(run_id, seen.run_states[run_id]) for run_id in sorted(session.project.runs)
-            if session.project.runs[run_id].instance == view.name]
+            if session.run_config(run_id).instance == view.name]
     return BoxView(
         project=session.project.name, root=str(session.project.root), name=view.name, provider=view.provider,
         id=view.id, state=view.state, burn_per_hour=view.burn_per_hour, cost_so_far=view.cost_so_far,

@@ -221,7 +221,7 @@ async def launch_run(session: Session, run_id: str, actor: str = "user", *, resu
     from remote_gpu_trainer.services.liveness import run_state
 
     session.require_writable("launching a run")
-    run = session.run_config(run_id)
+    run = session.project.run(run_id)  # a new launch binds the next job to rgt.toml as it is
     notify = sentinel.plan(session, run)  # a bad [notify] webhook_file stops the launch before anything runs
     current = await run_state(session, run_id)
     if current.liveness.state in ("running", "stalled"):

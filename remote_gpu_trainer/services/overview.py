@@ -33,7 +33,16 @@ from remote_gpu_trainer.services.liveness import WAITING_RUN, RunState, bounded_
 from remote_gpu_trainer.services.meter import MeterReading
 from remote_gpu_trainer.services.resume import with_provider_word
 from remote_gpu_trainer.text import money
-from remote_gpu_trainer.views import NO_AUDIT, AuditView, CheckpointView, GateView, InstanceView, Overview, RunView
+from remote_gpu_trainer.views import (
+    NO_AUDIT,
+    AuditView,
+    CheckpointView,
+    GateView,
+    InstanceView,
+    LocationDriftView,
+    Overview,
+    RunView,
+)
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.audits.liveness import Liveness
@@ -81,7 +90,7 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
     readings = await asyncio.to_thread(meter_readings, session, statuses, run_states)
     for run_id, state in run_states.items():
         if state is not WAITING_RUN:  # rules judge fresh answers only
-            state = run_states[run_id] = with_provider_word(state, statuses.get(session.project.runs[run_id].instance))
+            state = run_states[run_id] = with_provider_word(state, statuses.get(session.run_config(run_id).instance))
             await run_logs.evaluate_rules(session, run_id, state)
             recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when it changed
     return Observation(now, statuses, run_states, gpus, readings)
@@ -143,7 +152,7 @@ def _instance_view(session: Session, name: str, status: InstanceStatus, seen: Ob
 
 def walltime(session: Session, name: str, run_states: dict[str, RunState]) -> str | None:
     times = [s.walltime for rid, s in sorted(run_states.items())
-             if session.project.runs[rid].instance == name and s.walltime]
+             if session.run_config(rid).instance == name and s.walltime]
     return times[-1] if times else None
 
 
@@ -178,6 +187,7 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         stop=actions.action_view(session, run.instance, status.state, "stop", view.reasons),
         sentinel=state.sentinel or "",
         checkpoint_cadence=cadence_view(run_cadence(session, run_id, state, status.detail), state),
+        location_drift=tuple(LocationDriftView(d.key, d.launched, d.now) for d in run.location_drift),
     )
 
 
@@ -249,9 +259,9 @@ def idle_billing(instances: list[InstanceView], runs: list[RunView]) -> list[tup
 
 
 def states_on(session: Session, instance: str, run_states: dict[str, RunState]) -> list[RunState]:
-    """The observed states of the runs rgt.toml puts on `instance`."""
+    """The observed states of the runs on `instance` (where their launch put them, else rgt.toml)."""
     return [state for run_id, state in sorted(run_states.items())
-            if run_id in session.project.runs and session.project.runs[run_id].instance == instance]
+            if run_id in session.project.runs and session.run_config(run_id).instance == instance]
 
 
 def latest_finish(states: Sequence[RunState]) -> datetime | None:

@@ -49,7 +49,7 @@ def note_path(project: ProjectConfig, run_id: str) -> Path:
 def refresh(session: Session, run_id: str, liveness: Liveness | None = None) -> Path | None:
     """Rewrite the run's note if its text changed; `liveness` is what a probe just saw (None: keep the last
     state seen). Nothing is written in a read-only folder, for a run never launched or no longer in rgt.toml."""
-    run = session.project.runs.get(run_id)
+    run = session.run_config(run_id) if run_id in session.project.runs else None  # where its launch put it
     if session.folder_read_only or run is None or session.db.launch(run_id) is None:
         return None
     path = note_path(session.project, run_id)

@@ -323,7 +323,7 @@ async def launch(session: Session, plan: LaunchPlan, run_id: str, approved_price
     event, then the provider call; the new id is recorded whatever the outcome that created an instance.
     """
     session.require_writable(f"launching {plan.instance}")
-    run = session.run_config(run_id)
+    run = session.project.run(run_id)  # renting is for the next launch: rgt.toml as it is
     if run.instance != plan.instance:
         raise ConfigError(f"run {run_id} runs on {run.instance!r}, not on {plan.instance!r}")
     _check_smoke(run, smoke)

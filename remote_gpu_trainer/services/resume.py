@@ -79,6 +79,10 @@ async def resume_run(session: Session, run_id: str, actor: str = "user") -> dict
     if not preemption.is_preempted(state.liveness):
         raise VerbFailed(f"run {run_id} is {state.liveness.state} ({state.liveness.detail}), not preempted: "
                          "--resume relaunches only a preempted run")
+    if run.location_drift:  # a resumed job continues where its launch put it; rgt.toml's new places are a new run's
+        moved = ", ".join(d.key for d in run.location_drift)
+        raise VerbFailed(f"run {run_id}: rgt.toml changed {moved} since its launch; --resume continues the run "
+                         f"where its launch put it: undo the edit, or `rgt run {run_id} --rerun` starts a new run")
     if not run.auto_resume:
         raise VerbFailed(f"run {run_id} was preempted, but runs.{run_id}.auto_resume is not true in "
                          f"{session.project.file}: set it to relaunch on {run.instance} while it still bills")

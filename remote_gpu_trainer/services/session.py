@@ -33,6 +33,7 @@ from remote_gpu_trainer.services import env_audit as env
 from remote_gpu_trainer.services import instances, project_registry, run_logs
 from remote_gpu_trainer.services import launch as runner
 from remote_gpu_trainer.services import liveness as watcher
+from remote_gpu_trainer.services.bindings import bound_run_config
 from remote_gpu_trainer.services.evidence import verbs as evidence_verbs
 from remote_gpu_trainer.services.evidence.pull import PullProgress, PullResult
 from remote_gpu_trainer.services.evidence.verify import VerifyResult, VerifyStep
@@ -162,7 +163,10 @@ class Session:
         return self._transports[name]
 
     def run_config(self, run_id: str) -> RunConfig:
-        return self.project.run(run_id)
+        """Where the run's files and processes are: rgt.toml's table with the location keys its latest launch
+        bound (services/bindings.py); what rgt.toml now says otherwise is its `location_drift`. Launching reads
+        `project.run` (rgt.toml as it is) instead: a new launch binds the next job."""
+        return bound_run_config(self.project, self.db, run_id)
 
     def require_writable(self, what: str) -> None:
         if self.folder_read_only:

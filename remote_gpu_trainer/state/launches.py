@@ -59,6 +59,13 @@ class LaunchTables(Store):
         detail.update({"instance": row[0], "at": row[1]})
         return dict(detail)
 
+    def last_launch_config(self, run_id: str) -> dict[str, Any] | None:
+        """The configuration the run's latest launch recorded (what that launch bound its files and
+        processes to); None when it was never launched. A launch from before schema 2 recorded `{}`."""
+        row = self._conn.execute("SELECT config FROM launch_log WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+                                 (run_id,)).fetchone()
+        return json.loads(row[0]) if row is not None else None
+
     def launch_history(self, run_id: str | None = None) -> list[LaunchRecord]:
         """Every launch ever recorded (of one run, or of all), oldest first."""
         query = "SELECT seq, run_id, instance, box, at, config, detail FROM launch_log"

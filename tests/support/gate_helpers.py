@@ -136,7 +136,7 @@ async def relaunch_finished(root: Path, run_id: str = RUN, states: tuple[str, ..
 
     session = Session.open(str(root))
     try:
-        run = session.run_config(run_id)
+        run = session.project.run(run_id)  # a new launch binds rgt.toml as it is (docs/gate.md §7)
         detail = await runner.launch(session.project, run, await session.remote(run.instance), session.db,
                                      session.clock, box=await session_box_key(session, run.instance))
         await wait_for_liveness(session, run_id, states=states)
