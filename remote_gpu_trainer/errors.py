@@ -31,9 +31,10 @@ class GateRefused(RgtError):
 
     exit_code = EXIT_REFUSED
 
-    def __init__(self, message: str, reasons: list[str]) -> None:
+    def __init__(self, message: str, reasons: list[str], hint: str = "") -> None:
         super().__init__(message)
         self.reasons = reasons
+        self.hint = hint  # what the person could do about it (e.g. the --accept-loss names), printed last
 
 
 class TransportError(RgtError):

@@ -8,7 +8,7 @@ report only lay them out, so a number shown in one face is the number shown in e
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import NamedTuple
 
@@ -344,6 +344,15 @@ class LogLineView(NamedTuple):
 
 
 @dataclass(frozen=True)
+class LossAtRisk:
+    """A run whose results may be on the box and are not known to be home: its reasons keep the gate closed
+    until they are, or until the user types its `name` to accept losing them (docs/gate.md §7.2)."""
+
+    name: str
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TeardownPlan:
     instance: str
     provider_id: str
@@ -356,6 +365,9 @@ class TeardownPlan:
     lines: tuple[str, ...]
     warnings: tuple[str, ...] = ()  # e.g. the box did not answer, so its manifest was not re-read
     irreversible: bool = True  # what the modal's title says; from the profile's action
+    at_risk: tuple[LossAtRisk, ...] = ()  # the runs whose reasons a typed name waives (--accept-loss)
+    accepted: tuple[str, ...] = ()  # the names the user typed: their runs' results are given up
+    fixed: tuple[str, ...] = ()  # reasons no name waives (no action, the instance's state)
 
     @property
     def enabled(self) -> bool:
@@ -365,6 +377,17 @@ class TeardownPlan:
     @property
     def why_not(self) -> str:
         return "; ".join(self.reasons[:2])
+
+    def accepting(self, names: tuple[str, ...]) -> TeardownPlan:
+        """The plan once the user typed `names` (the runs whose results they accept to lose): their reasons
+        drop out; every other reason stays. A name that is not at risk waives nothing."""
+        reasons = (*self.fixed, *(r for loss in self.at_risk if loss.name not in names for r in loss.reasons))
+        return replace(self, accepted=tuple(n for n in names if n in self.loss_names), reasons=reasons,
+                       gate_open=not reasons)
+
+    @property
+    def loss_names(self) -> tuple[str, ...]:
+        return tuple(loss.name for loss in self.at_risk)
 
 
 # -- DELIVER (docs/deliver.md §9): the Deliver panel and `rgt build` ------------------------------------------

@@ -86,11 +86,13 @@ async def down(session: Session, args: argparse.Namespace) -> int:
 
     run = session.run_config(args.run)
     action = "stop" if args.stop else "terminate"
-    plan = await teardown.plan(session, run.instance, action)
+    accepted = tuple(name.strip() for name in args.accept_loss.split(",") if name.strip())
+    plan = await teardown.plan(session, run.instance, action, accepted)
     typed = args.confirm
     if typed is None and interactive():
         typed = _ask_for_id(plan)
-    done = await teardown.execute(session, run.instance, typed, plan.lines, actor="cli", action_id=action)
+    done = await teardown.execute(session, run.instance, typed, plan.lines, actor="cli", action_id=action,
+                                  accept_loss=accepted)
     print(escape_control(done.message))
     return EXIT_OK if done.confirmed else EXIT_FAILED
 

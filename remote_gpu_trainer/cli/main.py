@@ -111,4 +111,6 @@ def _refused(exc: RgtError) -> int:
     if isinstance(exc, GateRefused) and len(exc.reasons) > 1:
         for reason in exc.reasons:
             print(f"  - {escape_control(reason)}", file=sys.stderr)
+    if isinstance(exc, GateRefused) and exc.hint:
+        print(f"rgt: {escape_control(exc.hint)}", file=sys.stderr)
     return exc.exit_code

@@ -343,6 +343,10 @@ def _down_options(parser: Parser) -> None:
                         help="the instance id, typed exactly: the approval for this teardown (required unless "
                              "at a terminal, where rgt shows the plan and asks for it)")
     parser.add_argument("--stop", action="store_true", help="stop (keeps the disk) instead of terminate")
+    parser.add_argument("--accept-loss", metavar="RUNS", default="",
+                        help="comma-separated names of the runs whose results you accept to lose, exactly as "
+                             "the plan's 'At risk' line names them: only their reasons are waived, and the "
+                             "waiver is logged before the provider call (docs/gate.md §7.2)")
 
 
 def _launch_options(parser: Parser) -> None:

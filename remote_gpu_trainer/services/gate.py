@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import stat
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 from pathlib import Path
@@ -31,10 +32,12 @@ from remote_gpu_trainer.audits.gate import (
     evaluate_gate,
 )
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, parse_manifest
-from remote_gpu_trainer.clock import utc_now
-from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig, run_config_from_record
+from remote_gpu_trainer.clock import parse_iso, utc_now
+from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig, bind_to_launch, run_config_from_record
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
+from remote_gpu_trainer.services import box_ledger
+from remote_gpu_trainer.services.box_ledger import LedgerEntry
 from remote_gpu_trainer.services.evidence.local_root import (
     box_folders,
     hash_with_cache_sync,
@@ -45,7 +48,8 @@ from remote_gpu_trainer.services.evidence.local_root import (
 from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, recorded_adoption, remote_manifest
 from remote_gpu_trainer.services.liveness import run_state_of
 from remote_gpu_trainer.state.db import StateDB
-from remote_gpu_trainer.views import GateView
+from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.views import GateView, LossAtRisk
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
@@ -61,6 +65,7 @@ class BoxRun:
     run: RunConfig
     in_config: bool  # still a table in rgt.toml (else judged by the configuration it was launched/verified under)
     launched: bool  # rgt launched it on this box (a run never launched there left no results of rgt's on it)
+    ledger: LedgerEntry | None = None  # the box's own record of its latest launch, when the ledger was read
 
     @property
     def label(self) -> str:
@@ -68,33 +73,54 @@ class BoxRun:
 
 
 async def box_key(instance: InstanceConfig, provider_id: str, state_dir: Path) -> str:
-    """The physical box an instance entry names: provider and provider id, or the SSH host and port it
-    really connects to (an alias resolved through ssh config; the login user does not change the machine)."""
-    if instance.provider in SSH_PROVIDERS and instance.host and instance.host not in LOCAL_HOSTS:
-        from remote_gpu_trainer.providers.box_identity import ssh_endpoint  # asyncssh only for SSH boxes
+    """The physical box an instance entry names: provider and provider id, or, for an SSH box, every
+    identity it is known by, strongest first (docs/gate.md §7 item 6): the host keys trusted for it, the
+    addresses its HostName resolves to, the host and port it really connects to (an alias resolved through
+    ssh config; the login user does not change the machine). Only a Slurm "cluster" on this machine is not
+    an SSH box; an ssh entry for localhost also carries the `ssh:<id>` form older launch records used."""
+    if instance.provider in SSH_PROVIDERS and instance.host and not (
+            instance.provider == "slurm" and instance.host in LOCAL_HOSTS):
+        from remote_gpu_trainer.providers.box_identity import ssh_box  # asyncssh only for SSH boxes
         from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings
 
-        name, port = await ssh_endpoint(instance.host, SSHSettings(known_hosts_file=state_dir / "known_hosts"))
-        return f"ssh:{name}:{port}"
+        box = await ssh_box(instance.host, SSHSettings(known_hosts_file=state_dir / "known_hosts"))
+        legacy = (f"{instance.provider}:{provider_id}",) if instance.host in LOCAL_HOSTS else ()
+        return " ".join((*box.tokens(), *legacy))
     return f"{instance.provider}:{provider_id}"
 
 
 async def session_box_key(session: Session, name: str) -> str:
+    """box_key, and for a cloud box reached over SSH the host keys trusted for the endpoint its provider
+    last gave (docs/gate.md §7 item 6): an ssh entry for the same machine then shares its gate. Only the
+    keys: a rented box's address and port go to the next box, its host key does not."""
     instance = session.instance(name)
-    return await box_key(instance, session.provider(name).provider_id(instance), session.project.state_dir)
+    key = await box_key(instance, session.provider(name).provider_id(instance), session.project.state_dir)
+    status = session.last_status.get(name)
+    target = status.detail.get("ssh_target") if status is not None else None
+    if instance.provider in SSH_PROVIDERS or not isinstance(target, str) or not target:
+        return key
+    from remote_gpu_trainer.providers.box_identity import ssh_box
+    from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings
+
+    box = await ssh_box(target, SSHSettings(known_hosts_file=session.project.state_dir / "known_hosts"))
+    return " ".join((key, *box.key_tokens()))
 
 
 async def box_runs(session: Session, name: str) -> list[BoxRun]:
     """Every run configured on the instance entry, and every run the launch log puts on its box."""
+    from remote_gpu_trainer.providers.box_identity import same_box
+
     key = await session_box_key(session, name)
     launched: dict[str, RunConfig | None] = {}
     for record in session.db.launch_history():
-        if record.box == key or (record.box is None and record.instance == name):  # None: before schema 2
+        # any identity shared is this box (box_identity.same_box); None: before schema 2
+        if same_box(record.box, key) or (record.box is None and record.instance == name):
             launched[record.run_id] = run_config_from_record(record.config)
     result: dict[str, BoxRun] = {}
     for run_id, run in sorted(session.project.runs.items()):
         if run.instance == name or run_id in launched:
-            result[run_id] = BoxRun(run, True, run_id in launched)
+            # where its launch put its files and job (docs/gate.md §7, "Launch-time bindings")
+            result[run_id] = BoxRun(session.run_config(run_id), True, run_id in launched)
     for run_id, recorded in sorted(launched.items()):
         if run_id in result:
             continue
@@ -105,11 +131,12 @@ async def box_runs(session: Session, name: str) -> list[BoxRun]:
 
 def _judged_config(session: Session, run_id: str, launched: RunConfig | None, name: str) -> RunConfig:
     """A run no longer in rgt.toml is judged by the configuration its last verification was made under,
-    else the one it was launched with, else the bare minimum (which then cannot pass)."""
+    at the places its latest launch bound (the same launch's: unchanged; a later one's: where the new job
+    is), else the one it was launched with, else the bare minimum (which then cannot pass)."""
     record = session.db.last_verification_record(run_id)
     verified = run_config_from_record(record.config) if record is not None else None
     if verified is not None:
-        return verified
+        return bind_to_launch(verified.as_configured(), launched)
     if launched is not None:
         return launched
     return RunConfig(id=run_id, instance=name, workdir="/", command="", log="", remote_root="/?", roster=("?",))
@@ -197,47 +224,144 @@ def _gate_listing(root: Path, listed: dict[str, int], db: StateDB, links: set[st
 
 
 async def may_hold_results(session: Session, name: str, box_run: BoxRun) -> tuple[bool, str | None]:
-    """Whether the run's results may be on the box, and a warning when that could not be checked.
+    """Whether the run's results may be on the box, and, when that could not be checked, the reason that
+    keeps the gate closed for it (docs/gate.md §7.2, "unknown is never empty").
 
-    A launch record says so. Without one (never launched, or the state database was deleted or reset) the
-    run still counts when it has a local root here or files in its result root on the box: rgt's memory
-    is not the evidence. A box that cannot be asked is taken at rgt's word, with a warning on screen."""
+    A launch record, or an entry in the box's ledger, says so. Without one (never launched, or the state
+    database was deleted or reset) the run still counts when it has a local root here or files in its result
+    root on the box: rgt's memory is not the evidence. A box that cannot be asked is not taken as empty."""
     if box_run.launched or session.project.run_dir(box_run.run.id).exists():
         return True, None
     try:
         transport = await session.remote(name)
         return bool(await transport.listdir(box_run.run.remote_root)), None
-    except (RgtError, OSError, TimeoutError):
-        return False, (f"run {box_run.run.id} was never launched by rgt here; {box_run.run.remote_root} on the "
-                       "box could not be checked for results")
+    except (RgtError, OSError, TimeoutError) as exc:
+        return True, (f"the box could not be asked whether {box_run.run.remote_root} holds results of run "
+                      f"{box_run.run.id} ({escape_control(str(exc)) or type(exc).__name__}): unknown is not empty")
 
 
-async def covered_runs(session: Session, name: str) -> tuple[list[BoxRun], list[str]]:
-    """The runs tearing down this box puts at risk (the gate must hold for each), and what could not be
-    checked."""
-    covered: list[BoxRun] = []
+@dataclass(frozen=True)
+class BoxVerdict:
+    """The gate for a physical box before any approval: the runs covered, each run whose results are not
+    known to be home with its reasons (what `--accept-loss` names), what no name can waive, and warnings."""
+
+    covered: tuple[BoxRun, ...]
+    at_risk: tuple[LossAtRisk, ...]
+    warnings: tuple[str, ...]
+    fixed: tuple[str, ...] = ()  # reasons no run's name waives (e.g. the approval's own)
+
+    def reasons(self, accepted: Collection[str] = ()) -> list[str]:
+        """Every reason the gate is closed, once the runs named in `accepted` are waived."""
+        return [*self.fixed, *(reason for loss in self.at_risk if loss.name not in accepted
+                               for reason in loss.reasons)]
+
+
+async def covered_runs(session: Session, name: str, *, ledger: bool = False
+                       ) -> tuple[list[BoxRun], list[LossAtRisk], list[str]]:
+    """The runs tearing down this box puts at risk (the gate must hold for each), the runs only the box's
+    ledger names that belong to another project (each at risk by itself), and warnings. With `ledger`
+    (an action that destroys a disk) the box's ledger is read: a run of this project that only the box
+    remembers is covered too, and a ledger that cannot be read keeps the gate closed for every run that
+    may be there, never counts as empty."""
+    known = await box_runs(session, name)
+    foreign: list[LossAtRisk] = []
     warnings: list[str] = []
-    for box_run in await box_runs(session, name):
-        holds, warning = await may_hold_results(session, name, box_run)
+    if ledger:
+        known, foreign, warnings = await _with_ledger(session, name, known)
+    covered: list[BoxRun] = []
+    unknown: list[LossAtRisk] = []
+    for box_run in known:
+        holds, why = await may_hold_results(session, name, box_run)
         if holds:
             covered.append(box_run)
-        if warning:
-            warnings.append(warning)
-    return covered, warnings
+        if why:
+            unknown.append(LossAtRisk(box_run.run.id, (f"{box_run.label}: {why}",)))
+    return covered, [*unknown, *foreign], warnings
+
+
+async def _with_ledger(session: Session, name: str, known: list[BoxRun]
+                       ) -> tuple[list[BoxRun], list[LossAtRisk], list[str]]:
+    """`known` with the box's ledger added: this project's runs only the box remembers (launched there, with
+    the bindings the box recorded), the other projects' runs as losses at risk. A ledger that cannot be read
+    leaves the last copy rgt read of it (`.rgt/ledgers/`) as the best knowledge, and a warning."""
+    own_id = box_ledger.project_id(session.project)
+    try:
+        transport = await session.remote(name)
+        entries = await box_ledger.read_ledger(transport)
+    except (RgtError, OSError, TimeoutError) as exc:
+        entries = box_ledger.cached_ledger(session.project, name)
+        warnings = [f"the box's ledger could not be read ({escape_control(str(exc)) or type(exc).__name__}): "
+                    f"judged by rgt's own records{' and the copy read before' if entries else ''}; "
+                    "runs rgt never recorded may be on it"]
+        unknown_ledger = True
+    else:
+        box_ledger.cache_ledger(session.project, name, entries)
+        warnings, unknown_ledger = [], False
+    by_id = {box_run.run.id: box_run for box_run in known}
+    foreign: list[LossAtRisk] = []
+    for entry in entries:
+        if not box_ledger.is_ours(entry, session.project, own_id):
+            foreign.append(LossAtRisk(
+                entry.loss_name(), (f"{entry.shown()}: on the box's ledger, a run of another project; this "
+                                    "project cannot tell whether its results are home",)))
+            continue
+        present = by_id.get(entry.run_id)
+        if present is None:
+            run = entry.run_config() or _judged_config(session, entry.run_id, None, name)
+            by_id[entry.run_id] = BoxRun(run, False, True, ledger=entry)
+        else:
+            by_id[entry.run_id] = replace(present, launched=True, ledger=entry)
+    if unknown_ledger:  # every run that may be there: nothing is taken as never launched
+        for run_id, box_run in list(by_id.items()):
+            if not box_run.launched:
+                foreign.append(LossAtRisk(run_id, (
+                    f"{box_run.label}: the box's ledger could not be read, so whether another copy of rgt "
+                    "launched it there is unknown: unknown is not empty",)))
+                by_id[run_id] = replace(box_run, launched=True)
+    return [by_id[run_id] for run_id in sorted(by_id)], foreign, warnings
+
+
+async def box_verdict(session: Session, name: str, provider_id: str, approval: Approval | None, *,
+                      check_box: bool = True, ledger: bool = False) -> BoxVerdict:
+    """The gate for the box: every run covered judged (`decide`), each run's reasons kept apart so the user
+    can accept one run's loss by its name, never another's."""
+    covered, at_risk, warnings = await covered_runs(session, name, ledger=ledger)
+    losses = {loss.name: loss for loss in at_risk}
+    for box_run in covered:
+        decision = await decide(session, name, box_run, provider_id, approval, check_box=check_box)
+        prefix = f"{box_run.label}: " if len(covered) > 1 or not box_run.in_config else ""
+        found = [prefix + reason for reason in decision.reasons]
+        found.extend(prefix + reason for reason in _ledger_launch_reasons(session, box_run))
+        warnings.extend(prefix + warning for warning in decision.warnings)
+        if found:
+            earlier = losses.get(box_run.run.id)
+            losses[box_run.run.id] = LossAtRisk(box_run.run.id, (*(earlier.reasons if earlier else ()), *found))
+    return BoxVerdict(tuple(covered), tuple(losses[key] for key in sorted(losses)), tuple(warnings))
+
+
+def _ledger_launch_reasons(session: Session, box_run: BoxRun) -> list[str]:
+    """The box's ledger records a launch of the run after its last verification here (a launch this rgt
+    did not record: another copy of the project, a lost database): the box holds newer results."""
+    entry = box_run.ledger
+    if entry is None:
+        return []
+    try:
+        started = parse_iso(entry.started_at)
+    except ValueError:
+        return [f"the box's ledger records a launch at an unreadable time ({escape_control(entry.started_at)})"]
+    record = session.db.last_verification_record(box_run.run.id)
+    if record is None or record.at >= started:
+        return []
+    return [f"the box's ledger records a launch at {escape_control(entry.started_at)}, after the last "
+            "verification here: pull and verify its results"]
 
 
 async def box_reasons(session: Session, name: str, provider_id: str, approval: Approval | None, *,
                       check_box: bool = True) -> tuple[list[BoxRun], list[str], list[str]]:
     """The runs covered, every reason the gate is closed for the box (each prefixed with its run when there
     are several), and the warnings (a box that did not answer)."""
-    covered, warnings = await covered_runs(session, name)
-    reasons: list[str] = []
-    for box_run in covered:
-        decision = await decide(session, name, box_run, provider_id, approval, check_box=check_box)
-        prefix = f"{box_run.label}: " if len(covered) > 1 or not box_run.in_config else ""
-        reasons.extend(prefix + reason for reason in decision.reasons)
-        warnings.extend(prefix + warning for warning in decision.warnings)
-    return covered, reasons, warnings
+    verdict = await box_verdict(session, name, provider_id, approval, check_box=check_box)
+    return list(verdict.covered), verdict.reasons(), list(verdict.warnings)
 
 
 def gate_view(session: Session, run_id: str, provider_id: str, liveness: str | None = None) -> GateView:

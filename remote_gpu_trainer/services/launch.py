@@ -17,10 +17,11 @@ from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
 from remote_gpu_trainer.config import ProjectConfig, RunConfig, load_project, run_config_record
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
+from remote_gpu_trainer.services import box_ledger, network_env, sentinel
 from remote_gpu_trainer.services import launch_guards as guards
-from remote_gpu_trainer.services import network_env, sentinel
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
+from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
@@ -147,10 +148,11 @@ def _folder_files(folder: Path) -> list[tuple[str, Path]]:
 async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,
                  clock: Clock = utc_now, *, actor: str = "user", method: str = "setsid",
                  batch: BatchJobs | None = None, box: str | None = None,
-                 notify: sentinel.SentinelPlan | None = None) -> dict[str, object]:
+                 notify: sentinel.SentinelPlan | None = None, ledger: bool = False) -> dict[str, object]:
     """Push, then start the wrapper detached (`setsid`) or as a batch job (`sbatch`, submitted through
     `batch`, the provider's batch-job verbs); refuses while a recorded launch is still alive, so the inputs
-    of a live run are never rewritten."""
+    of a live run are never rewritten. With `ledger` the run's entry is written into the box's ledger
+    before the job starts (services/box_ledger.py): a box that cannot take it gets no job."""
     if method == "sbatch" and batch is None:
         raise ConfigError(f"instances.{run.instance}: its profile launches runs with sbatch, but its provider "
                           "has no batch jobs")
@@ -171,6 +173,15 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
                                  "method": method, "pushed": pushed,
                                  "log_offset": log_before.size if log_before is not None else 0,
                                  **guards.relaunch_detail(db, run.id)}
+    if ledger:
+        entry = box_ledger.new_entry(project, run, control_folder=ctl, log=log_path(run),
+                                     started_at=iso_offset(started), transport=transport)
+        try:
+            detail["ledger"] = await box_ledger.write_entry(transport, entry, ctl)
+        except (RgtError, OSError) as exc:
+            raise VerbFailed(f"run {run.id} was not launched: the box's ledger could not be written: "
+                             f"{escape_control(str(exc))}") from None
+        detail["launch_id"] = entry.launch_id
     if method == "sbatch" and batch is not None:
         wrapper = f"{ctl}/wrapper.sh"
         await transport.put_bytes(wrapper_script(run, transport).encode(), wrapper, mode=0o700)
@@ -239,7 +250,8 @@ async def launch_run(session: Session, run_id: str, actor: str = "user", *, resu
     detail = await launch(session.project, run, await session.remote(run.instance), session.db, session.clock,
                           actor=actor, method="sbatch" if primitive == "sbatch" else "setsid",
                           batch=provider if isinstance(provider, BatchJobs) else None,
-                          box=await session_box_key(session, run.instance), notify=notify)
+                          box=await session_box_key(session, run.instance), notify=notify,
+                          ledger=box_ledger.keeps_ledger(session.profile(run.instance)))
     # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
     # would otherwise replay the previous launch's crashes as this one's)
     session.db.reset_log_state(run_id, int(str(detail.get("log_offset", 0))))

@@ -16,6 +16,7 @@ from remote_gpu_trainer.audits.manifest import is_checkpoint
 from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.errors import GateRefused, RgtError
 from remote_gpu_trainer.fsutil import run_locks
+from remote_gpu_trainer.profile_facts import Action
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus, WaitsGone
 from remote_gpu_trainer.services import gate as box_gate
@@ -43,39 +44,55 @@ class TeardownResult:
     message: str
 
 
-async def plan(session: Session, instance_name: str, action_id: str = "terminate") -> TeardownPlan:
+async def plan(session: Session, instance_name: str, action_id: str = "terminate",
+               accept_loss: tuple[str, ...] = ()) -> TeardownPlan:
     """What the confirmation shows: the exact action, what it destroys, what still bills, the evidence.
 
     The gate is evaluated for the physical box (every run launched on it, services/gate.py), with the box
-    asked now whether each job still runs and whether its manifest is still there."""
+    asked now whether each job still runs and whether its manifest is still there; for an action that
+    destroys a disk the box's ledger is read too (docs/gate.md §7.2). `accept_loss` names the runs whose
+    results the user accepts to lose: only their reasons are waived."""
     status = await session.instance_status(instance_name)
     profile = session.profile(instance_name)
     action = profile.action(action_id)
-    covered = await box_gate.box_runs(session, instance_name)
-    run_ids = tuple(b.run.id for b in covered)
-    reasons: list[str] = []
+    fixed: list[str] = []
     warnings: list[str] = []
     if action is None:
-        reasons.append(f"{profile.display_name} has no {action_id!r} action")
+        fixed.append(f"{profile.display_name} has no {action_id!r} action")
     if status.state in ("terminated", "unknown"):
-        reasons.append(f"instance state is {status.state}: nothing to {action_id} until the provider says so")
+        fixed.append(f"instance state is {status.state}: nothing to {action_id} until the provider says so")
     gated = action is None or action.needs_gate
-    at_risk: tuple[RunConfig, ...] = ()
+    held: tuple[RunConfig, ...] = ()
+    verdict = None
     if gated:  # a box that holds no results of rgt's runs has nothing to pull
-        held, found, warnings = await box_gate.box_reasons(session, instance_name, status.provider_id, None)
-        at_risk = tuple(b.run for b in held)
-        reasons.extend(found)
-    lines = describe(session, instance_name, status, action_id, at_risk)
-    if gated and not at_risk:
+        verdict = await box_gate.box_verdict(session, instance_name, status.provider_id, None,
+                                             ledger=_reads_ledger(action))
+        held = tuple(b.run for b in verdict.covered)
+        warnings = list(verdict.warnings)
+    covered = verdict.covered if verdict is not None else tuple(await box_gate.box_runs(session, instance_name))
+    run_ids = tuple(b.run.id for b in covered)
+    lines = describe(session, instance_name, status, action_id, held)
+    if gated and not held and not (verdict and verdict.at_risk):
         lines.append("Evidence:  no run of rgt's was launched on this box or left results on it: nothing to pull")
     lines.extend(f"Warning:   {warning}" for warning in warnings)
+    if verdict is not None and verdict.at_risk:
+        names = ",".join(loss.name for loss in verdict.at_risk)
+        lines.append(f"At risk:   results not known to be home: {names} (to give them up, type those names: "
+                     f"--accept-loss {names})")
     lines.extend(await _grid_lines(session, run_ids))
-    return TeardownPlan(
+    closed = TeardownPlan(
         instance=instance_name, provider_id=status.provider_id, action_id=action_id,
-        action_label=action.label if action else action_id, runs=run_ids, gated=gated, gate_open=not reasons,
-        reasons=tuple(reasons), lines=tuple(lines), warnings=tuple(warnings),
+        action_label=action.label if action else action_id, runs=run_ids, gated=gated, gate_open=False,
+        reasons=(), lines=tuple(lines), warnings=tuple(warnings),
         irreversible=action is None or not action.reversible,
-    )
+        at_risk=verdict.at_risk if verdict is not None else (), fixed=tuple(fixed))
+    return closed.accepting(accept_loss)
+
+
+def _reads_ledger(action: Action | None) -> bool:
+    """An action that destroys a disk destroys whatever any run of any project left there: the box's
+    ledger is read. A reversible stop or a job's cancel destroys no storage."""
+    return action is None or bool(action.destroys)
 
 
 async def _grid_lines(session: Session, run_ids: tuple[str, ...]) -> list[str]:
@@ -159,29 +176,40 @@ def link_lines(session: Session, run: RunConfig) -> list[str]:
 
 
 async def execute(session: Session, instance_name: str, typed_id: str | None, shown: list[str] | tuple[str, ...],
-                  *, actor: str = "user", action_id: str = "terminate") -> TeardownResult:
+                  *, actor: str = "user", action_id: str = "terminate",
+                  accept_loss: tuple[str, ...] = ()) -> TeardownResult:
     """Gated actions need the typed instance id and pass the gate twice; reversible ones a confirmation.
+    `accept_loss` (typed by a person: `--accept-loss`, the modal) waives the named runs' reasons only.
 
-    Either way the approval, with what the screen showed, is in the event log before the provider call.
+    Either way the approval, with what the screen showed and any waiver with its reasons, is in the event
+    log before the provider call.
     """
     session.require_writable(f"{action_id} of {instance_name}")
     covered = [b.run.id for b in await box_gate.box_runs(session, instance_name)]
     with run_locks(session.project.state_dir, covered, "tearing down"):  # no pull or verify of them meanwhile
-        return await _execute(session, instance_name, typed_id, shown, actor=actor, action_id=action_id)
+        return await _execute(session, instance_name, typed_id, shown, actor=actor, action_id=action_id,
+                              accept_loss=accept_loss)
 
 
 async def _execute(session: Session, instance_name: str, typed_id: str | None, shown: list[str] | tuple[str, ...],
-                   *, actor: str, action_id: str) -> TeardownResult:
+                   *, actor: str, action_id: str, accept_loss: tuple[str, ...]) -> TeardownResult:
     typed = (typed_id or "").strip()
-    current = await plan(session, instance_name, action_id)
+    current = await plan(session, instance_name, action_id, accept_loss)
+    unknown = [name for name in accept_loss if name not in current.loss_names]
+    if unknown:
+        _refuse(session, current, [f"--accept-loss names {', '.join(unknown)}, which "
+                                   f"{'is' if len(unknown) == 1 else 'are'} not at risk on this box (at risk: "
+                                   f"{', '.join(current.loss_names) or 'none'}): nothing is given up by "
+                                   "a name that was not shown"], typed, actor)
     if not current.gate_open:
         _refuse(session, current, list(current.reasons), typed, actor)
     if current.gated and typed != current.provider_id:
         _refuse(session, current, [f"typed id {typed!r} does not match instance id {current.provider_id!r}"],
                 typed, actor)
+    waived = {loss.name: list(loss.reasons) for loss in current.at_risk if loss.name in current.accepted}
     approval_event = events.teardown_approved(
         session.db, instance=instance_name, provider_id=current.provider_id, action=action_id, typed_id=typed,
-        shown=shown, runs=current.runs, gated=current.gated, actor=actor)
+        shown=shown, runs=current.runs, gated=current.gated, actor=actor, accepted_loss=waived)
     if current.gated:
         reasons = await _gate_with_approval(session, current, Approval(instance_id=typed, at=approval_event.at))
         if reasons:
@@ -236,10 +264,13 @@ async def _follow_up(session: Session, instance_name: str, result: TeardownResul
 
 
 async def _gate_with_approval(session: Session, current: TeardownPlan, approval: Approval) -> list[str]:
-    """The gate at call time, for every run on the box: the box's manifest re-read and the job's state
-    asked now (when the box answers), the approval checked against the latest verification."""
-    _, reasons, _ = await box_gate.box_reasons(session, current.instance, current.provider_id, approval)
-    return reasons
+    """The gate at call time, for every run on the box: the box's manifest re-read, the job's state and the
+    ledger asked now (when the box answers), the approval checked against the latest verification; the runs
+    the user accepted to lose stay waived, nothing else."""
+    action = session.profile(current.instance).action(current.action_id)
+    verdict = await box_gate.box_verdict(session, current.instance, current.provider_id, approval,
+                                         ledger=_reads_ledger(action))
+    return [*current.fixed, *verdict.reasons(current.accepted)]
 
 
 async def _confirm(session: Session, instance_name: str, action_id: str) -> TeardownResult:
@@ -269,5 +300,8 @@ async def _confirm(session: Session, instance_name: str, action_id: str) -> Tear
 def _refuse(session: Session, current: TeardownPlan, reasons: list[str], typed_id: str, actor: str) -> None:
     events.gate_refused(session.db, instance=current.instance, action=current.action_id, reasons=reasons,
                         typed_id=typed_id, actor=actor)
+    open_names = [name for name in current.loss_names if name not in current.accepted]
+    hint = (f"results not known to be home: {', '.join(open_names)}; pull and verify them, or, to give them up, "
+            f"type their names: --accept-loss {','.join(open_names)}") if open_names else ""
     raise GateRefused(f"teardown of {current.instance} refused: {reasons[0]}"
-                      + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""), reasons)
+                      + (f" (+{len(reasons) - 1} more)" if len(reasons) > 1 else ""), reasons, hint)

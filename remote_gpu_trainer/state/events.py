@@ -122,13 +122,20 @@ class EventLog(Store):
 # -- teardown (services/teardown.py) ------------------------------------------------------------------------------
 
 def teardown_approved(db: EventLog, *, instance: str, provider_id: str, action: str, typed_id: str,
-                      shown: Sequence[str], runs: Sequence[str], gated: bool, actor: str) -> Event:
+                      shown: Sequence[str], runs: Sequence[str], gated: bool, actor: str,
+                      accepted_loss: dict[str, list[str]] | None = None) -> Event:
     """APPROVAL, written when the user approved a terminate or stop, before the gate's second look and the
     provider call. Payload: `action`, the `typed_id` the user typed, the `shown` lines of the screen, the
-    `runs` on the box and whether the action was `gated`. Its time is the approval the gate checks."""
-    return db.append_event(
-        EventKind.APPROVAL, f"approved {action} of {instance} ({provider_id})", instance=instance, actor=actor,
-        detail={"action": action, "typed_id": typed_id, "shown": list(shown), "runs": list(runs), "gated": gated})
+    `runs` on the box and whether the action was `gated`; with a waiver (`--accept-loss`, docs/gate.md
+    §7.2), `accepted_loss` maps each run whose loss the user typed to the reasons shown for it. Its time is
+    the approval the gate checks."""
+    detail: dict[str, object] = {"action": action, "typed_id": typed_id, "shown": list(shown), "runs": list(runs),
+                                 "gated": gated}
+    summary = f"approved {action} of {instance} ({provider_id})"
+    if accepted_loss:
+        detail["accepted_loss"] = {name: list(reasons) for name, reasons in accepted_loss.items()}
+        summary += f", accepting the loss of {', '.join(sorted(accepted_loss))}"
+    return db.append_event(EventKind.APPROVAL, summary, instance=instance, actor=actor, detail=detail)
 
 
 def teardown_requested(db: EventLog, *, instance: str, provider_id: str, action: str, actor: str) -> Event:

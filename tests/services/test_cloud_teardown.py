@@ -14,7 +14,6 @@ an Alert state is never reported as `terminated`; and what still bills afterward
 from __future__ import annotations
 
 import asyncio
-import shlex
 from pathlib import Path
 
 import pytest
@@ -26,8 +25,22 @@ from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state.events import Event
 from support import cloud_teardown_fixtures
-from support.cloud_teardown_fixtures import Arrival, Stamped, StampedLambda, StampedPaperspace, StampedRunPod
-from support.helpers import FIXTURES, wait_for_liveness, write_project
+from support.cloud_teardown_fixtures import (
+    INSTANCE,
+    POD,
+    RUN,
+    Arrival,
+    Stamped,
+    StampedLambda,
+    StampedPaperspace,
+    StampedRunPod,
+    add_pod,
+    close,
+    cloud_project,
+    finished_run,
+    pulled_and_verified,
+    runpod_project,
+)
 from support.sshd_fixtures import Sshd
 
 pytestmark = pytest.mark.sshd
@@ -37,67 +50,11 @@ lambda_cloud = cloud_teardown_fixtures.lambda_cloud
 paperspace_cloud = cloud_teardown_fixtures.paperspace_cloud
 cloud_home = cloud_teardown_fixtures.cloud_home
 
-RUN, INSTANCE = "r1", "gpu"
-POD, LAMBDA_ID, MACHINE = "p1", "lam-7", "m1"
+LAMBDA_ID, MACHINE = "lam-7", "m1"
 FAST_GIVE_UP_S = 0.5  # how long `_confirm` keeps re-asking before it says "unconfirmed" (600 s in the product)
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
-
-def one_checkpoint_command() -> str:
-    """The committed cell's best checkpoint and metrics, nothing else: one real torch load to verify per test
-    (each probe is a fresh Python importing torch, about 2 s here)."""
-    cells = shlex.quote(str(FIXTURES / "cells"))
-    return (f"cp {cells}/{{cell}}/best.pth {cells}/{{cell}}/best_metrics.json {{out}}/ "
-            "&& echo 'epoch=1 step=10/10 loss=0.500000 lr=0.001' && echo 'cell {cell} complete'")
-
-
-def cloud_project(tmp_path: Path, instance_body: str) -> Path:
-    """Project `r1` (one cell) on instance `gpu`; the box's folders are real folders under tmp_path/box."""
-    root = tmp_path / "proj"
-    write_project(root, one_checkpoint_command(), roster=("seed0",), instance=INSTANCE, instance_body=instance_body,
-                  box=tmp_path / "box")
-    return root
-
-
-def runpod_project(tmp_path: Path, fake: StampedRunPod) -> Path:
-    return cloud_project(tmp_path, f'provider = "runpod"\nid = "{POD}"\napi_base = "{fake.url}"')
-
-
-def add_pod(fake: StampedRunPod, sshd: Sshd) -> None:
-    """A running pod whose public IP and mapped port 22 are the loopback sshd, with a network volume."""
-    fake.add_pod(POD, publicIp=sshd.host, portMappings={"22": sshd.port}, networkVolumeId="nv-9")
-
-
-async def finished_run(root: Path, sshd: Sshd, fake: Stamped) -> Session:
-    """Open the project, trust the host key the API-reported address presents, launch `r1` over SSH and
-    wait until it finished. The fake is told where the event log lives, so it can record what it held."""
-    session = Session.open(str(root))
-    fake.events_db = session.project.state_db
-    try:
-        first = await session.instance_status(INSTANCE)
-        assert first.state == "running" and INSTANCE in session.host_key_prompts, first.detail
-        await session.trust_host_key(INSTANCE, sshd.host_public_key().get_fingerprint("sha256"))
-        status = await session.instance_status(INSTANCE)
-        assert status.detail.get("ssh_reachable") is True, status.detail
-        await session.launch(RUN)
-        await wait_for_liveness(session)
-    except BaseException:
-        await close(session)
-        raise
-    return session
-
-
-async def pulled_and_verified(session: Session) -> None:
-    await session.pull(RUN)
-    result = await session.verify(RUN)
-    assert result.ok, result.errors
-
-
-async def close(session: Session) -> None:
-    await session.close_transports()
-    session.close()
-
 
 def line(lines: tuple[str, ...], prefix: str) -> str:
     found = [text for text in lines if text.startswith(prefix)]

@@ -11,6 +11,7 @@ operation and then showing its "alert" word instead of going away.
 
 from __future__ import annotations
 
+import shlex
 import sqlite3
 import threading
 import time
@@ -23,8 +24,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from remote_gpu_trainer.services.session import Session
 from support.fake_clouds import FAKE_KEY, FakeCloud, FakeLambda, FakePaperspace, FakeRunPod, Reply
+from support.helpers import FIXTURES, wait_for_liveness, write_project
 from support.sshd_fixtures import Sshd
+
+RUN, INSTANCE = "r1", "gpu"
+POD = "p1"
 
 KEY_ENV = ("RUNPOD_API_KEY", "VAST_API_KEY", "LAMBDA_API_KEY", "PAPERSPACE_API_KEY", "AUTODL_TOKEN")
 WATCHED = frozenset({"DELETE", "POST", "PATCH", "PUT"})  # the methods that can change what bills
@@ -149,3 +155,60 @@ def cloud_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sshd: Sshd) -> P
     for name in KEY_ENV:
         monkeypatch.setenv(name, FAKE_KEY)
     return home
+
+
+# -- a project on a cloud box reached over the loopback sshd ------------------------------------------------
+
+def one_checkpoint_command() -> str:
+    """The committed cell's best checkpoint and metrics, nothing else: one real torch load to verify per test
+    (each probe is a fresh Python importing torch, about 2 s here)."""
+    cells = shlex.quote(str(FIXTURES / "cells"))
+    return (f"cp {cells}/{{cell}}/best.pth {cells}/{{cell}}/best_metrics.json {{out}}/ "
+            "&& echo 'epoch=1 step=10/10 loss=0.500000 lr=0.001' && echo 'cell {cell} complete'")
+
+
+def cloud_project(tmp_path: Path, instance_body: str) -> Path:
+    """Project `r1` (one cell) on instance `gpu`; the box's folders are real folders under tmp_path/box."""
+    root = tmp_path / "proj"
+    write_project(root, one_checkpoint_command(), roster=("seed0",), instance=INSTANCE, instance_body=instance_body,
+                  box=tmp_path / "box")
+    return root
+
+
+def runpod_project(tmp_path: Path, fake: StampedRunPod) -> Path:
+    return cloud_project(tmp_path, f'provider = "runpod"\nid = "{POD}"\napi_base = "{fake.url}"')
+
+
+def add_pod(fake: StampedRunPod, sshd: Sshd) -> None:
+    """A running pod whose public IP and mapped port 22 are the loopback sshd, with a network volume."""
+    fake.add_pod(POD, publicIp=sshd.host, portMappings={"22": sshd.port}, networkVolumeId="nv-9")
+
+
+async def finished_run(root: Path, sshd: Sshd, fake: Stamped) -> Session:
+    """Open the project, trust the host key the API-reported address presents, launch `r1` over SSH and
+    wait until it finished. The fake is told where the event log lives, so it can record what it held."""
+    session = Session.open(str(root))
+    fake.events_db = session.project.state_db
+    try:
+        first = await session.instance_status(INSTANCE)
+        assert first.state == "running" and INSTANCE in session.host_key_prompts, first.detail
+        await session.trust_host_key(INSTANCE, sshd.host_public_key().get_fingerprint("sha256"))
+        status = await session.instance_status(INSTANCE)
+        assert status.detail.get("ssh_reachable") is True, status.detail
+        await session.launch(RUN)
+        await wait_for_liveness(session)
+    except BaseException:
+        await close(session)
+        raise
+    return session
+
+
+async def pulled_and_verified(session: Session) -> None:
+    await session.pull(RUN)
+    result = await session.verify(RUN)
+    assert result.ok, result.errors
+
+
+async def close(session: Session) -> None:
+    await session.close_transports()
+    session.close()
