@@ -18,6 +18,7 @@ from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.services.teardown import WaitStep
     from remote_gpu_trainer.views import TeardownPlan
 
 
@@ -92,9 +93,14 @@ async def down(session: Session, args: argparse.Namespace) -> int:
     if typed is None and interactive():
         typed = _ask_for_id(plan)
     done = await teardown.execute(session, run.instance, typed, plan.lines, actor="cli", action_id=action,
-                                  accept_loss=accepted)
+                                  accept_loss=accepted, progress=_waiting)
     print(escape_control(done.message))
     return EXIT_OK if done.confirmed else EXIT_FAILED
+
+
+def _waiting(step: WaitStep) -> None:
+    """While the provider confirms the box gone: one line on stderr per look (docs/gate.md §7.1)."""
+    print(f"rgt: {escape_control(step.line)}", file=sys.stderr, flush=True)
 
 
 def _ask_for_id(plan: TeardownPlan) -> str:

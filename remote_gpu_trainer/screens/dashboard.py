@@ -540,15 +540,23 @@ class DashboardScreen(DeliverActions):
         if typed is None:
             self.notify("teardown cancelled: nothing was done")
             return
+        panel = self.query_one(CheckpointsPanel)
+
+        def waiting(step: teardown.WaitStep) -> None:  # the provider confirming the box gone, look by look
+            panel.show_progress(int(step.elapsed_s), int(step.limit_s), step.line)
+
         try:
             # shielded: once approved, the provider call and the record of its outcome run to their end
-            result = await asyncio.shield(teardown.execute(self.rgt.session, instance, typed, plan.lines))
+            result = await asyncio.shield(teardown.execute(self.rgt.session, instance, typed, plan.lines,
+                                                           progress=waiting))
         except GateRefused as exc:
             self.notify(f"refused: {exc}", severity="error", timeout=15)
         except RgtError as exc:
             self.notify(f"teardown failed: {exc}", severity="error", timeout=15)
         else:
             self.notify(result.message, severity="information" if result.confirmed else "warning", timeout=15)
+        finally:
+            panel.hide_progress()
 
     @work(group="teardown")
     async def action_stop(self) -> None:

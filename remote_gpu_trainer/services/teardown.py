@@ -9,6 +9,8 @@ the provider says the instance is gone. The property holds whichever face called
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from remote_gpu_trainer.audits.gate import Approval
@@ -34,6 +36,20 @@ POLL_START_S = 0.2
 POLL_MAX_S = 30.0
 POLL_GIVE_UP_S = 600.0
 GRID_TIMEOUT_S = 15.0  # the box was just asked for the gate; a second question gets less time
+
+
+@dataclass(frozen=True)
+class WaitStep:
+    """One look while the provider confirms the box gone (docs/gate.md §7.1): how long rgt has waited, how
+    long it will, and what it asked and heard, so a person never watches a silent wait."""
+
+    elapsed_s: float
+    limit_s: float
+    state: str
+    line: str
+
+
+WaitProgress = Callable[[WaitStep], None]
 
 
 @dataclass(frozen=True)
@@ -177,7 +193,7 @@ def link_lines(session: Session, run: RunConfig) -> list[str]:
 
 async def execute(session: Session, instance_name: str, typed_id: str | None, shown: list[str] | tuple[str, ...],
                   *, actor: str = "user", action_id: str = "terminate",
-                  accept_loss: tuple[str, ...] = ()) -> TeardownResult:
+                  accept_loss: tuple[str, ...] = (), progress: WaitProgress | None = None) -> TeardownResult:
     """Gated actions need the typed instance id and pass the gate twice; reversible ones a confirmation.
     `accept_loss` (typed by a person: `--accept-loss`, the modal) waives the named runs' reasons only.
 
@@ -188,11 +204,12 @@ async def execute(session: Session, instance_name: str, typed_id: str | None, sh
     covered = [b.run.id for b in await box_gate.box_runs(session, instance_name)]
     with run_locks(session.project.state_dir, covered, "tearing down"):  # no pull or verify of them meanwhile
         return await _execute(session, instance_name, typed_id, shown, actor=actor, action_id=action_id,
-                              accept_loss=accept_loss)
+                              accept_loss=accept_loss, progress=progress)
 
 
 async def _execute(session: Session, instance_name: str, typed_id: str | None, shown: list[str] | tuple[str, ...],
-                   *, actor: str, action_id: str, accept_loss: tuple[str, ...]) -> TeardownResult:
+                   *, actor: str, action_id: str, accept_loss: tuple[str, ...],
+                   progress: WaitProgress | None) -> TeardownResult:
     typed = (typed_id or "").strip()
     current = await plan(session, instance_name, action_id, accept_loss)
     unknown = [name for name in accept_loss if name not in current.loss_names]
@@ -228,7 +245,7 @@ async def _execute(session: Session, instance_name: str, typed_id: str | None, s
     except RgtError as exc:
         events.teardown_failed(session.db, instance=instance_name, action=action_id, error=str(exc))
         raise
-    result = await _confirm(session, instance_name, action_id)
+    result = await _confirm(session, instance_name, action_id, progress)
     if action_id == "terminate":  # gone or not: say what still bills (an instance stuck in 'alert' does)
         return await _follow_up(session, instance_name, result)
     return result
@@ -273,12 +290,22 @@ async def _gate_with_approval(session: Session, current: TeardownPlan, approval:
     return [*current.fixed, *verdict.reasons(current.accepted)]
 
 
-async def _confirm(session: Session, instance_name: str, action_id: str) -> TeardownResult:
-    """A provider's 'OK' is not proof: re-query until the state says so, backing off, then give up."""
+async def _confirm(session: Session, instance_name: str, action_id: str,
+                   progress: WaitProgress | None = None) -> TeardownResult:
+    """A provider's 'OK' is not proof: re-query until the state says so, backing off, then give up. Each
+    look is reported to `progress` with the time waited and the state heard."""
     wanted = "terminated" if action_id == "terminate" else "stopped"
     delay, waited = POLL_START_S, 0.0
+    began = time.monotonic()
+    asked = f"{session.profile(instance_name).display_name}'s state of {instance_name}"
     while True:
         status = await session.instance_status(instance_name)
+        if progress is not None and status.state != wanted:
+            elapsed = time.monotonic() - began
+            progress(WaitStep(elapsed, POLL_GIVE_UP_S, status.state,
+                              f"waiting for {instance_name} to be {wanted}: {elapsed:.0f} s of at most "
+                              f"{POLL_GIVE_UP_S:.0f} s; asked {asked}: {status.state}, next look in "
+                              f"{min(delay, POLL_GIVE_UP_S):.1f} s"))
         if status.state == wanted:
             evidence = str(status.detail.get("evidence", "provider-confirmed"))
             how = "recorded as user-attested" if evidence == "user-attested" else "confirmed by the provider"

@@ -105,7 +105,12 @@ async def test_runpod_arc_names_the_action_then_terminates_after_the_approval(
         assert destroying(runpod_cloud) == []  # planning asks, it never acts
 
         runpod_cloud.linger[POD] = 2  # RP14: the DELETE answers OK, the pod still reads back twice
-        result = await teardown.execute(session, INSTANCE, POD, plan.lines)
+        waits: list[teardown.WaitStep] = []
+        result = await teardown.execute(session, INSTANCE, POD, plan.lines, progress=waits.append)
+        assert len(waits) == 2, waits  # each look that did not yet see it gone is said, with what was heard
+        assert all(w.line.startswith(f"waiting for {INSTANCE} to be terminated: ") and w.state != "terminated"
+                   and "asked RunPod" in w.line and w.limit_s == teardown.POLL_GIVE_UP_S for w in waits), waits
+        assert waits[0].elapsed_s <= waits[1].elapsed_s
 
         approval = only(session.db.events(kind="approval"))
         assert approval.detail["typed_id"] == POD and approval.detail["shown"] == list(plan.lines)
