@@ -53,6 +53,9 @@ __all__ = ["NoSFTP", "SSHTransport"]
 CHUNK = 4 << 20
 READ_AHEAD = 8 << 20  # bytes of SFTP reads kept in flight by read_chunks
 SFTP_READ_FALLBACK = 32 << 10  # the read size every SFTP server must serve, when it states no limit
+# Seconds an SFTP request may wait for its answer (docs/pull.md, "Stalled SFTP"): past it the connection is
+# dropped and the caller's retries go on over a fresh one. Read at call time, so tests may lower it.
+SFTP_STALL_S = 60.0
 SHA256_TIMEOUT_S = 3600.0
 KILL_TIMEOUT_S = 10.0
 
@@ -117,8 +120,11 @@ class SSHTransport(Transport):
         link = self._link()
         async with link.sftp_lock:
             if link.sftp is None or link.sftp_conn is not conn:
+                stall = SFTP_STALL_S
                 try:
-                    link.sftp = await conn.start_sftp_client()
+                    link.sftp = await asyncio.wait_for(conn.start_sftp_client(), stall)
+                except TimeoutError:
+                    raise self._stalled(conn, "the SFTP session's start", stall) from None
                 except (OSError, asyncssh.Error) as exc:
                     self._lost(conn)
                     raise NoSFTP(f"{self.target}: no SFTP on this connection ({_reason(exc)}): the box "
@@ -128,11 +134,18 @@ class SSHTransport(Transport):
 
     async def _sftp_call(self, what: str, remote: str,
                          op: Callable[[asyncssh.SFTPClient], Awaitable[T]]) -> T:
-        """Run an idempotent SFTP operation; one more try on a fresh connection if the old one died."""
+        """Run an idempotent SFTP operation; one more try on a fresh connection if the old one died, or
+        stalled: no answer within SFTP_STALL_S (a stopped sftp-server or a hung mount behind a live
+        connection would otherwise hold the caller for as long as it lasts)."""
         for attempt in (0, 1):
             conn, sftp = await self._sftp()
+            stall = SFTP_STALL_S
             try:
-                return await op(sftp)
+                return await asyncio.wait_for(op(sftp), stall)
+            except TimeoutError:
+                error = self._stalled(conn, f"SFTP {what} of {remote}", stall)
+                if attempt:
+                    raise error from None
             except (OSError, asyncssh.Error) as exc:
                 if not _is_connection_error(exc):
                     raise _os_error(exc, remote) from None
@@ -306,8 +319,11 @@ class SSHTransport(Transport):
         read-ahead window of requests past its end. A file that grew is still read to its true end.
         Each block is one SFTP request (block_size=0: asyncssh neither splits it nor re-asks a short one)."""
         conn, sftp = await self._sftp()
+        stall = SFTP_STALL_S
         try:
-            handle = await sftp.open(remote, "rb", block_size=0)
+            handle = await asyncio.wait_for(sftp.open(remote, "rb", block_size=0), stall)
+        except TimeoutError:
+            raise self._stalled(conn, f"SFTP open of {remote}", stall) from None
         except (OSError, asyncssh.Error) as exc:
             raise self._read_error(conn, exc, remote) from None
         per_chunk = max(1, -(-chunk_size // max(1, sftp.limits.max_read_len or SFTP_READ_FALLBACK)))
@@ -318,7 +334,9 @@ class SSHTransport(Transport):
                 parts: list[bytes] = []
                 while len(parts) < per_chunk and not reader.at_end:
                     try:
-                        data = await reader.next_block()
+                        data = await reader.next_block(stall)
+                    except TimeoutError:
+                        raise self._stalled(conn, f"SFTP read of {remote}", stall) from None
                     except (OSError, asyncssh.Error) as exc:
                         raise self._read_error(conn, exc, remote) from None
                     if data:
@@ -330,6 +348,12 @@ class SSHTransport(Transport):
                 await reader.drain()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(handle.close(), CLOSE_TIMEOUT_S)
+
+    def _stalled(self, conn: asyncssh.SSHClientConnection, action: str, stall: float) -> TransportError:
+        """An SFTP request unanswered for `stall` seconds: the connection is dropped (its sftp-server is stuck;
+        a fresh connection gets a fresh one), and the error says so for the caller's retries."""
+        self._lost(conn)
+        return TransportError(f"{self.target}: {action} got no answer for {stall:g} s: connection dropped")
 
     def _read_error(self, conn: asyncssh.SSHClientConnection, exc: BaseException, remote: str) -> Exception:
         if _is_connection_error(exc):
@@ -399,12 +423,19 @@ class _ReadAhead:
             return self._block
         return max(0, min(self._block, self._stop - self._next))
 
-    async def next_block(self) -> bytes:
+    async def next_block(self, stall: float) -> bytes:
+        """The next block in file order; TimeoutError when it has not come within `stall` seconds (the
+        read stays queued for `drain`, not cancelled)."""
         while len(self._reads) < self._depth and (size := self._next_size()):
             self._reads.append((asyncio.ensure_future(self._handle.read(size, self._next)), size))
             self._next += size
-        read, asked = self._reads.popleft()
-        data = _binary(await read)
+        read, asked = self._reads[0]
+        if not read.done():
+            await asyncio.wait((read,), timeout=stall)
+            if not read.done():
+                raise TimeoutError
+        self._reads.popleft()
+        data = _binary(read.result())
         if len(data) < asked:
             self.at_end = True
         elif self._next == self._stop and not self._reads:
