@@ -18,7 +18,7 @@ import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from remote_gpu_trainer.audits.manifest import (
     MANIFEST_NAME,
@@ -58,6 +58,8 @@ PULL_LARGE = 3  # of which larger than LARGE_FILE
 LARGE_FILE = 4 << 20
 PULL_TRIES = 3
 FSYNC_EVERY = 256 << 20
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
     root.mkdir(parents=True, exist_ok=True)
     recorded = db.recorded_manifest(run.id) or await build_manifest(transport, run, db)
     manifest = await _manifest_for_pull(root, run, transport, recorded, recorded_adoption(db, run.id))
-    await asyncio.to_thread(_check_free_space, root, manifest)
+    await _in_thread(_check_free_space, root, manifest)
     puller = _Puller(root, run, transport, db, progress or (lambda _: None))
     small = [entry for entry in manifest.files
              if transport.batches_small_files and entry.bytes <= pull_batches.BATCH_FILE_MAX]
@@ -128,7 +130,7 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
         batched = [group.create_task(puller.pull_batch(batch)) for batch in _groups(small)]
         tasks = {entry.path: group.create_task(puller.pull_file(entry.path, entry.bytes, entry.sha256))
                  for entry in singles}
-    await asyncio.to_thread(puller.seal_all)  # the renames are durable and cached before we return
+    await _in_thread(puller.seal_all)  # the renames are durable and cached before we return
     outcomes = {path: task.result() for path, task in tasks.items()}
     for task in batched:
         outcomes.update(task.result())
@@ -189,8 +191,8 @@ async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, r
         raise VerbFailed(f"{remote}: manifest on the box (sha256 {sha256_bytes(data)[:12]}) is not the one "
                          f"recorded at build time ({recorded[:12]}): the evidence changed; investigate")
     manifest = acceptable_manifest(data, run, remote, adopted)
-    await asyncio.to_thread(_check_free_space, root, manifest)  # before anything is written here
-    await asyncio.to_thread(atomic_write, final, data)
+    await _in_thread(_check_free_space, root, manifest)  # before anything is written here
+    await _in_thread(atomic_write, final, data)
     return manifest
 
 
@@ -228,7 +230,7 @@ class _Puller:
         `.part` to resume, or refused here) takes the per-file path."""
         outcomes: dict[str, str | Problem] = {}
         async with self.batch_slots:
-            checked = await asyncio.to_thread(local_checks, self.root, entries, self.db)
+            checked = await _in_thread(local_checks, self.root, entries, self.db)
             wanted = []
             for entry, (target, state) in zip(entries, checked, strict=True):
                 if state == "present":
@@ -246,8 +248,8 @@ class _Puller:
                     # fail does not get to cost every later batch its timeout too
                     self.batching = False
         async with self.write_slots:  # the next batch streams while this one is written (disk-bound)
-            written = await asyncio.to_thread(write_batch, [(entry, target, got.get(entry.path))
-                                                             for entry, target in wanted])
+            written = await _in_thread(write_batch, [(entry, target, got.get(entry.path))
+                                                     for entry, target in wanted])
         for entry, target, info in written:
             self.written_dirs.add(target.parent)
             self.hashed.append((str(target), FileKey.of(info), entry.sha256))
@@ -293,7 +295,7 @@ class _Puller:
         """One try: keep a local copy whose bytes are the manifest's, else resume the `.part` (re-hashing
         its prefix), stream the rest, check, fsync, rename; the streamed hash seeds the hash cache."""
         report = self.report
-        target, present = await asyncio.to_thread(local_side, self.root, path, self.db, size, sha256)
+        target, present = await _in_thread(local_side, self.root, path, self.db, size, sha256)
         if present:
             report(PullProgress(path, size, size, "present"))
             return "present"
@@ -309,7 +311,7 @@ class _Puller:
         if remote_info.size != size:
             raise _ContractBroken(f"changed on the box: {remote} is {remote_info.size} bytes, the manifest "
                                   f"says {size} (it changed after the manifest was built)", "changed_on_box")
-        fd, offset, digest = await asyncio.to_thread(open_part, part, size)
+        fd, offset, digest = await _in_thread(open_part, part, size, discard=lambda opened: os.close(opened[0]))
         if offset:
             report(PullProgress(path, 0, size, "resuming"))
         try:
@@ -331,11 +333,29 @@ class _Puller:
             os.close(fd)
             remove_if_present(part)
             raise _HashMismatch("its sha256 after the transfer differs from the manifest's")
-        renamed = await asyncio.to_thread(seal, fd, part, target)
+        renamed = await _in_thread(seal, fd, part, target)
         self.written_dirs.add(target.parent)
         self.hashed.append((str(target), FileKey.of(renamed), sha256))
         report(PullProgress(path, size, size, "done"))
         return "fetched"
+
+
+async def _in_thread(func: Callable[..., T], *args: Any, discard: Callable[[T], None] | None = None) -> T:
+    """`func(*args)` in a worker thread, returning only once that thread is done with it, even when the pull
+    is cancelled meanwhile (docs/pull.md, "Cancelling a pull"). A cancel that returned while the thread was
+    still writing let the caller close the descriptor under it; the next file the process opened got its
+    number, and the rest of the chunk landed there. So the cancel is held until the thread ends, then
+    raised; what the thread made that nobody will use (an opened `.part`) is handed to `discard`."""
+    job = asyncio.ensure_future(asyncio.to_thread(func, *args))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        while not job.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait((job,))
+        if discard is not None and not job.cancelled() and job.exception() is None:
+            discard(job.result())
+        raise
 
 
 PULL_REASONS = {
@@ -378,11 +398,11 @@ async def _stream(remote: str, fd: int, offset: int, size: int, digest: Any, tra
         async for chunk in transport.read_chunks(remote, offset, CHUNK, expect=size):
             if done + len(chunk) > size:
                 raise _ContractBroken(f"changed on the box: {remote} grew past {size} bytes while reading")
-            await asyncio.to_thread(append_hashed, fd, chunk, digest)
+            await _in_thread(append_hashed, fd, chunk, digest)
             done += len(chunk)
             unsynced += len(chunk)
             if unsynced >= FSYNC_EVERY:
-                await asyncio.to_thread(os.fsync, fd)
+                await _in_thread(os.fsync, fd)
                 unsynced = 0
             report(done)
     return done
