@@ -47,7 +47,10 @@ def to_dict(overview: Overview) -> dict[str, Any]:
              "cost_so_far": round(i.cost_so_far, 6), "verified_month": i.verified_month, "stale": i.stale,
              "burn_per_hour": round(i.burn_per_hour, 6), "estimate": i.estimate, "note": i.note,
              "eta_s": _round(i.eta_s), "cost_to_finish": _round(i.cost_to_finish), "facts_age": i.facts_age,
-             "drift": i.drift}
+             "drift": i.drift,
+             # added 2026-12-06: the box's teardown gate, as `rgt down` decides it (docs/gate.md §7.2)
+             "gate": None if i.gate_open is None else {"open": i.gate_open, "reasons": list(i.gate_reasons),
+                                                       "at_risk": list(i.at_risk)}}
             for i in sorted(overview.instances, key=lambda i: i.name)
         ],
         "runs": [_run_dict(r) for r in sorted(overview.runs, key=lambda r: r.id)],
@@ -210,6 +213,11 @@ def _text(o: Overview) -> str:
                    f" {i.price_source:<8} {money(i.cost_so_far, i.currency):>10} {i.billing:<14} {facts}")
     out.extend(f"  {i.name}: billing facts {i.facts_age}" for i in o.instances if i.stale)
     out.extend(f"  {i.name}: {i.note}" for i in o.instances if i.state == "unknown" and i.note)  # e.g. a timeout
+    for i in o.instances:
+        if i.gate_open is not None:
+            risk = f" · at risk: {', '.join(i.at_risk)}" if i.at_risk else ""
+            out.append(f"  {i.name}: teardown gate {'OPEN' if i.gate_open else 'CLOSED'}{risk}")
+            out.extend(f"    - {reason}" for reason in i.gate_reasons)
     for run in o.runs:
         out.append("")
         out.append(f"RUN {run.id} on {run.instance}: {run.evidence_state} · liveness {run.liveness}"

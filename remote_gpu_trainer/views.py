@@ -37,6 +37,11 @@ class InstanceView:
     drift: str = ""  # the API bills another price than the quoted one (meter PriceDrift text)
     facts_age: str = ""  # the profile's billing facts: oldest verified month, its age, unstamped count
     cost_to_finish: float | None = None  # ETA × burn rate
+    # the box's teardown gate (docs/gate.md §7.2), the one the plan and `rgt down` decide: None where the box
+    # has no gated action or was not asked; the runs at risk by the names `--accept-loss` takes
+    gate_open: bool | None = None
+    gate_reasons: tuple[str, ...] = ()
+    at_risk: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,13 @@ class ActionView:
     enabled: bool
     irreversible: bool
     reasons: tuple[str, ...] = ()  # why it is not enabled; empty when it is
+    # closed only because runs' results are not home: a person may give them up by name in the modal
+    # (docs/gate.md §7.2), so the control opens the modal rather than refusing outright
+    at_risk: tuple[str, ...] = ()
+
+    @property
+    def waivable(self) -> bool:
+        return self.offered and not self.enabled and bool(self.at_risk)
 
     @property
     def why_not(self) -> str:

@@ -293,7 +293,7 @@ class DashboardScreen(DeliverActions):
         run = self.current_run()
         if action in ("teardown", "stop"):  # the service decided; greyed when offered but not enabled
             control = None if run is None else (run.teardown if action == "teardown" else run.stop)
-            if control is None or control.enabled:
+            if control is None or control.enabled or (action == "teardown" and control.waivable):
                 return control is not None or None
             return None if control.offered else False
         return True
@@ -523,7 +523,7 @@ class DashboardScreen(DeliverActions):
         if run is None or self.rgt.session.read_only or self.busy_with(name):
             return
         view = run.teardown if name == "teardown" else run.stop
-        if not view.enabled:
+        if not view.enabled and not (name == "teardown" and view.waivable):  # the modal takes the names
             self.notify(escape_control(f"{view.label} not available: {view.why_not}"), severity="warning",
                         timeout=10, markup=False)
             return
@@ -536,7 +536,8 @@ class DashboardScreen(DeliverActions):
 
     async def _teardown(self, instance: str) -> None:
         plan = await teardown.plan(self.rgt.session, instance)
-        typed = await self.app.push_screen_wait(TeardownScreen(plan))
+        modal = TeardownScreen(plan)
+        typed = await self.app.push_screen_wait(modal)
         if typed is None:
             self.notify("teardown cancelled: nothing was done")
             return
@@ -548,7 +549,7 @@ class DashboardScreen(DeliverActions):
         try:
             # shielded: once approved, the provider call and the record of its outcome run to their end
             result = await asyncio.shield(teardown.execute(self.rgt.session, instance, typed, plan.lines,
-                                                           progress=waiting))
+                                                           accept_loss=modal.accepted, progress=waiting))
         except GateRefused as exc:
             self.notify(f"refused: {exc}", severity="error", timeout=15)
         except RgtError as exc:

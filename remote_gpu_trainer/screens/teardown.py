@@ -19,7 +19,8 @@ from remote_gpu_trainer.views import TeardownPlan
 
 
 class TeardownScreen(ModalScreen[str | None]):
-    """Dismisses with the typed instance id on confirm, or None on cancel."""
+    """Dismisses with the typed instance id on confirm, or None on cancel; `accepted` then holds the runs whose
+    results the person typed to give up (docs/gate.md §7.2), when the plan had any at risk."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
     AUTO_FOCUS = "#cancel"
@@ -27,6 +28,7 @@ class TeardownScreen(ModalScreen[str | None]):
     def __init__(self, plan: TeardownPlan) -> None:
         super().__init__()
         self.plan = plan
+        self.accepted: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
         kind = "IRREVERSIBLE" if self.plan.irreversible else "reversible, storage keeps billing"
@@ -38,6 +40,12 @@ class TeardownScreen(ModalScreen[str | None]):
                          markup=False)
             yield Static(escape_control("\n".join(f"✖ {r}" for r in self.plan.reasons), keep_newlines=True),
                          id="teardown-reasons", markup=False)
+            if self.plan.at_risk:
+                names = escape_control(", ".join(self.plan.loss_names))
+                yield Label(f"Results not known to be home: {names}. To give them up, type their names "
+                            "(comma-separated):", markup=False, id="accept-loss-label")
+                yield Input(placeholder="names of the runs you accept to lose", id="accept-loss",
+                            select_on_focus=False)
             yield Label(f"Type the instance id ({shown_id}) to confirm:", markup=False)
             yield Input(placeholder="instance id", id="confirm-id", select_on_focus=False)
             yield Static("", id="teardown-progress")
@@ -51,7 +59,8 @@ class TeardownScreen(ModalScreen[str | None]):
         arrives before the dialog is composed is left alone rather than crashing the app."""
         fields = self.query("#confirm-id").results(Input)
         field = next(fields, None)
-        if field is not None and not field.has_focus and event.is_printable and event.character:
+        typing_elsewhere = isinstance(self.focused, Input)  # e.g. the names of runs given up
+        if field is not None and not typing_elsewhere and event.is_printable and event.character:
             field.focus()
             field.insert_text_at_cursor(event.character)
             event.stop()
@@ -61,19 +70,32 @@ class TeardownScreen(ModalScreen[str | None]):
     def _typed(self, event: Input.Changed) -> None:
         self.query_one("#confirm", Button).disabled = not self._accepts(event.value)
 
+    @on(Input.Changed, "#accept-loss")
+    def _losses_typed(self, event: Input.Changed) -> None:
+        """The names typed so far waive their runs' reasons; what is left closed stays shown."""
+        self.accepted = tuple(n.strip() for n in event.value.split(",") if n.strip())
+        current = self._current()
+        self.query_one("#teardown-reasons", Static).update(
+            escape_control("\n".join(f"✖ {r}" for r in current.reasons), keep_newlines=True))
+        self.query_one("#confirm", Button).disabled = not self._accepts(self.query_one("#confirm-id", Input).value)
+
+    def _current(self) -> TeardownPlan:
+        return self.plan.accepting(self.accepted) if self.plan.at_risk else self.plan
+
     @on(Input.Submitted, "#confirm-id")
     def _submitted(self, event: Input.Submitted) -> None:
+        current = self._current()
         if self._accepts(event.value):
             self.dismiss(event.value.strip())
-        elif not self.plan.enabled:
-            self.notify(escape_control(f"gate closed: {self.plan.why_not}: nothing was done"), severity="warning",
+        elif not current.enabled:
+            self.notify(escape_control(f"gate closed: {current.why_not}: nothing was done"), severity="warning",
                         markup=False)
         else:
             self.notify(escape_control(f"{event.value.strip()!r} is not the instance id: nothing was done"),
                         severity="warning", markup=False)
 
     def _accepts(self, typed: str) -> bool:
-        return self.plan.enabled and typed.strip() == self.plan.provider_id
+        return self._current().enabled and typed.strip() == self.plan.provider_id
 
     @on(Button.Pressed, "#cancel")
     def action_cancel(self) -> None:

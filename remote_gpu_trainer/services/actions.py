@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 def action_view(session: Session, instance: str, state: str, action_id: str,
-                gate_reasons: tuple[str, ...]) -> ActionView:
+                gate_reasons: tuple[str, ...], at_risk: tuple[str, ...] = ()) -> ActionView:
     """Whether the instance's `action_id` is offered and enabled, whether it is irreversible, and why
     not: the one decision the button, the key, the palette and the modal render. A gated action
     (one that destroys data) needs the evidence gate open; a plain one only a box to act on."""
@@ -31,10 +31,13 @@ def action_view(session: Session, instance: str, state: str, action_id: str,
         reasons.append("read-only session: nothing is torn down from here")
     if action.needs_gate:
         reasons.extend(gate_reasons)
-    if state in ("terminated", "unknown") and state_reason(state) not in reasons:
+    fixed = state in ("terminated", "unknown")
+    if fixed and state_reason(state) not in reasons:
         reasons.append(state_reason(state))
+    waivable = at_risk if action.needs_gate and reasons and not fixed and not session.read_only else ()
     return ActionView(action_id, action.label, offered=not session.read_only and state != "terminated",
-                      enabled=not reasons, irreversible=not action.reversible, reasons=tuple(reasons))
+                      enabled=not reasons, irreversible=not action.reversible, reasons=tuple(reasons),
+                      at_risk=tuple(waivable))
 
 
 def state_reason(state: str) -> str:

@@ -36,6 +36,7 @@ from remote_gpu_trainer.clock import parse_iso, utc_now
 from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig, bind_to_launch, run_config_from_record
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
+from remote_gpu_trainer.profile_facts import Action
 from remote_gpu_trainer.services import box_ledger
 from remote_gpu_trainer.services.box_ledger import LedgerEntry
 from remote_gpu_trainer.services.evidence.local_root import (
@@ -249,6 +250,10 @@ class BoxVerdict:
     at_risk: tuple[LossAtRisk, ...]
     warnings: tuple[str, ...]
     fixed: tuple[str, ...] = ()  # reasons no run's name waives (e.g. the approval's own)
+    # the part of `at_risk` a configured run's own evidence gate does not show (a run only the launch log or the
+    # ledger knows, another project's run, a box that cannot be asked, a launch only the ledger records):
+    # what the dashboard and `--report` add to the runs' own gates (services/overview.py)
+    beyond_runs: tuple[LossAtRisk, ...] = ()
 
     def reasons(self, accepted: Collection[str] = ()) -> list[str]:
         """Every reason the gate is closed, once the runs named in `accepted` are waived."""
@@ -326,17 +331,24 @@ async def box_verdict(session: Session, name: str, provider_id: str, approval: A
     """The gate for the box: every run covered judged (`decide`), each run's reasons kept apart so the user
     can accept one run's loss by its name, never another's."""
     covered, at_risk, warnings = await covered_runs(session, name, ledger=ledger)
-    losses = {loss.name: loss for loss in at_risk}
+    losses = {loss.name: list(loss.reasons) for loss in at_risk}
+    beyond = {loss.name: list(loss.reasons) for loss in at_risk}
     for box_run in covered:
         decision = await decide(session, name, box_run, provider_id, approval, check_box=check_box)
         prefix = f"{box_run.label}: " if len(covered) > 1 or not box_run.in_config else ""
         found = [prefix + reason for reason in decision.reasons]
-        found.extend(prefix + reason for reason in _ledger_launch_reasons(session, box_run))
+        from_ledger = [prefix + reason for reason in _ledger_launch_reasons(session, box_run)]
         warnings.extend(prefix + warning for warning in decision.warnings)
-        if found:
-            earlier = losses.get(box_run.run.id)
-            losses[box_run.run.id] = LossAtRisk(box_run.run.id, (*(earlier.reasons if earlier else ()), *found))
-    return BoxVerdict(tuple(covered), tuple(losses[key] for key in sorted(losses)), tuple(warnings))
+        if found or from_ledger:
+            losses.setdefault(box_run.run.id, []).extend([*found, *from_ledger])
+        extra = from_ledger if box_run.in_config else [*found, *from_ledger]
+        if extra:
+            beyond.setdefault(box_run.run.id, []).extend(extra)
+    return BoxVerdict(tuple(covered), _losses(losses), tuple(warnings), beyond_runs=_losses(beyond))
+
+
+def _losses(reasons: dict[str, list[str]]) -> tuple[LossAtRisk, ...]:
+    return tuple(LossAtRisk(name, tuple(reasons[name])) for name in sorted(reasons) if reasons[name])
 
 
 def _ledger_launch_reasons(session: Session, box_run: BoxRun) -> list[str]:
@@ -354,6 +366,23 @@ def _ledger_launch_reasons(session: Session, box_run: BoxRun) -> list[str]:
         return []
     return [f"the box's ledger records a launch at {escape_control(entry.started_at)}, after the last "
             "verification here: pull and verify its results"]
+
+
+def reads_ledger(action: Action | None) -> bool:
+    """An action that destroys a disk destroys whatever any run of any project left there: the box's
+    ledger is read (docs/gate.md §7.2). A reversible stop or a job's cancel destroys no storage."""
+    return action is None or bool(action.destroys)
+
+
+async def teardown_verdict(session: Session, name: str, provider_id: str) -> BoxVerdict:
+    """The box's gate for its terminate action as every face shows it before anyone approves: the dashboard
+    and `--report` (services/overview.py) ask this, the teardown plan asks `box_verdict` with the box asked
+    again. A box whose identity cannot be worked out is a closed gate with the reason, never an open one."""
+    action = session.profile(name).action("terminate")
+    try:
+        return await box_verdict(session, name, provider_id, None, check_box=False, ledger=reads_ledger(action))
+    except (RgtError, OSError, TimeoutError) as exc:
+        return BoxVerdict((), (), (), fixed=(f"the box's gate could not be worked out: {escape_control(str(exc))}",))
 
 
 async def box_reasons(session: Session, name: str, provider_id: str, approval: Approval | None, *,

@@ -61,6 +61,7 @@ class Observation:
     run_states: dict[str, RunState]
     gpus: dict[str, str]
     readings: dict[str, MeterReading]
+    boxes: dict[str, gate.BoxVerdict] = dataclasses.field(default_factory=dict)  # each gated box's teardown gate
 
 
 async def observe_and_build(session: Session, wait_s: float | None = None) -> Overview:
@@ -84,8 +85,11 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
     statuses = {name: status_answers.get(f"status:{name}") or instances.waiting_status(session, name)
                 for name in names}
     run_states = {run_id: run_answers.get(f"run:{run_id}") or WAITING_RUN for run_id in run_ids}
-    gpu_answers = await session.answers({f"gpu:{name}": partial(env.gpu_text, session, name, statuses[name])
-                                         for name in names}, wait_s)
+    gpu_answers, boxes = await asyncio.gather(
+        session.answers({f"gpu:{name}": partial(env.gpu_text, session, name, statuses[name]) for name in names},
+                        wait_s),
+        session.answers({name: partial(gate.teardown_verdict, session, name, statuses[name].provider_id)
+                         for name in names if _gated(session, name, statuses[name].state)}, wait_s))
     gpus = {name: gpu_answers[f"gpu:{name}"] for name in names if f"gpu:{name}" in gpu_answers}
     readings = await asyncio.to_thread(meter_readings, session, statuses, run_states)
     for run_id, state in run_states.items():
@@ -93,7 +97,13 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
             state = run_states[run_id] = with_provider_word(state, statuses.get(session.run_config(run_id).instance))
             await run_logs.evaluate_rules(session, run_id, state)
             recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when it changed
-    return Observation(now, statuses, run_states, gpus, readings)
+    return Observation(now, statuses, run_states, gpus, readings, boxes)
+
+
+def _gated(session: Session, name: str, state: str) -> bool:
+    """A box whose terminate needs the gate, and that is still there to tear down."""
+    action = session.profile(name).action("terminate")
+    return action is not None and action.needs_gate and state != "terminated"
 
 
 def meter_readings(session: Session, statuses: dict[str, InstanceStatus],
@@ -121,6 +131,8 @@ async def build(session: Session, seen: Observation) -> Overview:
     views = [with_cost_to_finish(i, runs) for i in views]
     runs = [dataclasses.replace(r, other_notes=other_notes(views, r.instance),
                                 checklist_rows=checklist.panel_rows(r, verified)) for r in runs]
+    runs = [with_box_gate(session, r, runs, seen) for r in runs]
+    views = [with_instance_gate(i, runs, seen) for i in views]
     alerts = tuple(idle_burn_alerts(views, runs)) + tuple(f"▲ PRICE DRIFT {i.name}: {i.drift}" for i in views
                                                           if i.drift)
     return Overview(
@@ -189,6 +201,64 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         checkpoint_cadence=cadence_view(run_cadence(session, run_id, state, status.detail), state),
         location_drift=tuple(LocationDriftView(d.key, d.launched, d.now) for d in run.location_drift),
     )
+
+
+def box_gate_reasons(instance: str, run_id: str | None, runs: Sequence[RunView], seen: Observation) -> list[str]:
+    """Every reason the box's teardown gate is closed besides `run_id`'s own evidence: the other runs on the box
+    (their own gate, with their liveness), and what the box's verdict adds (a run only the launch log or the box's
+    ledger knows, another project's run, a box that cannot be asked). The teardown plan judges the same runs
+    through services/gate.box_verdict, so the dashboard, `--report`, the modal and `rgt down` agree."""
+    reasons: list[str] = []
+    for other in runs:
+        if other.instance == instance and other.id != run_id:
+            reasons.extend(f"{other.id}: {reason}" for reason in other.gate.reasons)
+    verdict = seen.boxes.get(instance)
+    if verdict is None:
+        return [*reasons, "the box's gate is still being asked"] if instance in seen.statuses and _waiting(
+            instance, seen) else reasons
+    reasons.extend(reason for loss in verdict.beyond_runs for reason in loss.reasons)
+    return [*verdict.fixed, *reasons]
+
+
+def _waiting(instance: str, seen: Observation) -> bool:
+    status = seen.statuses[instance]
+    return status.state != "terminated"
+
+
+def with_box_gate(session: Session, run: RunView, runs: Sequence[RunView], seen: Observation) -> RunView:
+    """The run's teardown and stop controls decided for the whole box (its gate stays the run's own)."""
+    status = seen.statuses.get(run.instance)
+    if status is None or not _gated(session, run.instance, status.state):
+        return run
+    extra = tuple(box_gate_reasons(run.instance, run.id, runs, seen))
+    reasons = (*run.gate.reasons, *extra)
+    # the modal takes the names of the other runs at risk once this run's own results are home; giving up the
+    # run's own unverified results is `rgt down --accept-loss` at a terminal (docs/gate.md §7.2)
+    names = box_at_risk(run.instance, runs, seen) if run.gate.open else ()
+    return dataclasses.replace(
+        run, teardown=actions.action_view(session, run.instance, status.state, "terminate", reasons, names),
+        stop=actions.action_view(session, run.instance, status.state, "stop", reasons, names))
+
+
+def box_at_risk(instance: str, runs: Sequence[RunView], seen: Observation) -> tuple[str, ...]:
+    """The names `--accept-loss` (and the modal's field) takes for this box: its verdict's, then each run on it
+    whose own gate is closed."""
+    verdict = seen.boxes.get(instance)
+    names = [loss.name for loss in verdict.beyond_runs] if verdict is not None else []
+    names.extend(r.id for r in runs if r.instance == instance and not r.gate.open and r.id not in names)
+    return tuple(names)
+
+
+def with_instance_gate(view: InstanceView, runs: Sequence[RunView], seen: Observation) -> InstanceView:
+    """The instance's teardown gate, for `--report` and `rgt status`: closed while any run on it, or anything
+    the box's verdict names, is not home."""
+    verdict = seen.boxes.get(view.name)
+    if verdict is None:
+        return view
+    reasons = [f"{r.id}: {reason}" for r in runs if r.instance == view.name for reason in r.gate.reasons]
+    reasons.extend(reason for reason in box_gate_reasons(view.name, None, runs, seen) if reason not in reasons)
+    return dataclasses.replace(view, gate_open=not reasons, gate_reasons=tuple(reasons),
+                               at_risk=box_at_risk(view.name, runs, seen))
 
 
 def billing_text(status: InstanceStatus, walltime: str | None = None) -> str:

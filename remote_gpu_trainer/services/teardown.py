@@ -18,7 +18,6 @@ from remote_gpu_trainer.audits.manifest import is_checkpoint
 from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.errors import GateRefused, RgtError
 from remote_gpu_trainer.fsutil import run_locks
-from remote_gpu_trainer.profile_facts import Action
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus, WaitsGone
 from remote_gpu_trainer.services import gate as box_gate
@@ -82,7 +81,7 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
     verdict = None
     if gated:  # a box that holds no results of rgt's runs has nothing to pull
         verdict = await box_gate.box_verdict(session, instance_name, status.provider_id, None,
-                                             ledger=_reads_ledger(action))
+                                             ledger=box_gate.reads_ledger(action))
         held = tuple(b.run for b in verdict.covered)
         warnings = list(verdict.warnings)
     covered = verdict.covered if verdict is not None else tuple(await box_gate.box_runs(session, instance_name))
@@ -103,12 +102,6 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
         irreversible=action is None or not action.reversible,
         at_risk=verdict.at_risk if verdict is not None else (), fixed=tuple(fixed))
     return closed.accepting(accept_loss)
-
-
-def _reads_ledger(action: Action | None) -> bool:
-    """An action that destroys a disk destroys whatever any run of any project left there: the box's
-    ledger is read. A reversible stop or a job's cancel destroys no storage."""
-    return action is None or bool(action.destroys)
 
 
 async def _grid_lines(session: Session, run_ids: tuple[str, ...]) -> list[str]:
@@ -286,7 +279,7 @@ async def _gate_with_approval(session: Session, current: TeardownPlan, approval:
     the user accepted to lose stay waived, nothing else."""
     action = session.profile(current.instance).action(current.action_id)
     verdict = await box_gate.box_verdict(session, current.instance, current.provider_id, approval,
-                                         ledger=_reads_ledger(action))
+                                         ledger=box_gate.reads_ledger(action))
     return [*current.fixed, *verdict.reasons(current.accepted)]
 
 
