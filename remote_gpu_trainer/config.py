@@ -13,9 +13,9 @@ import os
 import re
 import shlex
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from remote_gpu_trainer.config_deliver import DeliverConfig, GridConfig, read_deliver_config, read_grid_config
 from remote_gpu_trainer.config_notify import NotifyConfig, read_notify_config
@@ -25,6 +25,9 @@ from remote_gpu_trainer.remote.build_manifest import name_problem
 from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
 from remote_gpu_trainer.toml_table import table_line as table_line  # providers/box_identity.py reads it here
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.run_records import LocationDrift  # a RunConfig's drift from its launch
 
 CONFIG_NAME = "rgt.toml"
 T = TypeVar("T")
@@ -108,20 +111,6 @@ class InstanceConfig:
         return self.interruptible or (self.launch is not None and self.launch.interruptible)
 
 
-# Where a launched run's files and processes are (docs/gate.md §7, "Launch-time bindings"): frozen by each
-# launch, so an edit of these keys in rgt.toml is drift that applies to the next launch only.
-LOCATION_KEYS = ("instance", "workdir", "log", "command", "remote_root", "roster", "cache_dir")
-
-
-@dataclass(frozen=True)
-class LocationDrift:
-    """A location key whose value in rgt.toml differs from the one the run's latest launch used."""
-
-    key: str
-    launched: str | tuple[str, ...] | None
-    now: str | tuple[str, ...] | None
-
-
 @dataclass(frozen=True)
 class RunConfig:
     id: str
@@ -163,7 +152,6 @@ class RunConfig:
             return self
         now: dict[str, Any] = {item.key: item.now for item in self.location_drift}
         return replace(self, location_drift=(), **now)
-
 
 
 @dataclass(frozen=True)
@@ -608,46 +596,3 @@ def _number(value: Any) -> bool:
 
 def _whole(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int)
-
-
-def run_config_record(run: RunConfig) -> dict[str, Any]:
-    """A run's configuration as JSON, stored with each launch and verification: the gate still covers a
-    run after its table left rgt.toml, judged by the configuration it ran and was verified under. `location_drift` is
-    written only when there is some (a verification of a run whose rgt.toml table moved since its launch)."""
-    record = asdict(run)
-    if not run.location_drift:
-        del record["location_drift"]
-    return record
-
-
-def run_config_from_record(record: dict[str, Any]) -> RunConfig | None:
-    """The RunConfig a record holds, or None when it is not one (an old database's empty record)."""
-    try:
-        values = dict(record)
-        metric = values.get("metric")
-        values["metric"] = Metric(**metric) if isinstance(metric, dict) else None
-        values["location_drift"] = tuple(LocationDrift(item["key"], _tupled(item["launched"]), _tupled(item["now"]))
-                                         for item in values.get("location_drift", ()))
-        for name, value in list(values.items()):
-            if isinstance(value, list):
-                values[name] = tuple(value)
-        return RunConfig(**values)
-    except (TypeError, ValueError, KeyError):
-        return None
-
-
-def _tupled(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-def bind_to_launch(current: RunConfig, launched: RunConfig | None) -> RunConfig:
-    """The run as rgt.toml states it (`current`), with the location keys its latest launch used
-    (`launched`, from the launch log) and a LocationDrift for each one rgt.toml now sets otherwise: liveness, logs,
-    pull, verify and the gate look where the job really is (docs/gate.md §7, "Launch-time bindings"). A run
-    never launched (or launched before the launch log kept configurations) is `current` as it is."""
-    if launched is None:
-        return current
-    drift = tuple(LocationDrift(key, getattr(launched, key), getattr(current, key)) for key in LOCATION_KEYS
-                  if getattr(launched, key) != getattr(current, key))
-    bound: dict[str, Any] = {item.key: item.launched for item in drift}
-    return replace(current, location_drift=drift, **bound)

@@ -108,7 +108,8 @@ def test_a_bound_run_keeps_its_launch_places_and_its_drift_through_a_record() ->
     import json
 
     from remote_gpu_trainer.audits.gate import config_sha256
-    from remote_gpu_trainer.config import RunConfig, bind_to_launch, run_config_from_record, run_config_record
+    from remote_gpu_trainer.config import RunConfig
+    from remote_gpu_trainer.run_records import bind_to_launch, run_config_from_record, run_config_record
 
     launched = RunConfig(id="r1", instance="box", workdir="/w", command="train {cell}", log="train.log",
                          remote_root="/results/r1", roster=("seed0", "seed1"))

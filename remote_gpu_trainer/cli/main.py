@@ -29,7 +29,8 @@ BROKEN_PIPE = 141  # 128 + SIGPIPE
 PROJECT_VERBS: dict[str, tuple[str, str]] = {
     "help": ("project_verbs", "help_verb"), "completion": ("project_verbs", "completion"),
     "demo": ("project_verbs", "demo"), "init": ("project_verbs", "init"), "info": ("project_verbs", "info"),
-    "trust": ("project_verbs", "trust"), "events": ("project_verbs", "events"), "tick": ("project_verbs", "tick"),
+    "trust": ("project_verbs", "trust"), "adopt": ("project_verbs", "adopt"),
+    "events": ("project_verbs", "events"), "tick": ("project_verbs", "tick"),
     "audit": ("verify_verbs", "audit"), "finding": ("verify_verbs", "finding"), "probe": ("probe_verbs", "probe"),
     "accept": ("accept_verbs", "accept"),
     "capsule": ("evidence_tools", "capsule"), "splits": ("evidence_tools", "splits"),

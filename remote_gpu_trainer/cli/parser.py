@@ -19,7 +19,7 @@ from remote_gpu_trainer.errors import ConfigError
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "probe",
          "accept", "tick", "events", "trust", "capsule", "splits", "build", "reconcile", "completeness", "completion",
-         "help", "status")
+         "help", "status", "adopt")
 # One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
 VERB_HELP = {
     "demo": "write the demo project and launch its run on a simulated rented box, then open the TUI",
@@ -49,6 +49,8 @@ VERB_HELP = {
                     "list what to pull",
     "completion": "print a shell completion script for rgt, generated from this parser (bash, zsh or tcsh)",
     "help": "show the help of rgt, or of one verb (rgt help VERB)",
+    "adopt": "rebuild this project's launch records from a box's ledger (after the state database was lost): "
+             "then pull and verify those runs again",
     "status": "list every box of the project (--all: of every project you opened) with its burn, cost and idle "
               "time, and, in each cloud account those projects configure, the boxes that bill and no project "
               "names",
@@ -90,6 +92,7 @@ VERB_EXAMPLES = {
     "completion": ("rgt completion bash > ~/.local/share/bash-completion/completions/rgt",
                    "rgt completion zsh > ~/.zfunc/_rgt"),
     "help": ("rgt help down",),
+    "adopt": ("rgt adopt gpu-box", "rgt adopt gpu-box ~/proj --format json"),
     "status": ("rgt status", "rgt status --all", "rgt status --all --format json --timeout 10"),
 }
 SHELLS = ("bash", "zsh", "tcsh")
@@ -194,6 +197,13 @@ def _trust_arguments(parser: Parser) -> None:
     parser.add_argument("instance", help="the instance name in rgt.toml")
     _project_argument(parser)
     parser.add_argument("--fingerprint", help="the SHA256 fingerprint you compared (non-interactive)")
+
+
+def _adopt_arguments(parser: Parser) -> None:
+    parser.add_argument("instance", help="the instance name in rgt.toml whose box's ledger is read")
+    _project_argument(parser)
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="text for people (default) or json: what was adopted, known, and not this project's")
 
 
 def _events_arguments(parser: Parser) -> None:
@@ -414,6 +424,7 @@ def _no_options(parser: Parser) -> None:
 _ARGUMENTS: dict[str, Callable[[Parser], None]] = {
     "help": _help_arguments, "completion": _completion_arguments, "demo": _demo_arguments,
     "init": _init_arguments, "info": _project_argument, "trust": _trust_arguments, "events": _events_arguments,
+    "adopt": _adopt_arguments,
     "tick": _tick_arguments, "audit": _audit_arguments, "finding": _finding_arguments, "probe": _probe_arguments,
     "accept": _accept_arguments, "capsule": _capsule_arguments, "splits": _splits_arguments,
     "build": _build_arguments, "reconcile": _reconcile_arguments, "completeness": _completeness_arguments,

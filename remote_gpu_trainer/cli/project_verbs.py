@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shlex
 import sys
@@ -19,8 +20,10 @@ from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.cli.parser import main_parser, verb_parser
 from remote_gpu_trainer.cli.sessions import open_session, with_session
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, VerbFailed
+from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
+    from remote_gpu_trainer.services.box_ledger import LedgerEntry
     from remote_gpu_trainer.services.session import Session
 
 VERSIONS_SHOWN = ("textual", "asyncssh", "torch", "rich")
@@ -57,6 +60,43 @@ def info(args: argparse.Namespace) -> int:
 
 def trust(args: argparse.Namespace) -> int:
     return with_session(args.project, lambda s: asyncio.run(_trust(s, args.instance, args.fingerprint)))
+
+
+def adopt(args: argparse.Namespace) -> int:
+    return with_session(args.project, lambda s: asyncio.run(_adopt(s, args.instance, args.format)), writes="adopt")
+
+
+async def _adopt(session: Session, name: str, output: str) -> int:
+    """`rgt adopt INSTANCE`: the box's ledger back into this project's launch log (docs/gate.md §7.2)."""
+    from remote_gpu_trainer.services.box_ledger import adopt as adopt_ledger
+
+    if name not in session.project.instances:
+        raise ConfigError(f"{session.project.file}: no instance named {name!r}")
+    try:
+        found = await adopt_ledger(session, name, actor="cli")
+    finally:
+        await session.close_transports()
+    if output == "json":
+        print(json.dumps({"schema": "rgt-adopt/v1", "instance": name,
+                          "adopted": [_adopted_dict(e) for e in found.adopted],
+                          "known": [_adopted_dict(e) for e in found.known],
+                          "other_projects": [_adopted_dict(e) for e in found.foreign]}, indent=2, ensure_ascii=True))
+        return EXIT_OK
+    for entry in found.adopted:
+        print(f"adopted  {escape_control(entry.run_id)}: launched {escape_control(entry.started_at)}; pull and "
+              "verify it again before any teardown")
+    for entry in found.known:
+        print(f"known    {escape_control(entry.run_id)}: this launch is already recorded")
+    for entry in found.foreign:
+        print(f"other    {entry.shown()}: not this project's; its own project adopts it")
+    if not (found.adopted or found.known or found.foreign):
+        print(f"{name}: the box's ledger is empty: no run of rgt's was launched there with a ledger")
+    return EXIT_OK
+
+
+def _adopted_dict(entry: LedgerEntry) -> dict[str, object]:
+    return {"run_id": entry.run_id, "project_id": entry.project_id, "project_root": entry.project_root,
+            "launch_id": entry.launch_id, "started_at": entry.started_at, "result_root": entry.result_root}
 
 
 def events(args: argparse.Namespace) -> int:

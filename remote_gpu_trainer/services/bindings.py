@@ -1,7 +1,7 @@
 """Where a launched run's files and processes are: its launch's bindings, never the current rgt.toml alone.
 
 Each launch records the run's whole configuration in the append-only launch log (state/launches.py). The
-location keys (config.LOCATION_KEYS: instance, workdir, log, command, remote_root, roster, cache_dir) are read
+location keys (run_records.LOCATION_KEYS: instance, workdir, log, command, remote_root, roster, cache_dir) are read
 from the latest launch, so editing `workdir` while the job runs does not make liveness read another control
 folder, nor pull take half-written results as finished ones (docs/gate.md §7, "Launch-time bindings"). What
 rgt.toml now says otherwise is the run's `location_drift`, shown to the user, and applies to the next launch only.
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from remote_gpu_trainer.config import ProjectConfig, RunConfig, bind_to_launch, run_config_from_record
+from remote_gpu_trainer.config import ProjectConfig, RunConfig
+from remote_gpu_trainer.run_records import bind_to_launch, run_config_from_record
 from remote_gpu_trainer.state.db import StateDB
 
 

@@ -25,12 +25,13 @@ from remote_gpu_trainer.audits.verify.reconcile import ReconcileReport, reconcil
 from remote_gpu_trainer.audits.verify.reconcile_files import read_documents
 from remote_gpu_trainer.audits.verify.statistics import required_seeds
 from remote_gpu_trainer.clock import iso_z
-from remote_gpu_trainer.config import ProjectConfig, run_config_from_record
+from remote_gpu_trainer.config import ProjectConfig
 from remote_gpu_trainer.deliver import disclosure, evidence, ladder, macros
 from remote_gpu_trainer.deliver.disclosure import FindingNote, OutputQA, RowFacts
 from remote_gpu_trainer.deliver.evidence import ClaimSpec, RowSpec
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import atomic_write, read_regular
+from remote_gpu_trainer.run_records import run_config_from_record
 from remote_gpu_trainer.services import audit
 from remote_gpu_trainer.services.bindings import bound_run_config
 from remote_gpu_trainer.services.gate import gather_gate_inputs

@@ -33,10 +33,11 @@ from remote_gpu_trainer.audits.gate import (
 )
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, parse_manifest
 from remote_gpu_trainer.clock import parse_iso, utc_now
-from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig, bind_to_launch, run_config_from_record
+from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
 from remote_gpu_trainer.profile_facts import Action
+from remote_gpu_trainer.run_records import bind_to_launch, run_config_from_record
 from remote_gpu_trainer.services import box_ledger
 from remote_gpu_trainer.services.box_ledger import LedgerEntry
 from remote_gpu_trainer.services.evidence.local_root import (

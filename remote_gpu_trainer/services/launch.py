@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
-from remote_gpu_trainer.config import ProjectConfig, RunConfig, load_project, run_config_record
+from remote_gpu_trainer.config import ProjectConfig, RunConfig, load_project
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
+from remote_gpu_trainer.run_records import run_config_record
 from remote_gpu_trainer.services import box_ledger, network_env, sentinel
 from remote_gpu_trainer.services import launch_guards as guards
 from remote_gpu_trainer.state import events

@@ -53,6 +53,7 @@ class EventKind(StrEnum):
     ACCEPTANCE = "acceptance"  # a pulled bundle was accepted (re-hashed, load-checked) on a second machine
     NOTIFIED = "notified"  # the local patrol sent one event of a run through apprise (rgt watch --notify)
     AUTO_FOLLOW = "auto_follow"  # a watcher started, or finished, the automatic pull/verify of a finished run
+    ADOPTED = "adopted"  # `rgt adopt` rebuilt a launch record from the box's ledger (docs/gate.md §7.2)
 
 
 @dataclass(frozen=True)
@@ -232,6 +233,13 @@ def run_launched(db: EventLog, *, run_id: str, instance: str, handle: str, detai
     `started_at`, `method`, `pushed`, `log_offset`, and `pid` or `slurm_job`)."""
     return db.append_event(EventKind.LAUNCH, f"launched run {run_id} on {instance} ({handle})", run_id=run_id,
                            instance=instance, actor=actor, detail=detail)
+
+
+def launch_adopted(db: EventLog, *, run_id: str, instance: str, detail: dict[str, Any], actor: str) -> Event:
+    """ADOPTED, written when `rgt adopt` recorded a launch the box's ledger holds and this project's launch log
+    did not (a lost state database). Payload: the launch record written, with the ledger entry's path."""
+    return db.append_event(EventKind.ADOPTED, f"adopted run {run_id}'s launch on {instance} from the box's ledger",
+                           run_id=run_id, instance=instance, actor=actor, detail=detail)
 
 
 def rerun_added(db: EventLog, *, run_id: str, of: str, remote_root: str, actor: str) -> Event:

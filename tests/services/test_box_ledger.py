@@ -220,3 +220,47 @@ async def test_an_unreadable_ledger_keeps_the_gate_closed_for_every_run_that_may
     code, out = down(root, RUN, "--accept-loss", "r2")
     assert code == 0, out
     assert approvals(root)[-1]["accepted_loss"] == {"r2": [r for r in reasons if r.startswith("r2")]}
+
+
+# -- rgt adopt: the ledger back into the launch log ---------------------------------------------------------
+
+async def test_adopt_rebuilds_the_launch_record_so_the_run_can_be_pulled_verified_and_torn_down(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    write_text_project(root, project_text())
+    await launch_finished(root, RUN)
+    _lose_database(root, "deleted")
+    code, out = down(root, RUN)
+    assert code == 3, out
+    adopted = rgt("adopt", "box", str(root), cwd=root)
+    assert adopted.returncode == 0, adopted.stderr
+    assert adopted.stdout.startswith(f"adopted  {RUN}: launched "), adopted.stdout
+    again = rgt("adopt", "box", str(root), "--format", "json", cwd=root)
+    body = json.loads(again.stdout)
+    assert body["adopted"] == [] and [e["run_id"] for e in body["known"]] == [RUN], body
+    session = Session.open(str(root))
+    try:
+        (record,) = session.db.launch_history(RUN)
+        assert record.detail["launch_id"] == entry_of(root)["launch_id"] and record.detail["method"] == "adopted"
+        assert [event.kind for event in session.db.events()].count("adopted") == 1
+    finally:
+        session.close()
+    assert rgt("pull", RUN, str(root), cwd=root).returncode == 0
+    assert rgt("verify", RUN, str(root), cwd=root).returncode == 0
+    code, out = down(root, RUN)
+    assert code == 0, out
+    assert not sim_disk(root).exists()
+
+
+async def test_adopt_of_a_box_whose_ledger_cannot_be_read_says_so_and_records_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "proj"
+    write_text_project(root, project_text())
+    await launch_finished(root, RUN)
+    (ledger_dir(root) / project_id(root) / f"{RUN}.json").write_bytes(b"[]")
+    result = rgt("adopt", "box", str(root), cwd=root)
+    assert result.returncode != 0 and "not a rgt-ledger/v1 entry" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    session = Session.open(str(root))
+    try:
+        assert len(session.db.launch_history(RUN)) == 1 and session.db.events(kind="adopted") == []
+    finally:
+        session.close()

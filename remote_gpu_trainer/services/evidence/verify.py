@@ -36,10 +36,11 @@ from remote_gpu_trainer.audits.manifest import (
     sha256_bytes,
 )
 from remote_gpu_trainer.clock import utc_now
-from remote_gpu_trainer.config import ProjectConfig, RunConfig, run_config_record
+from remote_gpu_trainer.config import ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none
 from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
+from remote_gpu_trainer.run_records import run_config_record
 from remote_gpu_trainer.services.evidence.local_root import (
     box_folders,
     hash_fresh,
