@@ -17,7 +17,7 @@ from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
 from remote_gpu_trainer.config import ProjectConfig, RunConfig, load_project
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
-from remote_gpu_trainer.run_records import run_config_record
+from remote_gpu_trainer.run_records import run_config_from_record, run_config_record
 from remote_gpu_trainer.services import box_ledger, network_env, sentinel
 from remote_gpu_trainer.services import launch_guards as guards
 from remote_gpu_trainer.state import events
@@ -283,8 +283,21 @@ async def refuse_reused_id(session: Session, run: RunConfig) -> None:
     if session.project.run_dir(run.id).exists():
         held.append(f"a local root runs/{run.id}/")
     transport = await session.remote(run.instance)
-    if await transport.listdir(run.remote_root):
-        held.append(f"results in {run.remote_root} on {run.instance}")
+    for root in _result_roots(session, run):  # rgt.toml's, and each earlier launch's (an edited remote_root)
+        if await transport.listdir(root):
+            held.append(f"results in {root} on {run.instance}")
     if held:
         raise VerbFailed(f"run {run.id} already has {', '.join(held)}: run ids are append-only, so it is not "
                          f"launched again; `rgt run {run.id} --rerun` launches a copy under a new id")
+
+
+def _result_roots(session: Session, run: RunConfig) -> list[str]:
+    """Every result root the run id has used on this instance: rgt.toml's now, and each recorded launch's. A
+    remote_root edited after an unpulled launch must not let the id launch again beside results nobody pulled
+    (the launch log keeps one latest launch per run for the gate, so the earlier root would be forgotten)."""
+    roots = [run.remote_root]
+    for record in session.db.launch_history(run.id):
+        launched = run_config_from_record(record.config)
+        if launched is not None and launched.instance == run.instance and launched.remote_root not in roots:
+            roots.append(launched.remote_root)
+    return roots

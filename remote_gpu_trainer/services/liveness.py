@@ -68,8 +68,21 @@ exit 0
 
 
 async def probe(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> ProbeResult:
-    if launch is None:
+    """The job's control files, log and newest checkpoint. Asked also without a launch record here: a lost or
+    replaced state database must not make a running job read as never launched (docs/gate.md §7.2); a box
+    that cannot be asked about a run rgt never recorded stays `not launched`."""
+    found = await _probe(run, transport)
+    if launch is None and found.error is not None:
         return ProbeResult(error=None, pid_state="unknown")
+    return found
+
+
+def launched_here(launch: dict[str, Any] | None, probed: ProbeResult) -> bool:
+    """A launch rgt recorded, or one the box's control folder records (its launch.json): the box is the ledger."""
+    return launch is not None or (probed.error is None and probed.started_at is not None)
+
+
+async def _probe(run: RunConfig, transport: Transport) -> ProbeResult:
     args = " ".join(shlex.quote(transport.resolve(p)) for p in (ctl_dir(run), log_path(run), run.remote_root))
     try:
         result = await transport.run(f"bash -s -- {args}", stdin=_PROBE.encode(), timeout=PROBE_TIMEOUT_S)
@@ -135,7 +148,8 @@ def _stamp(text: str | None) -> float | None:
 
 
 async def liveness(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> Liveness:
-    return classify(await probe(run, transport, launch), launched=launch is not None)
+    probed = await probe(run, transport, launch)
+    return classify(probed, launched=launched_here(launch, probed))
 
 
 @dataclass(frozen=True)
@@ -174,7 +188,8 @@ async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> 
     except RgtError as exc:
         return RunState(Liveness("unknown", str(exc)), None)
     finished = datetime.fromtimestamp(probed.finished_at, UTC) if probed.finished_at else None
-    judged = classify(probed, launched=launch is not None, t_log=run.stall_after, t_ckpt=2 * run.stall_after)
+    judged = classify(probed, launched=launched_here(launch, probed), t_log=run.stall_after,
+                      t_ckpt=2 * run.stall_after)
     if job is not None:
         judged = batch_liveness(job, judged)
     # on an interruptible box exit 143 is preemption (docs/remote-ops.md §10)

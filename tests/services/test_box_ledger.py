@@ -21,10 +21,13 @@ from remote_gpu_trainer.services.session import Session
 from support.gate_helpers import (
     SIM_ID,
     box_root,
+    held_command,
     launch_finished,
+    launch_held,
     project_text,
     pull_and_verify,
     refused_reasons,
+    release_and_finish,
     rgt,
     sim_disk,
     write_text_project,
@@ -264,3 +267,43 @@ async def test_adopt_of_a_box_whose_ledger_cannot_be_read_says_so_and_records_no
         assert len(session.db.launch_history(RUN)) == 1 and session.db.events(kind="adopted") == []
     finally:
         session.close()
+
+
+# -- found by the gate model (tests/services/test_gate_actions.py's author, by hand) -------------------------
+
+async def test_a_database_lost_while_the_job_runs_does_not_make_it_read_as_never_launched(tmp_path: Path) -> None:
+    """The box's control folder records the launch: the job still reads running, pull takes nothing
+    half-written, and `rgt down` exits 3 until the job ended and its results are home."""
+    root = tmp_path / "proj"
+    release = tmp_path / "release"
+    write_text_project(root, project_text(command=held_command(release)))
+    await launch_held(root)
+    _lose_database(root, "deleted")
+    pulled = rgt("pull", RUN, str(root), cwd=root)
+    assert pulled.returncode != 0 and "still running" in pulled.stderr, (pulled.stdout, pulled.stderr)
+    assert not (root / "runs" / RUN).exists() or not any((root / "runs" / RUN).rglob("*.pth"))
+    code, out = down(root, RUN)
+    assert code == 3, out
+    assert (box_root(root) / "seed0" / "best.pth").is_file()
+    await release_and_finish(root, release)
+    assert rgt("pull", RUN, str(root), cwd=root).returncode == 0
+    assert rgt("verify", RUN, str(root), cwd=root).returncode == 0
+    assert (root / "runs" / RUN / "seed1" / "best.pth").is_file()  # the cell that was still running came home
+    code, out = down(root, RUN)
+    assert code == 0, out
+
+
+async def test_an_unpulled_launch_keeps_its_id_when_remote_root_is_edited(tmp_path: Path) -> None:
+    """`rgt run` again under an edited remote_root would leave the first launch's results where no record
+    points any more: the id is refused while any root it used holds results."""
+    root = tmp_path / "proj"
+    write_text_project(root, project_text())
+    await launch_finished(root, RUN)
+    config = root / "rgt.toml"
+    config.write_text(config.read_text().replace('remote_root = "/workspace/rgt/r1"',
+                                                 'remote_root = "/workspace/rgt/b"'))
+    again = rgt("run", RUN, str(root), cwd=root)
+    assert again.returncode != 0 and "results in /workspace/rgt/r1" in again.stderr, (again.stdout, again.stderr)
+    code, out = down(root, RUN)
+    assert code == 3, out
+    assert (box_root(root) / "seed0" / "best.pth").is_file()

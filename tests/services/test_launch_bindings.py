@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shlex
 from pathlib import Path
 
 import pytest
@@ -26,18 +25,20 @@ from support.gate_helpers import (
     box_root,
     copy_project,
     down,
+    held_command,
+    launch_held,
     local_root,
     project_text,
     refused_reasons,
+    release_and_finish,
     replace_in,
     rgt,
     seed_verdicts,
     sim_disk,
-    small_command,
     verified_project,
     write_text_project,
 )
-from support.helpers import INSTANCE, RUN, wait_for_liveness
+from support.helpers import RUN
 
 DRIFT_TEXT = "rgt.toml changed since the launch (applies to the next launch)"
 
@@ -53,13 +54,6 @@ EDITS: dict[str, tuple[str, str, object, object]] = {
     "command": ("step=10/10", "step=20/20", None, None),  # the values are the whole command strings
 }
 EVIDENCE_KEYS = ("remote_root", "roster")  # docs/gate.md §7 binding 4: their edit closes the gate until verify
-
-
-def held_command(release: Path) -> str:
-    """The gate helpers' job, with seed1 held until `release` exists: seed0's results are written, seed1's not
-    yet, so the run's results on the box are half-written for as long as the test wants."""
-    hold = f"if [ {{cell}} = seed1 ]; then while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.05; done; fi; "
-    return hold + small_command()
 
 
 def edit(root: Path, key: str) -> dict[str, object]:
@@ -90,20 +84,6 @@ def local_files(root: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else []
 
 
-async def launch_held(root: Path) -> None:
-    """Launch r1 and return once seed0's results are on the box and seed1 is held (the job is running)."""
-    session = Session.open(str(root))
-    try:
-        await session.create_instance(INSTANCE)
-        await session.launch(RUN)
-        assert await wait_for_liveness(session, states=("running",)) == "running"
-        while not (box_root(root) / "seed0" / "best_metrics.json").exists():
-            await asyncio.sleep(0.05)
-    finally:
-        await session.close_transports()
-        session.close()
-
-
 async def seen_running(root: Path) -> tuple[str, bytes]:
     """Liveness and the log, as a fresh session (rgt.toml read anew) sees them."""
     session = Session.open(str(root))
@@ -111,16 +91,6 @@ async def seen_running(root: Path) -> tuple[str, bytes]:
         state = await session.run_state(RUN)
         log, _ = await session.tail_log(RUN, 0)
         return state.liveness.state, log
-    finally:
-        await session.close_transports()
-        session.close()
-
-
-async def release_and_finish(root: Path, release: Path) -> None:
-    release.touch()
-    session = Session.open(str(root))
-    try:
-        assert await wait_for_liveness(session) == "finished"
     finally:
         await session.close_transports()
         session.close()

@@ -9,6 +9,7 @@ probe keys always meet a real probe.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -241,3 +242,35 @@ def copy_project(template: Path, target: Path) -> Path:
     """A copy of a verified project: its sim box, state database and evidence (all paths are relative)."""
     shutil.copytree(template, target, symlinks=True)
     return target
+
+
+# -- a job held mid-run (seed0 written, seed1 waiting for a file) -------------------------------------------
+def held_command(release: Path) -> str:
+    """The gate helpers' job, with seed1 held until `release` exists: seed0's results are written, seed1's not
+    yet, so the run's results on the box are half-written for as long as the test wants."""
+    hold = f"if [ {{cell}} = seed1 ]; then while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.05; done; fi; "
+    return hold + small_command()
+
+
+async def launch_held(root: Path) -> None:
+    """Launch r1 and return once seed0's results are on the box and seed1 is held (the job is running)."""
+    session = Session.open(str(root))
+    try:
+        await session.create_instance(INSTANCE)
+        await session.launch(RUN)
+        assert await wait_for_liveness(session, states=("running",)) == "running"
+        while not (box_root(root) / "seed0" / "best_metrics.json").exists():
+            await asyncio.sleep(0.05)
+    finally:
+        await session.close_transports()
+        session.close()
+
+
+async def release_and_finish(root: Path, release: Path) -> None:
+    release.touch()
+    session = Session.open(str(root))
+    try:
+        assert await wait_for_liveness(session) == "finished"
+    finally:
+        await session.close_transports()
+        session.close()
