@@ -11,6 +11,7 @@ status of `rgt down` must all say the same thing. Real sim boxes, real jobs, rea
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -20,7 +21,16 @@ from remote_gpu_trainer.screens.dashboard import OVERVIEW_WAIT_S
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.session import Session
-from support.gate_helpers import SIM_ID, launch_finished, project_text, pull_and_verify, rgt, write_text_project
+from support.gate_helpers import (
+    SIM_ID,
+    held_command,
+    launch_finished,
+    launch_held,
+    project_text,
+    pull_and_verify,
+    rgt,
+    write_text_project,
+)
 from support.helpers import INSTANCE, RUN
 
 LEDGER = Path(".rgt") / "sim" / INSTANCE / "root" / ".rgt-ledger"
@@ -84,6 +94,24 @@ async def another_projects_run(root: Path) -> None:
     (folder / f"{RUN}.json").write_text(json.dumps(entry))
 
 
+async def symlinked_root(root: Path) -> None:
+    """runs/r1 replaced by a link to a copy of itself (hole 5): the evidence is not a local copy rgt keeps."""
+    await verified(root)
+    local = root / "runs" / RUN
+    copy = root.parent / "elsewhere"
+    shutil.copytree(local, copy, symlinks=True)
+    shutil.rmtree(local)
+    local.symlink_to(copy, target_is_directory=True)
+
+
+async def workdir_edited_while_running(root: Path) -> None:
+    """r1 is running (seed1 held until `release` exists) and rgt.toml's workdir was edited (hole 2)."""
+    write_text_project(root, project_text(command=held_command(root.parent / "release")))
+    await launch_held(root)
+    config = root / "rgt.toml"
+    config.write_text(config.read_text().replace('workdir = "/workspace/job-r1"', 'workdir = "/workspace/moved"'))
+
+
 CASES: dict[str, tuple[Callable[[Path], Awaitable[None]], bool]] = {
     "verified": (verified, True),
     "unpulled": (unpulled, False),
@@ -92,6 +120,8 @@ CASES: dict[str, tuple[Callable[[Path], Awaitable[None]], bool]] = {
     "unreadable ledger": (unreadable_ledger, False),
     "unreadable ledger, every run home": (unreadable_ledger_all_home, True),
     "another project's run": (another_projects_run, False),
+    "runs/<id> a symlink": (symlinked_root, False),
+    "workdir edited while the job runs": (workdir_edited_while_running, False),
 }
 
 
@@ -117,10 +147,12 @@ async def faces(root: Path) -> dict[str, bool]:
 async def test_the_report_the_dashboard_the_modal_and_rgt_down_agree(tmp_path: Path, case: str) -> None:
     make, expected = CASES[case]
     root = tmp_path / "proj"
-    await make(root)
-    said = faces(root)
-    seen = await said
-    down = rgt("down", RUN, str(root), "--confirm", SIM_ID, cwd=root)
+    try:
+        await make(root)
+        seen = await faces(root)
+        down = rgt("down", RUN, str(root), "--confirm", SIM_ID, cwd=root)
+    finally:
+        (tmp_path / "release").touch()  # a held job ends
     seen["rgt down"] = down.returncode == 0
     assert down.returncode in (0, 3), (down.stdout, down.stderr)
     assert seen == dict.fromkeys(seen, expected), (seen, down.stderr)
