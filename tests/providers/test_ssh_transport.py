@@ -235,6 +235,32 @@ async def test_a_host_that_never_answers_times_out(sshd: Sshd, ssh_home: Path, t
         assert time.monotonic() - started < 3.0
 
 
+async def test_a_connect_that_timed_out_is_not_retried_at_once(sshd: Sshd, ssh_home: Path, tmp_path: Path) -> None:
+    """It already waited the whole timeout: a quick retry would only wait as long again (a silent box made
+    `rgt down` wait three timeouts before it could say the box is unknown). One connection, then the cool-down."""
+    recorder = Recorder()
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        settings = settings_for(sshd, tmp_path / "ssh", connect_timeout=0.5,
+                                backoff=Backoff(attempts=3, sleep=recorder.sleep, clock=recorder.clock))
+        box = SSHTransport(f"root@127.0.0.1:{silent.getsockname()[1]}", settings, pool=SSHPool())
+        with pytest.raises(TransportError, match="no answer within 0.5 s"):
+            await box.run("true")
+        with pytest.raises(TransportError, match="unreachable since"):  # the cool-down: no second wait
+            await box.run("true")
+        silent.setblocking(False)
+        accepted = 0
+        while True:
+            try:
+                conn, _ = silent.accept()
+            except BlockingIOError:
+                break
+            conn.close()
+            accepted += 1
+    assert accepted == 1 and recorder.sleeps == []
+
+
 async def test_a_wrong_client_key_is_an_auth_failure_and_never_retried(
         sshd: Sshd, ssh_home: Path, tmp_path: Path) -> None:
     recorder = Recorder()

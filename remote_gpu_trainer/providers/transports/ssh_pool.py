@@ -99,6 +99,11 @@ class Target:
         return f"{user}{host}:{self.port}" if self.port else f"{user}{host}"
 
 
+class ConnectTimedOut(TransportError):
+    """The box accepted no SSH session within the connect timeout: asking again at once would only wait as long
+    again, so `reconnect` goes to its cool-down instead of its quick retries."""
+
+
 @dataclass(frozen=True)
 class Backoff:
     """How a lost connection is re-made: `attempts` quick tries inside one call (delays growing from
@@ -268,7 +273,7 @@ async def _connect_one(target: Target, resolved: Resolved, settings: SSHSettings
     except asyncssh.DisconnectError as exc:
         raise TransportError(f"{where}: disconnected during login: {exc.reason}") from None
     except TimeoutError:
-        raise TransportError(f"{where}: no answer within {settings.connect_timeout:g} s") from None
+        raise ConnectTimedOut(f"{where}: no answer within {settings.connect_timeout:g} s") from None
     except OSError as exc:
         raise TransportError(f"{where}: cannot connect: {exc.strerror or exc}") from None
     except asyncssh.Error as exc:
@@ -344,6 +349,9 @@ async def reconnect(link: Link, target: Target, settings: SSHSettings) -> asyncs
             conn = await open_connection(target, settings)
         except (HostKeyUnknown, HostKeyMismatch, AuthFailed):
             raise
+        except ConnectTimedOut as exc:  # it already waited the whole timeout: no quick retry, the cool-down
+            last = exc
+            break
         except TransportError as exc:
             last = exc
             continue
