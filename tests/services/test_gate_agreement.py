@@ -1,5 +1,8 @@
 """One gate, four faces (docs/gate.md §7.2): `--report`, the dashboard, the teardown modal and `rgt down` agree.
 
+Where they say closed, typing exactly the names the report lists at risk (`--accept-loss`) lets `rgt down` proceed,
+and the approval records those names.
+
 Hole 1 of issue 24 was a disagreement: `rgt --report` showed the gate CLOSED while `rgt down` sent the destroying
 call. Each case below is a box state a user reaches (a verified run, an unpulled one, an unpulled sibling, a lost
 state database with the run's table removed, an unreadable ledger, another project's run on the box). For each,
@@ -125,6 +128,14 @@ CASES: dict[str, tuple[Callable[[Path], Awaitable[None]], bool]] = {
 }
 
 
+def approvals(root: Path) -> list[dict[str, object]]:
+    session = Session.open(str(root))
+    try:
+        return [dict(event.detail) for event in session.db.events(kind="approval")]
+    finally:
+        session.close()
+
+
 async def faces(root: Path) -> dict[str, bool]:
     """What the dashboard, the modal and the report say; `rgt down` is asked last (it may destroy the box)."""
     session = Session.open(str(root))
@@ -140,6 +151,7 @@ async def faces(root: Path) -> dict[str, bool]:
         session.close()
     report = rgt("--report", str(root), "--format", "json", cwd=root)
     (box,) = json.loads(report.stdout)["instances"]
+    assert sorted(box["gate"]["at_risk"]) == sorted(plan.loss_names)  # one list of names, wherever it is read
     return {"report": box["gate"]["open"], "dashboard": dashboard, "modal": modal}
 
 
@@ -151,8 +163,15 @@ async def test_the_report_the_dashboard_the_modal_and_rgt_down_agree(tmp_path: P
         await make(root)
         seen = await faces(root)
         down = rgt("down", RUN, str(root), "--confirm", SIM_ID, cwd=root)
+        seen["rgt down"] = down.returncode == 0
+        assert down.returncode in (0, 3), (down.stdout, down.stderr)
+        assert seen == dict.fromkeys(seen, expected), (seen, down.stderr)
+        if not expected:  # the person may still give up exactly what the report names at risk
+            report = json.loads(rgt("--report", str(root), "--format", "json", cwd=root).stdout)
+            names = report["instances"][0]["gate"]["at_risk"]
+            waived = rgt("down", RUN, str(root), "--confirm", SIM_ID, "--accept-loss", ",".join(names), cwd=root)
+            assert waived.returncode == 0, (names, waived.stdout, waived.stderr)
+            assert not (root / ".rgt" / "sim" / INSTANCE).exists()
+            assert sorted(approvals(root)[-1]["accepted_loss"]) == sorted(names)  # type: ignore[arg-type]
     finally:
         (tmp_path / "release").touch()  # a held job ends
-    seen["rgt down"] = down.returncode == 0
-    assert down.returncode in (0, 3), (down.stdout, down.stderr)
-    assert seen == dict.fromkeys(seen, expected), (seen, down.stderr)
