@@ -247,8 +247,10 @@ def copy_project(template: Path, target: Path) -> Path:
 # -- a job held mid-run (seed0 written, seed1 waiting for a file) -------------------------------------------
 def held_command(release: Path) -> str:
     """The gate helpers' job, with seed1 held until `release` exists: seed0's results are written, seed1's not
-    yet, so the run's results on the box are half-written for as long as the test wants."""
-    hold = f"if [ {{cell}} = seed1 ]; then while [ ! -e {shlex.quote(str(release))} ]; do sleep 0.05; done; fi; "
+    yet, so the run's results on the box are half-written for as long as the test wants, and at most 10 minutes:
+    a test that fails before releasing it leaves no job spinning behind."""
+    wait = f"[ ! -e {shlex.quote(str(release))} ] && [ $i -lt 12000 ]"
+    hold = f"if [ {{cell}} = seed1 ]; then i=0; while {wait}; do sleep 0.05; i=$((i+1)); done; fi; "
     return hold + small_command()
 
 
