@@ -381,6 +381,8 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
     rgt("build", "evidence", proj, "--format", "json")
     rgt("reconcile", proj)  # no [deliver] docs: refused
     rgt("completeness", proj)  # no [grid]: refused
+    rgt("adopt", "pod", proj)  # the pod's ledger read over SSH (or refused): its output counts
+    rgt("adopt", "lam", proj, "--format", "json")
     rgt("down", "c1", proj, "--confirm", "WRONGID")
     rgt("down", "c1", proj, "--confirm", "WRONGID", "--debug")
     rgt("down", "c1", proj, "--confirm", "p1", "--stop")

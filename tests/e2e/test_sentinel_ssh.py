@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import pwd
 import signal
 import stat
 import subprocess
@@ -94,7 +93,7 @@ def test_a_run_that_finishes_unwatched_is_notified_once(sshd: Sshd, ssh_home: Pa
     assert isinstance(facts, dict)
     secret = Path(facts["secret_file"])
     try:
-        assert secret.parent == Path(pwd.getpwuid(os.getuid()).pw_dir) / ".rgt" / "secrets"
+        assert secret.parent == sshd.home / ".rgt" / "secrets"  # the login's home on the box (sshd's SetEnv)
         processes = subprocess.run(["ps", "-ww", "-eo", "args"], capture_output=True, text=True, check=True).stdout
         ctl = box / "job" / ".rgt" / RUN
         assert f"rgt_sentinel.py {ctl}/sentinel.json {secret}" in processes  # it runs, with paths only
