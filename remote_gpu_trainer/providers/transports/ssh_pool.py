@@ -169,6 +169,7 @@ class Link:
         self.failures = 0
         self.retry_at = 0.0
         self.down_since: datetime | None = None
+        self.last_reason = ""  # why the last round of tries failed, said again during the cool-down
 
     def alive(self) -> bool:
         return self.conn is not None and not self.conn.is_closed()
@@ -340,7 +341,8 @@ async def reconnect(link: Link, target: Target, settings: SSHSettings) -> asyncs
     wait = link.retry_at - backoff.clock()
     if wait > 0:
         since = iso_offset(link.down_since) if link.down_since else "recently"
-        raise TransportError(f"{target}: unreachable since {since}; next attempt in {wait:.0f} s")
+        why = f" ({link.last_reason})" if link.last_reason else ""
+        raise TransportError(f"{target}: unreachable since {since}{why}; next attempt in {wait:.0f} s")
     last = TransportError(f"{target}: not connected")
     for attempt in range(max(1, backoff.attempts)):
         if attempt:
@@ -358,6 +360,7 @@ async def reconnect(link: Link, target: Target, settings: SSHSettings) -> asyncs
         link.failures, link.retry_at, link.down_since = 0, 0.0, None
         return conn
     link.failures += 1
+    link.last_reason = str(last).removeprefix(f"{target}: ").removeprefix(f"{target} ")
     link.down_since = link.down_since or utc_now()
     link.retry_at = backoff.clock() + backoff.cooldown(link.failures)
     raise last
