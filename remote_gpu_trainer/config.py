@@ -22,6 +22,7 @@ from remote_gpu_trainer.config_notify import NotifyConfig, read_notify_config
 from remote_gpu_trainer.config_verify import VerifyConfig, read_verify_config
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.remote.build_manifest import name_problem
+from remote_gpu_trainer.secret_shapes import secret_problem
 from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
 from remote_gpu_trainer.toml_table import table_line as table_line  # providers/box_identity.py reads it here
@@ -41,11 +42,6 @@ DEFAULT_REQUIRED = ("best.pth", "best_metrics.json")
 DEFAULT_CHECKPOINT_GLOBS = ("*.pth", "*.pt", "*.ckpt", "*.safetensors", "pytorch_model*.bin", "adapter_model.bin",
                             "optimizer*.bin", "scheduler*.bin", "scaler*.bin", "random_states_*.pkl")
 DEFAULT_STATE_KEYS = ("model_state_dict", "state_dict", "model")
-
-_SECRET_KEY_NAME = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential)", re.IGNORECASE)
-_SECRET_VALUE = re.compile(
-    r"^(sk-|rpa_|ghp_|gho_|xox[bp]-|AKIA)[A-Za-z0-9_\-]{8,}$|^[A-Za-z0-9_\-]{32,}$"
-)
 
 _TOP_KEYS = {"project", "instances", "runs", "signatures", "metrics", "verify", "deliver", "grid", "notify"}
 _PROJECT_KEYS = {"name"}
@@ -260,12 +256,9 @@ class _ProjectReader:
             if isinstance(value, dict):
                 self._secrets((*table, key), value)
                 continue
-            if _SECRET_KEY_NAME.search(key):
-                self.problem(table, key, "looks like a secret: keep API keys in environment variables "
-                             "or the provider CLI's credential file, never in rgt.toml")
-            elif isinstance(value, str) and _SECRET_VALUE.match(value) and "/" not in value:
-                self.problem(table, key, "value looks like an API key or token: remove it from rgt.toml "
-                             "and use an environment variable")
+            problem = secret_problem(key, value)
+            if problem is not None:
+                self.problem(table, key, problem)
 
     # -- sections ----------------------------------------------------------------------------------
     def project(self, data: dict[str, Any]) -> ProjectConfig:

@@ -89,6 +89,29 @@ def test_secrets_in_the_project_file_are_refused_without_echoing_them(tmp_path: 
     assert "looks like a secret" in message
 
 
+LAMBDA_ID = "0920582c7ff041399e34823a0be62549"  # Lambda Cloud instance ids are 32 hex digits (its API spec)
+
+
+def test_identifiers_that_are_long_are_not_taken_for_secrets(tmp_path: Path) -> None:
+    """A real Lambda id and a project named by a UUID load: a secret is told by its shape, not its length."""
+    text = GOOD.replace('name = "p"', 'name = "3f2a9c1d-5b7e-4c1a-9d2e-8f6b0a4c7e21"').replace(
+        'provider = "sim"', f'provider = "lambda"\nid = "{LAMBDA_ID}"')
+    project = load_project(write(tmp_path, text))
+    assert project.instances["box"].id == LAMBDA_ID and len(project.name) == 36
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("id", "secret_rgt-user_0123456789abcdef0123456789abcdef.ABCDEFGH12345678"),  # Lambda's key prefix
+    ("teardown_command", "runpodctl remove pod p1 --apiKey rpa_ABCDEFGHIJKLMNOPQRSTUV0123456789"),
+    ("teardown_command", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"),  # a vast key's shape
+    ("teardown_command", "curl -H 'Authorization: Bearer abcdefghijklmnop0123456789' https://x"),
+])
+def test_real_shaped_secrets_are_refused_anywhere_without_echoing_them(tmp_path: Path, key: str, value: str) -> None:
+    message = error_of(tmp_path, GOOD.replace('provider = "sim"', f'provider = "sim"\n{key} = "{value}"'))
+    assert f"instances.box.{key}" in message and "looks like an API key or token" in message, message
+    assert value not in message and value.split()[-1] not in message
+
+
 def test_missing_project_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such project file"):
         resolve_project_file(str(tmp_path / "nowhere"))

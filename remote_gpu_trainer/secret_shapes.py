@@ -1,0 +1,36 @@
+"""What a secret looks like in rgt.toml (DESIGN: secrets never live there), told by key names and token shapes.
+
+Never by length alone: a Lambda instance id is 32 hex digits and a project may be named by a UUID, and both were
+refused as "an API key" when any 32 characters of letters and digits counted as one. The value is never echoed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_SECRET_KEY_NAME = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential)", re.IGNORECASE)
+# Secrets are told by their shape, never by length alone (a Lambda instance id is 32 hex digits, a project name
+# may be a UUID): the prefixes providers and forges give their tokens, anywhere in a value (a teardown command
+# with a key in it leaks it as surely as an `id` does), and bearer tokens.
+_SECRET_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9])(?:rpa_[A-Za-z0-9]{16,}|secret_[A-Za-z0-9_.\-]{16,}|sk-[A-Za-z0-9_\-]{20,}"
+    r"|gh[opsu]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|glpat-[A-Za-z0-9_\-]{20,}|hf_[A-Za-z0-9]{30,}"
+    r"|xox[abpr]-[A-Za-z0-9\-]{10,}|A[KS]IA[A-Z0-9]{16})|Bearer\s+[A-Za-z0-9_.\-=]{16,}"
+)
+# A whole value of the shape of a vast.ai API key (64 hex digits) or a JWT, under a key that is not an identifier
+_SECRET_VALUE = re.compile(r"^[0-9a-f]{64}$|^eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]*$")
+_IDENTIFIER_KEYS = frozenset({"id", "name", "host", "instance"})  # what a value means here: a name, never a key
+
+
+def secret_problem(key: str, value: Any) -> str | None:
+    """Why `key = value` may not stand in rgt.toml, or None: a key named like a secret, a token's shape anywhere
+    in a string (a teardown command with a key in it leaks it as surely as an `id` does), or a whole value shaped
+    like a vast.ai key or a JWT under a key that is not an identifier."""
+    if _SECRET_KEY_NAME.search(key):
+        return ("looks like a secret: keep API keys in environment variables or the provider CLI's credential "
+                "file, never in rgt.toml")
+    if isinstance(value, str) and (_SECRET_TOKEN.search(value) or (
+            key not in _IDENTIFIER_KEYS and _SECRET_VALUE.match(value))):
+        return "value looks like an API key or token: remove it from rgt.toml and use an environment variable"
+    return None
