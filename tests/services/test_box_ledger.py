@@ -20,6 +20,7 @@ import pytest
 from remote_gpu_trainer.services.session import Session
 from support.gate_helpers import (
     SIM_ID,
+    approvals,
     box_root,
     held_command,
     launch_finished,
@@ -66,14 +67,6 @@ def remove_run_table(root: Path, run_id: str) -> None:
 def down(root: Path, run_id: str, *extra: str) -> tuple[int, str]:
     result = rgt("down", run_id, str(root), "--confirm", SIM_ID, *extra, cwd=root)
     return result.returncode, result.stdout + result.stderr
-
-
-def approvals(root: Path) -> list[dict[str, object]]:
-    session = Session.open(str(root))
-    try:
-        return [dict(event.detail) for event in session.db.events(kind="approval")]
-    finally:
-        session.close()
 
 
 async def two_runs_one_launched(root: Path) -> None:

@@ -26,6 +26,7 @@ from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.session import Session
 from support.gate_helpers import (
     SIM_ID,
+    approvals,
     held_command,
     launch_finished,
     launch_held,
@@ -126,14 +127,6 @@ CASES: dict[str, tuple[Callable[[Path], Awaitable[None]], bool]] = {
     "runs/<id> a symlink": (symlinked_root, False),
     "workdir edited while the job runs": (workdir_edited_while_running, False),
 }
-
-
-def approvals(root: Path) -> list[dict[str, object]]:
-    session = Session.open(str(root))
-    try:
-        return [dict(event.detail) for event in session.db.events(kind="approval")]
-    finally:
-        session.close()
 
 
 async def faces(root: Path) -> dict[str, bool]:

@@ -207,6 +207,15 @@ def down(root: Path, run_id: str = RUN, confirm: str = SIM_ID) -> subprocess.Com
     return rgt("down", run_id, str(root), "--confirm", confirm, cwd=root)
 
 
+def approvals(root: Path) -> list[dict[str, object]]:
+    """Every approval's payload, oldest first: what was typed, shown and given up before a provider call."""
+    session = Session.open(str(root))
+    try:
+        return [dict(event.detail) for event in session.db.events(kind="approval")]
+    finally:
+        session.close()
+
+
 def refused_reasons(root: Path) -> list[str]:
     """The reasons of the latest refusal, as the event log holds them."""
     session = Session.open(str(root))
