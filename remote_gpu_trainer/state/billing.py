@@ -39,19 +39,19 @@ class BillingTables(Store):
             )
 
     def snapshots(self, instance: str) -> list[Snapshot]:
-        rows = self._conn.execute(
+        rows = self._all(
             "SELECT at, instance, provider, provider_id, state, price_per_hour, price_source,"
             " storage_per_hour FROM instance_snapshots WHERE instance = ? ORDER BY seq",
             (instance,),
-        ).fetchall()
+        )
         return [Snapshot(parse_iso(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7]) for r in rows]
 
     def last_snapshot(self, instance: str) -> Snapshot | None:
-        row = self._conn.execute(
+        row = self._one(
             "SELECT at, instance, provider, provider_id, state, price_per_hour, price_source,"
             " storage_per_hour FROM instance_snapshots WHERE instance = ? ORDER BY seq DESC LIMIT 1",
             (instance,),
-        ).fetchone()
+        )
         if row is None:
             return None
         return Snapshot(parse_iso(row[0]), row[1], row[2], row[3], row[4], row[5], row[6], row[7])
@@ -67,11 +67,11 @@ class BillingTables(Store):
             )
 
     def last_meter_sample_at(self, instance: str) -> datetime | None:
-        row = self._conn.execute(
+        row = self._one(
             "SELECT at FROM meter_samples WHERE instance = ? ORDER BY seq DESC LIMIT 1", (instance,)
-        ).fetchone()
+        )
         return parse_iso(row[0]) if row else None
 
     def meter_sample_count(self, instance: str) -> int:
-        row = self._conn.execute("SELECT COUNT(*) FROM meter_samples WHERE instance = ?", (instance,))
-        return int(row.fetchone()[0])
+        row = self._one("SELECT COUNT(*) FROM meter_samples WHERE instance = ?", (instance,))
+        return int(row[0]) if row else 0

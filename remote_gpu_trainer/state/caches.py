@@ -33,10 +33,10 @@ class CacheTables(Store):
 
     def cached_hash(self, path: str, key: FileKey) -> str | None:
         """A hash for dashboards and the gate's freshness check; never for a verdict (verify re-hashes)."""
-        row = self._conn.execute(
+        row = self._one(
             "SELECT sha256 FROM file_hashes WHERE path = ? AND size = ? AND mtime_ns = ? AND ctime_ns = ?"
             " AND inode = ?", (path, key.size, key.mtime_ns, key.ctime_ns, key.inode),
-        ).fetchone()
+        )
         return str(row[0]) if row else None
 
     def store_hash(self, path: str, key: FileKey, sha256: str) -> None:
@@ -52,9 +52,9 @@ class CacheTables(Store):
             )
 
     def cached_probe(self, sha256: str, probe_key: str) -> dict[str, Any] | None:
-        row = self._conn.execute(
+        row = self._one(
             "SELECT result FROM checkpoint_probes WHERE sha256 = ? AND probe_key = ?", (sha256, probe_key)
-        ).fetchone()
+        )
         return json.loads(row[0]) if row else None
 
     def store_probe(self, sha256: str, probe_key: str, result: dict[str, Any]) -> None:

@@ -29,10 +29,10 @@ class CheckTables(Store):
                          (self._now(), run_id, kind, json.dumps(rows, sort_keys=True)))
 
     def last_audit(self, run_id: str, kind: str) -> tuple[datetime, list[dict[str, Any]]] | None:
-        row = self._conn.execute(
+        row = self._one(
             "SELECT at, rows FROM audit_records WHERE run_id = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
             (run_id, kind),
-        ).fetchone()
+        )
         return (parse_iso(row[0]), list(json.loads(row[1]))) if row else None
 
     # -- checklist -----------------------------------------------------------------------------
@@ -44,7 +44,7 @@ class CheckTables(Store):
             )
 
     def ticks(self, run_id: str) -> dict[str, ChecklistTick]:
-        rows = self._conn.execute(
+        rows = self._all(
             "SELECT item_id, status, note, at FROM checklist WHERE run_id = ?", (run_id,)
-        ).fetchall()
+        )
         return {r[0]: ChecklistTick(r[0], r[1], r[2], parse_iso(r[3])) for r in rows}

@@ -96,9 +96,9 @@ class EventLog(Store):
 
     def launched_provider_id(self, instance: str) -> str | None:
         """The provider id of the box `rgt up` last rented for this instance name (rgt.toml is never rewritten)."""
-        row = self._conn.execute(
+        row = self._one(
             "SELECT detail FROM events WHERE instance = ? AND kind IN (?, ?) ORDER BY seq DESC LIMIT 1",
-            (instance, EventKind.LAUNCHED, EventKind.LAUNCH_OVER_BUDGET)).fetchone()
+            (instance, EventKind.LAUNCHED, EventKind.LAUNCH_OVER_BUDGET))
         ident = json.loads(row[0]).get("provider_id") if row else None
         return str(ident) if ident else None
 
@@ -116,7 +116,7 @@ class EventLog(Store):
         if limit is not None:
             query = f"SELECT * FROM ({query.replace('ORDER BY seq', 'ORDER BY seq DESC')} LIMIT ?) ORDER BY seq"
             args.append(limit)
-        rows = self._conn.execute(query, args).fetchall()
+        rows = self._all(query, args)
         return [Event(r[0], parse_iso(r[1]), _kind(r[2]), r[3], r[4], r[5], r[6], json.loads(r[7])) for r in rows]
 
 

@@ -53,10 +53,10 @@ class EvidenceTables(Store):
                 "errors": record.errors, "files": record.files}
 
     def last_verification_record(self, run_id: str) -> VerificationRecord | None:
-        row = self._conn.execute(
+        row = self._one(
             "SELECT at, ok, manifest_sha256, marker_sha256, config_sha256, config, errors, files"
             " FROM verification_records WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (run_id,),
-        ).fetchone()
+        )
         if row is None:
             return None
         return VerificationRecord(at=parse_iso(row[0]), ok=bool(row[1]), manifest_sha256=row[2],
@@ -80,15 +80,15 @@ class EvidenceTables(Store):
 
     def adopted_run_id(self, run_id: str) -> str | None:
         """The run id the recorded manifest's bytes name when it was adopted (docs/gate.md §2.1), else None."""
-        row = self._conn.execute("SELECT adopted_run_id FROM run_records WHERE run_id = ?", (run_id,)).fetchone()
+        row = self._one("SELECT adopted_run_id FROM run_records WHERE run_id = ?", (run_id,))
         return str(row[0]) if row and row[0] is not None else None
 
     def manifest_built_at(self, run_id: str) -> datetime | None:
-        row = self._conn.execute("SELECT manifest_built_at FROM run_records WHERE run_id = ?", (run_id,)).fetchone()
+        row = self._one("SELECT manifest_built_at FROM run_records WHERE run_id = ?", (run_id,))
         return parse_iso(row[0]) if row and row[0] else None
 
     def recorded_manifest(self, run_id: str) -> str | None:
-        row = self._conn.execute(
+        row = self._one(
             "SELECT manifest_sha256 FROM run_records WHERE run_id = ?", (run_id,)
-        ).fetchone()
+        )
         return str(row[0]) if row and row[0] else None

@@ -50,9 +50,9 @@ class LaunchTables(Store):
             )
 
     def launch(self, run_id: str) -> dict[str, Any] | None:
-        row = self._conn.execute(
+        row = self._one(
             "SELECT instance, at, detail FROM launches WHERE run_id = ?", (run_id,)
-        ).fetchone()
+        )
         if row is None:
             return None
         detail = json.loads(row[2])
@@ -62,14 +62,14 @@ class LaunchTables(Store):
     def last_launch_config(self, run_id: str) -> dict[str, Any] | None:
         """The configuration the run's latest launch recorded (what that launch bound its files and
         processes to); None when it was never launched. A launch from before schema 2 recorded `{}`."""
-        row = self._conn.execute("SELECT config FROM launch_log WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
-                                 (run_id,)).fetchone()
+        row = self._one("SELECT config FROM launch_log WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+                        (run_id,))
         return json.loads(row[0]) if row is not None else None
 
     def launch_history(self, run_id: str | None = None) -> list[LaunchRecord]:
         """Every launch ever recorded (of one run, or of all), oldest first."""
         query = "SELECT seq, run_id, instance, box, at, config, detail FROM launch_log"
-        rows = self._conn.execute(query + (" WHERE run_id = ? ORDER BY seq" if run_id else " ORDER BY seq"),
-                                  (run_id,) if run_id else ()).fetchall()
+        rows = self._all(query + (" WHERE run_id = ? ORDER BY seq" if run_id else " ORDER BY seq"),
+                         (run_id,) if run_id else ())
         return [LaunchRecord(r[0], r[1], r[2], r[3], parse_iso(r[4]), json.loads(r[5]), json.loads(r[6]))
                 for r in rows]

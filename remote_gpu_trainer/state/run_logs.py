@@ -43,8 +43,8 @@ class RunLogTables(Store):
     """The `log_cursors`, `metric_samples` and `log_findings` tables."""
 
     def log_cursor(self, run_id: str) -> LogCursor:
-        row = self._conn.execute("SELECT offset, tail, line_no FROM log_cursors WHERE run_id = ?",
-                                 (run_id,)).fetchone()
+        row = self._one("SELECT offset, tail, line_no FROM log_cursors WHERE run_id = ?",
+                        (run_id,))
         return LogCursor(int(row[0]), bytes(row[1]), int(row[2])) if row else LogCursor()
 
     def save_log_progress(self, run_id: str, cursor: LogCursor, samples: Sequence[Sample],
@@ -73,23 +73,23 @@ class RunLogTables(Store):
                          (run_id, offset, b"", 0))
 
     def metric_keys(self, run_id: str) -> list[str]:
-        rows = self._conn.execute("SELECT DISTINCT key FROM metric_samples WHERE run_id = ? ORDER BY key",
-                                  (run_id,)).fetchall()
+        rows = self._all("SELECT DISTINCT key FROM metric_samples WHERE run_id = ? ORDER BY key",
+                         (run_id,))
         return [r[0] for r in rows]
 
     def metric_sample_count(self, run_id: str) -> int:
-        return int(self._conn.execute("SELECT COUNT(*) FROM metric_samples WHERE run_id = ?", (run_id,)).fetchone()[0])
+        return int(self._one("SELECT COUNT(*) FROM metric_samples WHERE run_id = ?", (run_id,))[0])
 
     def metric_counts(self, run_id: str, from_seq: int = 0) -> dict[str, int]:
         """Stored rows per key from `from_seq` on (a restarted thinner resumes from them)."""
-        rows = self._conn.execute("SELECT key, COUNT(*) FROM metric_samples WHERE run_id = ? AND seq >= ?"
-                                  " GROUP BY key", (run_id, from_seq)).fetchall()
+        rows = self._all("SELECT key, COUNT(*) FROM metric_samples WHERE run_id = ? AND seq >= ?"
+                                  " GROUP BY key", (run_id, from_seq))
         return {str(key): int(count) for key, count in rows}
 
     def metric_sample_seq(self, run_id: str, ordinal: int) -> int | None:
         """The row id of the run's `ordinal`-th stored sample (0-based), in storing order."""
-        row = self._conn.execute("SELECT seq FROM metric_samples WHERE run_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
-                                 (run_id, ordinal)).fetchone()
+        row = self._one("SELECT seq FROM metric_samples WHERE run_id = ? ORDER BY seq LIMIT 1 OFFSET ?",
+                        (run_id, ordinal))
         return int(row[0]) if row else None
 
     def metric_samples(self, run_id: str, key: str, *, first: int | None = None, last: int | None = None,
@@ -99,12 +99,12 @@ class RunLogTables(Store):
         base = ("SELECT t, step, epoch, key, value, source, approx, unit FROM metric_samples"
                 " WHERE run_id = ? AND key = ? AND seq >= ?")
         if first is not None:
-            rows = self._conn.execute(base + " ORDER BY seq LIMIT ?", (run_id, key, from_seq, first)).fetchall()
+            rows = self._all(base + " ORDER BY seq LIMIT ?", (run_id, key, from_seq, first))
         elif last is not None:
-            rows = self._conn.execute(base + " ORDER BY seq DESC LIMIT ?", (run_id, key, from_seq, last)).fetchall()
+            rows = self._all(base + " ORDER BY seq DESC LIMIT ?", (run_id, key, from_seq, last))
             rows.reverse()
         else:
-            rows = self._conn.execute(base + " ORDER BY seq", (run_id, key, from_seq)).fetchall()
+            rows = self._all(base + " ORDER BY seq", (run_id, key, from_seq))
             if max_points is not None and len(rows) > max_points:
                 stride = -(-len(rows) // max_points)
                 rows = rows[len(rows) - 1 - ((len(rows) - 1) // stride) * stride::stride]
@@ -129,9 +129,9 @@ class RunLogTables(Store):
         )
 
     def log_findings(self, run_id: str) -> list[LogFinding]:
-        rows = self._conn.execute(
+        rows = self._all(
             "SELECT signature, severity, count, first_t, last_t, evidence, last_evidence, line_no, status, note"
-            " FROM log_findings WHERE run_id = ? ORDER BY signature", (run_id,)).fetchall()
+            " FROM log_findings WHERE run_id = ? ORDER BY signature", (run_id,))
         return [LogFinding(*r) for r in rows]
 
     def acknowledge_log_finding(self, run_id: str, signature: str, note: str) -> bool:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from remote_gpu_trainer.clock import Clock, iso_offset
 
@@ -33,6 +34,18 @@ class Store:
                 self._conn.execute("ROLLBACK")
                 raise
             self._conn.execute("COMMIT")
+
+    def _one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """One row of a read, under the connection's lock: worker threads share the connection, and a read
+        racing a `close()` on another thread (a screen closing while its refresh worker still reads) freed
+        the statement under it, a segfault in CI; after `close()` a read is sqlite3's ProgrammingError."""
+        with self._lock:
+            return self._conn.execute(sql, params).fetchone()
+
+    def _all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Every row of a read, under the connection's lock (see `_one`)."""
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
 
     def _now(self) -> str:
         return iso_offset(self.clock())

@@ -81,7 +81,7 @@ class VerifyTables(Store):
     """The `verify_findings`, `verify_audits` and `probe_records` tables."""
 
     def finding_records(self) -> list[FindingRecord]:
-        rows = self._conn.execute(f"SELECT {_COLUMNS} FROM verify_findings ORDER BY seq").fetchall()
+        rows = self._all(f"SELECT {_COLUMNS} FROM verify_findings ORDER BY seq")
         return [_record(r) for r in rows]
 
     def finding_record(self, finding_id: str) -> FindingRecord | None:
@@ -89,7 +89,7 @@ class VerifyTables(Store):
         digits = finding_id.upper().removeprefix("F-")
         if not digits.isdigit():
             return None
-        row = self._conn.execute(f"SELECT {_COLUMNS} FROM verify_findings WHERE seq = ?", (int(digits),)).fetchone()
+        row = self._one(f"SELECT {_COLUMNS} FROM verify_findings WHERE seq = ?", (int(digits),))
         return _record(row) if row else None
 
     def write_finding(self, write: FindingWrite) -> FindingRecord:
@@ -121,8 +121,8 @@ class VerifyTables(Store):
                          (self._now(), inputs_sha256, json.dumps(results, sort_keys=True, default=str)))
 
     def last_verify_audit(self) -> AuditRecord | None:
-        row = self._conn.execute(
-            "SELECT seq, at, inputs_sha256, results FROM verify_audits ORDER BY seq DESC LIMIT 1").fetchone()
+        row = self._one(
+            "SELECT seq, at, inputs_sha256, results FROM verify_audits ORDER BY seq DESC LIMIT 1")
         return AuditRecord(row[0], parse_iso(row[1]), row[2], json.loads(row[3])) if row else None
 
     # -- probe answers ---------------------------------------------------------------------------------
@@ -133,5 +133,5 @@ class VerifyTables(Store):
 
     def probe_records(self) -> dict[tuple[str, str], dict[str, Any]]:
         """The newest answer per (check, subject)."""
-        rows = self._conn.execute("SELECT check_id, subject, output FROM probe_records ORDER BY seq").fetchall()
+        rows = self._all("SELECT check_id, subject, output FROM probe_records ORDER BY seq")
         return {(r[0], r[1]): json.loads(r[2]) for r in rows}
