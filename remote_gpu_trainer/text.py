@@ -199,7 +199,7 @@ def describe_gpus(samples: list[GpuSample] | None) -> str:
 
 # `rgt status` and the TUI's all-boxes screen print the same cells (docs/remote-ops.md §9.3)
 BOX_COLUMNS = ("PROJECT", "INSTANCE", "PROVIDER", "ID", "STATE", "BURN", "COST", "IDLE", "RUNS")
-ORPHAN_COLUMNS = ("PROVIDER", "ID", "NAME", "STATE", "PRICE", "")
+ORPHAN_COLUMNS = ("PROVIDER", "ID", "NAME", "STATE", "BURN", "")
 
 
 def box_cells(box: BoxView) -> tuple[str, ...]:
@@ -254,7 +254,9 @@ def project_line(project: ProjectRowView, root: str | None = None) -> str:
 
 
 def orphan_cells(orphan: OrphanView) -> tuple[str, ...]:
-    shown = "?" if orphan.price_per_hour is None else f"{price(orphan.price_per_hour, orphan.currency)}/h"
+    """What the box bills now by the meter's rule (`~`: an estimate, `+?`: part of it at no known price)."""
+    shown = (f"{'~' if orphan.estimate else ''}{price(orphan.burn_per_hour, orphan.currency)}/h"
+             f"{'+?' if orphan.unknown_price else ''}")
     return tuple(escape_control(cell) for cell in (
         orphan.provider, orphan.id, orphan.name, orphan.state, shown, orphan.mark))
 

@@ -7,8 +7,10 @@ bill while stopped, and things that outlive the instance (network volumes, NFS, 
 their own clock until they are seen deleted.
 
 Three rules keep the figure honest (docs/architecture.md §6):
-- silence is not a free box: while the state is `unknown` the last known rate keeps running, and a stretch
-  rgt did not watch is billed at the higher of the rates on either side; both are flagged as estimates;
+- silence is not a free box: while the state is `unknown` (no answer, or a word rgt does not map) the last
+  known rate keeps running; with no known rate yet, the price the provider gave with that state is assumed
+  (`first_rates`); a stretch rgt did not watch is billed at the higher of the rates on either side; all are
+  flagged as estimates;
 - a billed state without a price adds nothing but sets `unknown_price`: the total is then a lower bound;
 - an API price that differs from the quoted one by more than DRIFT_THRESHOLD is reported as drift.
 
@@ -182,6 +184,26 @@ class BillingModel:
         return None
 
 
+    def unknown_state_rates(self, snapshot: Observed) -> Rates:
+        """What an `unknown` state bills when no earlier state tells: the price the provider listed with it
+        (a vast.ai `frozen` box, a Lambda `unhealthy` one: their docs bill the GPU), else an unknown price.
+        Never nothing: a word rgt does not map is not a free box."""
+        if not self.metered:
+            return Rates()
+        price = valid_price(snapshot.price_per_hour)
+        if price is None:
+            return Rates(unknown=True)
+        storage = self.running_storage_per_hour
+        return Rates(price, storage or 0.0, unknown=storage is None)
+
+
+def first_rates(model: BillingModel, snapshot: Observed) -> tuple[Rates, bool]:
+    """What one observation bills per hour with no history (a box listed once, as `rgt status` sees an
+    orphan), and whether that is an estimate: the same rule `accrue` applies to a first snapshot."""
+    rates = model.rates(snapshot)
+    return (rates, False) if rates is not None else (model.unknown_state_rates(snapshot), True)
+
+
 @dataclass(frozen=True)
 class MeterReading:
     """The meter's figures for one instance; flags say how far to trust them."""
@@ -211,7 +233,7 @@ class MeterReading:
             spans = ", ".join(f"{g.start:%Y-%m-%d %H:%M} to {g.end:%Y-%m-%d %H:%M}" for g in self.gaps)
             lines.append(f"rgt was not watching ({spans}): billed at the higher rate, an estimate")
         elif self.estimate:
-            lines.append("state unknown: the last known rate is assumed to continue, an estimate")
+            lines.append("state unknown: the last known rate (or the price listed with it) is assumed, an estimate")
         if self.drift is not None:
             lines.append(self.drift.text)
         return lines
@@ -368,12 +390,6 @@ class _Segment:
     gap: bool = False  # billed at a gap's upper bound
 
 
-def rate(snapshot: Observed, model: BillingModel = LEGACY) -> float:
-    """What one state bills per hour under `model`; 0 for `unknown`, whose rate only history can tell."""
-    rates = model.rates(snapshot)
-    return rates.total if rates is not None else 0.0
-
-
 def accrue(snapshots: Sequence[Observed], now: datetime, finished_at: datetime | None = None, *,
            model: BillingModel = LEGACY, gaps: Sequence[Interval] = ()) -> MeterReading:
     """Total cost so far, burn rate, cost since the job finished, and how far to trust them.
@@ -459,7 +475,8 @@ def _segments(model: BillingModel, ordered: Sequence[Observed], now: datetime) -
         end = ordered[index + 1].at if index + 1 < len(ordered) else now
         rates = model.rates(snapshot)
         if rates is None:
-            segments.append(_Segment(snapshot.at, max(end, snapshot.at), last_known or Rates(unknown=True), True))
+            assumed = last_known or model.unknown_state_rates(snapshot)
+            segments.append(_Segment(snapshot.at, max(end, snapshot.at), assumed, True))
         else:
             last_known = rates
             segments.append(_Segment(snapshot.at, max(end, snapshot.at), rates, False))

@@ -22,7 +22,8 @@ rgt-status/v1   {schema, generated_at: str, currency: str, burn_per_hour: float,
                  burn_per_hour: float, cost_so_far: float, currency: str, estimate: bool, idle_s: float|null,
                  runs: [{id: str, liveness: str, detail: str}], note: str}],
                  orphans: [{provider: str, account: str, id: str, name: str, state: str,
-                 price_per_hour: float|null, price_source: str, currency: str, bills: bool, mark: str}],
+                 price_per_hour: float|null, price_source: str, currency: str, bills: bool, mark: str,
+                 burn_per_hour: float, estimate: bool, unknown_price: bool}],
                  projects: [{root: str, name: str|null, status: str, detail: str, instances: int}],
                  errors: [str]}
 """
@@ -112,7 +113,8 @@ def status_document(view: FleetView) -> dict[str, Any]:
         "instances": [{**dataclasses.asdict(box), "burn_per_hour": float(box.burn_per_hour),
                        "cost_so_far": float(box.cost_so_far)} for box in view.instances],
         "orphans": [{**dataclasses.asdict(orphan), "price_per_hour": None if orphan.price_per_hour is None
-                     else float(orphan.price_per_hour)} for orphan in view.orphans],
+                     else float(orphan.price_per_hour), "burn_per_hour": float(orphan.burn_per_hour)}
+                    for orphan in view.orphans],
         "projects": [dataclasses.asdict(project) for project in view.projects],
         "errors": list(view.errors),
     }

@@ -63,7 +63,7 @@ async def fleet_view(roots: Sequence[Path], *, clock: Clock = utc_now, timeout_s
         accounts, account_errors = orphans.cloud_accounts(sessions)
         known = orphans.all_known_ids([(s.project, s.db) for s in sessions])
         known |= _known_elsewhere([r.resolve() for r in known_roots if r.resolve() not in unique])
-        found, list_errors = await orphans.list_orphans(accounts, known, timeout_s)
+        found, list_errors = await orphans.list_orphans(accounts, known, timeout_s, now)
     finally:
         for session in sessions:
             await session.close_transports()
@@ -72,7 +72,7 @@ async def fleet_view(roots: Sequence[Path], *, clock: Clock = utc_now, timeout_s
     rows = [look.row for look in looks]
     currency = _currency([b.currency for b in boxes] + [o.currency for o in found])
     burn = sum(b.burn_per_hour for b in boxes if b.currency == currency) + sum(
-        o.price_per_hour or 0.0 for o in found if o.bills and o.currency == currency)
+        o.burn_per_hour for o in found if o.currency == currency)
     return FleetView(generated_at=now, currency=currency, burn_per_hour=burn, instances=tuple(boxes),
                      orphans=tuple(found), projects=tuple(rows), account_errors=(*account_errors, *list_errors))
 

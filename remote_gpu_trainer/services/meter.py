@@ -87,8 +87,8 @@ def record_snapshot(session: Session, status: InstanceStatus) -> None:
     explained from the provider's own clock (uptime, start stamp) or recorded as an estimate."""
     db = session.db
     last = db.last_snapshot(status.name)
-    if last is None and status.state == "unknown":
-        return  # nothing known yet, so nothing to bill or to estimate
+    if last is None and status.state == "unknown" and valid_price(status.price_per_hour) is None:
+        return  # nothing known yet, so nothing to bill or to estimate (with a price, it is billed as an estimate)
     now = session.clock()
     seen = Snapshot(at=now, instance=status.name, provider=status.provider, provider_id=status.provider_id,
                     state=status.state, price_per_hour=status.price_per_hour, price_source=status.price_source,

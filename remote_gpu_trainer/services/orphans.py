@@ -13,16 +13,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from remote_gpu_trainer.audits.meter import billing_model, first_rates
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.providers.base import InstanceStatus
 from remote_gpu_trainer.providers.registry import CLOUD_PROVIDERS
+from remote_gpu_trainer.services.meter import held_storage
+from remote_gpu_trainer.state.billing import Snapshot
 from remote_gpu_trainer.state.events import EventKind
 from remote_gpu_trainer.views import OrphanView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.config import ProjectConfig
+    from remote_gpu_trainer.profiles import Profile
     from remote_gpu_trainer.providers.cloud.provider import CloudProvider
     from remote_gpu_trainer.services.session import Session
     from remote_gpu_trainer.state.db import StateDB
@@ -81,7 +86,7 @@ def cloud_accounts(sessions: Sequence[Session]) -> tuple[dict[Account, CloudProv
 
 
 async def list_orphans(accounts: dict[Account, CloudProvider], known: set[tuple[str, str]],
-                       timeout_s: float) -> tuple[list[OrphanView], list[str]]:
+                       timeout_s: float, at: datetime) -> tuple[list[OrphanView], list[str]]:
     """Every account asked at once, each within `timeout_s`: its orphans, and a line per account not listed."""
     answers = await asyncio.gather(*(_listed(provider, timeout_s) for provider in accounts.values()))
     orphans: list[OrphanView] = []
@@ -90,8 +95,7 @@ async def list_orphans(accounts: dict[Account, CloudProvider], known: set[tuple[
         if error is not None:
             errors.append(f"{account.label}: could not be listed: {error}")
             continue
-        currency = provider.profile.pricing.currency
-        orphans += [orphan_view(account, status, currency) for status in listed
+        orphans += [orphan_view(account, status, provider.profile, at) for status in listed
                     if not {(account.provider, status.provider_id), (ANY_PROVIDER, status.provider_id)} & known]
     return orphans, errors
 
@@ -105,19 +109,20 @@ async def _listed(provider: CloudProvider, timeout_s: float) -> tuple[list[Insta
         return [], provider.redact(str(exc)) or type(exc).__name__
 
 
-def orphan_view(account: Account, status: InstanceStatus, currency: str) -> OrphanView:
+def orphan_view(account: Account, status: InstanceStatus, profile: Profile, at: datetime) -> OrphanView:
+    """One listed box no project names, billed by the rule the meter applies inside a project: a stopped box
+    bills what its profile says a stopped box bills (not the compute price some APIs keep listing), and a
+    state rgt does not map bills the listed price, marked as an estimate."""
+    model = billing_model(profile, held_storage(profile, status))
+    seen = Snapshot(at=at, instance=status.name, provider=status.provider, provider_id=status.provider_id,
+                    state=status.state, price_per_hour=status.price_per_hour, price_source=status.price_source,
+                    storage_per_hour=status.storage_per_hour)
+    rates, estimate = first_rates(model, seen)
     return OrphanView(provider=account.provider, account=account.label, id=status.provider_id, name=status.name,
                       state=status.state, price_per_hour=status.price_per_hour, price_source=status.price_source,
-                      currency=currency, bills=bills(status))
-
-
-def bills(status: InstanceStatus) -> bool:
-    """Whether a listed box costs money now: all but a terminated one, or a stopped one with free storage."""
-    if status.state == "terminated":
-        return False
-    if status.state == "stopped":
-        return status.storage_per_hour is None or status.storage_per_hour > 0
-    return True
+                      currency=profile.pricing.currency, bills=status.state != "terminated" and (
+                          rates.total > 0 or rates.unknown), burn_per_hour=rates.total, estimate=estimate,
+                      unknown_price=rates.unknown)
 
 
 def all_known_ids(pairs: Iterable[tuple[ProjectConfig, StateDB | None]]) -> set[tuple[str, str]]:

@@ -19,9 +19,11 @@ from remote_gpu_trainer.audits.meter import (
     Held,
     Interval,
     MeterReading,
+    Rates,
     accrue,
     billing_model,
     fill_gap,
+    first_rates,
     price_drift,
     reported_since,
     silent_intervals,
@@ -262,6 +264,31 @@ def test_first_snapshot_unknown_is_an_estimate_and_an_unknown_price() -> None:
     reading = accrue([shot(0, "unknown")], at(1))
     assert reading.total == 0.0
     assert reading.estimate is True and reading.unknown_price is True
+
+
+def test_first_snapshot_in_a_word_rgt_does_not_map_bills_the_listed_price_as_an_estimate() -> None:
+    # vast.ai `frozen` ($1.002 listed; its docs: GPU charges apply), Lambda `unhealthy` ($10.32): never $0/h
+    for price in (1.0020740740740741, 10.32):
+        reading = accrue([shot(0, "unknown", price)], at(2))
+        assert close(reading.total, 2.0 * price) and reading.burn_per_hour == price
+        assert reading.estimate is True and reading.unknown_price is False
+
+
+def test_history_wins_over_the_listed_price_of_an_unknown_state() -> None:
+    # a box seen stopped (storage only) then in an unmapped word keeps its last known rate
+    model = billing_model(load_profile("runpod"), [Held("volume", 50 * GB)])
+    reading = accrue([shot(0, "stopped"), shot(1, "unknown", 0.74)], at(2), model=model)
+    assert close(reading.burn_per_hour, 50 * 0.20 / MONTH_H) and reading.estimate is True
+
+
+def test_first_rates_is_the_rule_for_one_look() -> None:
+    model = billing_model(load_profile("runpod"), [Held("volume", 50 * GB)])
+    assert first_rates(model, shot(0, "running", 0.74)) == (Rates(0.74, 0.0), False)
+    rates, estimate = first_rates(model, shot(0, "stopped", 0.74))
+    assert close(rates.total, 50 * 0.20 / MONTH_H) and rates.compute == 0.0 and estimate is False
+    assert first_rates(model, shot(0, "unknown", 0.74)) == (Rates(0.74, 0.0), True)
+    assert first_rates(model, shot(0, "unknown")) == (Rates(unknown=True), True)
+    assert first_rates(model, shot(0, "terminated", 0.74)) == (Rates(), False)
 
 
 # -- drift -----------------------------------------------------------------------------------------------

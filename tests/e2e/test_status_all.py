@@ -103,7 +103,8 @@ def test_status_all_lists_every_box_of_three_projects_and_the_orphan(
     assert document["orphans"] == [{
         "provider": "runpod", "account": f"runpod account at {runpod_fake.url} (key from env RUNPOD_API_KEY)",
         "id": "p9", "name": "pod-p9", "state": "running", "price_per_hour": 0.44, "price_source": "api",
-        "currency": "USD", "bills": True, "mark": ORPHAN_MARK}]
+        "currency": "USD", "bills": True, "mark": ORPHAN_MARK, "burn_per_hour": 0.44, "estimate": False,
+        "unknown_price": False}]
     assert [p["status"] for p in document["projects"]] == ["ok", "ok", "ok"]
     assert document["errors"] == [] and document["complete"] is False
     assert document["burn_per_hour"] == pytest.approx(0.89 + 1.5 + 0.44 * 3)

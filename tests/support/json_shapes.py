@@ -25,7 +25,7 @@ STATUS_BOX = {"project": (str,), "root": (str,), "name": (str,), "provider": (st
 STATUS_RUN = {"id": (str,), "liveness": (str,), "detail": (str,)}
 STATUS_ORPHAN = {"provider": (str,), "account": (str,), "id": (str,), "name": (str,), "state": (str,),
                  "price_per_hour": (float, NONE), "price_source": (str,), "currency": (str,), "bills": (bool,),
-                 "mark": (str,)}
+                 "mark": (str,), "burn_per_hour": (float,), "estimate": (bool,), "unknown_price": (bool,)}
 STATUS_PROJECT = {"root": (str,), "name": (str, NONE), "status": (str,), "detail": (str,), "instances": (int,)}
 
 
