@@ -1,4 +1,5 @@
-"""Provider name → implementation. Names in config.PROVIDERS without an entry here are not built yet.
+"""Provider name → implementation. Names in config.PROVIDERS without an entry here are not built yet: AVAILABLE
+lists the ones that are, and only those are offered (`rgt init --provider`, its help).
 
 Imports are lazy: asyncssh and its crypto take longer to import than the whole dashboard takes to draw,
 and a project on the embedded `sim` box never needs them.
@@ -15,6 +16,9 @@ from remote_gpu_trainer.providers.base import Provider
 
 # Providers behind an HTTP API, all served by the one data-driven adapter (cloud/provider.py CLIENTS).
 CLOUD_PROVIDERS = ("runpod", "vastai", "lambda", "paperspace", "autodl")
+# Every provider provider_for can build (config.PROVIDERS also names ones rgt.toml may mention but this version
+# cannot drive, such as kubernetes).
+AVAILABLE = ("local", "sim", "ssh", "slurm", *CLOUD_PROVIDERS)
 
 
 def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_now) -> Provider:
@@ -42,5 +46,5 @@ def provider_for(instance: InstanceConfig, state_dir: Path, clock: Clock = utc_n
         return CloudProvider(instance.provider, state_dir, clock, api_base=instance.api_base)
     raise ConfigError(
         f"instances.{instance.name}: provider {instance.provider!r} is not available in this version of rgt "
-        f"(available: local, sim, ssh, slurm, {', '.join(CLOUD_PROVIDERS)})"
+        f"(available: {', '.join(AVAILABLE)})"
     )

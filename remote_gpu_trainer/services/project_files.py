@@ -24,6 +24,7 @@ from remote_gpu_trainer.config import (
 )
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import atomic_write
+from remote_gpu_trainer.providers.registry import AVAILABLE
 
 INIT_TEMPLATE = """\
 # rgt.toml: one project for remote-gpu-trainer (https://github.com/…/remote-gpu-trainer)
@@ -34,7 +35,7 @@ name = "{name}"
 
 # One table per instance, keyed by a local name.
 [instances.box]
-provider = "{provider}"        # local | sim | ssh | slurm | kubernetes | runpod | vastai | lambda | paperspace | autodl
+provider = "{provider}"        # {providers}
 {instance_lines}
 # One table per run, keyed by the run id.
 [runs.exp1]
@@ -78,7 +79,8 @@ def _instance_lines(provider: str) -> str:
 
 def init_text(name: str, provider: str) -> str:
     """The commented rgt.toml `rgt init` writes for one provider."""
-    return INIT_TEMPLATE.format(name=name, provider=provider, instance_lines=_instance_lines(provider))
+    return INIT_TEMPLATE.format(name=name, provider=provider, providers=" | ".join(AVAILABLE),
+                                instance_lines=_instance_lines(provider))
 
 
 def write_new_file(path: Path, text: str) -> None:
@@ -97,8 +99,9 @@ def write_new_file(path: Path, text: str) -> None:
 
 
 def init_project(folder: Path, provider: str) -> Path:
-    if provider not in PROVIDERS:
-        raise ConfigError(f"--provider {provider!r} is not a known provider (known: {', '.join(PROVIDERS)})")
+    if provider not in AVAILABLE:  # kubernetes is a known name with no implementation: never offered
+        what = "is not available in this version of rgt" if provider in PROVIDERS else "is not a known provider"
+        raise ConfigError(f"--provider {provider!r} {what} (choose one of: {', '.join(AVAILABLE)})")
     target = folder / CONFIG_NAME
     # the folder's name, as a safe name: a quote or a control character in it must not break the TOML
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", folder.resolve().name).strip("-.") or "project"

@@ -1,9 +1,13 @@
-"""LambdaClient against the local Lambda Cloud fake (docs/providers.md §5): auth conflict, Alert, LAM14, NFS, launch."""
+"""LambdaClient against the local Lambda Cloud fake (docs/providers_lambda.md): auth, Alert, LAM14, NFS, launch.
+
+The fake serves the recorded instance object (tests/fixtures/providers/lambda); test_lambda_recorded.py replays
+every recorded body on its own."""
 
 from __future__ import annotations
 
 import email.utils
 import logging
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -39,13 +43,13 @@ async def client(lambda_fake: FakeLambda, vtime: VirtualTime) -> AsyncIterator[L
 
 
 async def test_list_and_get_map_the_instance_objects(client: LambdaClient, lambda_fake: FakeLambda) -> None:
-    lambda_fake.add_instance("i-1", file_system_names=["shared-nfs"])
+    lambda_fake.add_instance("i-1", file_system_names=["shared-nfs"], file_system_mounts=[])
     [listed] = await client.list_instances()
     got = await client.get("i-1")
     assert listed == got
-    assert (got.state, got.raw_state, got.gpu, got.gpu_count) == ("running", "active", "A100 (40 GB SXM4)", 1)
-    assert (got.price_per_hour, got.price_source) == (1.29, "api")  # integer cents → dollars
-    assert (got.public_ip, got.region) == ("192.0.2.10", "us-east-1")
+    assert (got.state, got.raw_state, got.gpu, got.gpu_count) == ("running", "active", "A100 (40 GB SXM4)", 8)
+    assert (got.price_per_hour, got.price_source) == (10.32, "api")  # integer cents → dollars
+    assert (got.public_ip, got.region) == ("198.51.100.2", "us-west-1")
     [nfs] = [s for s in got.storage if s.name == "nfs"]
     assert nfs.ident == "shared-nfs" and nfs.survives_terminate
     assert lambda_fake.requests("GET", "/instances")[0].headers["authorization"] == f"Bearer {FAKE_KEY}"
@@ -63,7 +67,7 @@ async def test_state_words(client: LambdaClient, lambda_fake: FakeLambda, word: 
 
 def test_state_table_keeps_alert_unmapped() -> None:
     assert set(LAMBDA_STATES.values()) <= set(INSTANCE_STATES)
-    assert "unhealthy" not in LAMBDA_STATES and "alert" not in LAMBDA_STATES
+    assert "unhealthy" not in LAMBDA_STATES and "alert" not in LAMBDA_STATES and "preempted" not in LAMBDA_STATES
 
 
 async def test_basic_user_auth_is_switchable(vtime: VirtualTime) -> None:
@@ -89,7 +93,7 @@ async def test_there_is_no_stop(client: LambdaClient, lambda_fake: FakeLambda) -
 
 async def test_terminate_then_poll_terminating_until_gone(client: LambdaClient, lambda_fake: FakeLambda,
                                                           vtime: VirtualTime) -> None:
-    lambda_fake.add_instance("i-1")
+    lambda_fake.add_instance("i-1", file_system_names=[], file_system_mounts=[])
     lambda_fake.linger["i-1"] = 2
     await client.terminate("i-1")
     [post] = lambda_fake.requests("POST", "/instance-operations/terminate")
@@ -101,7 +105,7 @@ async def test_terminate_then_poll_terminating_until_gone(client: LambdaClient, 
 
 
 async def test_nfs_is_a_residual_after_terminate(client: LambdaClient, lambda_fake: FakeLambda) -> None:
-    lambda_fake.add_instance("i-1", file_system_names=["ckpts"])
+    lambda_fake.add_instance("i-1", file_system_names=["ckpts"], file_system_mounts=[])
     await client.terminate("i-1")
     outcome = await client.wait_gone("i-1", timeout_s=10, poll_s=1)
     assert outcome.gone and not outcome.meter_stopped
@@ -110,7 +114,7 @@ async def test_nfs_is_a_residual_after_terminate(client: LambdaClient, lambda_fa
 
 
 async def test_alert_state_is_billing_and_called_out(client: LambdaClient, lambda_fake: FakeLambda) -> None:
-    lambda_fake.add_instance("i-1", "unhealthy")
+    lambda_fake.add_instance("i-1", "unhealthy", file_system_names=[], file_system_mounts=[])
     outcome = await client.wait_gone("i-1", timeout_s=2, poll_s=1)
     assert not outcome.gone and outcome.state == "unknown" and outcome.raw_state == "unhealthy"
     kinds = [r.kind for r in outcome.residuals]
@@ -149,14 +153,14 @@ async def test_lam14_hanging_terminate_that_did_not_take_is_resent_after_requery
 async def test_lam14_requery_failure_is_unconfirmed(lambda_fake: FakeLambda, vtime: VirtualTime) -> None:
     lambda_fake.add_instance("i-1")
     lambda_fake.hang("POST", "/instance-operations/terminate", 1.5, apply=False)
-    lambda_fake.fail("GET", "/instances/i-1", 500, lambda_fake.error_body(500, "db down"), times=99, after=1)
+    lambda_fake.fail("GET", "/instances/i-1", 500, lambda_fake.error_body(500), times=99, after=1)
     lc = make(lambda_fake, vtime, terminate_timeout_s=0.5)
     try:
         with pytest.raises(TeardownUnconfirmed) as info:
             await lc.terminate("i-1")
     finally:
         await lc.close()
-    assert "re-query failed: db down" in str(info.value) and "it may still bill" in str(info.value)
+    assert "re-query failed: Provider unavailable" in str(info.value) and "it may still bill" in str(info.value)
     assert len(lambda_fake.requests("POST", "/instance-operations/terminate")) == 1  # never resent blind
 
 
@@ -210,6 +214,7 @@ async def test_launch_picks_cheapest_type_with_capacity(client: LambdaClient, la
     assert post.body == {"region_name": "us-east-1", "instance_type_name": "gpu_1x_a100", "ssh_key_names": ["me"],
                          "quantity": 1, "name": "exp1"}
     assert (inst.state, inst.raw_state, inst.price_per_hour) == ("pending", "booting", 1.29)
+    assert inst.provider_id == lambda_fake.launched[0] and re.fullmatch(r"[0-9a-f]{32}", inst.provider_id)
 
 
 async def test_launch_respects_price_ceiling_and_region(client: LambdaClient, lambda_fake: FakeLambda) -> None:
@@ -220,14 +225,15 @@ async def test_launch_respects_price_ceiling_and_region(client: LambdaClient, la
     assert lambda_fake.requests("POST", "/instance-operations/launch")[0].body["region_name"] == "us-west-2"
 
 
-async def test_second_launch_waits_ten_seconds(client: LambdaClient, lambda_fake: FakeLambda,
-                                               vtime: VirtualTime) -> None:
+async def test_second_launch_waits_twelve_seconds(client: LambdaClient, lambda_fake: FakeLambda,
+                                                  vtime: VirtualTime) -> None:
+    """Spec 1.8.3: one launch per 12 s (five per minute); the old pacing of 10 s would draw a 429."""
     add_types(lambda_fake)
     request = GpuRequest("A100", ssh_key_names=("me",))
     await client.launch(request)
     assert vtime.sleeps == []
     await client.launch(request)
-    assert vtime.sleeps == [10.0]
+    assert vtime.sleeps == [12.0]
 
 
 async def test_launch_needs_an_ssh_key(client: LambdaClient, lambda_fake: FakeLambda) -> None:

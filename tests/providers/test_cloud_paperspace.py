@@ -1,4 +1,6 @@
-"""PaperspaceClient against the local Paperspace fake (docs/providers.md §6): pages, off-before-delete, audits."""
+"""PaperspaceClient against the local Paperspace fake (docs/providers_paperspace.md): pages, off-before-delete,
+audits, pspace's credential files. The fake serves the recorded machine object (tests/fixtures/providers/paperspace);
+test_paperspace_recorded.py replays every recorded body on its own."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import pytest
 
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.base import INSTANCE_STATES
+from remote_gpu_trainer.providers.cloud.credentials import CredentialsMissing
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound
 from remote_gpu_trainer.providers.cloud.paperspace import PAPERSPACE_STATES, PaperspaceClient
 from support import fake_clouds
@@ -52,16 +55,19 @@ async def test_a_repeated_cursor_is_an_error_not_a_loop(client: PaperspaceClient
 
 
 async def test_machine_fields_and_no_price(client: PaperspaceClient, paperspace_fake: FakePaperspace) -> None:
-    paperspace_fake.add_machine("ps1")
+    paperspace_fake.add_machine("ps1", machineType="A100-80G", region="ny2", storageTotal=100 * (1 << 30),
+                                usageRate=3.09, storageRate=0.29)
     machine = await client.get("ps1")
     assert (machine.state, machine.raw_state, machine.gpu, machine.region) == ("running", "ready", "A100-80G", "ny2")
-    assert (machine.price_per_hour, machine.price_source) == (None, "none")
+    assert (machine.price_per_hour, machine.price_source) == (None, "none")  # usageRate has no stated unit
+    assert (machine.detail["usage_rate"], machine.detail["storage_rate"]) == (3.09, 0.29)
     assert machine.storage[0].size_gb == 100.0 and machine.storage[0].bills_while_stopped
 
 
 @pytest.mark.parametrize(("word", "state"), [
     ("ready", "running"), ("serviceready", "running"), ("off", "stopped"), ("stopping", "stopping"),
-    ("provisioning", "pending"), ("failed", "unknown"), ("hibernating", "unknown"),
+    ("provisioning", "pending"), ("starting", "pending"), ("restarting", "pending"), ("upgrading", "pending"),
+    ("hibernating", "unknown"),
 ])
 async def test_state_words(client: PaperspaceClient, paperspace_fake: FakePaperspace, word: str, state: str) -> None:
     paperspace_fake.add_machine("ps1", word)
@@ -149,7 +155,8 @@ async def test_clean_teardown_stops_the_meter(client: PaperspaceClient, paperspa
 async def test_failed_audit_is_reported_not_dropped(client: PaperspaceClient,
                                                     paperspace_fake: FakePaperspace) -> None:
     paperspace_fake.add_machine("ps1", "off")
-    paperspace_fake.fail("GET", "/public-ips", 500, paperspace_fake.error_body(500, "ip service down"), times=99)
+    paperspace_fake.fail("GET", "/public-ips", 500, {"code": "INTERNAL_SERVER_ERROR", "message": "ip service down"},
+                         times=99)
     await client.terminate("ps1")
     outcome = await client.wait_gone("ps1", timeout_s=10, poll_s=1)
     assert outcome.gone and not outcome.meter_stopped
@@ -159,7 +166,7 @@ async def test_failed_audit_is_reported_not_dropped(client: PaperspaceClient,
 
 
 async def test_not_gone_lists_block_storage(client: PaperspaceClient, paperspace_fake: FakePaperspace) -> None:
-    paperspace_fake.add_machine("ps1", "off")
+    paperspace_fake.add_machine("ps1", "off", storageTotal=100 * (1 << 30))
     outcome = await client.wait_gone("ps1", timeout_s=2, poll_s=1)
     assert not outcome.gone and outcome.state == "stopped"
     storage = next(r for r in outcome.residuals if r.kind == "block-storage")
@@ -167,7 +174,7 @@ async def test_not_gone_lists_block_storage(client: PaperspaceClient, paperspace
 
 
 async def test_vanished_machine(client: PaperspaceClient) -> None:
-    with pytest.raises(CloudNotFound, match="Machine not found"):
+    with pytest.raises(CloudNotFound, match="HTTP 404: placeholder: not documented"):
         await client.get("ghost")
 
 
@@ -194,7 +201,7 @@ async def test_429_on_a_page(client: PaperspaceClient, paperspace_fake: FakePape
 async def test_wrong_key(paperspace_fake: FakePaperspace, vtime: VirtualTime) -> None:
     pc = make(paperspace_fake, vtime, environ={"PAPERSPACE_API_KEY": "wrong-key-1234"})
     try:
-        with pytest.raises(CloudAuthError, match="HTTP 401: unauthorized"):
+        with pytest.raises(CloudAuthError, match="HTTP 401: placeholder: not documented"):
             await pc.list_instances()
     finally:
         await pc.close()
@@ -224,3 +231,57 @@ async def test_the_key_appears_nowhere(paperspace_fake: FakePaperspace, vtime: V
         await pc.close()
     assert outcome.errors and "<redacted>" in outcome.errors[0]
     assert_no_key(repr(pc), outcome, *outcome.errors, *(r.getMessage() for r in caplog.records))
+
+
+# -- pspace's own credential files (PS-cli credentials.ts, config.ts) ------------------------------------------
+
+def pspace_home(home: Path, keys: dict[str, str], team: str | None) -> Path:
+    """~/.paperspace as pspace writes it: credentials.toml with one key per team in [keys], config.toml with the
+    current team."""
+    folder = home / ".paperspace"
+    folder.mkdir(parents=True)
+    (folder / "credentials.toml").write_text(
+        "[keys]\n" + "".join(f'{name} = "{value}"\n' for name, value in keys.items()), encoding="utf-8")
+    (folder / "config.toml").write_text(f'team = "{team}"\n' if team else "", encoding="utf-8")
+    return home
+
+
+async def list_with_home(fake: FakePaperspace, home: Path, environ: dict[str, str] | None = None) -> list[str]:
+    pc = PaperspaceClient(api_base=fake.url, environ=environ or {}, home=home)
+    try:
+        return [m.provider_id for m in await pc.list_instances()]
+    finally:
+        await pc.close()
+
+
+async def test_key_of_the_current_team_from_pspace_credentials(paperspace_fake: FakePaperspace,
+                                                               tmp_path: Path) -> None:
+    """The old profile read only the legacy config.json: pspace's credentials.toml found no key at all."""
+    paperspace_fake.add_machine("ps1")
+    home = pspace_home(tmp_path, {"other-team": "wrong-key-1234", "ml-team": FAKE_KEY}, team="ml-team")
+    assert await list_with_home(paperspace_fake, home) == ["ps1"]
+    assert paperspace_fake.requests()[-1].headers["authorization"] == f"Bearer {FAKE_KEY}"
+
+
+async def test_another_teams_key_is_never_taken(paperspace_fake: FakePaperspace, tmp_path: Path) -> None:
+    home = pspace_home(tmp_path, {"other-team": "wrong-key-1234"}, team="ml-team")
+    with pytest.raises(CredentialsMissing, match=r"PAPERSPACE_API_KEY .*credentials\.toml"):
+        await list_with_home(paperspace_fake, home)
+    assert paperspace_fake.requests() == []
+
+
+async def test_one_team_without_a_current_team_is_that_key(paperspace_fake: FakePaperspace, tmp_path: Path) -> None:
+    home = pspace_home(tmp_path, {"only-team": FAKE_KEY}, team=None)
+    assert await list_with_home(paperspace_fake, home) == []
+
+
+async def test_the_env_var_overrides_pspace_credentials(paperspace_fake: FakePaperspace, tmp_path: Path) -> None:
+    home = pspace_home(tmp_path, {"ml-team": "wrong-key-1234"}, team="ml-team")
+    assert await list_with_home(paperspace_fake, home, {"PAPERSPACE_API_KEY": FAKE_KEY}) == []
+    assert paperspace_fake.requests()[-1].headers["authorization"] == f"Bearer {FAKE_KEY}"
+
+
+async def test_legacy_config_json_is_the_fallback(paperspace_fake: FakePaperspace, tmp_path: Path) -> None:
+    home = pspace_home(tmp_path, {"other-team": "wrong-key-1234"}, team="ml-team")
+    (home / ".paperspace" / "config.json").write_text(json.dumps({"apiKey": FAKE_KEY}))
+    assert await list_with_home(paperspace_fake, home) == []

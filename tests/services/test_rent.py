@@ -397,8 +397,9 @@ async def test_lambda_launches_the_priced_instance_type_after_the_approval(
     [posted] = lambda_fake.requests(*CREATE["lambda"])
     assert posted.body["instance_type_name"] == "gpu_1x_a100" and posted.body["ssh_key_names"] == ["me"]
     assert seen == [["approval", "action"]]
-    assert (created.provider_id, created.state, created.price_per_hour) == ("lam1", "pending", 1.29)
-    assert launcher.launched_id(session.db, "gpu") == "lam1"
+    [launched] = lambda_fake.launched  # a Lambda id: 32 hex digits
+    assert (created.provider_id, created.state, created.price_per_hour) == (launched, "pending", 1.29)
+    assert launcher.launched_id(session.db, "gpu") == launched
 
 
 # -- the typed price ----------------------------------------------------------------------------------------------

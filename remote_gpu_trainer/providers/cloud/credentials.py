@@ -8,6 +8,9 @@ HTTP layer calls it.
 
 A file entry is `path` (the whole file is the key, as vast.ai writes it) or `path#field`: TOML (`.toml`),
 JSON (`.json`), or `field = value` lines (anything else, like SkyPilot's `~/.lambda_cloud/lambda_keys`).
+A TOML field may be a table path with a `{setting}` in it, as pspace keeps one key per team:
+`~/.paperspace/credentials.toml#keys.{team}` is the key of the team that `team` names in `config.toml` beside
+that file (pspace's current team); with no team set there, a table holding exactly one key gives that key.
 """
 
 from __future__ import annotations
@@ -106,6 +109,8 @@ def _read_file_entry(entry: str, home: Path) -> str | None:
     if not key_name:
         return text.strip() or None
     try:
+        if path.suffix == ".toml" and "{" in key_name:
+            return _find_chosen_field(tomllib.loads(text), key_name, path.parent / "config.toml")
         if path.suffix == ".toml":
             return _find_field(tomllib.loads(text), key_name)
         if path.suffix == ".json":
@@ -131,6 +136,25 @@ def _find_field(data: Any, key_name: str) -> str | None:
                 if _norm(str(name)) == wanted and isinstance(value, str) and value.strip():
                     return value.strip()
     return None
+
+
+def _find_chosen_field(data: Any, key_name: str, settings: Path) -> str | None:
+    """`table.{setting}`: the string at `table.<value of setting in the settings file>` (pspace's
+    `keys.{team}`, the team from `config.toml`); with the setting unset, the table's only string, if it has one."""
+    table_name, _, chosen = key_name.partition(".")
+    setting = chosen.strip("{}")
+    table = data.get(table_name) if isinstance(data, dict) else None
+    if not isinstance(table, dict) or not chosen.startswith("{") or not chosen.endswith("}"):
+        return None
+    try:
+        current = tomllib.loads(settings.read_text(encoding="utf-8")).get(setting)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        current = None
+    if isinstance(current, str) and current.strip():
+        value = table.get(current.strip())
+        return value.strip() if isinstance(value, str) and value.strip() else None
+    keys = [v.strip() for v in table.values() if isinstance(v, str) and v.strip()]
+    return keys[0] if len(keys) == 1 else None
 
 
 def _find_line_field(text: str, key_name: str) -> str | None:

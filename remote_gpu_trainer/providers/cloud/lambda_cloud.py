@@ -1,13 +1,18 @@
-"""Lambda Cloud over its REST API (docs/providers.md §5; base `https://cloud.lambdalabs.com/api/v1`).
+"""Lambda Cloud over its REST API (spec 1.8.3, base `https://cloud.lambda.ai/api/v1`; docs/providers_lambda.md).
 
-Auth is a CONFLICT in the sources (§10): Bearer by default, `auth_scheme="basic-user"` sends the key as the
-Basic user name with an empty password. Lambda has no stop: terminate is the only meter stop, and an in-OS
-shutdown leaves the instance in an "Alert" state that still bills; the API word for it is not known, so
-anything but absent or `terminated` counts as billing, and `unhealthy`/`alert` are called out by name.
+`cloud.lambdalabs.com` is the spec's deprecated secondary server and is not used. Auth: the spec recommends
+`Authorization: Bearer <key>` and also accepts Basic, so Bearer is the profile's scheme and
+`auth_scheme="basic-user"` (the key as the Basic user name, empty password) stays available. Lambda has no
+stop: terminate is the only meter stop. Its billing page bills an instance from launch (health checks passed)
+until terminate "regardless if they're actively being used", so every state but `terminated` bills; the spec
+gives no meaning for `unhealthy` or `preempted`, so both stay `unknown` (the raw word is kept: `preempted` is
+what the preemption audit reads) and carry the API's price, and `unhealthy` (like the console's "Alert" after an
+in-OS shutdown) is called out by name as still billing.
 LAM14: the terminate call can hang, so it runs under its own client timeout and a timeout is followed by a
-re-query, never by a blind retry. NFS filesystems survive terminate and bill until deleted in the console.
-The API allows about 1 request/s and one launch per 10 s. Paths, methods and the terminate body are the
-profile's endpoints; gone (404 or its own word `terminated`) is the profile's `gone_when`, decided in gone.py.
+re-query, never by a blind retry. NFS filesystems (`file_system_names`, `file_system_mounts`) survive terminate
+and bill until deleted. The API allows about 1 request/s and one launch per 12 s (five per minute). Paths,
+methods and the terminate body are the profile's endpoints; gone (404 or its own word `terminated`) is the
+profile's `gone_when`, decided in gone.py.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ from remote_gpu_trainer.providers.cloud.types import (
     map_state,
 )
 
-# status → INSTANCE_STATES. `unhealthy` (and the unknown "Alert" word) deliberately stay `unknown`: billing.
+# status → INSTANCE_STATES (spec `InstanceStatus`: booting, active, unhealthy, terminated, terminating,
+# preempted). `unhealthy`, `preempted` (and the console's "Alert") deliberately stay `unknown`: they bill until
+# terminate, and the meter prices an `unknown` state at the API's price as an estimate.
 LAMBDA_STATES = lower_keys({
     "booting": "pending",
     "active": "running",
@@ -43,7 +50,9 @@ LAMBDA_STATES = lower_keys({
     "terminated": "terminated",
 })
 ALERT_WORDS = frozenset({"unhealthy", "alert"})
-LAUNCH_INTERVAL_S = 10.0
+PREEMPTED_WORDS = frozenset({"preempted"})  # audits/preemption.py finds "preempt" in the raw state too
+LAUNCH_INTERVAL_S = 12.0  # spec 1.8.3: /instance-operations/launch allows one request per 12 s (five per minute)
+NFS_ROOT = "/lambda/nfs/"
 
 
 class LambdaClient(CloudClient, Launches):
@@ -99,6 +108,10 @@ class LambdaClient(CloudClient, Launches):
                 residuals.append(Residual(
                     "alert", provider_id, f"instance is {last.raw_state!r} (Alert): still billing",
                     "terminate it; an in-OS shutdown does not stop the meter"))
+            elif last.raw_state.lower() in PREEMPTED_WORDS:
+                residuals.append(Residual(
+                    "preempted", provider_id, f"instance is {last.raw_state!r}: Lambda bills until terminate",
+                    "terminate it (the billing page names no state that stops the meter but terminated)"))
         residuals.extend(surviving_storage(last, {"nfs": (
             "NFS filesystem survives terminate and bills until deleted",
             "delete it in the Lambda console after its instances are terminated")}))
@@ -113,7 +126,7 @@ class LambdaClient(CloudClient, Launches):
         return {name: entry for name, entry in data.items() if isinstance(entry, dict)}
 
     async def launch(self, request: GpuRequest, *, file_system_names: tuple[str, ...] = ()) -> CloudInstance:
-        """Launch the cheapest instance type with capacity that fits; one launch per 10 s at most."""
+        """Launch the cheapest instance type with capacity that fits; one launch per 12 s at most."""
         if not request.ssh_key_names:
             raise VerbFailed("lambda: launch needs at least one SSH key name registered on the account")
         name, region, _ = pick_instance_type(await self.instance_types(), request)
@@ -129,7 +142,7 @@ class LambdaClient(CloudClient, Launches):
         return await self.get(str(ids[0]))
 
     async def _launch_pacing(self) -> None:
-        """Lambda answers 429 to a second launch within 10 s; waiting here is cheaper than a refused launch."""
+        """Lambda answers 429 to a second launch within 12 s; waiting here is cheaper than a refused launch."""
         now = self.clock()
         if self._last_launch is not None:
             wait = self._last_launch + LAUNCH_INTERVAL_S - now
@@ -165,17 +178,16 @@ def pick_instance_type(types: dict[str, dict[str, Any]], request: GpuRequest) ->
 
 
 def parse_instance(row: dict[str, Any]) -> CloudInstance:
-    """One instance object → CloudInstance (price `instance_type.price_cents_per_hour`, integer cents)."""
+    """One instance object → CloudInstance. The price (`instance_type.price_cents_per_hour`, integer US cents)
+    is carried in every state, `unknown` ones included: Lambda bills until terminate."""
     raw = as_str(row.get("status")) or ""
     itype = as_dict(row.get("instance_type"))
     cents = as_float(itype.get("price_cents_per_hour"))
-    filesystems = row.get("file_system_names")
-    if not isinstance(filesystems, list):
-        filesystems = []
+    filesystems = file_systems(row)
     storage = [StorageBilling("local", as_float(as_dict(itype.get("specs")).get("storage_gib")),
                               bills_while_stopped=False)]
-    storage += [StorageBilling("nfs", None, bills_while_stopped=True, survives_terminate=True, ident=str(fs))
-                for fs in filesystems if fs]
+    storage += [StorageBilling("nfs", None, bills_while_stopped=True, survives_terminate=True,
+                               ident=fs["name"] or fs["id"] or fs["mount_point"]) for fs in filesystems]
     return CloudInstance(
         provider="lambda", provider_id=str(row["id"]), state=map_state(LAMBDA_STATES, raw), raw_state=raw,
         name=as_str(row.get("name")) or "",
@@ -184,5 +196,29 @@ def parse_instance(row: dict[str, Any]) -> CloudInstance:
         price_per_hour=cents / 100.0 if cents is not None else None,
         price_source="api" if cents is not None else "none",
         public_ip=as_str(row.get("ip")), region=as_str(as_dict(row.get("region")).get("name")),
-        storage=tuple(storage), detail={"hostname": as_str(row.get("hostname"))},
+        storage=tuple(storage),
+        detail={"hostname": as_str(row.get("hostname")), "instance_type": as_str(itype.get("name")),
+                "file_systems": filesystems or None},
     )
+
+
+def file_systems(row: dict[str, Any]) -> list[dict[str, str]]:
+    """The NFS filesystems on an instance, `{name, id, mount_point}` each: `file_system_names` and the
+    spec's newer `file_system_mounts` (`file_system_id`, `mount_point`) joined by the mount point
+    `/lambda/nfs/<name>`; a mount whose name is not listed is kept under its id, so it is never missed."""
+    names = [name for name in (as_str(n) for n in _list(row.get("file_system_names"))) if name]
+    found: dict[str, dict[str, str]] = {name: {"name": name, "id": "", "mount_point": ""} for name in names}
+    for mount in _list(row.get("file_system_mounts")):
+        ident = as_str(as_dict(mount).get("file_system_id")) or ""
+        point = as_str(as_dict(mount).get("mount_point")) or ""
+        name = point[len(NFS_ROOT):].strip("/") if point.startswith(NFS_ROOT) else ""
+        if not ident and not point:
+            continue
+        key = name if name in found else (ident or point)
+        entry = found.setdefault(key, {"name": name if name in found else "", "id": "", "mount_point": ""})
+        entry["id"], entry["mount_point"] = ident or entry["id"], point or entry["mount_point"]
+    return list(found.values())
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []

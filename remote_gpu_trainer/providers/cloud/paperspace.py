@@ -1,7 +1,13 @@
-"""Paperspace Core machines over the current REST API (docs/providers.md §6; base `https://api.paperspace.com/v1`).
+"""Paperspace Core machines over the current REST API (docs/providers_paperspace.md; base
+`https://api.paperspace.com/v1`, the pspace CLI's default, whose generated client comes from `/v1/openapi.json`).
 
-The legacy `api.paperspace.io` + `X-Api-Key` API was deprecated on 15 July 2024 and is not used. There is
-no price field, so price is `none` (the profile or the user supplies a rate). "Stop billing" is a CONFLICT
+The legacy `api.paperspace.io` + `X-Api-Key` API was deprecated on 15 July 2024 and is not used. Every machine
+carries `usageRate` and `storageRate`, but the schema states no unit for either (per hour? per month? dollars or
+cents?), so rgt does not price from them: they ride in the instance detail (`usage_rate`, `storage_rate`) for
+the user to see, price is `none` here and the user's rate in rgt.toml is the price (profile `pricing.source =
+"user"`). `storageTotal` has no stated unit either; it is read as bytes (as `ram` is documented) only to show a
+size, never to price. The GPU is `accelerators[].name` × `count` where the machine lists accelerators, else
+its `machineType`. "Stop billing" is a CONFLICT
 in the sources (§10): a shut-down machine still bills its block storage, a claimed public IP bills until
 released, and snapshots bill until deleted. So teardown is separate steps: `wait_gone` waits until the
 machine is gone (its read answers 404 and the list no longer has it), then audits public IPs
@@ -20,7 +26,7 @@ from remote_gpu_trainer.providers.cloud.client import CloudClient, as_dict, as_f
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, Residual, StorageBilling, lower_keys, map_state
 
-# state → INSTANCE_STATES; `failed` and new words stay `unknown`.
+# state → INSTANCE_STATES: the schema's whole `state` enum (it gives no meanings); a word not in it stays `unknown`.
 PAPERSPACE_STATES = lower_keys({
     "provisioning": "pending",
     "starting": "pending",
@@ -150,15 +156,34 @@ class PaperspaceClient(CloudClient):
 
 
 def parse_machine(row: dict[str, Any]) -> CloudInstance:
-    """One machine object → CloudInstance. No price field exists, so price_source is `none`."""
+    """One machine object → CloudInstance. `usageRate`/`storageRate` have no stated unit, so price_source is
+    `none` and the two numbers are only carried in `detail`."""
     raw = as_str(row.get("state")) or ""
     storage_bytes = as_float(row.get("storageTotal"))
+    gpu, gpu_count = machine_gpu(row)
     return CloudInstance(
         provider="paperspace", provider_id=str(row["id"]), state=map_state(PAPERSPACE_STATES, raw), raw_state=raw,
-        name=as_str(row.get("name")) or "", gpu=as_str(row.get("machineType")) or as_str(row.get("gpu")) or "",
+        name=as_str(row.get("name")) or "", gpu=gpu, gpu_count=gpu_count,
         created_at=as_str(row.get("dtCreated")), started_at=as_str(row.get("dtLastRun")),
         public_ip=as_str(row.get("publicIp")), region=as_str(row.get("region")),
         storage=(StorageBilling("block-storage", storage_bytes / GIB if storage_bytes else None,
                                 bills_while_stopped=True),),
-        detail={"private_ip": as_str(row.get("privateIp")), "auto_shutdown": row.get("autoShutdownEnabled")},
+        detail={"private_ip": as_str(row.get("privateIp")), "auto_shutdown": row.get("autoShutdownEnabled"),
+                "machine_type": as_str(row.get("machineType")), "usage_rate": as_float(row.get("usageRate")),
+                "storage_rate": as_float(row.get("storageRate")),
+                "storage_total": as_float(row.get("storageTotal")),
+                "storage_used": as_float(row.get("storageUsed"))},
     )
+
+
+def machine_gpu(row: dict[str, Any]) -> tuple[str, int | None]:
+    """(GPU name, count): the first of `accelerators[{name, count, memory}]` when the machine lists any, else
+    its `machineType` (count unknown)."""
+    accelerators = row.get("accelerators")
+    if isinstance(accelerators, list):
+        for item in accelerators:
+            name = as_str(as_dict(item).get("name"))
+            if name:
+                count = as_float(as_dict(item).get("count"))
+                return name, int(count) if count is not None else None
+    return as_str(row.get("machineType")) or "", None
