@@ -163,6 +163,8 @@ class Pricing:
     note: str | None = None
     conflict: str | None = None
     storage_per_gb_month: tuple[StorageRate, ...] = ()
+    # How this provider turns a per-month storage price into an hourly one (vast.ai: 720 h, its own figures)
+    hours_per_month: float = HOURS_PER_MONTH
 
     def storage_rate(self, tier: str) -> StorageRate | None:
         return next((r for r in self.storage_per_gb_month if r.tier == tier), None)

@@ -244,6 +244,7 @@ def _pricing(table: Table) -> Pricing:
         storage_per_hour=table.number("storage_per_hour"), source=table.req_text("source", PRICE_SOURCES),
         verified=_month(table), billed_per=table.text("billed_per", choices=BILLING_UNITS), note=table.text("note"),
         conflict=table.text("conflict"), storage_per_gb_month=rates,
+        hours_per_month=table.number("hours_per_month", HOURS_PER_MONTH, above=True) or HOURS_PER_MONTH,
     )
     table.done()
     return pricing

@@ -130,8 +130,11 @@ def test_vastai_stop_keeps_the_disk_billing_until_destroy(profiles: dict[str, Pr
     residuals = {r.id: r for r in vast.residuals}
     assert residuals["local-volume"].action == "delete-volume" and "bandwidth" in residuals
     api = vast.control.api
-    assert api and api.base_url == "https://console.vast.ai/api/v0" and api.base_url_env == "VAST_URL"
-    assert api.price_field == "dph_total" and "http:404" in api.gone_when and "null:instances" in api.gone_when
+    assert api and api.base_url == "https://console.vast.ai/api" and api.base_url_env == "VAST_URL"
+    assert api.endpoints["list"].path == "/v1/instances/" and api.endpoints["get"].path == "/v0/instances/{id}/"
+    assert api.price_field == "dph_total" and "null:instances" in api.gone_when
+    assert "http:404" not in api.gone_when  # vast documents no 404 for a GET: a wrong base URL must not read gone
+    assert vast.pricing.hours_per_month == 720 and profiles["runpod"].pricing.hours_per_month == 730
     assert vast.spot and vast.spot.grace_s == 0
     assert vast.raw["detach"]["primitive"] == "onstart"
 
@@ -280,8 +283,8 @@ def test_unstamped_facts_are_flagged_stale_unknown(profiles: dict[str, Profile])
     ssh = profiles["ssh"]
     assert ssh.oldest_verified() == "unstamped" and ssh.is_stale(TODAY)
     assert "STALE" in profile_age_text(ssh, TODAY) and "unstamped" in profile_age_text(ssh, TODAY)
-    vast = profiles["vastai"]  # one money fact (the API price field) is unstamped: the whole line is flagged
-    assert profile_age_text(vast, TODAY).startswith("verified 2026-06 (5 months ago), 1 fact unstamped — STALE")
+    vast = profiles["vastai"]  # every money fact stamped (the API facts verified 2026-12): the oldest month shows
+    assert profile_age_text(vast, TODAY) == "verified 2026-06 (5 months ago)"
 
 
 def test_existing_profiles_keep_their_behaviour(profiles: dict[str, Profile]) -> None:

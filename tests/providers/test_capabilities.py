@@ -40,6 +40,6 @@ def test_only_clients_with_a_create_call_launch() -> None:
 def test_every_client_path_is_one_the_profile_declares() -> None:
     client = VastAIClient(api_key="k")
     stop = client.route("stop", "12")
-    assert (stop.method, stop.path, stop.body) == ("PUT", "/instances/12/", {"state": "stopped"})
-    assert client.route("get", "../x").path == "/instances/..%2Fx/"  # an id never reaches another endpoint
-    assert client.gone_when == ("http:404", "status:destroyed", "null:instances", "absent:list")
+    assert (stop.method, stop.path, stop.body) == ("PUT", "/v0/instances/12/", {"state": "stopped"})
+    assert client.route("get", "../x").path == "/v0/instances/..%2Fx/"  # an id never reaches another endpoint
+    assert client.gone_when == ("null:instances", "status:unloaded", "absent:list")

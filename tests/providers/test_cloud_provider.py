@@ -231,7 +231,7 @@ async def test_list_names_each_instance_by_its_label(make: Make, runpod_fake: Fa
 
 @pytest.mark.parametrize(("provider", "fixture", "target"), [
     ("runpod", "runpod_fake", "root@203.0.113.7:40022"),
-    ("vastai", "vast_fake", "root@ssh5.vast.ai:31337"),
+    ("vastai", "vast_fake", "root@ssh2281.vast.ai:10882"),  # the recorded body's proxy SSH endpoint
     ("lambda", "lambda_fake", "ubuntu@198.51.100.2:22"),  # the recorded instance's ip
     ("paperspace", "paperspace_fake", "paperspace@198.18.0.9"),
     ("autodl", "autodl_fake", "root@connect.westb.seetacloud.com:23456"),

@@ -350,7 +350,7 @@ async def test_vast_rents_the_cheapest_offer_at_the_approved_price(
     line = 'launch = { gpu = "RTX 4090", max_price_per_hour = 0.6, image = "pytorch/pytorch", disk_gb = 30 }'
     root = write_project(tmp_path / "p", "vastai", vast_fake.url, line)
     session = open_session(root)
-    seen = witness(vast_fake, root / ".rgt" / "state.db", "PUT", "asks")
+    seen = witness(vast_fake, root / ".rgt" / "state.db", "PUT", "v0/asks")
     smoke = await smoke_of(session)
     plan = await launcher.plan_launch(session, "gpu")
     assert (plan.price_text, plan.expected, plan.ceiling) == ("0.35", 0.35, 0.6)
@@ -360,7 +360,7 @@ async def test_vast_rents_the_cheapest_offer_at_the_approved_price(
     assert vast_fake.requests("PUT") == []
     created = await launcher.launch(session, plan, "train", "0.35", smoke)
     [rented] = vast_fake.requests("PUT")
-    assert rented.path == "/asks/11/" and rented.body["image"] == "pytorch/pytorch" and rented.body["disk"] == 30
+    assert rented.path == "/v0/asks/11/" and rented.body["image"] == "pytorch/pytorch" and rented.body["disk"] == 30
     assert seen == [["launch_refused", "approval", "action"]]
     assert launcher.launched_id(session.db, "gpu") == created.provider_id == "5001"
 

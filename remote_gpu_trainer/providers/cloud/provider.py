@@ -31,7 +31,7 @@ from typing import Any, cast
 from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.config import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
-from remote_gpu_trainer.profiles import HOURS_PER_MONTH, SIZE_UNITS, ApiControl, Profile, load_profile
+from remote_gpu_trainer.profiles import SIZE_UNITS, ApiControl, Profile, load_profile
 from remote_gpu_trainer.providers.base import InstanceStatus, Provider, WaitsGone
 from remote_gpu_trainer.providers.cloud.client import CloudClient, Launches, UnsupportedAction, auth_file_texts
 from remote_gpu_trainer.providers.cloud.credentials import ApiKey, CredentialsMissing, find_key
@@ -404,11 +404,14 @@ def stopped_storage_per_hour(profile: Profile, storage: tuple[StorageBilling, ..
 
 
 def item_per_hour(profile: Profile, item: StorageBilling) -> float | None:
-    """The API's own per-GB price wins over the profile's; sizes are taken in the rate's unit."""
+    """The API's own hourly figure first, then its per-GB price (spread over the profile's hours per month),
+    then the profile's rate; sizes are taken in the rate's unit."""
+    if item.price_per_hour is not None:
+        return item.price_per_hour
     if item.size_gb is None:
         return None
     if item.price_per_gb_month is not None:
-        return item.size_gb * item.price_per_gb_month / HOURS_PER_MONTH
+        return item.size_gb * item.price_per_gb_month / profile.pricing.hours_per_month
     rate = profile.pricing.storage_rate(item.name)
     return rate.per_hour(round(item.size_gb * SIZE_UNITS[rate.unit])) if rate else None
 

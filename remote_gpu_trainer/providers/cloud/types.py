@@ -55,6 +55,7 @@ class StorageBilling:
     survives_terminate: bool = False
     price_per_gb_month: float | None = None
     ident: str | None = None
+    price_per_hour: float | None = None  # the API's own hourly figure for this item (vast.ai storage_total_cost)
 
 
 @dataclass(frozen=True)

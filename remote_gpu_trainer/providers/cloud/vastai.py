@@ -1,12 +1,20 @@
-"""vast.ai over its REST API (docs/providers.md §4; base `https://console.vast.ai/api/v0`, Bearer key).
+"""vast.ai over its REST API (docs/providers_vastai.md; base `https://console.vast.ai/api`, Bearer key).
 
-The instance disk bills indefinitely while an instance exists, stopped or not, even at a negative balance,
-so a destroy is only done when the API says so. VAST15: destroy is eventually consistent, and the final
-answer is a 404, `instances: null`, `destroyed`, or `exited`; `exited` is also what a merely stopped
-instance says, so it counts as gone only when the instance is also absent from the list (the profile's
-`gone_when`, decided in gone.py; RECHECK_WORDS names `exited`). Paths are the profile's endpoints. `launch` searches
-offers (`POST /bundles/`), re-checks every constraint on the answer instead of trusting the server filter,
-and rents the cheapest (`PUT /asks/{offer}/`).
+Paths are the profile's endpoints: get/stop/destroy/offers/create under `/v0`, the instance list under
+`/v1/instances/` (keyset pages of at most 25, `after_token` = the last page's `next_token`; vast-cli calls the
+v0 list deprecated). The state table is vast's documented `actual_status` list: null (being provisioned) and
+`loading` are pending, `running` running, `stopped` stopped. `frozen` (GPU still billed), `exited` (the
+container died while vast still intends it to run), `rebooting`, `unknown` and `offline` are not mapped: they
+read `unknown` with the raw word kept, and the instance keeps its `dph_total`, so the meter bills the API's
+price as an estimate instead of $0. `dph_total` does not drop when an instance stops: a stopped instance's
+storage-only rate is the API's `storage_total_cost` ($/h), carried on the instance-disk item.
+
+The instance disk bills indefinitely while an instance exists, so a destroy is only done when the API says so
+(the profile's `gone_when`, decided in gone.py): a GET answering `{"instances": null}`, or the contract's
+`cur_state: unloaded` (read here as the raw word `unloaded`). `exited` is also what a live instance can say,
+so after a destroy it counts as gone only when the list no longer has the id (RECHECK_WORDS). `launch` searches
+offers (`POST /v0/bundles/`), re-checks every constraint on the answer instead of trusting the server filter,
+and rents the cheapest (`PUT /v0/asks/{offer}/`).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from remote_gpu_trainer.providers.cloud.client import (
     as_float,
     as_int,
     as_str,
+    first,
     still_billing,
 )
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound
@@ -34,17 +43,17 @@ from remote_gpu_trainer.providers.cloud.types import (
     map_state,
 )
 
-# actual_status → INSTANCE_STATES; `offline` (host unreachable) and new words stay `unknown`.
+# actual_status → INSTANCE_STATES, as vast's state table documents it (a null actual_status is "being
+# provisioned": parse_instance reads it as pending). Everything else stays `unknown`, with its price.
 VAST_STATES = lower_keys({
-    "created": "pending",
-    "scheduling": "pending",
     "loading": "pending",
     "running": "running",
     "stopped": "stopped",
-    "exited": "stopped",
-    "destroyed": "terminated",
 })
+GONE_CUR_STATE = "unloaded"  # cur_state once vast released the instance on destroy
 OFFER_LIMIT = 64
+LIST_PAGE_LIMIT = 25  # the v1 list's largest page
+LIST_MAX_PAGES = 200  # 5000 instances: past that the list is refused, never silently cut short
 
 
 class VastAIClient(CloudClient, Launches):
@@ -54,13 +63,24 @@ class VastAIClient(CloudClient, Launches):
     RECHECK_WORDS = frozenset({"exited"})
 
     async def _list(self) -> list[CloudInstance]:
-        data = await self.call("list", params={"owner": "me"})
-        rows = as_dict(data).get("instances")
-        if rows is None:
-            return []
-        if not isinstance(rows, list):
-            raise self._bad_answer("list", None, "expected `instances` to be a list")
-        return [parse_instance(row) for row in rows if isinstance(row, dict) and row.get("id") is not None]
+        """Every page of `GET /v1/instances/`, following `next_token` until it is null."""
+        found: list[CloudInstance] = []
+        params: dict[str, Any] = {"limit": LIST_PAGE_LIMIT}
+        for _ in range(LIST_MAX_PAGES):
+            data = await self.call("list", params=params)
+            self._check_success("list", None, data)
+            if not isinstance(data, dict) or "instances" not in data:
+                raise self._bad_answer("list", None, "expected an `instances` list")
+            rows = data["instances"]
+            if rows is not None and not isinstance(rows, list):
+                raise self._bad_answer("list", None, "expected `instances` to be a list")
+            found += [parse_instance(row) for row in rows or () if isinstance(row, dict) and row.get("id") is not None]
+            token = as_str(data.get("next_token"))
+            if token is None:
+                return found
+            params = {"limit": LIST_PAGE_LIMIT, "after_token": token}
+        raise self._bad_answer("list", None, f"still a next_token after {LIST_MAX_PAGES} pages of "
+                                             f"{LIST_PAGE_LIMIT}: the list was not read to its end")
 
     async def _fetch(self, provider_id: str) -> CloudInstance:
         data = await self.call("get", provider_id, params={"owner": "me"})
@@ -147,7 +167,7 @@ class VastAIClient(CloudClient, Launches):
             return await self.get(str(contract))
         except CloudNotFound:
             # Eventually consistent: the new instance may not be readable yet. It exists; say so.
-            pending = parse_instance({"id": contract, "actual_status": "created", **_offer_fields(offer)})
+            pending = parse_instance({"id": contract, "actual_status": None, **_offer_fields(offer)})
             self._seen[pending.provider_id] = pending
             return pending
 
@@ -176,10 +196,18 @@ def _offer_fields(offer: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_instance(row: dict[str, Any]) -> CloudInstance:
-    """One instance row → CloudInstance (price `dph_total`, USD/h for the whole machine)."""
-    raw = as_str(row.get("actual_status")) or ""
+    """One instance row → CloudInstance: price `dph_total` (USD/h for the whole machine, whatever the state),
+    the disk's own hourly rate `storage_total_cost` (what a stopped instance bills)."""
+    actual = row.get("actual_status")
+    raw = as_str(actual) or ""
     intended = (as_str(row.get("intended_status")) or "").lower()
-    state = map_state(VAST_STATES, raw)
+    cur_state = as_str(row.get("cur_state"))
+    if (cur_state or "").lower() == GONE_CUR_STATE:
+        state, raw = "terminated", GONE_CUR_STATE  # gone only under the profile's `status:unloaded` rule
+    elif "actual_status" in row and actual is None:
+        state = "pending"  # vast's state table: null = being provisioned
+    else:
+        state = map_state(VAST_STATES, raw)
     if intended == "stopped" and state in ("running", "pending"):
         state = "stopping"
     price = as_float(row.get("dph_total"))
@@ -194,7 +222,13 @@ def parse_instance(row: dict[str, Any]) -> CloudInstance:
         public_ip=as_str(row.get("public_ipaddr")), ssh_host=as_str(row.get("ssh_host")),
         ssh_port=as_int(row.get("ssh_port")), region=as_str(row.get("geolocation")),
         storage=(StorageBilling("instance-disk", disk_gb, bills_while_stopped=True,
-                                price_per_gb_month=as_float(row.get("storage_cost"))),),
-        detail={"intended_status": intended or None, "cur_state": as_str(row.get("cur_state")),
+                                price_per_gb_month=as_float(row.get("storage_cost")),
+                                price_per_hour=disk_per_hour(row)),),
+        detail={"intended_status": intended or None, "cur_state": cur_state, "actual_status": raw or None,
                 "status_msg": as_str(row.get("status_msg"))},
     )
+
+
+def disk_per_hour(row: dict[str, Any]) -> float | None:
+    """vast's own hourly figure for the disk: `storage_total_cost`, else `instance.diskHour`."""
+    return first(as_float(row.get("storage_total_cost")), as_float(as_dict(row.get("instance")).get("diskHour")))
