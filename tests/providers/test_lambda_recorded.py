@@ -210,7 +210,8 @@ def test_profile_targets_the_current_host_with_bearer() -> None:
     """README points 1 and 4: cloud.lambdalabs.com is the spec's deprecated server; Bearer is recommended."""
     api = shipped_api("lambda")
     assert api.base_url == "https://cloud.lambda.ai/api/v1"
-    assert api.auth_scheme == "bearer" and api.conflict is None and api.verified == "2026-12"
+    assert api.auth_scheme == "bearer" and api.verified == "2026-12"
+    assert api.conflict and api.conflict.startswith("settled by spec 1.8.3")
     assert load_profile("lambda").pricing.verified == "2026-12"
 
 
