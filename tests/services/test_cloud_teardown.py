@@ -324,7 +324,8 @@ async def test_paperspace_leftover_ip_and_snapshot_are_listed_after_the_destroy(
         keeps = line(plan.lines, "Keeps billing:")
         assert "static public IP" in keeps and "snapshots" in keeps
         facts = line(plan.lines, "Billing facts:")
-        assert "Paperspace Core profile, verified 2026-06" in facts and "unstamped" in facts and "STALE" in facts
+        # issue 25 stamped the API and pricing facts 2026-12: nothing is unstamped any more, the oldest is 2026-06
+        assert "Paperspace Core profile, verified 2026-06" in facts and "unstamped" not in facts, facts
         result = await teardown.execute(session, INSTANCE, MACHINE, plan.lines)
 
         [stop] = paperspace_cloud.calls("PATCH", f"/machines/{MACHINE}/stop")
