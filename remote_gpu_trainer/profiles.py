@@ -60,7 +60,7 @@ DETACH_PRIMITIVES = ("tmux", "setsid", "nohup", "onstart", "sbatch", "k8s-job")
 FACT_SOURCES = ("upstream", "provider-docs", "provider-cli", "secondary", "field")
 PRICE_SOURCES = ("api", "profile", "user", "none")  # [pricing] source: where the live hourly price comes from
 ENDPOINT_NAMES = ("list", "get", "create", "stop", "start", "terminate", "offers", "logs", "public_ips", "snapshots",
-                  "ssh", "balance")
+                  "ssh", "balance", "network_volume")
 HTTP_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 VERBS = ("up", "push", "run", "watch", "pull", "down")
 VERB_GATES = ("full", "confirm", "none")

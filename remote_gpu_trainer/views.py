@@ -560,9 +560,7 @@ class OrphanView:
     currency: str
     bills: bool  # it costs money now (anything but terminated, or stopped with free storage)
     mark: str = ORPHAN_MARK
-    # what it bills per hour now by the meter's rule (audits/meter.first_rates): a stopped box its storage,
-    # a state rgt does not map its listed price as an estimate; `unknown_price`: part bills at no known price
-    burn_per_hour: float = 0.0
+    burn_per_hour: float = 0.0  # by the meter's rule (audits/meter.first_rates), as inside a project
     estimate: bool = False
     unknown_price: bool = False
 

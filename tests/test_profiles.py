@@ -58,7 +58,7 @@ def test_every_fact_carries_a_verified_month(profiles: dict[str, Profile]) -> No
 
 def test_conflicts_of_section_10_are_recorded(profiles: dict[str, Profile]) -> None:
     runpod_api, vast_api, lambda_api = (profiles[i].control.api for i in ("runpod", "vastai", "lambda"))
-    assert runpod_api and runpod_api.conflict and "/v2/pods" in runpod_api.conflict
+    assert runpod_api and runpod_api.conflict and "retired on 2026-11-15" in runpod_api.conflict
     assert vast_api and vast_api.conflict and "/api/v1" in vast_api.conflict
     assert lambda_api and lambda_api.conflict
     assert "Basic" in lambda_api.conflict and "cloud.lambda.ai" in lambda_api.conflict
@@ -105,14 +105,17 @@ def test_runpod_stop_keeps_the_volume_billing_at_2x(profiles: dict[str, Profile]
 def test_runpod_api_is_configurable_and_polls_to_404(profiles: dict[str, Profile]) -> None:
     api = profiles["runpod"].control.api
     assert api is not None
-    assert (api.base_url, api.base_url_env) == ("https://rest.runpod.io/v1", "RUNPOD_API_URL")
+    assert (api.base_url, api.base_url_env) == ("https://api.runpod.io/v2", "RUNPOD_API_URL")  # v1 retired
     assert api.auth_scheme == "bearer"
     assert api.auth_env == ("RUNPOD_API_KEY",)
     assert [(f.path, f.key) for f in api.auth_files] == [("~/.runpod/config.toml", "apiKey")]
     terminate = api.endpoint("terminate")
     assert terminate and (terminate.method, terminate.path) == ("DELETE", "/pods/{id}")
-    assert api.gone_when == ("http:404",) and api.price_field == "costPerHr" and api.verified == "unstamped"
-    assert api.resolved_base_url(None, {}) == "https://rest.runpod.io/v1"
+    stop = api.endpoint("stop")
+    assert stop and (stop.method, stop.path, stop.body) == ("POST", "/pods/{id}/action", '{"action":"stop"}')
+    assert api.gone_when == ("http:404", "status:TERMINATED") and api.price_field == "cost"
+    assert api.verified == "2026-12"
+    assert api.resolved_base_url(None, {}) == "https://api.runpod.io/v2"
     assert api.resolved_base_url(None, {"RUNPOD_API_URL": "https://env.example/v1/"}) == "https://env.example/v1"
     assert api.resolved_base_url("https://inst.example/v1", {"RUNPOD_API_URL": "https://env.example"}) == \
         "https://inst.example/v1"
@@ -277,7 +280,8 @@ def test_seven_months_is_stale_five_is_not(profiles: dict[str, Profile]) -> None
 def test_unstamped_facts_are_flagged_stale_unknown(profiles: dict[str, Profile]) -> None:
     runpod = profiles["runpod"]
     flagged = {f.where: f for f in stale_facts(runpod, TODAY)}
-    assert flagged["control.api"].months_old is None and "unstamped" in flagged["control.api"].text
+    unstamped = [f for f in flagged.values() if f.verified == "unstamped"]  # the GraphQL spot-bid note
+    assert unstamped and all(f.months_old is None and "unstamped" in f.text for f in unstamped)
     rp15 = next(where for where, f in flagged.items() if f.verified == "2026-04")  # RP15, v2026-04
     assert flagged[rp15].months_old == 7
     ssh = profiles["ssh"]

@@ -92,6 +92,13 @@ class InstanceStatus:
     storage_per_hour: float | None = None
     detail: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def actable(self) -> bool:
+        """Whether there is a box to stop or tear down: not terminated, and not `unknown` for want of an answer.
+        An `unknown` that carries the provider's own word (vast.ai `frozen`, Lambda `unhealthy`, RunPod `ERROR`)
+        is an answer: the box exists and bills, so the user must be able to end it (behind the gate)."""
+        return self.state != "terminated" and (self.state != "unknown" or bool(self.detail.get("raw_state")))
+
 
 class Transport(Protocol):
     """Runs commands and moves bytes on one instance; every call is bounded by a timeout."""

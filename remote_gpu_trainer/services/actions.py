@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.views import ActionView
 
 if TYPE_CHECKING:
+    from remote_gpu_trainer.providers.base import InstanceStatus
     from remote_gpu_trainer.services.session import Session
 
 
-def action_view(session: Session, instance: str, state: str, action_id: str,
+def action_view(session: Session, instance: str, status: InstanceStatus, action_id: str,
                 gate_reasons: tuple[str, ...], at_risk: tuple[str, ...] = ()) -> ActionView:
     """Whether the instance's `action_id` is offered and enabled, whether it is irreversible, and why
     not: the one decision the button, the key, the palette and the modal render. A gated action
@@ -31,7 +32,8 @@ def action_view(session: Session, instance: str, state: str, action_id: str,
         reasons.append("read-only session: nothing is torn down from here")
     if action.needs_gate:
         reasons.extend(gate_reasons)
-    fixed = state in ("terminated", "unknown")
+    state = status.state
+    fixed = not status.actable
     if fixed and state_reason(state) not in reasons:
         reasons.append(state_reason(state))
     waivable = at_risk if action.needs_gate and reasons and not fixed and not session.read_only else ()

@@ -252,7 +252,7 @@ async def gpu_text(session: Session, name: str, status: InstanceStatus) -> str:
     try:
         samples = await sample_gpus(session.transport(name))
     except RgtError:
-        text = f"{cached[1]} (stale)" if cached else "?"
+        text = f"{cached[1]} (stale)" if cached else status.gpu or "?"  # the provider's word beats none
     else:
         text = describe_gpus(samples)
         session.gpu_samples[name] = samples or []

@@ -118,11 +118,13 @@ def orphan_view(account: Account, status: InstanceStatus, profile: Profile, at: 
                     state=status.state, price_per_hour=status.price_per_hour, price_source=status.price_source,
                     storage_per_hour=status.storage_per_hour)
     rates, estimate = first_rates(model, seen)
+    items = sum(item.per_hour or 0.0 for item in model.items)  # a network volume bills whatever the pod does
+    unknown = rates.unknown or any(item.per_hour is None for item in model.items)
+    burn = rates.total + items
     return OrphanView(provider=account.provider, account=account.label, id=status.provider_id, name=status.name,
                       state=status.state, price_per_hour=status.price_per_hour, price_source=status.price_source,
-                      currency=profile.pricing.currency, bills=status.state != "terminated" and (
-                          rates.total > 0 or rates.unknown), burn_per_hour=rates.total, estimate=estimate,
-                      unknown_price=rates.unknown)
+                      currency=profile.pricing.currency, bills=burn > 0 or unknown, burn_per_hour=burn,
+                      estimate=estimate, unknown_price=unknown)
 
 
 def all_known_ids(pairs: Iterable[tuple[ProjectConfig, StateDB | None]]) -> set[tuple[str, str]]:

@@ -174,7 +174,7 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
     status = statuses[run.instance]
     files = checkpoint_statuses(session.project, run, session.db)
     view = gate.gate_view(session, run_id, status.provider_id, state.liveness.state)
-    if view.open and status.state in ("terminated", "unknown"):  # nothing to act on: the plan agrees
+    if view.open and not status.actable:  # nothing to act on: the plan agrees
         view = dataclasses.replace(view, open=False, reasons=(actions.state_reason(status.state),))
     items = checklist.evaluate(run_id, checklist.checklist_facts(run, view), session.db, verified)
     monitor = session.monitors.get(run_id)
@@ -195,8 +195,8 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         step=progress.step if progress else None,
         total_steps=progress.total_steps if progress else None,
         eta_s=progress.eta(session.clock().timestamp()) if progress and running else None,
-        teardown=actions.action_view(session, run.instance, status.state, "terminate", view.reasons),
-        stop=actions.action_view(session, run.instance, status.state, "stop", view.reasons),
+        teardown=actions.action_view(session, run.instance, status, "terminate", view.reasons),
+        stop=actions.action_view(session, run.instance, status, "stop", view.reasons),
         sentinel=state.sentinel or "",
         checkpoint_cadence=cadence_view(run_cadence(session, run_id, state, status.detail), state),
         location_drift=tuple(LocationDriftView(d.key, d.launched, d.now) for d in run.location_drift),
@@ -236,8 +236,8 @@ def with_box_gate(session: Session, run: RunView, runs: Sequence[RunView], seen:
     # run's own unverified results is `rgt down --accept-loss` at a terminal (docs/gate.md §7.2)
     names = box_at_risk(run.instance, runs, seen) if run.gate.open else ()
     return dataclasses.replace(
-        run, teardown=actions.action_view(session, run.instance, status.state, "terminate", reasons, names),
-        stop=actions.action_view(session, run.instance, status.state, "stop", reasons, names))
+        run, teardown=actions.action_view(session, run.instance, status, "terminate", reasons, names),
+        stop=actions.action_view(session, run.instance, status, "stop", reasons, names))
 
 
 def box_at_risk(instance: str, runs: Sequence[RunView], seen: Observation) -> tuple[str, ...]:

@@ -74,7 +74,7 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
     warnings: list[str] = []
     if action is None:
         fixed.append(f"{profile.display_name} has no {action_id!r} action")
-    if status.state in ("terminated", "unknown"):
+    if not status.actable:  # an unknown that is the provider's own word is a box that bills: it may be ended
         fixed.append(f"instance state is {status.state}: nothing to {action_id} until the provider says so")
     gated = action is None or action.needs_gate
     held: tuple[RunConfig, ...] = ()

@@ -105,7 +105,7 @@ async def test_a_pod_and_an_ssh_entry_for_its_address_share_one_gate(
     """The pod's SSH endpoint is also written as an `ssh` entry: r1 runs through that entry and is never
     pulled; r2 runs on the pod and is verified. Terminating the pod would take r1's results: the host key
     both are reached by puts r1 under the pod's gate, and RunPod never sees a DELETE."""
-    runpod_fake.add_pod("p1", publicIp=sshd.host, portMappings={"22": sshd.port})
+    runpod_fake.add_pod("p1", host=sshd.host, port=sshd.port)
     write_ssh_config(cloud_env, sshd)
     box = tmp_path / "box"
     root = tmp_path / "proj"

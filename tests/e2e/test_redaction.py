@@ -30,6 +30,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -217,9 +218,15 @@ host = "root@127.0.0.1:{ssh_port}"
 def echo_body(fake: FakeRunPod | FakeLambda, status: int, *, straddle: bool = False) -> Any:
     """The provider's error envelope quoting the key and the header it came in; with `straddle`, only the key,
     placed across the message cut so that the cut alone leaves its first 20 characters."""
-    if straddle:
-        return fake.error_body(status, "x" * STRADDLE_PAD + KEY + " was rejected")
-    return fake.error_body(status, f"key {KEY} rejected (Authorization: Bearer {KEY}); raw={KEY}")
+    if straddle:  # RunPod's message is "<title>: <detail>": the title's length moves the cut into the detail
+        before = len(HTTPStatus(status).phrase) + 2 if isinstance(fake, FakeRunPod) else 0
+        message = "x" * (STRADDLE_PAD - before) + KEY + " was rejected"
+    else:
+        message = f"key {KEY} rejected (Authorization: Bearer {KEY}); raw={KEY}"
+    body = fake.error_body(status, message)
+    if isinstance(fake, FakeLambda):  # its recorded envelope, with the echoing message in its `message`
+        body["error"]["message"] = message
+    return body
 
 
 def credential_files(home: Path) -> dict[str, Path]:
@@ -286,7 +293,7 @@ def world(key_home: Path, tmp_path: Path, sshd: Sshd, runpod_fake: FakeRunPod, l
     root = tmp_path / "proj"
     config = write_cloud_project(root, tmp_path / "boxes", runpod_fake.url, lambda_fake.url, sshd.port)
     monkeypatch.chdir(root)
-    runpod_fake.add_pod("p1", publicIp=sshd.host, portMappings={"22": sshd.port})
+    runpod_fake.add_pod("p1", host=sshd.host, port=sshd.port)
     lambda_fake.add_instance("l1", "active", ip=sshd.host)
     return World(Cli(capsys), root, config, sshd.host_public_key().get_fingerprint("sha256"))
 

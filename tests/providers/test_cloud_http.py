@@ -89,6 +89,7 @@ def test_base_url_precedence_default_then_env_then_api_base() -> None:
 
 @pytest.mark.parametrize(("body", "expected"), [
     (b'{"error": "pod not found", "status": 404}', "pod not found"),
+    (b'{"title": "Not Found", "status": 404, "detail": "resource not found"}', "Not Found: resource not found"),
     (b'{"success": false, "error": "invalid_args", "msg": "bad offer"}', "invalid_args: bad offer"),
     (b'{"error": {"code": "global/x", "message": "Nope", "suggestion": "Try"}}', "Nope: Try"),
     (b'{"code": "NOT_FOUND", "message": "Machine not found"}', "Machine not found"),
@@ -127,7 +128,7 @@ async def test_404_is_cloud_not_found_with_provider_message(http: CloudHTTP) -> 
     with pytest.raises(CloudNotFound) as info:
         await http.request("GET", "/pods/nope")
     assert info.value.status == 404
-    assert str(info.value) == "runpod: GET /pods/nope failed: HTTP 404: pod not found"
+    assert str(info.value) == "runpod: GET /pods/nope failed: HTTP 404: Not Found: resource not found"
 
 
 async def test_wrong_key_is_auth_error_not_retried(runpod_fake: FakeRunPod, vtime: VirtualTime) -> None:
@@ -138,7 +139,7 @@ async def test_wrong_key_is_auth_error_not_retried(runpod_fake: FakeRunPod, vtim
     finally:
         await client.aclose()
     assert info.value.status == 401
-    assert "unauthorized" in str(info.value) and "check the API key" in str(info.value)
+    assert "Unauthorized: missing bearer token" in str(info.value) and "check the API key" in str(info.value)
     assert "rgt-fake-WRONG-000000" not in str(info.value)
     assert len(runpod_fake.requests("GET", "/pods")) == 1
     assert vtime.sleeps == []
@@ -147,7 +148,7 @@ async def test_wrong_key_is_auth_error_not_retried(runpod_fake: FakeRunPod, vtim
 async def test_429_retry_after_seconds_is_honoured(http: CloudHTTP, runpod_fake: FakeRunPod,
                                                    vtime: VirtualTime) -> None:
     runpod_fake.rate_limit("GET", "/pods", "7")
-    assert await http.request("GET", "/pods") == []
+    assert await http.request("GET", "/pods") == {"pods": []}
     assert vtime.sleeps == [7.0]
     assert len(runpod_fake.requests("GET", "/pods")) == 2
 
@@ -172,7 +173,7 @@ async def test_429_retry_after_is_capped(runpod_fake: FakeRunPod, vtime: Virtual
 async def test_429_on_a_create_is_retried_because_it_was_not_processed(http: CloudHTTP, runpod_fake: FakeRunPod,
                                                                        vtime: VirtualTime) -> None:
     runpod_fake.rate_limit("POST", "/pods", "1")
-    body = {"gpuTypeIds": ["NVIDIA A40"], "imageName": "img"}
+    body = {"name": "x", "image": "img", "gpu": {"id": "NVIDIA A40"}}
     created = await http.request("POST", "/pods", json_body=body)
     assert created["id"] == "new1"
     assert vtime.sleeps == [1.0]
@@ -192,14 +193,14 @@ async def test_5xx_retried_with_exponential_backoff_then_a_clear_error(http: Clo
 
 async def test_5xx_recovers_after_one_retry(http: CloudHTTP, runpod_fake: FakeRunPod, vtime: VirtualTime) -> None:
     runpod_fake.fail("GET", "/pods", 502, {"error": "bad gateway"})
-    assert await http.request("GET", "/pods") == []
+    assert await http.request("GET", "/pods") == {"pods": []}
     assert vtime.sleeps == [0.5]
 
 
 async def test_5xx_on_a_create_is_not_retried(http: CloudHTTP, runpod_fake: FakeRunPod) -> None:
     runpod_fake.fail("POST", "/pods", 500, {"error": "internal"}, times=5)
     with pytest.raises(CloudAPIError, match="HTTP 500: internal"):
-        await http.request("POST", "/pods", json_body={"gpuTypeIds": ["NVIDIA A40"], "imageName": "i"})
+        await http.request("POST", "/pods", json_body={"name": "x", "image": "i", "gpu": {"id": "NVIDIA A40"}})
     assert len(runpod_fake.requests("POST", "/pods")) == 1
 
 
@@ -215,7 +216,7 @@ async def test_read_timeout_retried_for_a_read(runpod_fake: FakeRunPod, vtime: V
     client = make_http(runpod_fake, vtime, timeout_s=0.5)
     runpod_fake.hang("GET", "/pods", 1.5, apply=True)
     try:
-        assert await client.request("GET", "/pods") == []
+        assert await client.request("GET", "/pods") == {"pods": []}
     finally:
         await client.aclose()
     assert len(runpod_fake.requests("GET", "/pods")) == 2

@@ -1,4 +1,4 @@
-"""LambdaClient against the local Lambda Cloud fake (docs/providers_lambda.md): auth, Alert, LAM14, NFS, launch.
+"""LambdaClient against the local Lambda Cloud fake (docs/providers.md §5): auth, Alert, LAM14, NFS, launch.
 
 The fake serves the recorded instance object (tests/fixtures/providers/lambda); test_lambda_recorded.py replays
 every recorded body on its own."""

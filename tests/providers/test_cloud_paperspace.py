@@ -1,4 +1,4 @@
-"""PaperspaceClient against the local Paperspace fake (docs/providers_paperspace.md): pages, off-before-delete,
+"""PaperspaceClient against the local Paperspace fake (docs/providers.md §6): pages, off-before-delete,
 audits, pspace's credential files. The fake serves the recorded machine object (tests/fixtures/providers/paperspace);
 test_paperspace_recorded.py replays every recorded body on its own."""
 

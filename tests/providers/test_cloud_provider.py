@@ -87,14 +87,14 @@ def test_the_registry_serves_every_cloud_through_the_one_adapter(tmp_path: Path)
 
 async def test_provider_for_maps_a_running_pod_and_surfaces_its_unknown_host_key(
         runpod_fake: FakeRunPod, sshd: Sshd, tmp_path: Path) -> None:
-    runpod_fake.add_pod("p1", publicIp=sshd.host, portMappings={"22": sshd.port})
+    runpod_fake.add_pod("p1", host=sshd.host, port=sshd.port)
     adapter = provider_for(box("runpod", api_base=runpod_fake.url), tmp_path / ".rgt")
     try:
         status = await adapter.get(box("runpod", api_base=runpod_fake.url))
     finally:
         await adapter.close()
     assert (status.state, status.price_source, status.price_per_hour) == ("running", "api", 0.44)
-    assert (status.provider, status.provider_id, status.gpu) == ("runpod", "p1", "A40")
+    assert (status.provider, status.provider_id, status.gpu) == ("runpod", "p1", "NVIDIA A40")
     detail = status.detail
     assert (detail["ssh_target"], detail["ssh_source"]) == (f"root@{sshd.host}:{sshd.port}", "api")
     unknown = detail["host_key_unknown"]  # the session turns this into the trust prompt, as for `ssh`
@@ -104,7 +104,7 @@ async def test_provider_for_maps_a_running_pod_and_surfaces_its_unknown_host_key
 
 
 async def test_a_trusted_host_key_then_meets_the_login(runpod_fake: FakeRunPod, sshd: Sshd, tmp_path: Path) -> None:
-    runpod_fake.add_pod("p1", publicIp=sshd.host, portMappings={"22": sshd.port})
+    runpod_fake.add_pod("p1", host=sshd.host, port=sshd.port)
     instance = box("runpod", api_base=runpod_fake.url)
     adapter = provider_for(instance, tmp_path / ".rgt")
     try:
@@ -118,16 +118,20 @@ async def test_a_trusted_host_key_then_meets_the_login(runpod_fake: FakeRunPod, 
 
 
 async def test_get_fills_what_the_meter_and_teardown_read(make: Make, runpod_fake: FakeRunPod) -> None:
-    runpod_fake.add_pod("p1", networkVolumeId="nv-9")
-    status = await make("runpod", runpod_fake.url).get(box("runpod"))
+    runpod_fake.add_pod("p1")
+    runpod_fake.add_pod("p2", network_volume="nv-9")  # v2: a network volume or a persistent one, never both
+    adapter = make("runpod", runpod_fake.url)
+    status = await adapter.get(box("runpod"))
+    mounted = {item["name"]: item for item in (await adapter.get(box("runpod", "p2"))).detail["storage"]}
+    assert mounted["network-volume"]["survives_terminate"] and mounted["network-volume"]["size_gb"] == 50.0
     detail = status.detail
-    assert (detail["uptime_s"], detail["started_at"], detail["raw_state"]) == (3600.0, "2026-06-01T10:00:00Z",
+    assert (detail["uptime_s"], detail["started_at"], detail["raw_state"]) == (3600.0, "2026-06-01T12:02:00Z",
                                                                              "RUNNING")
     assert (detail["public_ip"], detail["ssh_host"], detail["ssh_port"], detail["ssh_user"]) == (
         "203.0.113.7", "203.0.113.7", 40022, "root")
-    assert (detail["currency"], detail["region"], detail["gpu_count"]) == ("USD", "EU-RO-1", 1)
+    assert (detail["currency"], detail["region"], detail["gpu_count"]) == ("USD", "US-KS-2", 1)
     storage = {item["name"]: item for item in detail["storage"]}
-    assert storage["volume"]["size_gb"] == 50.0 and storage["network-volume"]["survives_terminate"]
+    assert storage["volume"]["size_gb"] == 50.0 and "network-volume" not in storage
     # stopped, the 50 GB volume disk bills at the profile's $0.20/GB/month; the network volume is a residual
     assert status.storage_per_hour == pytest.approx(50 * 0.20 / 730)
 
@@ -164,11 +168,14 @@ async def test_a_404_is_gone_where_the_profile_says_so(make: Make, runpod_fake: 
 
 async def test_a_terminated_state_word_no_gone_rule_trusts_is_terminating_not_terminated(
         make: Make, runpod_fake: FakeRunPod) -> None:
-    """RunPod's profile trusts only its 404 (gone.py decides): a pod that still answers TERMINATED is not gone."""
+    """A state word counts as gone only under a gone_when rule (gone.py decides): RunPod v2 documents TERMINATED
+    as permanently deleted and its profile trusts it; a pod whose word the rules do not name is not gone."""
     runpod_fake.add_pod("p1", status="TERMINATED")
     status = await make("runpod", runpod_fake.url).get(box("runpod", "p1"))
-    assert status.state == "terminating"
-    assert "do not count 'TERMINATED' as gone" in status.detail["gone_by"]
+    assert (status.state, status.detail["raw_state"], status.price_per_hour) == ("terminated", "TERMINATED", 0.0)
+    runpod_fake.add_pod("p2", status="Terminated pending")  # no rule names it, no table maps it
+    status = await make("runpod", runpod_fake.url).get(box("runpod", "p2"))
+    assert status.state == "unknown" and "gone_by" not in status.detail
 
 
 async def test_paperspace_needs_the_list_to_agree_before_gone(make: Make, paperspace_fake: FakePaperspace) -> None:
@@ -248,7 +255,7 @@ async def test_the_api_address_reaches_the_transport(request: pytest.FixtureRequ
 
 
 async def test_no_address_before_a_read_or_without_a_public_ip(make: Make, runpod_fake: FakeRunPod) -> None:
-    runpod_fake.add_pod("p1", publicIp=None)
+    runpod_fake.add_pod("p1", host=None)
     adapter = make("runpod", runpod_fake.url)
     with pytest.raises(TransportError, match="no SSH address yet .*not read yet"):
         adapter.transport(box("runpod"))
@@ -268,7 +275,7 @@ async def test_the_users_host_overrides_the_api_address(make: Make, runpod_fake:
 
 async def test_commands_run_on_the_box_the_api_points_at(make: Make, runpod_fake: FakeRunPod, sshd: Sshd,
                                                          tmp_path: Path) -> None:
-    runpod_fake.add_pod("p1", publicIp=sshd.host, portMappings={"22": sshd.port})
+    runpod_fake.add_pod("p1", host=sshd.host, port=sshd.port)
     adapter = make("runpod", runpod_fake.url, probe_ssh=True, settings=settings_for(sshd, tmp_path / "ssh"))
     status = await adapter.get(box("runpod"))
     assert status.detail["ssh_reachable"] is True and "ssh_error" not in status.detail
@@ -307,7 +314,7 @@ async def test_launch_through_the_adapter(make: Make, runpod_fake: FakeRunPod) -
     assert (created.provider, created.provider_id, created.state, created.price_per_hour) == (
         "runpod", "new1", "pending", 0.44)
     [posted] = runpod_fake.requests("POST", "/pods")
-    assert posted.body["gpuTypeIds"] == ["NVIDIA A40"] and posted.body["name"] == "rgt-run"
+    assert posted.body["gpu"] == {"id": "NVIDIA A40", "count": 1} and posted.body["name"] == "rgt-run"
 
 
 async def test_launch_without_an_api_names_the_console_step(make: Make, paperspace_fake: FakePaperspace) -> None:
@@ -365,7 +372,7 @@ async def test_an_api_price_above_the_quote_raises_a_drift_alert(tmp_path: Path,
     from remote_gpu_trainer.services.session import Session
     from support.helpers import write_project
 
-    runpod_fake.add_pod("p1", publicIp="127.0.0.1", portMappings={"22": free_port()})  # SSH refused at once
+    runpod_fake.add_pod("p1", host="127.0.0.1", port=free_port())  # SSH refused at once
     for quote, drifts in ((0.40, True), (0.43, False)):
         root = tmp_path / f"q{quote}"
         body = f'provider = "runpod"\nid = "p1"\napi_base = "{runpod_fake.url}"\nprice_per_hour = {quote}'

@@ -1,4 +1,7 @@
-"""RunPodClient against the local RunPod REST fake (docs/providers.md §3): shapes, states, teardown, launch."""
+"""RunPodClient against the local RunPod REST v2 fake (docs/providers.md §3): shapes, states, teardown, launch.
+
+The fake serves the recorded v2 pod (tests/support/fake_runpod.py); tests/providers/test_runpod_recorded.py replays
+every recorded body as it is."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.base import INSTANCE_STATES
 from remote_gpu_trainer.providers.cloud.client import TeardownUnconfirmed
 from remote_gpu_trainer.providers.cloud.credentials import CredentialsMissing
@@ -16,6 +20,7 @@ from remote_gpu_trainer.providers.cloud.runpod import RUNPOD_STATES, LaunchOverB
 from remote_gpu_trainer.providers.cloud.types import GpuRequest
 from support import fake_clouds
 from support.fake_clouds import FAKE_KEY, FakeRunPod, VirtualTime, assert_no_key, exception_chain
+from support.recorded import recorded
 
 runpod_fake = fake_clouds.runpod_fake
 vtime = fake_clouds.vtime
@@ -37,16 +42,17 @@ async def client(runpod_fake: FakeRunPod, vtime: VirtualTime) -> AsyncIterator[R
 
 async def test_list_maps_the_pod_objects(client: RunPodClient, runpod_fake: FakeRunPod) -> None:
     runpod_fake.add_pod("p1")
-    runpod_fake.add_pod("p2", "EXITED", costPerHr=None, networkVolumeId="nv-9")
+    runpod_fake.add_pod("p2", "EXITED", cost=None, network_volume="nv-9")
     pods = {p.provider_id: p for p in await client.list_instances()}
     one, two = pods["p1"], pods["p2"]
-    assert (one.state, one.raw_state, one.gpu, one.gpu_count) == ("running", "RUNNING", "A40", 1)
+    assert (one.state, one.raw_state, one.gpu, one.gpu_count) == ("running", "RUNNING", "NVIDIA A40", 1)
     assert (one.price_per_hour, one.price_source, one.currency) == (0.44, "api", "USD")
-    assert (one.public_ip, one.ssh_port, one.uptime_s, one.region) == ("203.0.113.7", 40022, 3600.0, "EU-RO-1")
-    assert {s.name: s.size_gb for s in one.storage} == {"container": 20.0, "volume": 50.0}
-    assert (two.state, two.price_per_hour, two.price_source) == ("stopped", None, "none")
+    assert (one.public_ip, one.ssh_port, one.uptime_s, one.region) == ("203.0.113.7", 40022, 3600.0, "US-KS-2")
+    assert {s.name: s.size_gb for s in one.storage} == {"container": 50.0, "volume": 50.0}
+    assert (two.state, two.price_per_hour, two.price_source) == ("stopped", 0.0, "api")  # v2: cost 0.0 when EXITED
     [network] = [s for s in two.storage if s.name == "network-volume"]
-    assert network.ident == "nv-9" and network.survives_terminate
+    assert (network.ident, network.size_gb, network.survives_terminate) == ("nv-9", 50.0, True)
+    assert len(runpod_fake.requests("GET", "/network-volumes/nv-9")) == 1  # its size: asked, not guessed
     [logged] = runpod_fake.requests("GET", "/pods")
     assert logged.headers["authorization"] == f"Bearer {FAKE_KEY}"
 
@@ -59,8 +65,9 @@ async def test_to_status_bridges_to_the_provider_protocol(client: RunPodClient, 
 
 
 @pytest.mark.parametrize(("word", "state"), [
-    ("RUNNING", "running"), ("EXITED", "stopped"), ("CREATED", "pending"), ("TERMINATED", "terminated"),
-    ("DEAD", "unknown"), ("MIGRATING", "unknown"), ("", "unknown"),
+    ("RUNNING", "running"), ("EXITED", "stopped"), ("PROVISIONING", "pending"), ("STARTING", "pending"),
+    ("TERMINATED", "terminated"), ("ERROR", "unknown"), ("CREATED", "unknown"), ("DEAD", "unknown"),
+    ("MIGRATING", "unknown"), ("", "unknown"),
 ])
 async def test_state_words(client: RunPodClient, runpod_fake: FakeRunPod, word: str, state: str) -> None:
     runpod_fake.add_pod("p1", word)
@@ -69,8 +76,7 @@ async def test_state_words(client: RunPodClient, runpod_fake: FakeRunPod, word: 
 
 
 async def test_a_pod_back_from_stop_with_zero_gpus_says_zero(client: RunPodClient, runpod_fake: FakeRunPod) -> None:
-    runpod_fake.add_pod("p1", gpu={"id": "NVIDIA A40", "count": 0, "displayName": "A40"}, gpuCount=1,
-                        uptimeSeconds=0)
+    runpod_fake.add_pod("p1", gpu_count=0, runtime={"uptime": 0, "ports": []})
     pod = await client.get("p1")
     assert (pod.gpu_count, pod.uptime_s) == (0, 0.0)  # RP1: a real zero, not a fallback to the requested count
 
@@ -84,7 +90,7 @@ async def test_get_of_a_vanished_pod_is_not_found(client: RunPodClient, runpod_f
     runpod_fake.add_pod("p1")
     await client.get("p1")
     del runpod_fake.pods["p1"]
-    with pytest.raises(CloudNotFound, match="pod not found"):
+    with pytest.raises(CloudNotFound, match="Not Found: resource not found"):
         await client.get("p1")
     outcome = await client.wait_gone("p1", timeout_s=60, poll_s=5)
     assert (outcome.gone, outcome.state, outcome.polls) == (True, "terminated", 1)
@@ -93,7 +99,8 @@ async def test_get_of_a_vanished_pod_is_not_found(client: RunPodClient, runpod_f
 async def test_stop_posts_the_stop_action(client: RunPodClient, runpod_fake: FakeRunPod) -> None:
     runpod_fake.add_pod("p1")
     await client.stop("p1")
-    assert len(runpod_fake.requests("POST", "/pods/p1/stop")) == 1
+    [stop] = runpod_fake.requests("POST", "/pods/p1/action")
+    assert stop.body == {"action": "stop"}
     assert (await client.get("p1")).state == "stopped"
 
 
@@ -113,19 +120,19 @@ async def test_terminate_then_poll_a_lingering_pod_until_404(client: RunPodClien
 
 async def test_wait_gone_timeout_reports_what_still_bills(client: RunPodClient, runpod_fake: FakeRunPod,
                                                           vtime: VirtualTime) -> None:
-    runpod_fake.add_pod("p1", networkVolumeId="nv-1")
+    runpod_fake.add_pod("p1", network_volume="nv-1")
     runpod_fake.linger["p1"] = 100
     await client.terminate("p1")
     outcome = await client.wait_gone("p1", timeout_s=10, poll_s=5)
     assert not outcome.gone and outcome.state == "running" and outcome.raw_state == "RUNNING"
     assert outcome.polls == 3 and outcome.waited_s == 10
-    assert [r.kind for r in outcome.residuals] == ["instance", "volume-disk", "network-volume"]
+    assert [r.kind for r in outcome.residuals] == ["instance", "network-volume"]
     assert not outcome.meter_stopped
 
 
 async def test_network_volume_is_a_residual_even_when_the_pod_is_gone(client: RunPodClient,
                                                                       runpod_fake: FakeRunPod) -> None:
-    runpod_fake.add_pod("p1", networkVolumeId="nv-7")
+    runpod_fake.add_pod("p1", network_volume="nv-7")
     await client.terminate("p1")
     outcome = await client.wait_gone("p1", timeout_s=60, poll_s=1)
     assert outcome.gone
@@ -187,10 +194,10 @@ async def test_failing_polls_leave_the_state_unknown(client: RunPodClient, runpo
                                                      vtime: VirtualTime) -> None:
     runpod_fake.add_pod("p1")
     await client.get("p1")
-    runpod_fake.fail("GET", "/pods/p1", 503, {"error": "upstream down"}, times=1000)
+    runpod_fake.fail("GET", "/pods/p1", 503, runpod_fake.error_body(503, "upstream down"), times=1000)
     outcome = await client.wait_gone("p1", timeout_s=5, poll_s=5)
     assert not outcome.gone and outcome.state == "unknown"
-    assert outcome.errors and "HTTP 503: upstream down" in outcome.errors[0]
+    assert outcome.errors and "HTTP 503: Service Unavailable: upstream down" in outcome.errors[0]
     assert outcome.residuals[0].kind == "instance"  # the last sight of it: assume it bills
 
 
@@ -203,10 +210,11 @@ async def test_429_on_list_is_retried_after_retry_after(client: RunPodClient, ru
 
 
 async def test_5xx_then_a_clear_error(client: RunPodClient, runpod_fake: FakeRunPod) -> None:
-    runpod_fake.fail("GET", "/pods", 500, {"error": "internal error", "status": 500}, times=10)
+    runpod_fake.fail("GET", "/pods", 500, recorded("runpod", "v2_error_500"), times=10)
     with pytest.raises(CloudAPIError) as info:
         await client.list_instances()
-    assert str(info.value) == "runpod: GET /pods failed after 5 attempts: HTTP 500: internal error"
+    assert str(info.value) == ("runpod: GET /pods failed after 5 attempts: HTTP 500: Internal Server Error: "
+                               "placeholder: not documented")
 
 
 async def test_wrong_key_gets_the_documented_401(runpod_fake: FakeRunPod, vtime: VirtualTime) -> None:
@@ -216,7 +224,7 @@ async def test_wrong_key_gets_the_documented_401(runpod_fake: FakeRunPod, vtime:
             await rp.list_instances()
     finally:
         await rp.close()
-    assert info.value.status == 401 and "unauthorized" in str(info.value)
+    assert info.value.status == 401 and "Unauthorized: missing bearer token" in str(info.value)
     assert "rgt-fake-OTHER-123456" not in str(info.value)
 
 
@@ -239,14 +247,21 @@ def test_missing_key_names_env_var_and_file(tmp_path: Path) -> None:
 
 async def test_launch_posts_the_gpu_constraint(client: RunPodClient, runpod_fake: FakeRunPod) -> None:
     request = GpuRequest("NVIDIA A40", image="runpod/pytorch:2.4", gpu_count=2, max_price_per_hour=1.0,
-                         disk_gb=80, name="exp1", interruptible=True)
+                         disk_gb=80, name="exp1")
     pod = await client.launch(request)
-    assert (pod.state, pod.price_per_hour, pod.gpu_count) == ("pending", 0.88, 2)
+    assert (pod.state, pod.raw_state, pod.price_per_hour, pod.gpu_count) == ("pending", "PROVISIONING", 0.88, 2)
     [post] = runpod_fake.requests("POST", "/pods")
-    assert post.body == {"name": "exp1", "imageName": "runpod/pytorch:2.4", "gpuTypeIds": ["NVIDIA A40"],
-                         "gpuCount": 2, "cloudType": "SECURE", "interruptible": True, "containerDiskInGb": 20,
-                         "volumeInGb": 80, "ports": ["22/tcp"]}
+    assert post.body == {"name": "exp1", "image": "runpod/pytorch:2.4", "gpu": {"id": "NVIDIA A40", "count": 2},
+                         "cloud": "SECURE", "disk": 20, "mounts": {"persistent": {"size": 80, "path": "/workspace"}},
+                         "ports": ["22/tcp"], "startSsh": True}
     assert client.last_seen(pod.provider_id) == pod
+
+
+async def test_a_spot_launch_is_refused_before_anything_is_created(client: RunPodClient,
+                                                                  runpod_fake: FakeRunPod) -> None:
+    with pytest.raises(VerbFailed, match="no interruptible"):
+        await client.launch(GpuRequest("NVIDIA A40", image="img", interruptible=True))
+    assert runpod_fake.requests("POST") == []
 
 
 async def test_launch_over_the_ceiling_names_the_billing_pod(client: RunPodClient, runpod_fake: FakeRunPod) -> None:
@@ -266,7 +281,7 @@ async def test_the_key_appears_nowhere(runpod_fake: FakeRunPod, vtime: VirtualTi
                                        caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     runpod_fake.add_pod("p1")
-    runpod_fake.fail("GET", "/pods/p1", 400, {"error": f"bad key {FAKE_KEY}"}, times=1)
+    runpod_fake.fail("GET", "/pods/p1", 400, runpod_fake.error_body(400, f"bad key {FAKE_KEY}"), times=1)
     runpod_fake.rate_limit("GET", "/pods", "1")
     rp = make(runpod_fake, vtime)
     try:

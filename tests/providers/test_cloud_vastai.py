@@ -1,4 +1,4 @@
-"""VastAIClient against the local vast.ai REST fake (docs/providers_vastai.md), which serves vast's recorded bodies:
+"""VastAIClient against the local vast.ai REST fake (docs/providers.md §4), which serves vast's recorded bodies:
 shapes, states, VAST15, offers, launch. Every recorded body replayed one by one: test_vast_recorded.py."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Contract tests: every recorded Lambda Cloud body (tests/fixtures/providers/lambda, spec 1.8.3) through the real
-client served by the local fake, and through the whole CLI (issue 25; docs/providers_lambda.md).
+client served by the local fake, and through the whole CLI (issue 25; docs/providers.md §5).
 
 Each point of the fixtures README's "Where rgt reads it differently" for Lambda has a test here that fails on
 the code before issue 25: (1) the base URL, (2) unhealthy/preempted priced and preemption seen, (3) launch pacing

@@ -1,6 +1,6 @@
 """Contract tests: every recorded Paperspace body (tests/fixtures/providers/paperspace, from the pspace CLI's
 generated OpenAPI client) through the real client served by the local fake, and through the whole CLI (issue 25;
-docs/providers_paperspace.md).
+docs/providers.md §6).
 
 Each point of the fixtures README's "Where rgt reads it differently" for Paperspace has a test that fails on the
 code before issue 25: (1) usageRate/storageRate carried, not priced; (2) pspace's credential files

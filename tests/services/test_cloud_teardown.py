@@ -115,7 +115,7 @@ async def test_runpod_arc_names_the_action_then_terminates_after_the_approval(
         approval = only(session.db.events(kind="approval"))
         assert approval.detail["typed_id"] == POD and approval.detail["shown"] == list(plan.lines)
         [delete] = runpod_cloud.calls("DELETE")
-        assert delete.path == f"/pods/{POD}" and delete.status == 200
+        assert delete.path == f"/pods/{POD}" and delete.status == 204
         assert delete.events_then is not None and "approval" in delete.events_then
         assert "action" in delete.events_then and "torn_down" not in delete.events_then
         assert approval.at.timestamp() <= delete.at
@@ -361,7 +361,7 @@ async def test_a_stop_that_wipes_the_container_needs_the_gate_and_the_typed_id_i
     add_pod(runpod_cloud, sshd)
     session = await finished_run(runpod_project(tmp_path, runpod_cloud), sshd, runpod_cloud)
     app = RgtApp(session)
-    stops = lambda: runpod_cloud.calls("POST", f"/pods/{POD}/stop")  # noqa: E731
+    stops = lambda: runpod_cloud.calls("POST", f"/pods/{POD}/action")  # noqa: E731
     try:
         async with app.run_test(size=(120, 40)) as pilot:
             await wait_until(pilot, lambda: dashboard(app).current_run() is not None)

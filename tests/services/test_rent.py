@@ -195,7 +195,7 @@ def test_the_stated_price_launches_once_after_the_approval_is_logged(
     assert main(["up", "train", str(root), "--approve-price", "$0.800/h"]) == 0
     out = capsys.readouterr().out
     [posted] = runpod_fake.requests("POST", "/pods")
-    assert posted.body["gpuTypeIds"] == ["NVIDIA A40"] and posted.body["volumeInGb"] == 50
+    assert posted.body["gpu"] == {"id": "NVIDIA A40", "count": 1} and posted.body["mounts"]["persistent"]["size"] == 50
     assert seen == [["approval", "action"]]  # both committed before the create request arrived
     assert 'id = "new1"' in out and "rgt down train --confirm new1" in out
     assert event_kinds(db) == ["approval", "action", "launched"]
@@ -296,7 +296,7 @@ async def test_a_pod_created_above_the_ceiling_is_reported_recorded_and_left_for
 
 async def test_a_configured_id_that_still_runs_is_not_launched_again(
         tmp_path: Path, runpod_fake: FakeRunPod, open_session: Callable[[Path], Session]) -> None:
-    runpod_fake.add_pod("p1", publicIp=None, portMappings={})
+    runpod_fake.add_pod("p1", host=None, port=None)
     session = open_session(write_project(tmp_path / "p", "runpod", runpod_fake.url, RUNPOD_LAUNCH,
                                          instance_extra='id = "p1"\n'))
     assert not await launcher.wants_launch(session, "gpu")  # `rgt up` audits the running pod instead

@@ -90,7 +90,7 @@ class Stamped(FakeCloud):
 
 
 class StampedRunPod(Stamped, FakeRunPod):
-    """RunPod; `after_delete_state` makes a deleted pod stay listed with that desiredStatus word."""
+    """RunPod; `after_delete_state` makes a deleted pod stay listed with that status word."""
 
     after_delete_state: str | None = None
 
@@ -99,7 +99,7 @@ class StampedRunPod(Stamped, FakeRunPod):
         if (method == "DELETE" and len(parts) == 2 and parts[0] == "pods" and reply.status < 300
                 and self.after_delete_state is not None):
             self.deleted.discard(parts[1])
-            self.pods[parts[1]]["desiredStatus"] = self.after_delete_state
+            self.set_status(parts[1], self.after_delete_state)
         return reply
 
 
@@ -181,7 +181,7 @@ def runpod_project(tmp_path: Path, fake: StampedRunPod) -> Path:
 
 def add_pod(fake: StampedRunPod, sshd: Sshd) -> None:
     """A running pod whose public IP and mapped port 22 are the loopback sshd, with a network volume."""
-    fake.add_pod(POD, publicIp=sshd.host, portMappings={"22": sshd.port}, networkVolumeId="nv-9")
+    fake.add_pod(POD, host=sshd.host, port=sshd.port, network_volume="nv-9")
 
 
 async def finished_run(root: Path, sshd: Sshd, fake: Stamped) -> Session:

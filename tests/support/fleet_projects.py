@@ -51,4 +51,4 @@ def cloud_pods(fake: FakeRunPod, ssh_port: int) -> None:
     """p1 and p2 (the project's), p9 (nobody's): SSH at a loopback port nothing listens on, so the provider's
     one SSH check per box is refused at once."""
     for pod_id in ("p1", "p2", "p9"):
-        fake.add_pod(pod_id, publicIp="127.0.0.1", portMappings={"22": ssh_port})
+        fake.add_pod(pod_id, host="127.0.0.1", port=ssh_port)

@@ -423,7 +423,8 @@ class CloudHTTP:
 def provider_message(body: bytes) -> str:
     """The provider's own error message from a body, whatever its envelope.
 
-    RunPod `{"error": "..."}`, vast `{"error": code, "msg": "..."}`, Lambda `{"error": {"code", "message"}}`,
+    RunPod v2 `{"title", "detail"}` (RFC 9457), v1 `{"message"}`,
+    vast `{"error": code, "msg": "..."}`, Lambda `{"error": {"code", "message"}}`,
     Paperspace `{"code", "message"}`, AutoDL `{"code", "msg"}`, GraphQL `{"errors": [{"message"}]}`.
     """
     text = body.decode("utf-8", errors="replace").strip()
@@ -451,7 +452,7 @@ def message_from_json(data: Any, depth: int = 0) -> str:
         parts.append(message_from_json(error, depth + 1))
     elif isinstance(error, str) and error:
         parts.append(error)
-    for key in ("message", "msg", "detail", "suggestion"):
+    for key in ("title", "message", "msg", "detail", "suggestion"):
         value = data.get(key)
         if isinstance(value, str) and value and value not in parts:
             parts.append(value)

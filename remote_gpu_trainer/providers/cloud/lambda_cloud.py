@@ -1,4 +1,4 @@
-"""Lambda Cloud over its REST API (spec 1.8.3, base `https://cloud.lambda.ai/api/v1`; docs/providers_lambda.md).
+"""Lambda Cloud over its REST API (spec 1.8.3, base `https://cloud.lambda.ai/api/v1`; docs/providers.md §5).
 
 `cloud.lambdalabs.com` is the spec's deprecated secondary server and is not used. Auth: the spec recommends
 `Authorization: Bearer <key>` and also accepts Basic, so Bearer is the profile's scheme and

@@ -1,4 +1,4 @@
-"""Paperspace Core machines over the current REST API (docs/providers_paperspace.md; base
+"""Paperspace Core machines over the current REST API (docs/providers.md §6; base
 `https://api.paperspace.com/v1`, the pspace CLI's default, whose generated client comes from `/v1/openapi.json`).
 
 The legacy `api.paperspace.io` + `X-Api-Key` API was deprecated on 15 July 2024 and is not used. Every machine

@@ -1,21 +1,30 @@
-"""RunPod Pods over the REST API (docs/providers.md §3; base `https://rest.runpod.io/v1`, Bearer key).
+"""RunPod Pods over the REST API v2 (docs/providers.md, RunPod; base `https://api.runpod.io/v2`, Bearer key).
 
-Paths and methods are the profile's `[control.api.endpoints]`. RP14: a DELETE that answers OK does not
-mean the pod is gone, so teardown polls `GET /pods/{id}` until 404.
-A stopped pod still bills its volume disk at 2x, and a Network Volume survives terminate and bills hourly:
-both come back from `wait_gone` as residuals. The REST create call takes no price ceiling (bids exist only
-in GraphQL), so `launch` checks the created pod's `costPerHr` and, when it is over the ceiling, says so with
-the pod's id: the pod exists and bills until the teardown service removes it.
+v1 (`https://rest.runpod.io/v1`) was retired on 2026-11-15 (RunPod's migration guide): the shipped profile speaks
+v2, whose lifecycle is `POST /pods/{id}/action` (stop, start) and `DELETE /pods/{id}` (204, no body). The pod
+parser still reads v1 bodies (`desiredStatus`, `costPerHr` as a number or a string, `adjustedCostPerHr` after
+Savings Plans, `networkVolume` with `includeNetworkVolume=true`), so a profile pinned to v1 and the recorded v1
+bodies read the same way. Paths and methods are the profile's `[control.api.endpoints]`.
+
+Billing facts (v2 OpenAPI 2.0.0): `cost` is USD per hour and 0.0 when EXITED or TERMINATED; the stopped pod's
+volume disk (`mounts.persistent`) is not in `cost` and bills at the profile's stopped rate; a network volume
+(`mounts.network[].volumeId`, its size from `GET /network-volumes/{id}`) survives terminate and bills on its own.
+RP14: a DELETE that answers 204 does not mean the pod is gone, so teardown polls `GET /pods/{id}` until the
+profile's gone_when says so. The create call takes no price ceiling and v2 has no interruptible pods, so
+`launch` checks the created pod's `cost` and refuses a spot request before anything is created.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from typing import Any
 
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.cloud.client import (
     CloudClient,
     Launches,
+    UnsupportedAction,
     as_dict,
     as_float,
     as_int,
@@ -24,6 +33,7 @@ from remote_gpu_trainer.providers.cloud.client import (
     still_billing,
     surviving_storage,
 )
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError
 from remote_gpu_trainer.providers.cloud.types import (
     CloudInstance,
     GpuRequest,
@@ -33,15 +43,18 @@ from remote_gpu_trainer.providers.cloud.types import (
     map_state,
 )
 
-# desiredStatus → INSTANCE_STATES. DEAD and anything new stay `unknown`.
+# v2 `status` (and v1 `desiredStatus`) → INSTANCE_STATES. ERROR and any new word stay `unknown`: v2 does not say
+# what an ERROR pod bills, so the meter bills the `cost` listed with it as an estimate.
 RUNPOD_STATES = lower_keys({
-    "CREATED": "pending",
-    "RESTARTING": "pending",
+    "PROVISIONING": "pending",
+    "STARTING": "pending",
     "RUNNING": "running",
     "EXITED": "stopped",
-    "PAUSED": "stopped",
     "TERMINATED": "terminated",
 })
+
+
+log = logging.getLogger("remote_gpu_trainer.providers.cloud")
 
 
 class LaunchOverBudget(VerbFailed):
@@ -57,25 +70,51 @@ class RunPodClient(CloudClient, Launches):
 
     provider = "runpod"
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._volume_sizes: dict[str, float] = {}  # a network volume's size is fixed at creation: asked once
+
     async def _list(self) -> list[CloudInstance]:
         data = await self.call("list")
-        pods = data.get("pods") if isinstance(data, dict) else data
+        pods = data.get("pods") if isinstance(data, dict) else data  # v2 `{"pods": [...]}`, v1 a bare array
         if not isinstance(pods, list):
             raise self._bad_answer("list", None, "expected a list of pods")
-        return [parse_pod(pod) for pod in pods if isinstance(pod, dict) and pod.get("id")]
+        return [await self._with_volume(parse_pod(pod)) for pod in pods if isinstance(pod, dict) and pod.get("id")]
 
     async def _fetch(self, provider_id: str) -> CloudInstance:
         data = await self.call("get", provider_id)
         if not isinstance(data, dict) or not data.get("id"):
             raise self._bad_answer("get", provider_id, "expected a pod object")
-        return parse_pod(data)
+        return await self._with_volume(parse_pod(data))
+
+    async def _with_volume(self, pod: CloudInstance) -> CloudInstance:
+        """The pod with its network volume's size: v2 names only the volume's id on the pod, and the size (what
+        it bills) comes from `GET /network-volumes/{id}`. A volume that cannot be read keeps no size: the
+        meter then flags an unknown price rather than billing it at nothing."""
+        storage = list(pod.storage)
+        for index, item in enumerate(storage):
+            if item.name != "network-volume" or item.size_gb is not None or not item.ident:
+                continue
+            size = self._volume_sizes.get(item.ident)
+            if size is None:
+                try:
+                    size = as_float(as_dict(await self.call("network_volume", item.ident)).get("size"))
+                except (CloudAPIError, UnsupportedAction) as exc:
+                    log.warning("runpod: network volume %s of pod %s could not be read: %s", item.ident,
+                                pod.provider_id, exc)
+                    continue
+                if size is not None:
+                    self._volume_sizes[item.ident] = size
+            storage[index] = replace(item, size_gb=size)
+        return replace(pod, storage=tuple(storage))
 
     async def stop(self, provider_id: str) -> None:
-        """Stops compute; the volume disk keeps billing at 2x and the pod may come back with no GPU (RP1)."""
+        """`{"action": "stop"}`: compute stops (the pod goes EXITED); the volume disk keeps billing at 2x and
+        the pod may come back with no GPU (RP1)."""
         await self.call("stop", provider_id, idempotent=True)
 
     async def terminate(self, provider_id: str) -> None:
-        """DELETE the pod (container and volume disk); a Network Volume is untouched and keeps billing."""
+        """DELETE the pod (204; container and volume disk); a Network Volume is untouched and keeps billing."""
         if await self._preflight(provider_id) is None:
             return
         await self._terminate_and_requery(provider_id, lambda: self.call(
@@ -86,10 +125,14 @@ class RunPodClient(CloudClient, Launches):
         """Create a pod of `gpu_count` × `gpu_type`. Never retried after it may have been processed."""
         if not request.image:
             raise VerbFailed("runpod: launch needs a container image")
+        if request.interruptible:
+            raise VerbFailed("runpod: the v2 API creates no interruptible (spot) pods; rent one in the console "
+                             "and put its id in rgt.toml, or set interruptible = false")
         body: dict[str, Any] = {
-            "name": request.name, "imageName": request.image, "gpuTypeIds": [request.gpu_type],
-            "gpuCount": request.gpu_count, "cloudType": cloud_type, "interruptible": request.interruptible,
-            "containerDiskInGb": container_disk_gb, "volumeInGb": request.disk_gb, "ports": list(ports),
+            "name": request.name, "image": request.image,
+            "gpu": {"id": request.gpu_type, "count": request.gpu_count}, "cloud": cloud_type,
+            "disk": container_disk_gb, "mounts": {"persistent": {"size": request.disk_gb, "path": "/workspace"}},
+            "ports": list(ports), "startSsh": True,
         }
         if env:
             body["env"] = env
@@ -105,7 +148,7 @@ class RunPodClient(CloudClient, Launches):
             shown = "unknown" if pod.price_per_hour is None else f"${pod.price_per_hour:.3f}/h"
             raise LaunchOverBudget(
                 f"runpod: pod {pod.provider_id} was created at {shown}, over the ${ceiling:.3f}/h ceiling "
-                "(the REST API takes no ceiling); it is billing now: tear it down with `rgt down`", pod)
+                "(the API takes no ceiling); it is billing now: tear it down with `rgt down`", pod)
         return pod
 
     async def _residuals(self, provider_id: str, gone: bool,
@@ -125,21 +168,28 @@ class RunPodClient(CloudClient, Launches):
 
 
 def parse_pod(pod: dict[str, Any]) -> CloudInstance:
-    """One REST pod object → CloudInstance (price `costPerHr`, USD/h)."""
-    raw = as_str(pod.get("desiredStatus")) or ""
+    """One pod object, v2 or v1, → CloudInstance (USD/h: v2 `cost`; v1 `adjustedCostPerHr`, what the account
+    pays after Savings Plans, else `costPerHr`)."""
+    raw = as_str(pod.get("status")) or as_str(pod.get("desiredStatus")) or ""
     gpu = as_dict(pod.get("gpu"))
     machine = as_dict(pod.get("machine"))
     runtime = as_dict(pod.get("runtime"))
-    price = as_float(pod.get("costPerHr"))
-    ports = as_dict(pod.get("portMappings"))
+    mounts = as_dict(pod.get("mounts"))
+    price = first(as_float(pod.get("cost")), as_float(pod.get("adjustedCostPerHr")), as_float(pod.get("costPerHr")))
+    host, port = _direct_ssh(pod)
     storage: list[StorageBilling] = [
-        StorageBilling("container", as_float(pod.get("containerDiskInGb")), bills_while_stopped=False),
-        StorageBilling("volume", as_float(pod.get("volumeInGb")), bills_while_stopped=True),
+        StorageBilling("container", first(as_float(pod.get("disk")), as_float(pod.get("containerDiskInGb"))),
+                       bills_while_stopped=False),
     ]
-    network_volume = as_str(pod.get("networkVolumeId")) or as_str(as_dict(pod.get("networkVolume")).get("id"))
-    if network_volume:
-        storage.append(StorageBilling("network-volume", as_float(as_dict(pod.get("networkVolume")).get("size")),
-                                      bills_while_stopped=True, survives_terminate=True, ident=network_volume))
+    volume_gb = first(as_float(as_dict(mounts.get("persistent")).get("size")), as_float(pod.get("volumeInGb")))
+    if volume_gb is not None:
+        storage.append(StorageBilling("volume", volume_gb, bills_while_stopped=True))
+    network = next((as_dict(m) for m in mounts.get("network") or () if as_dict(m).get("volumeId")), None)
+    legacy = as_dict(pod.get("networkVolume"))
+    volume_id = as_str(network.get("volumeId")) if network else as_str(legacy.get("id"))
+    if volume_id:
+        storage.append(StorageBilling("network-volume", None if network else as_float(legacy.get("size")),
+                                      bills_while_stopped=True, survives_terminate=True, ident=volume_id))
     return CloudInstance(
         provider="runpod", provider_id=str(pod["id"]), state=map_state(RUNPOD_STATES, raw), raw_state=raw,
         name=as_str(pod.get("name")) or "",
@@ -147,10 +197,26 @@ def parse_pod(pod: dict[str, Any]) -> CloudInstance:
         or as_str(machine.get("gpuDisplayName")) or "",
         gpu_count=first(as_int(gpu.get("count")), as_int(pod.get("gpuCount"))),
         price_per_hour=price, price_source="api" if price is not None else "none",
-        uptime_s=first(as_float(pod.get("uptimeSeconds")), as_float(runtime.get("uptimeInSeconds"))),
-        created_at=as_str(pod.get("createdAt")), started_at=as_str(pod.get("lastStartedAt")),
-        public_ip=as_str(pod.get("publicIp")), ssh_port=as_int(ports.get("22")),
-        region=as_str(machine.get("dataCenterId")) or as_str(pod.get("dataCenterId")),
+        uptime_s=first(as_float(runtime.get("uptime")), as_float(pod.get("uptimeSeconds")),
+                       as_float(runtime.get("uptimeInSeconds"))),
+        created_at=as_str(pod.get("createdAt")), started_at=as_str(pod.get("startedAt"))
+        or as_str(pod.get("lastStartedAt")),
+        public_ip=host, ssh_port=port,
+        region=as_str(pod.get("dataCenterId")) or as_str(machine.get("dataCenterId")),
         storage=tuple(storage),
-        detail={"interruptible": bool(pod.get("interruptible")), "image": as_str(pod.get("imageName"))},
+        detail={"interruptible": bool(pod.get("interruptible")),
+                "image": as_str(pod.get("image")) or as_str(pod.get("imageName"))},
     )
+
+
+def _direct_ssh(pod: dict[str, Any]) -> tuple[str | None, int | None]:
+    """Where full SSH (scp, sftp, rsync) reaches the pod: v2 `ssh.direct`, else the runtime's public port for
+    22, else v1 `publicIp` and `portMappings["22"]`. The proxy (`ssh.runpod.io`) has no file transfer."""
+    direct = as_dict(as_dict(pod.get("ssh")).get("direct"))
+    if as_str(direct.get("host")):
+        return as_str(direct.get("host")), as_int(direct.get("port"))
+    for mapping in as_dict(pod.get("runtime")).get("ports") or ():
+        mapping = as_dict(mapping)
+        if as_int(mapping.get("private")) == 22 and as_str(mapping.get("ip")):
+            return as_str(mapping.get("ip")), as_int(mapping.get("public"))
+    return as_str(pod.get("publicIp")), as_int(as_dict(pod.get("portMappings")).get("22"))

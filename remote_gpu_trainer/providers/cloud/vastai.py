@@ -1,4 +1,4 @@
-"""vast.ai over its REST API (docs/providers_vastai.md; base `https://console.vast.ai/api`, Bearer key).
+"""vast.ai over its REST API (docs/providers.md §4; base `https://console.vast.ai/api`, Bearer key).
 
 Paths are the profile's endpoints: get/stop/destroy/offers/create under `/v0`, the instance list under
 `/v1/instances/` (keyset pages of at most 25, `after_token` = the last page's `next_token`; vast-cli calls the
