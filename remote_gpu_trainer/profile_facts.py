@@ -146,10 +146,11 @@ class StorageRate:
     source: str | None = None
     conflict: str | None = None
 
-    def per_hour(self, size_bytes: int) -> float:
-        """Hourly cost of `size_bytes` on this tier, after the free allowance."""
+    def per_hour(self, size_bytes: int, hours_per_month: float = HOURS_PER_MONTH) -> float:
+        """Hourly cost of `size_bytes` on this tier, after the free allowance, over the provider's own month
+        (`[pricing] hours_per_month`: vast.ai and Lambda use 720 h)."""
         billable = max(0.0, size_bytes / SIZE_UNITS[self.unit] - self.free_gb)
-        return billable * self.rate / HOURS_PER_MONTH
+        return billable * self.rate / hours_per_month
 
 
 @dataclass(frozen=True)

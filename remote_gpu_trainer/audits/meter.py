@@ -284,7 +284,7 @@ def _tier_per_hour(profile: Profile, tier: StorageTier, held: Held | None) -> fl
     rate = profile.pricing.storage_rate(tier.name)
     if rate is None or held is None or held.size_bytes is None:
         return None
-    return rate.per_hour(held.size_bytes)
+    return rate.per_hour(held.size_bytes, profile.pricing.hours_per_month)
 
 
 def _bills(profile: Profile, held: Held) -> bool:
@@ -300,7 +300,7 @@ def _item(profile: Profile, held: Held) -> BilledItem:
     per_hour = valid_price(held.per_hour)
     rate = profile.pricing.storage_rate(held.name)
     if per_hour is None and rate is not None and held.size_bytes is not None:
-        per_hour = rate.per_hour(held.size_bytes)
+        per_hour = rate.per_hour(held.size_bytes, profile.pricing.hours_per_month)
     return BilledItem(held.name, per_hour, held.since, held.until)
 
 

@@ -25,7 +25,7 @@ from remote_gpu_trainer.audits.meter import (
     valid_price,
 )
 from remote_gpu_trainer.clock import parse_iso
-from remote_gpu_trainer.profiles import HOURS_PER_MONTH, Profile
+from remote_gpu_trainer.profiles import Profile
 from remote_gpu_trainer.providers.base import InstanceStatus
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.billing import Snapshot
@@ -50,7 +50,9 @@ def held_storage(profile: Profile, status: object | None) -> list[Held]:
         if not isinstance(item, dict) or item.get("name") not in known:
             continue
         size_gb, price = valid_price(_float(item.get("size_gb"))), valid_price(_float(item.get("price_per_gb_month")))
-        per_hour = size_gb * price / HOURS_PER_MONTH if size_gb is not None and price is not None else None
+        per_hour = valid_price(_float(item.get("price_per_hour")))  # the provider's own hourly figure wins
+        if per_hour is None and size_gb is not None and price is not None:
+            per_hour = size_gb * price / profile.pricing.hours_per_month
         held.append(Held(str(item["name"]), int(size_gb * 1e9) if size_gb is not None else None, per_hour))
     return held
 

@@ -144,11 +144,12 @@ def test_vastai_host_priced_disk_without_a_price_is_flagged_not_zero() -> None:
 
 def test_lambda_has_no_stop_an_alert_keeps_billing_and_nfs_bills_until_deleted() -> None:
     # §5: no stop exists; an in-OS shutdown shows "Alert" (mapped to unknown) and still bills; NFS is
-    # $0.20/GiB/mo until deleted (here at 7 h). 129 cents/h = $1.29/h.
+    # $0.20/GiB/mo until deleted (here at 7 h), over Lambda's 720-hour month (its billing page's example).
+    # 129 cents/h = $1.29/h.
     model = billing_model(load_profile("lambda"), [Held("nfs", 100 * GIB, until=at(7))])
     timeline = [shot(0, "running", 1.29), shot(2, "unknown"), shot(5, "running", 1.29), shot(6, "terminated")]
     reading = accrue(timeline, at(10), model=model)
-    assert close(reading.total, 6.0 * 1.29 + 7.0 * (100 * 0.20 / MONTH_H))
+    assert close(reading.total, 6.0 * 1.29 + 7.0 * (100 * 0.20 / 720.0))
     assert reading.estimate is True  # the Alert stretch was billed at the last known rate
     assert reading.burn_per_hour == 0.0
 

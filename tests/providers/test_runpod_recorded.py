@@ -17,7 +17,7 @@ import pytest
 
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound
-from remote_gpu_trainer.providers.cloud.runpod import RunPodClient
+from remote_gpu_trainer.providers.cloud.runpod import RunPodClient, parse_pod
 from support import fake_clouds
 from support.cloud_teardown_fixtures import RUN, cloud_project
 from support.fake_clouds import FAKE_KEY, FakeRunPod, VirtualTime, assert_no_key
@@ -241,3 +241,9 @@ def test_a_pod_in_a_word_rgt_does_not_map_can_still_be_ended_but_a_silent_one_ca
     code, _, err = rgt(capsys, "down", RUN, str(root), "--confirm", "silentpod1", "--accept-loss", RUN)
     assert code != 0 and "instance state is unknown" in err, err
     assert ("DELETE", "/pods/silentpod1") not in [(r.method, r.path) for r in runpod_fake.log]
+
+
+def test_v1_cost_per_hour_is_read_as_the_string_the_spec_shows_when_no_savings_plan_applies() -> None:
+    pod = recorded("runpod", "v1_get_pod_running")
+    del pod["adjustedCostPerHr"]  # no Savings Plan: costPerHr, which the v1 spec's example gives as "0.74"
+    assert (parse_pod(pod).price_per_hour, parse_pod(pod).price_source) == (0.74, "api")

@@ -413,7 +413,7 @@ def item_per_hour(profile: Profile, item: StorageBilling) -> float | None:
     if item.price_per_gb_month is not None:
         return item.size_gb * item.price_per_gb_month / profile.pricing.hours_per_month
     rate = profile.pricing.storage_rate(item.name)
-    return rate.per_hour(round(item.size_gb * SIZE_UNITS[rate.unit])) if rate else None
+    return rate.per_hour(round(item.size_gb * SIZE_UNITS[rate.unit]), profile.pricing.hours_per_month) if rate else None
 
 
 def create_step(profile: Profile) -> str:
