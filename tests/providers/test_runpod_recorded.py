@@ -123,9 +123,11 @@ async def test_a_terminated_pod_is_gone_by_its_own_word(client: RunPodClient, ru
 
 @pytest.mark.parametrize(("status", "name", "error", "text"), [
     (401, "v2_error_401", CloudAuthError, "HTTP 401: Unauthorized: missing bearer token"),
-    (403, "v2_error_403", CloudAuthError, "HTTP 403: Forbidden"),
+    (403, "v2_error_403", CloudAuthError, "HTTP 403: Forbidden: access denied"),
     (404, "v2_error_404", CloudNotFound, "HTTP 404: Not Found: resource not found"),
-    (404, "v2_error_404_pod_migration_guide", CloudNotFound, "HTTP 404: Not Found"),
+    (404, "v2_error_404_pod_migration_guide", CloudNotFound, "HTTP 404: Not Found: The requested Pod does not exist."),
+    (401, "v1_error_401", CloudAuthError, "HTTP 401: placeholder: not documented"),
+    (404, "v1_error_404_pod_migration_guide", CloudNotFound, "HTTP 404: Pod not found"),
     (500, "v2_error_500", CloudAPIError, "HTTP 500: Internal Server Error"),
 ])
 async def test_each_recorded_error_body_is_said_in_the_providers_words(
@@ -142,7 +144,8 @@ async def test_each_recorded_error_body_is_said_in_the_providers_words(
 async def test_the_recorded_429_waits_its_retry_after(client: RunPodClient, runpod_fake: FakeRunPod,
                                                       vtime: VirtualTime) -> None:
     serve(runpod_fake, "v2_get_pod_running")
-    runpod_fake.rate_limit("GET", "/pods/7h9k2m4n6p", "12")  # the documented example: Retry-After: 12
+    runpod_fake.fail("GET", "/pods/7h9k2m4n6p", 429, recorded("runpod", "v2_error_429"),
+                     headers={"Retry-After": "12"})  # the documented example: Retry-After: 12
     assert (await client.get("7h9k2m4n6p")).state == "running"
     assert vtime.sleeps == [12.0]
 
