@@ -501,7 +501,7 @@ class DeliverView:
 class BuildStep:
     """One item `rgt build` built (or failed to), in the order built: the line every face prints."""
 
-    kind: str  # figure | table | evidence | macros
+    kind: str  # figure | table | evidence | macros | store (the evidence store changed during the build)
     id: str
     status: str  # passed | qa_failed | failed | bad_input | skipped
     detail: str  # the QA (checks not passed named) or the error

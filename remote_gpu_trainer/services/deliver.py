@@ -29,7 +29,8 @@ from remote_gpu_trainer.deliver import disclosure, evidence
 from remote_gpu_trainer.deliver.build_common import code_state, linked_outputs, linked_refusal, output_ids, read_input
 from remote_gpu_trainer.deliver.evidence import RowSpec
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RgtError
-from remote_gpu_trainer.fsutil import lstat_or_none
+from remote_gpu_trainer.fsutil import file_kind, lstat_or_none
+from remote_gpu_trainer.services.evidence import store
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.views import BuildStep, ClaimView, DeliverRow, DeliverView, DriftView, OutputView
 
@@ -154,12 +155,39 @@ def _strings(value: Any) -> tuple[str, ...]:
 # -- figures and tables -------------------------------------------------------------------------------------
 def _outputs(read: _Read, kind: str) -> Iterable[OutputView]:
     read.problems.extend(linked_refusal(kind, rel) for rel in linked_outputs(read.root, kind))
+    read.problems.extend(line for _, line in odd_documents(read.root, kind))
     for ident in output_ids(read.root, kind):
         document = read.json(f"{kind}s/{ident}/{kind}.json")
         if isinstance(document, dict):
             yield output_view(read.root, kind, ident, document)
         elif document is not None:
             read.problems.append(f"{kind}s/{ident}/{kind}.json: not a JSON object")
+
+
+def odd_documents(root: Path, kind: str) -> list[tuple[str, str]]:
+    """`(id, line)` for every plain folder under figures/ (tables/) whose figure.json (table.json) is there but
+    is no regular file (a FIFO, a socket, a device, a folder, a link to one of those): output_ids passes over it,
+    so without this line `rgt build` skipped it in silence and exited 0. Judged by lstat, never opened (opening a
+    FIFO waits for a writer)."""
+    top = root / f"{kind}s"
+    info = lstat_or_none(top)
+    if info is None or not stat.S_ISDIR(info.st_mode):
+        return []
+    listed = set(output_ids(root, kind))
+    try:
+        names = sorted(e.name for e in os.scandir(top) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        rel = f"{kind}s/{name}/{kind}.json"
+        seen = lstat_or_none(root / rel)
+        if seen is None or name in listed:
+            continue
+        what = file_kind(seen.st_mode) if not stat.S_ISREG(seen.st_mode) else "not a readable file"
+        found.append((name, f"{rel} is {what}, not a regular file: refused unread (a {kind} is built only "
+                            f"from a regular {kind}.json)"))
+    return found
 
 
 def output_view(root: Path, kind: str, ident: str, document: Mapping[str, Any]) -> OutputView:
@@ -354,8 +382,9 @@ def build_all(project: ProjectConfig, db: StateDB, now: datetime,
     root = project.root
     figures, tables = output_ids(root, "figure"), output_ids(root, "table")
     linked = {kind: linked_outputs(root, kind) for kind in ("figure", "table")}
+    odd = {kind: odd_documents(root, kind) for kind in ("figure", "table")}
     has_evidence = (root / EVIDENCE_FILE).exists() or (root / EVIDENCE_FILE).is_symlink()
-    if not figures and not tables and not has_evidence and not any(linked.values()):
+    if not figures and not tables and not has_evidence and not any(linked.values()) and not any(odd.values()):
         raise ConfigError(f"rgt build: nothing to build in {root}: no figures/<id>/figure.json, "
                           f"tables/<id>/table.json or {EVIDENCE_FILE} (docs/deliver.md)")
     report = progress or (lambda step: None)
@@ -371,25 +400,65 @@ def build_all(project: ProjectConfig, db: StateDB, now: datetime,
         report(f"building {' '.join(filter(None, (kind, ident)))}…")
         return add(_attempt(kind, ident, build))
 
+    watch = _StoreWatch(root, db)
     for ident in figures:
-        run("figure", ident, partial(_figure, project, ident, code, now))
+        run("figure", ident, partial(watch.guarded, "figure", ident, partial(_figure, project, ident, code, now)))
     for rel in linked["figure"]:
         add(BuildStep("figure", rel.partition("/")[2], "bad_input", linked_refusal("figure", rel)))
+    for ident, line in odd["figure"]:
+        add(BuildStep("figure", ident, "bad_input", line))
     for ident in tables:
         run("table", ident, partial(_table, project, ident, code))
     for rel in linked["table"]:
         add(BuildStep("table", rel.partition("/")[2], "bad_input", linked_refusal("table", rel)))
-    if not has_evidence:
+    for ident, line in odd["table"]:
+        add(BuildStep("table", ident, "bad_input", line))
+    if has_evidence:
+        built: list[ClaimsOutcome] = []
+        run("evidence", "", partial(_evidence, project, db, now, built))
+        if built:
+            run("macros", "", partial(_macros, root, built[0]))
+        else:
+            add(BuildStep("macros", "", "failed", "not written: EVIDENCE.json was not built"))
+    else:
         add(BuildStep("evidence", "", "skipped", f"no {EVIDENCE_FILE}: no claims to generate"))
         add(BuildStep("macros", "", "skipped", "no claims, no macros"))
-        return BuildOutcome(tuple(steps))
-    built: list[ClaimsOutcome] = []
-    run("evidence", "", partial(_evidence, project, db, now, built))
-    if built:
-        run("macros", "", partial(_macros, root, built[0]))
-    else:
-        add(BuildStep("macros", "", "failed", "not written: EVIDENCE.json was not built"))
+    changed = watch.changed()
+    if changed:
+        add(BuildStep("store", "", "failed", _store_changed(changed, "while the build ran")))
     return BuildOutcome(tuple(steps))
+
+
+class _StoreWatch:
+    """The evidence store `runs/` hashed before the build and after each figure whose folder holds a build.py
+    (the user's code, run in rgt's process; services/evidence/store.py), so a build that changes the evidence
+    fails naming what changed instead of leaving the gate to close later without a word."""
+
+    def __init__(self, root: Path, db: StateDB) -> None:
+        self.root, self.db = root, db
+        self.last = store.snapshot(root, db)
+
+    def changed(self) -> list[str]:
+        now = store.snapshot(self.root, self.db)
+        found, self.last = store.changes(self.last, now), now
+        return found
+
+    def guarded(self, kind: str, ident: str, build: Callable[[], BuildStep]) -> BuildStep:
+        if not (self.root / f"{kind}s" / ident / "build.py").exists():
+            return build()
+        step = _attempt(kind, ident, build)  # a build.py that raised may have written first
+        changed = self.changed()
+        if not changed:
+            return step
+        return BuildStep(kind, ident, "failed", _store_changed(changed, f"{kind}s/{ident}/build.py changed it"))
+
+
+def _store_changed(changed: list[str], how: str) -> str:
+    runs = sorted({path.split("/")[1] for path in changed if path.count("/") >= 1})
+    verify = f"rgt verify {' '.join(runs)} says what changed, and a pull restores it" if runs else \
+        "rgt verify says what changed"
+    return (f"the evidence store runs/ changed ({how}): {store.summary(changed)}; the pulled copy is no longer "
+            f"the verified one and the teardown gate stays closed until it is: {verify}")
 
 
 def _attempt(kind: str, ident: str, build: Callable[[], BuildStep]) -> BuildStep:

@@ -33,12 +33,14 @@ from remote_gpu_trainer.audits.verify.model import CheckResult
 from remote_gpu_trainer.config import RunConfig
 from remote_gpu_trainer.errors import ConfigError, TransportError, VerbFailed
 from remote_gpu_trainer.services.audit import run_audit
+from remote_gpu_trainer.services.evidence import store
 from remote_gpu_trainer.services.evidence.probe import probe_environment
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.strict_json import loads_strict
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.state.db import StateDB
     from remote_gpu_trainer.views import VerifyFindingView
 
 PROBE_CHECKS = ("V20", "V22", "V27", "V28")
@@ -114,7 +116,8 @@ async def probe_run(session: Session, run_id: str, check: str, *, cell: str | No
     answers = []
     for name in cells_of(run, cell):
         target = local_target(session, run, name) if on is None else remote_target(run, name, on)
-        document = await (run_here(spec.id, hook, target, project.verify.probe.timeout_s) if on is None else
+        document = await (run_here(spec.id, hook, target, project.verify.probe.timeout_s, db=session.db)
+                          if on is None else
                           run_on(session, run, on, spec.id, hook, target, project.verify.probe.timeout_s))
         answers.append(CellAnswer(name, f"capsule:{target.label}", target.where, answer_of(spec.id, document, target)))
     return record(session, spec, run.id, answers, actor)
@@ -150,12 +153,17 @@ def local_target(session: Session, run: RunConfig, cell: str) -> Target:
     return Target(f"{run.id}/{cell}", "here", str(session.project.root), str(folder))
 
 
-async def run_here(check: str, hook: str, target: Target, timeout: float) -> Mapping[str, Any]:
+async def run_here(check: str, hook: str, target: Target, timeout: float, *,
+                   db: StateDB | None = None) -> Mapping[str, Any]:
     """The probe as a child of rgt: this interpreter, -I, the scrubbed environment, its own process group
-    (killed whole on timeout), cwd the project root (relative paths in the hook mean what training meant)."""
+    (killed whole on timeout), cwd the project root (relative paths in the hook mean what training meant).
+
+    The hook is untrusted code running beside the evidence: the whole store `runs/` is hashed before it runs
+    and again after (services/evidence/store.py: content and mode, never size or mtime, which a writer can put
+    back), and any change fails the probe naming it, with nothing stored."""
     command = [sys.executable, "-I", "-B", "-m", "remote_gpu_trainer.probes.model_probe", check, "--hook", hook,
                "--root", target.root, "--capsule", target.capsule]
-    before = folder_listing(Path(target.capsule))
+    before = await asyncio.to_thread(store.snapshot, Path(target.root), db)
     process = await asyncio.create_subprocess_exec(
         *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env=probe_environment(), cwd=target.root, start_new_session=True)
@@ -168,27 +176,12 @@ async def run_here(check: str, hook: str, target: Target, timeout: float) -> Map
     except asyncio.CancelledError:  # rgt interrupted: the probe goes with it
         await _kill_group(process)
         raise
-    changed = sorted(set(before.items()) ^ set(folder_listing(Path(target.capsule)).items()))
+    changed = store.changes(before, await asyncio.to_thread(store.snapshot, Path(target.root), db))
     if changed:  # the pulled copy is evidence: a hook that writes there unverifies it, which must not go unsaid
-        names = ", ".join(sorted({name for name, _ in changed})[:5])
-        raise VerbFailed(f"{_failed(check, target)}: the hook changed the pulled copy runs/{target.label}/ "
-                         f"({names}): it is no longer the verified one; rgt verify {target.label.split('/')[0]} "
+        raise VerbFailed(f"{_failed(check, target)}: the hook changed the evidence store ({store.summary(changed)})"
+                         f": the pulled copy is no longer the verified one; rgt verify {target.label.split('/')[0]} "
                          "says what changed, and a pull restores it. Nothing was stored")
     return parse(check, target, process.returncode or 0, out, err)
-
-
-def folder_listing(folder: Path) -> dict[str, tuple[int, int]]:
-    """Every file under `folder` by relative path: size and modification time (what a writer changes)."""
-    listing: dict[str, tuple[int, int]] = {}
-    for current, _dirs, files in os.walk(folder):
-        for name in files:
-            path = Path(current) / name
-            try:
-                info = path.lstat()
-            except OSError:
-                continue
-            listing[path.relative_to(folder).as_posix()] = (info.st_size, info.st_mtime_ns)
-    return listing
 
 
 async def _kill_group(process: asyncio.subprocess.Process) -> None:

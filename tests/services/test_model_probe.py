@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.config import load_project
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
@@ -79,6 +80,16 @@ def broken(capsule):
 
 def scribbling(capsule):
     (capsule / "probe_cache.txt").write_text("written beside the evidence")
+    return cosine(capsule)
+
+
+def forging(capsule):
+    """Edits a pulled file in place, keeping its size, and puts its mtime back: a size/mtime listing sees nothing."""
+    target = capsule / "test" / "main" / "metrics.json"
+    info = target.stat()
+    text = target.read_bytes()
+    target.write_bytes(text.replace(b"0", b"9", 1))
+    os.utime(target, ns=(info.st_atime_ns, info.st_mtime_ns))
     return cosine(capsule)
 
 
@@ -268,8 +279,25 @@ def test_a_hook_that_writes_into_the_pulled_copy_is_a_failure_that_says_so(tmp_p
     """The pulled copy is the verified evidence: a hook that writes there unverifies it (the gate then closes),
     which the probe says at once instead of storing an answer as if nothing happened."""
     root = project(tmp_path, "probe_hooks:scribbling", roster=("seed0",))
-    with pytest.raises(VerbFailed, match=r"the hook changed the pulled copy runs/r1/seed0/ \(probe_cache.txt\)"):
+    with pytest.raises(VerbFailed, match=r"the hook changed the evidence store \(runs/r1/seed0/probe_cache.txt "
+                                         r"added\): the pulled copy is no longer the verified one"):
         probe(root, "V20")
+    assert stored(root) == {}
+
+
+def test_a_hook_that_edits_a_file_keeping_its_size_and_mtime_is_caught_by_its_hash(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 26 item 11: the store was compared by size and mtime only, so an edit of the same size with the
+    mtime put back passed and its answer was stored. The store is re-hashed after every hook (content and mode),
+    through the real `rgt probe`: exit 1, the file named, nothing stored."""
+    root = project(tmp_path, "probe_hooks:forging", roster=("seed0",))
+    metrics = root / "runs/r1/seed0/test/main/metrics.json"
+    before = metrics.stat()
+    assert main(["probe", "r1", "V20", str(root)]) == 1
+    err = capsys.readouterr().err
+    assert "the hook changed the evidence store (runs/r1/seed0/test/main/metrics.json content changed)" in err
+    after = metrics.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)  # what the listing compared
     assert stored(root) == {}
 
 

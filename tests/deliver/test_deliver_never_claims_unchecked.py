@@ -1,0 +1,120 @@
+"""DELIVER never claims what was not checked (issue 26, items 7–10): an unverified source, a failed read or a
+changed input is disclosed, never dropped. Each case is a real project on disk built through the real `rgt build`
+(cli.main in-process), and, where the panel shows it, through the Deliver panel's `b` driven by Pilot."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.cli import main
+from remote_gpu_trainer.services.deliver import deliver_view
+from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
+from support.deliver_project import user_project
+from support.figures import write_figure
+from support.tui_helpers import dashboard, notified, wait_until
+
+#: a figure's own build.py (docs/deliver.md §3) that, while it draws, makes a verified file writable, appends to
+#: it and drops a file of its own into the run: the evidence the figure is drawn from is no longer what was pulled
+TAMPERING_BUILD_PY = '''
+import os
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+
+def build(inputs):
+    rows = [{"series": item.capsule, "x": index, "y": item.json()["metrics"]["acc"]["value"], "err_lo": None,
+             "err_hi": None, "n": 100, "seeds": 1, "capsules": item.capsule, "test_id": item.test_id,
+             "metric": "acc"} for index, item in enumerate(inputs)]
+    return pd.DataFrame(rows)
+
+
+def render(df, out_dir):
+    root = Path(out_dir).resolve().parents[2]
+    target = root / "runs" / "r1" / "seed0" / "train.csv"
+    os.chmod(target, 0o600)
+    with open(target, "a", encoding="utf-8") as handle:
+        handle.write("999,99,0.0\\n")
+    (root / "runs" / "r1" / "seed0" / "notes.txt").write_text("drawn here", encoding="utf-8")
+    fig, ax = plt.subplots(figsize=(5, 3.5), layout="constrained")
+    for row in df.itertuples():
+        ax.bar([row.x], [row.y], label=row.series)
+    ax.set_xticks(list(df.x), list(df.series))
+    ax.set_ylabel("acc")
+    return fig
+'''
+
+STORE_LINE = ("✖ figure own: the evidence store runs/ changed (figures/own/build.py changed it): "
+              "runs/r1/seed0/notes.txt added; runs/r1/seed0/train.csv content changed, mode 0o644 → 0o600; the "
+              "pulled copy is no longer the verified one and the teardown gate stays closed until it is: "
+              "rgt verify r1 says what changed, and a pull restores it")
+FIFO_LINE = ("✖ figure x: figures/x/figure.json is a FIFO, not a regular file: refused unread (a figure is built "
+             "only from a regular figure.json)")
+
+
+def tampering_figure(root: Path) -> None:
+    write_figure(root, "own", "custom", inputs=[{"capsule": "r1/seed0", "test_id": "main", "metric": "acc"},
+                                                {"capsule": "r1/seed1", "test_id": "main", "metric": "acc"}])
+    (root / "figures" / "own" / "build.py").write_text(TAMPERING_BUILD_PY, encoding="utf-8")
+
+
+def fifo_figure(root: Path) -> Path:
+    (root / "figures" / "x").mkdir(parents=True)
+    fifo = root / "figures" / "x" / "figure.json"
+    os.mkfifo(fifo)
+    return fifo
+
+
+# -- item 8: a build that changes the evidence store fails and says what changed ------------------------------
+def test_a_build_py_that_changes_the_evidence_store_fails_the_build_naming_each_change(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It reported "5 passed", exit 0, and the gate closed later with no explanation: runs/ is hashed before the
+    build and after the figure's build.py ran (content and mode), and the figure's line says what changed."""
+    root = tmp_path / "p"
+    user_project(root).close()
+    tampering_figure(root)
+    assert main(["build", str(root)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert STORE_LINE in lines
+    assert lines[-1] == "build: 4 passed, 1 failed"
+    assert (root / "runs/r1/seed0/notes.txt").exists()  # said, not undone: the user restores it by a pull
+
+
+# -- item 10: a figure.json that is a FIFO is a failure naming the file ------------------------------------------
+def test_a_figure_json_that_is_a_fifo_is_refused_naming_it_never_opened(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It was skipped in silence ("4 passed", exit 0); now it is bad input on its own line (exit 2), the rest is
+    built, and the panel's view names it. Nothing ever opens the FIFO (an open would wait for a writer)."""
+    root = tmp_path / "p"
+    user_project(root).close()
+    fifo_figure(root)
+    assert main(["build", str(root)]) == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert FIFO_LINE in lines
+    assert lines[-1] == "build: 4 passed, 1 refused (bad input)"
+    assert FIFO_LINE.split(": ", 1)[1] in deliver_view(root).problems
+
+
+# -- the Deliver panel's b: the same lines ------------------------------------------------------------------------
+async def test_the_panel_b_fails_on_a_changed_store_and_names_a_fifo_figure_json(tmp_path: Path) -> None:
+    root = tmp_path / "p"
+    session = user_project(root)
+    tampering_figure(root)
+    fifo_figure(root)
+    app = RgtApp(session)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        await pilot.press("5")
+        await wait_until(pilot, lambda: dashboard(app).deliver_view is not None)
+        await pilot.press("b")
+        await wait_until(pilot, lambda: notified(app, "build:"), timeout=180)
+        progress = app.screen.query_one(DeliverPanel).progress
+        assert STORE_LINE in progress and FIFO_LINE in progress
+        assert [str(n.message) for n in app._notifications if str(n.message).startswith("build")] == [
+            "build: 4 passed, 1 failed, 1 refused (bad input)"]
+    session.close()
