@@ -34,15 +34,26 @@ def reconcile(args: argparse.Namespace) -> int:
 
 def print_reconcile(report: ReconcileReport, written: str) -> None:
     """One line per drift (doc:line:col, what the document says, what EVIDENCE.json says, then the line
-    itself), then the warnings, the coverage and the infos in short."""
+    itself), one per coarse quote (a number marked approximate that says less than the claim's precision: not
+    a drift), then the warnings, the coverage and the infos in short."""
     print(f"reconcile: {len(report.documents)} document(s), {len(report.claims)} scalar claim(s), "
           f"mode {report.mode}")
     for drift in report.drifts:
         others = f" (also compared with {', '.join(drift.claim_ids[1:])})" if len(drift.claim_ids) > 1 else ""
+        coarse = (f": coarser than the claim's precision ({drift.precision} decimal(s)); quote {drift.expected} "
+                  "or mark it approximate (about, ~, ≈, roughly)"
+                  if drift.reason == "coarser_than_precision" else "")
         print(escape_control(
             f"DRIFT {drift.doc}:{drift.line}:{drift.col}  {drift.claim_ids[0]} {drift.metric}: reads "
-            f"{drift.reported_text} where EVIDENCE.json has {drift.expected} ({drift.authoritative!r}){others}"))
+            f"{drift.reported_text} where EVIDENCE.json has {drift.expected} ({drift.authoritative!r}){others}"
+            f"{coarse}"))
         print(f"      | {escape_control(drift.context)}")
+    for quote in report.coarse_quotes:
+        print(escape_control(
+            f"COARSE {quote.doc}:{quote.line}:{quote.col}  {quote.claim_ids[0]} {quote.metric}: reads "
+            f"{quote.marker} {quote.reported_text} where EVIDENCE.json has {quote.expected} at its precision "
+            f"({quote.precision} decimal(s)): marked approximate, not a drift"))
+        print(f"      | {escape_control(quote.context)}")
     for note in report.warnings:
         if note.kind != "ambiguous_anchor":
             print(escape_control(f"warning: {', '.join(note.claim_ids)}: {note.detail}"))
@@ -54,14 +65,13 @@ def print_reconcile(report: ReconcileReport, written: str) -> None:
         print(escape_control(f"{missing.severity}: {missing.claim_id} ({missing.metric} = {missing.authoritative!r})"
                              f" appears in no document{where}"))
     for note in report.infos:
-        detail = (f" (written with {note.decimals} decimal(s), declared precision {note.precision})"
-                  if note.kind == "coarser_than_declared" else "")
-        print(escape_control(f"info: {note.doc}:{note.line}:{note.col} {note.kind} {', '.join(note.claim_ids)}"
-                             f"{detail}"))
+        print(escape_control(f"info: {note.doc}:{note.line}:{note.col} {note.kind} {', '.join(note.claim_ids)}"))
     covered = sum(1 for where in report.coverage.values() if where)
     print(f"coverage: {covered}/{len(report.claims)} scalar claim(s) quoted consistently")
-    drifts = len(report.drifts)
-    print(f"wrote {written}: {drifts} drift(s)" if drifts else f"wrote {written}: no drift")
+    drifts, rough = len(report.drifts), len(report.coarse_quotes)
+    coarse_words = f", {rough} coarse quote(s) marked approximate" if rough else ""
+    print(f"wrote {written}: {drifts} drift(s){coarse_words}" if drifts else
+          f"wrote {written}: no drift{coarse_words}")
 
 
 def completeness(args: argparse.Namespace) -> int:

@@ -81,7 +81,8 @@ def test_one_stale_and_one_rounded_number_report_exactly_the_stale_one(tmp_path:
     assert body["drifts"] == [{"doc": "paper.md", "line": 5, "col": 38, "claim_ids": ["C1"], "metric": "psnr",
                                "authoritative": 31.4238, "expected": "31.42", "reported": 31.38,
                                "reported_text": "31.38", "decimals": 2,
-                               "context": "Compared with the baseline, our PSNR 31.38 dB is higher."}]
+                               "context": "Compared with the baseline, our PSNR 31.38 dB is higher.",
+                               "reason": "inconsistent", "precision": None}]
     assert body["coverage"] == {"C1": ["paper.md:3"]} and body["missing_from_docs"] == []
     assert out.splitlines() == [
         "reconcile: 1 document(s), 1 scalar claim(s), mode rounding",

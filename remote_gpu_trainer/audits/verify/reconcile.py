@@ -3,7 +3,10 @@ docs/verify.md §2; the algorithm is the DELIVER reconcile spec, its output is `
 
 A document holds no number of its own: it is a rendering of EVIDENCE.json. Whatever was still typed by hand
 is found here by anchor (an alias, or the metric's first word), read at the precision it was written with and
-compared to the authoritative value, so a correctly rounded number passes and a stale one is a drift.
+compared to the authoritative value, so a correctly rounded number passes and a stale one is a drift. A number
+that rounds correctly but says less than the claim's precision (`1` or `31.4` for a value shown as `0.97` or
+`31.42`) is a drift too, unless the sentence marks it approximate (`about 31`, `~31`, `≈ 31`): then it is a
+coarse quote, reported and not failing.
 
 Everything is a pure function of (EVIDENCE.json as parsed, documents as (path, text)); reading the configured
 documents from disk is reconcile_files.py's `read_documents`, which never reads outside the project root. Nothing
@@ -28,6 +31,13 @@ WINDOW = 60  # characters after an anchor in which its number is looked for
 DECIMALS_MIN, DECIMALS_MAX = -400, 1100
 MODES = ("rounding", "exact")
 CONTEXT_CHARS = 120
+#: the decimals a claim without a declared `precision` is shown with: the build's formatter's default
+#: (deliver/disclosure.py DEFAULT_PRECISION; audits may not import deliver, a test holds the two equal)
+DISPLAY_PRECISION = 2
+#: the words and signs that mark a number as approximate when they stand between the anchor and the number
+#: (`PSNR of about 31`, `accuracy ~0.97`, `PSNR $\approx$ 31`); in LaTeX `~` is a space, `\approx`/`\sim` the mark
+APPROXIMATE = re.compile(r"(?<![A-Za-z])(?:about|around|roughly|approximately|approx\.?|circa)(?![A-Za-z])"
+                         r"|[~≈∼≃]|\\(?:approx|sim)(?![A-Za-z])", re.IGNORECASE)
 NUMBER = re.compile(r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?%?")
 SIGNS = "+-−"
 NON_ALNUM = re.compile(r"[^0-9A-Za-z]+")
@@ -92,12 +102,39 @@ class Drift:
     reported_text: str
     decimals: int
     context: str
+    #: `inconsistent` (the number is not the value at the decimals written) or `coarser_than_precision` (it
+    #: rounds correctly but has fewer decimals than the claim's precision, and no approximate mark: `expected`
+    #: is then the value at that precision)
+    reason: str = "inconsistent"
+    precision: int | None = None  # the claim's precision (declared, else DISPLAY_PRECISION) for a coarse drift
+
+
+@dataclass(frozen=True)
+class CoarseQuote:
+    """A number that rounds correctly but says less than the claim's precision, in a sentence that marks it
+    approximate (`about 31` for 31.42): not a drift, and it covers the claim, but it is reported so a reader
+    can see where the documents round. `expected` is the value at `precision`; `marker` the word or sign."""
+
+    doc: str
+    line: int
+    col: int
+    claim_ids: tuple[str, ...]
+    metric: str
+    authoritative: float
+    expected: str
+    reported: float
+    reported_text: str
+    decimals: int
+    precision: int
+    marker: str
+    context: str
 
 
 @dataclass(frozen=True)
 class Note:
-    """A warning (`ambiguous_anchor`, `value_out_of_range`) or an info (`anchor_without_number`,
-    `coarser_than_declared`). `detail` says in words what a `value_out_of_range` row holds."""
+    """A warning (`ambiguous_anchor`, `value_out_of_range`) or an info (`anchor_without_number`). `detail` says
+    in words what a `value_out_of_range` row holds. (A quote coarser than the claim's precision, once the info
+    `coarser_than_declared`, is now a drift or a CoarseQuote.)"""
 
     kind: str
     claim_ids: tuple[str, ...] = ()
@@ -136,6 +173,7 @@ class Reading:
     value: Decimal
     decimals: int
     context: str
+    lead: str = ""  # the text between the anchor and the number, as a reader sees it (approximate marks)
 
 
 @dataclass(frozen=True)
@@ -151,6 +189,7 @@ class ReconcileReport:
     documents: tuple[str, ...] = ()
     problems: tuple[DocumentProblem, ...] = ()
     mode: str = "rounding"
+    coarse_quotes: tuple[CoarseQuote, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -165,6 +204,7 @@ class ReconcileReport:
             "schema": "remote-gpu-trainer/RECONCILE/v1", "mode": self.mode, "exit_code": self.exit_code,
             "documents": list(self.documents), "scalar_claims": len(self.claims),
             "drifts": [asdict(d) for d in self.drifts],
+            "coarse_quotes": [asdict(q) for q in self.coarse_quotes],
             "warnings": [_note_dict(n) for n in self.warnings],
             "infos": [_note_dict(n) for n in self.infos],
             "missing_from_docs": [asdict(m) for m in self.missing_from_docs],
@@ -181,8 +221,6 @@ NOTE_FIELDS = {
     "ambiguous_anchor": ("kind", "claim_ids", "anchor"),
     "value_out_of_range": ("kind", "claim_ids", "detail"),
     "anchor_without_number": ("kind", "claim_ids", "anchor", "doc", "line", "col"),
-    "coarser_than_declared": ("kind", "claim_ids", "anchor", "doc", "line", "col", "reported", "decimals",
-                              "precision"),
 }
 
 
@@ -396,7 +434,7 @@ def readings(doc: Document, anchors: Iterable[str],
                 continue
             col = origin[token[0]]
             yield anchor, number, col + 1, Reading(doc.path, number, col + 1, anchor, token[1], value, decimals,
-                                                   _context(raw, col))
+                                                   _context(raw, col), line[begin:token[0]])
 
 
 def _double(value: Decimal, decimals: int) -> bool:
@@ -448,26 +486,69 @@ def expected_text(claim: ScalarClaim, decimals: int) -> str:
     return format(rounded, "f") if decimals >= 0 else str(rounded)
 
 
+def precision_of(claim: ScalarClaim) -> int:
+    """The decimals a claim is shown with: its declared `precision`, else what the build shows (two)."""
+    return DISPLAY_PRECISION if claim.precision is None else claim.precision
+
+
+def coarse(reported: Decimal, decimals: int, claim: ScalarClaim) -> bool:
+    """Whether a number consistent with `claim` says less than the claim's precision: fewer decimals than
+    precision_of(claim), and not the value itself (`1` for 1.0 and `0.5` for 0.5 say all there is to say)."""
+    exact = abs(reported - claim.target) <= Decimal("1e-9") * max(Decimal(1), abs(claim.target))
+    return decimals < precision_of(claim) and not exact
+
+
+def approximate_marker(lead: str) -> str | None:
+    """The word or sign between an anchor and its number that marks the number approximate, if any."""
+    found = APPROXIMATE.search(lead)
+    return found.group() if found else None
+
+
 @dataclass
 class _Tally:
     drifts: list[Drift] = field(default_factory=list)
+    coarse_quotes: list[CoarseQuote] = field(default_factory=list)
     infos: list[Note] = field(default_factory=list)
     coverage: dict[str, list[str]] = field(default_factory=dict)
 
+    def cover(self, claims: Iterable[ScalarClaim], where: str) -> None:
+        for claim in claims:
+            if where not in self.coverage[claim.id]:
+                self.coverage[claim.id].append(where)
+
 
 def _judge(reading: Reading, candidates: Sequence[ScalarClaim], mode: str, tally: _Tally) -> None:
-    """One reading against the claims sharing its anchor: covered by every claim it fits, else a drift."""
+    """One reading against the claims sharing its anchor: covered by every claim it shows at that claim's
+    precision; else, when it rounds correctly to some but with fewer decimals than their precision, a coarse
+    quote if the sentence marks it approximate and a `coarser_than_precision` drift if not; else a drift."""
     fits = [c for c in candidates if consistent(reading.value, reading.decimals, c.target, mode)]
     where = f"{reading.doc}:{reading.line}"
-    for claim in fits:
-        if where not in tally.coverage[claim.id]:
-            tally.coverage[claim.id].append(where)
-    coarse = [c for c in fits if mode == "rounding" and c.precision is not None and reading.decimals < c.precision]
-    if coarse:
-        tally.infos.append(Note("coarser_than_declared", tuple(c.id for c in coarse), reading.anchor, reading.doc,
-                                reading.line, reading.col, float(reading.value), reading.decimals,
-                                coarse[0].precision))
-    if fits:
+    rough = [c for c in fits if mode == "rounding" and coarse(reading.value, reading.decimals, c)]
+    full = [c for c in fits if c not in rough]
+    if full:
+        tally.cover(full, where)
+        return
+    if rough:
+        ranked = sorted(rough, key=lambda c: abs(reading.value - c.target))
+        nearest, precision = ranked[0], precision_of(ranked[0])
+        marker = approximate_marker(reading.lead)
+        if marker is not None:
+            tally.cover(rough, where)
+            tally.coarse_quotes.append(CoarseQuote(
+                doc=reading.doc, line=reading.line, col=reading.col, claim_ids=tuple(c.id for c in ranked),
+                metric=nearest.metric, authoritative=float(nearest.target),
+                expected=expected_text(nearest, precision), reported=float(reading.value),
+                reported_text=reading.text, decimals=reading.decimals, precision=precision, marker=marker,
+                context=reading.context))
+            return
+        others = [c for c in candidates if c not in rough]
+        ranked += sorted(others, key=lambda c: abs(reading.value - c.target))
+        tally.drifts.append(Drift(
+            doc=reading.doc, line=reading.line, col=reading.col, claim_ids=tuple(c.id for c in ranked),
+            metric=nearest.metric, authoritative=float(nearest.target),
+            expected=expected_text(nearest, precision), reported=float(reading.value),
+            reported_text=reading.text, decimals=reading.decimals, context=reading.context,
+            reason="coarser_than_precision", precision=precision))
         return
     ranked = sorted(candidates, key=lambda c: abs(reading.value - c.target))
     nearest = ranked[0]
@@ -499,6 +580,7 @@ def reconcile(evidence: Mapping[str, Any], documents: Sequence[Document], *, pro
         Missing(c.id, c.claim, c.metric, float(c.target), "warn" if c.paper_anchor else "info", c.paper_anchor)
         for c in claims if c.id not in covered)
     return ReconcileReport(
-        drifts=tuple(tally.drifts), warnings=(*out_of_range, *ambiguous_anchors(index)), infos=tuple(tally.infos),
+        drifts=tuple(tally.drifts), coarse_quotes=tuple(tally.coarse_quotes),
+        warnings=(*out_of_range, *ambiguous_anchors(index)), infos=tuple(tally.infos),
         missing_from_docs=missing, coverage={k: tuple(v) for k, v in tally.coverage.items()},
         claims=tuple(claims), documents=tuple(d.path for d in documents), problems=tuple(problems), mode=mode)

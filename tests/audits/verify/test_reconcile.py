@@ -211,17 +211,20 @@ def test_exit_codes() -> None:
 
 
 def test_reconcile_json_holds_the_spec_keys() -> None:
-    report = one("paper.txt", "PSNR 31.50\nPSNR 31.4\nPSNR and more", PSNR_PRECISE)
+    report = one("paper.txt", "PSNR 31.50\nPSNR of about 31.4\nPSNR and more", PSNR_PRECISE)
     body = json.loads(report.to_json())
     assert report.to_json().endswith("}\n")
     assert {"drifts", "warnings", "infos", "missing_from_docs", "coverage"} <= set(body)
     assert body["exit_code"] == 1 and body["coverage"] == {"C1": ["paper.txt:2"]}
     assert body["drifts"] == [{"doc": "paper.txt", "line": 1, "col": 6, "claim_ids": ["C1"], "metric": "psnr",
                                "authoritative": 31.4238, "expected": "31.42", "reported": 31.5,
-                               "reported_text": "31.50", "decimals": 2, "context": "PSNR 31.50"}]
+                               "reported_text": "31.50", "decimals": 2, "context": "PSNR 31.50",
+                               "reason": "inconsistent", "precision": None}]
+    assert body["coarse_quotes"] == [
+        {"doc": "paper.txt", "line": 2, "col": 15, "claim_ids": ["C1"], "metric": "psnr", "authoritative": 31.4238,
+         "expected": "31.42", "reported": 31.4, "reported_text": "31.4", "decimals": 1, "precision": 2,
+         "marker": "about", "context": "PSNR of about 31.4"}]
     assert body["infos"] == [
-        {"kind": "coarser_than_declared", "claim_ids": ["C1"], "anchor": "psnr", "doc": "paper.txt", "line": 2,
-         "col": 6, "reported": 31.4, "decimals": 1, "precision": 2},
         {"kind": "anchor_without_number", "claim_ids": ["C1"], "anchor": "psnr", "doc": "paper.txt", "line": 3,
          "col": 1}]
 
