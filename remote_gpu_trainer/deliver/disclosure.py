@@ -60,6 +60,7 @@ class RowFacts:
     no_results: tuple[str, ...] = ()  # cells whose test holds no per-item results file
     findings: tuple[FindingNote, ...] = ()
     drifts: tuple[str, ...] = ()  # doc:line of every drift naming the row
+    unread: tuple[str, ...] = ()  # `<doc> (<why>)` of every configured document that could not be read
     outputs: tuple[OutputQA, ...] = ()
     dirty: tuple[str, ...] = ()  # cells whose run.json says the code tree was dirty
 
@@ -100,6 +101,10 @@ def disclose(facts: RowFacts) -> Disclosure:
     drifts = [where for where in facts.drifts if not any(where in note.text for note in facts.findings)]
     if drifts:
         items.append(("D6", "cross-document drift: " + ", ".join(drifts)))
+    # a document that could not be read checked nothing: said once, by V31's finding when the audit raised it
+    unread = [doc for doc in facts.unread if not any(f"not reconciled: {doc}" in note.text for note in facts.findings)]
+    if unread:
+        items.append(("D6", "document not reconciled: " + ", ".join(unread)))
     items += [("D7", text) for text in (_d7(output) for output in facts.outputs) if text]
     if facts.dirty:
         items.append(("D8", f"built from uncommitted code ({', '.join(facts.dirty)})"))

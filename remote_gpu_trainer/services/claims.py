@@ -75,6 +75,7 @@ class BuildOutcome:
     claims: tuple[ClaimOutcome, ...]
     macros_path: Path | None = None
     reaudited: tuple[int, int] | None = None  # (fixed, raised) when a re-audit moved findings and it built again
+    unread: tuple[str, ...] = ()  # configured documents that could not be read (`<doc> (<why>)`): not reconciled
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def _build(project: ProjectConfig, db: StateDB, now: datetime, with_macros: bool
     if macros_path is not None and macro_bytes is not None:
         macros_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(macros_path, macro_bytes)
-    return BuildOutcome(target, stamp, tuple(outcomes), macros_path)
+    return BuildOutcome(target, stamp, tuple(outcomes), macros_path, unread=unread_documents(report))
 
 
 def _evidence_of(found: ProjectEvidence) -> Mapping[str, Any]:
@@ -243,9 +244,16 @@ def _facts(context: _Context, spec: RowSpec, row: GeneratedRow, report: Reconcil
         findings=tuple(FindingNote(r.id, _disclosed(r)) for r in _touching(context, claim_spec, spec)),
         drifts=tuple(f"{d.doc}:{d.line}" for d in (report.drifts if report else ())
                      if spec.subject.removeprefix("claim:") in d.claim_ids),
+        unread=unread_documents(report),
         outputs=tuple(_output(context.project.root, kind, ident)
                       for kind, ids in (("figure", spec.figures), ("table", spec.tables)) for ident in ids),
         dirty=tuple(c.key for c in capsules if c.prov("code", "dirty") is True))
+
+
+def unread_documents(report: ReconcileReport | None) -> tuple[str, ...]:
+    """`<doc> (<why>)` of every configured document the build's reconcile could not read (a FIFO, a link out of
+    the project, a missing file): each checked nothing, so every number it was meant to check says so."""
+    return tuple(f"{p.path} ({p.message})" for p in (report.problems if report else ()))
 
 
 def _touching(context: _Context, claim: ClaimSpec, row: RowSpec | None) -> list[FindingRecord]:

@@ -513,6 +513,10 @@ def _evidence(project: ProjectConfig, db: StateDB, now: datetime, built: list[Cl
     disclosed = sum(1 for claim in outcome.claims if claim.disclosure)
     again = "" if outcome.reaudited is None else \
         f" (re-audited: {outcome.reaudited[0]} finding(s) fixed, {outcome.reaudited[1]} raised)"
+    if outcome.unread:  # written, each number disclosing it; but the claims were not checked against it
+        return BuildStep("evidence", "", "qa_failed",
+                         f"{states}; {disclosed} with a disclosure{again}; not reconciled, unreadable: "
+                         f"{', '.join(outcome.unread)} → {EVIDENCE_FILE}")
     return BuildStep("evidence", "", "passed",
                      f"{states}; {disclosed} with a disclosure{again} → {EVIDENCE_FILE}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,8 @@ from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.services.deliver import deliver_view
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
+from support.capsules import write_evidence
+from support.claims_project import build_verified, claim, read_evidence, verified_copy
 from support.deliver_project import user_project
 from support.figures import write_figure
 from support.tui_helpers import dashboard, notified, wait_until
@@ -22,6 +25,7 @@ from support.tui_helpers import dashboard, notified, wait_until
 TAMPERING_BUILD_PY = '''
 import os
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -118,3 +122,52 @@ async def test_the_panel_b_fails_on_a_changed_store_and_names_a_fifo_figure_json
         assert [str(n.message) for n in app._notifications if str(n.message).startswith("build")] == [
             "build: 4 passed, 1 failed, 1 refused (bad input)"]
     session.close()
+
+
+# -- item 9: an unreadable claims document is a finding on every claim it was meant to check ---------------------
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Run r1 (three capsules) launched on a sim box, pulled and verified by rgt; EVIDENCE.json cites all three;
+    paper.md, the one document of [deliver] docs, quotes the claim with a stale number (31.40 for 31.42)."""
+    root = build_verified(tmp_path_factory.mktemp("honesty") / "project")
+    with (root / "rgt.toml").open("a", encoding="utf-8") as handle:
+        handle.write('\n[deliver]\ndocs = ["paper.md"]\n')
+    (root / "paper.md").write_text("Our model reaches a PSNR on Set5 of 31.40 dB.\n", encoding="utf-8")
+    write_evidence(root, [{**claim(), "paper_anchor": "paper.md"}])
+    return root
+
+
+def built_claim(root: Path, capsys: pytest.CaptureFixture[str], code: int) -> dict[str, Any]:
+    assert main(["build", str(root)]) == code, capsys.readouterr()
+    capsys.readouterr()
+    return read_evidence(root)["claims"][0]
+
+
+@pytest.mark.parametrize("swap", ["fifo", "symlink-out"])
+def test_a_paper_md_that_is_a_fifo_or_leads_out_of_the_project_is_a_finding_on_every_claim(
+        verified: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], swap: str) -> None:
+    """The claim stood at pull_verified with the drift disclosed; paper.md swapped for a FIFO (or a link to a file
+    outside the project) made `rgt build` exit 0 and lift the claim to audited with nothing disclosed: the drift
+    vanished from every number. Now the document that could not be read is itself disclosed on the claim, its
+    open finding keeps the claim below audited, and the build does not pass."""
+    root = verified_copy(verified, tmp_path / "project")
+    before = built_claim(root, capsys, 0)
+    assert before["state"] == "pull_verified" and "cross-document drift: paper.md:1" in before["disclosure"]
+    paper = root / "paper.md"
+    paper.unlink()
+    if swap == "fifo":
+        os.mkfifo(paper)
+    else:
+        outside = tmp_path / "elsewhere.md"
+        outside.write_text("Our model reaches a PSNR on Set5 of 31.42 dB.\n", encoding="utf-8")
+        paper.symlink_to(outside)
+    assert main(["build", str(root)]) == 1
+    why = ("not a regular file (a FIFO): refused unread" if swap == "fifo" else "outside the project root; refused")
+    line = next(line for line in capsys.readouterr().out.splitlines() if "evidence:" in line)
+    assert line.startswith("▲ evidence: C1-main-psnr pull_verified;")
+    assert line.endswith(f"; not reconciled, unreadable: paper.md ({why}) → EVIDENCE.json")
+    after = read_evidence(root)["claims"][0]
+    assert after["state"] == "pull_verified"  # never audited: an open finding touches it
+    assert f"document not reconciled: paper.md ({why})" in after["disclosure"]
+    assert "cross-document drift: paper.md:1" in after["disclosure"]  # the drift it held is not dropped either
+    assert len(after["findings"]) == len(before["findings"]) + 1

@@ -75,13 +75,14 @@ def check(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
     strings = expected_strings(project.evidence.get("strings"))
     if not report.claims and not strings:
         return skipped(CHECK, NAME, "EVIDENCE.json has no numeric evidence value and no strings to reconcile")
+    checked = tuple(dict.fromkeys(c.claim for c in report.claims))  # what every document is read against
     if not documents:  # nothing was read: no claim can be said to be missing from the documents
-        unread = problem_findings(problems)
+        unread = problem_findings(problems, checked)
         return result(CHECK, NAME, unread, [f.subject for f in unread])
     evidence_ref = EvidenceRef(project.evidence_path or "EVIDENCE.json", project.evidence_sha256)
     doc_refs = {d.path: EvidenceRef(d.path, d.sha256) for d in documents}
     findings = (drift_findings(report, evidence_ref, doc_refs) + ambiguity_findings(report, evidence_ref)
-                + missing_findings(report, evidence_ref) + problem_findings(problems)
+                + missing_findings(report, evidence_ref) + problem_findings(problems, checked)
                 + string_findings(strings, documents, doc_refs))
     subjects = judged_subjects(report, documents, bool(strings))
     return result(CHECK, NAME, findings, subjects, keep_parts=True)  # a drift and a name keep their own values
@@ -155,11 +156,15 @@ def missing_findings(report: ReconcileReport, evidence_ref: EvidenceRef) -> list
             for m in report.missing_from_docs]
 
 
-def problem_findings(problems: Sequence[DocumentProblem]) -> list[Finding]:
-    """A `warn` per configured document that could not be read: it was not reconciled."""
+def problem_findings(problems: Sequence[DocumentProblem], claims: Sequence[str] = ()) -> list[Finding]:
+    """A `warn` per configured document that could not be read: it was not reconciled. It touches every claim
+    the document was read against (`claims`, every claim with a numeric value), so the ladder and each number's
+    disclosure carry it: an unread document checked nothing, and a drift it held must not vanish unsaid."""
     return [Finding(CHECK, f"doc:{p.path}", "warn", f"{p.path}: {p.message}; not reconciled",
                     values={"problem": p.message},
-                    fix="Fix the path in rgt.toml [deliver] docs (project-relative, inside the project).")
+                    disclosure=f"document not reconciled: {p.path} ({p.message})",
+                    fix="Fix the path in rgt.toml [deliver] docs (project-relative, inside the project).",
+                    claims=tuple(claims))
             for p in problems]
 
 
