@@ -8,6 +8,12 @@ EXIT_USAGE = 2
 EXIT_REFUSED = 3
 
 
+def internal_error(exc: BaseException) -> str:
+    """One line for a failure rgt has no words for (a bug): its kind and its text. What a loop over many
+    projects says of one of them, so that the others still get their lines."""
+    return f"internal error: {type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 class RgtError(Exception):
     """A one-line, user-facing error: what went wrong, where, and how to fix it."""
 

@@ -89,14 +89,46 @@ def read_text(path: Path, what: str = "") -> str:
         raise ConfigError(f"{path}: not UTF-8 text") from None
 
 
+MAX_DEPTH = 64  # arrays and tables inside one another; no file rgt reads needs more than a handful
+
+
 def parse_toml(where: str, text: str) -> dict[str, Any]:
-    """`text` parsed, or one ConfigError naming `where` and tomllib's line and column."""
+    """`text` parsed, or one ConfigError naming `where` and tomllib's line and column.
+
+    Nesting is bounded: tomllib recurses once per level and raises RecursionError on an array nested some
+    hundreds deep (a hostile or generated file), which would end a whole patrol or `rgt status --all` as an
+    "internal error"; and a value that parses just under Python's limit would overflow the first recursive
+    walk after it. Both are this file's ConfigError (exit 2), like any other malformed TOML."""
     try:
-        return tomllib.loads(text.removeprefix("\ufeff"))
+        data = tomllib.loads(text.removeprefix("\ufeff"))
     except tomllib.TOMLDecodeError as exc:
         detail = " ".join(str(exc).split())
         raise ConfigError(f"{where}: malformed TOML: {detail} (the file is not valid TOML, so none of it is used)"
                           ) from None
+    except RecursionError:
+        raise ConfigError(_too_deep(where)) from None
+    if _depth(data) > MAX_DEPTH:
+        raise ConfigError(_too_deep(where))
+    return data
+
+
+def _too_deep(where: str) -> str:
+    return (f"{where}: malformed TOML: arrays or tables nested more than {MAX_DEPTH} deep (the file is refused, "
+            "so none of it is used)")
+
+
+def _depth(data: Any) -> int:
+    """How deep arrays and tables nest in `data`, found without recursion (the point is not to overflow)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            break
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
 
 
 # -- locating a key ----------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.config import CONFIG_NAME, load_project
-from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.errors import RgtError, internal_error
 from remote_gpu_trainer.services import orphans, overview, project_registry
 from remote_gpu_trainer.views import BoxRunView, BoxView, FleetView, InstanceView, ProjectRowView
 
@@ -90,6 +90,9 @@ async def look_at(root: Path, clock: Clock, timeout_s: float) -> _Look:
         session = Session(load_project(file), clock=clock, read_only=True, provider_timeout_s=timeout_s)
     except (RgtError, OSError, sqlite3.Error) as exc:
         return _Look(ProjectRowView(str(root), None, "unreadable", f"{CONFIG_NAME} could not be read: {exc}"))
+    except Exception as exc:  # noqa: BLE001 - one project's failure never silences the others' rows
+        return _Look(ProjectRowView(str(root), None, "unreadable",
+                                    f"{CONFIG_NAME} could not be read: {internal_error(exc)}"))
     name = session.project.name
     try:
         seen = await asyncio.wait_for(overview.observe(session, wait_s=timeout_s + ANSWER_GRACE_S),
@@ -99,6 +102,8 @@ async def look_at(root: Path, clock: Clock, timeout_s: float) -> _Look:
         return _Look(ProjectRowView(str(root), name, "no_answer", detail), session=session)
     except (RgtError, OSError, sqlite3.Error) as exc:
         return _Look(ProjectRowView(str(root), name, "unreadable", str(exc)), session=session)
+    except Exception as exc:  # noqa: BLE001 - as above
+        return _Look(ProjectRowView(str(root), name, "unreadable", internal_error(exc)), session=session)
     boxes = [box_view(session, view, seen) for view in overview.instance_views(session, seen)]
     row = ProjectRowView(str(root), name, "ok", f"{len(boxes)} instance(s)", len(boxes))
     return _Look(row, boxes, session)
@@ -128,8 +133,8 @@ def _known_elsewhere(roots: Sequence[Path]) -> set[tuple[str, str]]:
         try:
             project = load_project(root / CONFIG_NAME)
             db = StateDB(project.state_db, read_only=True) if project.state_db.is_file() else None
-        except (RgtError, OSError, sqlite3.Error):
-            continue  # its row (with --all) or nothing: an unreadable project names no box
+        except Exception:  # noqa: BLE001 - its row (with --all) or nothing: an unreadable project names no box
+            continue
         try:
             known |= orphans.known_ids(project, db)
         finally:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.audits.notice import rgt_command
 from remote_gpu_trainer.clock import Clock, iso_z, utc_now
 from remote_gpu_trainer.config import CONFIG_NAME, load_project
-from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.errors import RgtError, internal_error
 from remote_gpu_trainer.services import auto_follow, local_notify, overview
 from remote_gpu_trainer.text import duration, escape_control, money
 from remote_gpu_trainer.views import InstanceView, Overview, RunView
@@ -102,12 +102,17 @@ async def look(root: Path, *, clock: Clock = utc_now, wait_s: float = WAIT_S) ->
         session = Session(load_project(root / CONFIG_NAME), clock=clock, provider_timeout_s=wait_s)
     except (RgtError, OSError, sqlite3.Error) as exc:
         return Look(root, at, problem=f"unreadable({exc})")
+    except Exception as exc:  # noqa: BLE001 - one project's failure never silences the others' lines
+        return Look(root, at, problem=f"unreadable({internal_error(exc)})")
     found = Look(root, at, session=session)
     try:
         seen = await overview.observe(session, wait_s=wait_s)
         found.view = await overview.build(session, seen)
     except (RgtError, OSError, sqlite3.Error) as exc:
         found.problem = f"unreadable({exc})"
+        return found
+    except Exception as exc:  # noqa: BLE001 - as above: this project's line says it, the others still get theirs
+        found.problem = f"unreadable({internal_error(exc)})"
         return found
     found.at, found.states = seen.at, seen.run_states
     found.lines = run_lines(session, found.view, seen.run_states)
@@ -212,6 +217,10 @@ async def _notify(found: Look, line: RunLine, done: auto_follow.FollowUp | None,
             found.unfinished = True
             said.append(f"{line.project}/{line.run}: {event} not notified: no channel took it "
                         f"({channels.source}); the next tick tries again")
+        elif outcome == local_notify.UNCONFIRMED:
+            found.unfinished = True
+            said.append(f"{line.project}/{line.run}: {event} not notified: not confirmed within "
+                        f"{channels.deadline_s:g} s ({channels.source}); the next tick tries again")
     return said
 
 
