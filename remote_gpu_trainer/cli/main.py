@@ -16,7 +16,7 @@ from typing import Any
 
 from remote_gpu_trainer.cli.parser import VERBS, main_parser, parse_verb
 from remote_gpu_trainer.cli.sessions import RunVerb, on_run
-from remote_gpu_trainer.cli.terminal import interactive
+from remote_gpu_trainer.cli.terminal import interactive, standard_streams
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_USAGE, GateRefused, RgtError
 from remote_gpu_trainer.runtime import tune_process
 from remote_gpu_trainer.text import escape_control
@@ -52,6 +52,7 @@ def verb_function(home: tuple[str, str]) -> Callable[..., Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    standard_streams()  # a scheduler's `<&-`: a closed stream reads as /dev/null, never as None (terminal.py)
     tune_process()  # the interpreter settings the log budget is measured with (runtime.py)
     args_list = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args_list

@@ -175,7 +175,7 @@ async def _trust(session: Session, name: str, fingerprint: str | None) -> int:
                              "see `rgt --report`)")
         if fingerprint is None:
             shown = f"{presented.key_type} {presented.fingerprint_sha256}"
-            if not sys.stdin.isatty():
+            if sys.stdin is None or not sys.stdin.isatty():
                 raise ConfigError(f"{name} presents {shown}: compare it, then run "
                                   f"`rgt trust {name} --fingerprint {presented.fingerprint_sha256}`")
             answer = input(f"{name} ({presented.host}:{presented.port}) presents {shown}. Trust it? [y/N] ")
