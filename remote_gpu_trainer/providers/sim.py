@@ -73,10 +73,12 @@ class SimProvider(Provider, Creatable):
         if state == "running" and not self.disk(instance).is_dir():
             state = "unknown"  # the disk vanished behind our back: never claim it is terminated
         pricing = self.profile.pricing
+        rented = record is not None  # a box never rented bills nothing: no price to assume for its `unknown`
         return InstanceStatus(
             name=instance.name, provider=self.name, provider_id=self.provider_id(instance), state=state,
-            gpu="none (sim)", price_per_hour=pricing.compute_per_hour, price_source=pricing.source,
-            storage_per_hour=pricing.storage_per_hour,
+            gpu="none (sim)", price_per_hour=pricing.compute_per_hour if rented else None,
+            price_source=pricing.source if rented else "none",
+            storage_per_hour=pricing.storage_per_hour if rented else None,
             detail={"disk": str(self.disk(instance)), "history": (record or {}).get("history", [])},
         )
 

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.providers.base import Creatable, InstanceStatus
 from remote_gpu_trainer.services.meter import record_snapshot
 from remote_gpu_trainer.state import events
@@ -24,9 +24,11 @@ async def instance_status(session: Session, name: str) -> InstanceStatus:
     """Ask the provider, record a snapshot when something changed; failures read as `unknown`."""
     instance = session.instance(name)
     provider = session.provider(name)
+    exists = True  # whether a box is there to bill: not when rgt.toml names none yet (a cloud box with no id)
     try:
         status = await asyncio.wait_for(provider.get(instance), session.provider_timeout_s)
     except (RgtError, OSError, TimeoutError) as exc:
+        exists = not isinstance(exc, ConfigError)
         last = session.db.last_snapshot(name)
         status = InstanceStatus(
             name=name, provider=instance.provider, provider_id=last.provider_id or "" if last else "",
@@ -41,7 +43,7 @@ async def instance_status(session: Session, name: str) -> InstanceStatus:
         session.host_key_prompts[name] = unknown_key
     else:
         session.host_key_prompts.pop(name, None)
-    if instance.price_per_hour is not None and status.price_source != "api":
+    if instance.price_per_hour is not None and status.price_source != "api" and exists:
         # the user's price fills in where the provider has none; an API price stays, and the user's
         # becomes the quote it is compared with (drift)
         status = InstanceStatus(**{**status.__dict__, "price_per_hour": instance.price_per_hour,

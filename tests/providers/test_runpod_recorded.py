@@ -250,3 +250,13 @@ def test_v1_cost_per_hour_is_read_as_the_string_the_spec_shows_when_no_savings_p
     pod = recorded("runpod", "v1_get_pod_running")
     del pod["adjustedCostPerHr"]  # no Savings Plan: costPerHr, which the v1 spec's example gives as "0.74"
     assert (parse_pod(pod).price_per_hour, parse_pod(pod).price_source) == (0.74, "api")
+
+
+def test_a_box_not_rented_yet_bills_nothing_whatever_price_rgt_toml_quotes(
+        cloud_env: Path, tmp_path: Path, runpod_fake: FakeRunPod, capsys: pytest.CaptureFixture[str]) -> None:
+    # no id in rgt.toml: no box to ask and none to bill; the unknown-state rule prices boxes that exist
+    root = cloud_project(tmp_path, f'provider = "runpod"\napi_base = "{runpod_fake.url}"\nprice_per_hour = 2.5')
+    code, out, err = rgt(capsys, "--report", "--format", "json", str(root))
+    [box] = json.loads(out)["instances"]
+    assert (box["state"], box["burn_per_hour"], box["estimate"], box["cost_so_far"]) == ("unknown", 0.0, False, 0.0)
+    assert runpod_fake.requests() == []
