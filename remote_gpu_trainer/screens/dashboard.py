@@ -131,6 +131,14 @@ class DashboardScreen(BoxActions):
                        severity=severity, timeout=timeout, markup=markup)
 
     # -- data ------------------------------------------------------------------------------------------
+    def showing(self) -> bool:
+        """Whether what a worker brings back may still be drawn here. A worker outlives the awaits it makes:
+        when it finishes after this screen was removed (popped, or the app closing) there is nothing to draw
+        on, and the screen's widgets go one by one while it is removed (#topbar before the panels, whose
+        children go first), so no query of one widget can tell. The screen's own message loop can: it stops
+        before any child is removed. A screen merely covered by another (a modal, help) still shows."""
+        return self.is_running and self.is_attached
+
     @work(group="overview")
     async def refresh_overview(self) -> None:
         """One refresh at a time and never cancelled: a request while one runs is served right after it,
@@ -151,7 +159,7 @@ class DashboardScreen(BoxActions):
                 except RgtError as exc:
                     self.notify(str(exc), severity="error", timeout=10)
                 else:
-                    if not self.query(InstancesPanel):  # the app is exiting: its panels are already gone
+                    if not self.showing():  # removed meanwhile (or the app is exiting): nothing to draw on
                         return
                     self.overview = overview  # watch_overview and the panels bound to it redraw
                     self.show_alerts(run_logs.take_alerts(self.rgt.session))
@@ -159,7 +167,7 @@ class DashboardScreen(BoxActions):
                     break
         finally:
             self.refreshing = False
-            if self.is_mounted:
+            if self.showing():
                 self.refresh_timer = self.set_timer(REFRESH_S, self.refresh_overview)
 
     def watch_overview(self, previous: Overview | None, overview: Overview | None) -> None:
@@ -251,14 +259,14 @@ class DashboardScreen(BoxActions):
         try:
             if not self.log_backfilled:
                 backfill = await run_logs.log_backfill(self.rgt.session, run_id)
-                if not panel.query("#log") or self.run_id != run_id:  # exiting, or another run is shown now
+                if not self.showing() or self.run_id != run_id:  # removed, or another run is shown now
                     return
                 panel.append(backfill)
                 self.log_backfilled = True
             update = await run_logs.follow_log(self.rgt.session, run_id, max_reads=1)
         except RgtError:
             return  # the box is unreachable or gone; the overview says so
-        if update is None or not panel.query("#log") or self.run_id != run_id:
+        if update is None or not self.showing() or self.run_id != run_id:
             return
         if update.restarted:
             panel.reset("the log was truncated or replaced: following it from its first line")
@@ -458,7 +466,8 @@ class DashboardScreen(BoxActions):
         def progress(update: PullProgress) -> None:
             files[update.path] = (update.done, update.total)
             done, total = sum(d for d, _ in files.values()), sum(t for _, t in files.values())
-            panel.show_progress(done, total, update.line())
+            if self.showing():
+                panel.show_progress(done, total, update.line())
 
         try:
             self.notify(f"pulling {self.run_id}…")
@@ -475,8 +484,10 @@ class DashboardScreen(BoxActions):
             self.notify(escape_control(f"pull failed: {exc}"), severity="error", timeout=15, markup=False)
         finally:
             self.set_busy("pull", False)
-            panel.hide_progress()
-        self.refresh_overview()
+            if self.showing():
+                panel.hide_progress()
+        if self.showing():
+            self.refresh_overview()
 
     @work(group="verify")
     async def action_verify(self) -> None:
@@ -486,7 +497,8 @@ class DashboardScreen(BoxActions):
         panel = self.query_one(CheckpointsPanel)
 
         def progress(step: VerifyStep) -> None:
-            panel.show_progress(step.hashed, step.total, step.text)
+            if self.showing():
+                panel.show_progress(step.hashed, step.total, step.text)
 
         try:
             self.notify(f"verifying {self.run_id}…")
@@ -502,8 +514,10 @@ class DashboardScreen(BoxActions):
             self.notify(escape_control(f"verify failed: {exc}"), severity="error", timeout=15, markup=False)
         finally:
             self.set_busy("verify", False)
-            panel.hide_progress()
-        self.refresh_overview()
+            if self.showing():
+                panel.hide_progress()
+        if self.showing():
+            self.refresh_overview()
 
     @work(group="tick", exclusive=True)
     async def action_tick(self) -> None:
