@@ -107,17 +107,9 @@ class InputFile:
 
 # -- reading evidence ---------------------------------------------------------------------------------------
 def read_input(root: Path, rel: str, where: str) -> InputFile:
-    """Open `rel` step by step from the root with O_NOFOLLOW, so no symlink anywhere on the path (swapped in
-    before or during the walk) can lead out of the project; read it once; hash those bytes."""
-    parts = rel.split("/")
-    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
-        raise ConfigError(f"{where}: {rel!r} is not a plain path inside the project (no `..`, not absolute)")
-    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
+    """Open `rel` as open_input does; read it once; hash those bytes."""
+    fd = open_input(root, rel, where)
     try:
-        for part in parts[:-1]:
-            fds.append(_open_step(part, fds[-1], rel, where))
-        fd = _open_step(parts[-1], fds[-1], rel, where, last=True)
-        fds.append(fd)
         info = os.fstat(fd)
         with os.fdopen(os.dup(fd), "rb") as handle:
             data = handle.read(MAX_INPUT_BYTES + 1) if info.st_size <= MAX_INPUT_BYTES else b""
@@ -125,9 +117,25 @@ def read_input(root: Path, rel: str, where: str) -> InputFile:
             raise ConfigError(f"{where}: {rel} is {size(max(info.st_size, len(data)))}, more than the "
                               f"{size(MAX_INPUT_BYTES)} an evidence file may have to be read whole")
     finally:
+        os.close(fd)
+    return InputFile(rel, data, hashlib.sha256(data).hexdigest())
+
+
+def open_input(root: Path, rel: str, where: str) -> int:
+    """Open `rel` step by step from the root with O_NOFOLLOW, so no symlink anywhere on the path (swapped in
+    before or during the walk) can lead out of the project: a descriptor of the regular file, the caller's to
+    close (figure_reduce streams a train.csv of any length through one)."""
+    parts = rel.split("/")
+    if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise ConfigError(f"{where}: {rel!r} is not a plain path inside the project (no `..`, not absolute)")
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY)]
+    try:
+        for part in parts[:-1]:
+            fds.append(_open_step(part, fds[-1], rel, where))
+        return _open_step(parts[-1], fds[-1], rel, where, last=True)
+    finally:
         for fd in fds:
             os.close(fd)
-    return InputFile(rel, data, hashlib.sha256(data).hexdigest())
 
 
 def _open_step(name: str, parent: int, rel: str, where: str, *, last: bool = False) -> int:

@@ -10,16 +10,23 @@ is recorded as a problem for the gate's check, not hidden.
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.verify import metric_registry
 from remote_gpu_trainer.audits.verify.model import MetricRule, plain
-from remote_gpu_trainer.deliver.build_common import InputFile, input_entry, mean_std, resolve_input, resolve_test
+from remote_gpu_trainer.deliver import figure_reduce
+from remote_gpu_trainer.deliver.build_common import (
+    InputFile,
+    input_entry,
+    input_path,
+    mean_std,
+    open_input,
+    resolve_test,
+)
 from remote_gpu_trainer.deliver.figure_spec import FigureSpec, Series, arrow
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import lstat_or_none
@@ -43,6 +50,8 @@ class Prepared:
     problems: dict[str, list[str]] = field(default_factory=dict)
     disclosures: list[str] = field(default_factory=list)
     direction: str | None = None
+    #: a `line` series drawn from fewer points than its curve has (figure_reduce), as the provenance records it
+    reductions: list[dict[str, Any]] = field(default_factory=list)
 
     def problem(self, check: str, note: str) -> None:
         self.problems.setdefault(check, []).append(note)
@@ -71,39 +80,114 @@ def _direction(name: str, declared: Mapping[str, MetricRule] | None, stated: Any
 
 # -- line ---------------------------------------------------------------------------------------------------
 def _prepare_line(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule] | None) -> Prepared:
+    """Each series' curves, read in chunks (figure_reduce): a curve short enough is drawn as it is, as before;
+    a longer one is averaged over seeds as it streams and reduced to the extremes of each pixel column."""
     assert spec.x is not None and spec.y is not None
     found = Prepared(direction=_direction(spec.y, declared))
     split = "val" if spec.y.lower().startswith(("val/", "val_", "eval/", "eval_")) else "train"
     for index, series in enumerate(spec.series):
-        curves: list[tuple[str, list[tuple[Any, float]]]] = []
+        sources: list[_Source] = []
         for key in series.capsules:
             ispec = {"capsule": key, "file": "train.csv", "metric": spec.y}
             where = f"series[{index}].capsules ({key})"
             if not _has_train_csv(root, key) and (tracked := _tracker_curve(root, key, spec.x, spec.y, where)):
                 pairs, path, sha256 = tracked
-                curves.append((key, _checked_axis(pairs, path, spec.x, found)))
-                found.entries.append({"capsule": key, "metric": spec.y, "split": split, "path": path,
-                                      "sha256": sha256})
+                sources.append(_Source.listed(key, path, sha256, pairs, ispec))
                 continue
-            got = resolve_input(root, ispec, where)
-            curves.append((key, _curve(got, spec.x, spec.y, found)))
-            found.entries.append(input_entry(ispec, got, split))
-        found.rows += _curve_rows(series, curves, spec.y, found)
+            path = input_path(ispec, where)
+            stream, chunks = figure_reduce.stream_curve(open_input(root, path, where), path, spec.x, spec.y)
+            sources.append(_Source(key, path, ispec, chunks, stream))
+        found.rows += _series_rows(series, sources, spec, found)
+        for source in sources:
+            digest = source.stream.sha256 if source.stream is not None else source.sha256
+            if digest is None:  # every chunk is read before the rows exist; a build never draws half a file
+                raise ConfigError(f"{source.path}: not read to its end")
+            found.entries.append(input_entry(source.ispec, InputFile(source.path, b"", digest), split))
     return found
 
 
-def _curve(got: InputFile, x: str, y: str, found: Prepared) -> list[tuple[Any, float]]:
-    """(x, y) pairs of train.csv in file order; empty y cells (a val metric not logged at that step) skipped."""
-    frame = got.frame()
-    for column in (x, y):
-        if column not in frame.columns:
-            raise ConfigError(f"{got.path}: no column {column!r} (columns: {', '.join(map(str, frame.columns))})")
-    pairs = []
-    for step, value in zip(frame[x].tolist(), frame[y].tolist(), strict=True):
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            continue
-        pairs.append((_number(got, x, plain(step)), float(_number(got, y, value))))
-    return _checked_axis(pairs, got.path, x, found)
+@dataclass
+class _Source:
+    """One capsule's curve: a train.csv being streamed, or a tracker's curve already read (`listed`)."""
+
+    key: str
+    path: str
+    ispec: dict[str, Any]
+    chunks: Iterator[tuple[Any, Any]]
+    stream: figure_reduce.CurveStream | None = None
+    sha256: str | None = None
+    pairs: list[tuple[Any, float]] | None = None  # the tracker's pairs (its own x values), when listed
+    buffered: list[tuple[Any, Any]] = field(default_factory=list)
+    ended: bool = False
+
+    @classmethod
+    def listed(cls, key: str, path: str, sha256: str, pairs: list[tuple[Any, float]],
+               ispec: dict[str, Any]) -> _Source:
+        import numpy as np
+
+        xs = np.array([float(x) for x, _ in pairs], dtype=np.float64)
+        ys = np.array([y for _, y in pairs], dtype=np.float64)
+        return cls(key, path, ispec, iter([(xs, ys)]), sha256=sha256, pairs=pairs)
+
+    def fill(self, rows: int) -> None:
+        """Buffer chunks until more than `rows` rows are held or the curve ends."""
+        held = sum(len(xs) for xs, _ in self.buffered)
+        while not self.ended and held <= rows:
+            chunk = next(self.chunks, None)
+            if chunk is None:
+                self.ended = True
+                break
+            self.buffered.append(chunk)
+            held += len(chunk[0])
+
+    def all_pairs(self) -> list[tuple[Any, float]]:
+        """The whole (ended) curve as (x, y) pairs in file order, x an int where train.csv's column is."""
+        if self.pairs is not None:
+            return self.pairs
+        integer = self.stream is not None and self.stream.integer_x
+        return [(int(x) if integer else x, y) for xs, ys in self.buffered
+                for x, y in zip(xs.tolist(), ys.tolist(), strict=True)]
+
+    def rest(self) -> Iterator[tuple[Any, Any]]:
+        yield from self.buffered
+        self.buffered = []
+        yield from self.chunks
+
+
+def _series_rows(series: Series, sources: list[_Source], spec: FigureSpec, found: Prepared) -> list[dict[str, Any]]:
+    for source in sources:
+        source.fill(figure_reduce.EXACT_ROWS)
+    if all(source.ended for source in sources):
+        curves = [(s.key, _checked_axis(s.all_pairs(), s.path, str(spec.x), found)) for s in sources]
+        return _curve_rows(series, curves, str(spec.y), found)
+    merged = figure_reduce.MergeReport()
+    chunks = figure_reduce.merge_seeds([s.key for s in sources], [s.rest() for s in sources], merged)
+    columns = int(spec.figsize[0] * spec.dpi)
+    reduced = figure_reduce.reduce_curve(chunks, columns)
+    for source in sources:
+        if merged.backwards.get(source.key):
+            found.problem("G5_axis", f"{source.path}: {spec.x} is not strictly increasing "
+                                     f"({merged.backwards[source.key]} row(s) out of order not drawn)")
+    if merged.unshared:
+        found.problem("G5_axis", f"series {series.label!r}: seeds do not share x values ({merged.unshared} "
+                                 "row(s) at an x not every seed logged)")
+    if reduced.rows == 0:
+        found.problem("G6_data", f"series {series.label!r}: no x value every seed logged")
+    integer = all(s.stream.integer_x if s.stream is not None else
+                  all(isinstance(x, int) for x, _ in s.pairs or ()) for s in sources)
+    keys = ";".join(s.key for s in sources)
+    errs = reduced.err.tolist() if reduced.err is not None else [None] * len(reduced.x)
+    rows = [{"series": series.label, "x": int(x) if integer else x, "y": y, "err_lo": err, "err_hi": err,
+             "n": len(sources), "seeds": len(sources), "capsules": keys, "test_id": None, "metric": spec.y}
+            for x, y, err in zip(reduced.x.tolist(), reduced.y.tolist(), errs, strict=True)]
+    if reduced.columns:
+        found.reductions.append({
+            "series": series.label, "method": "m4_pixel_columns", "rows": reduced.rows, "drawn": len(rows),
+            "columns": reduced.columns, "x0": reduced.x0, "column_width": reduced.column_width,
+            "note": f"reduced from {reduced.rows} rows to {len(rows)} for drawing: the first, last, minimum and "
+                    f"maximum point of each of {reduced.columns} x columns (at most one per pixel of the "
+                    f"figure's {columns} px width); source.csv holds the points drawn"})
+    return rows
 
 
 def _checked_axis(pairs: list[tuple[Any, float]], path: str, x: str, found: Prepared) -> list[tuple[Any, float]]:
@@ -157,17 +241,6 @@ def _series_file(files: Mapping[str, str], column: str) -> str | None:
 
     return next((path for path in sorted(files) if "/metrics/" in f"/{path}"
                  and series_column(path.rsplit("/", 1)[-1]) == column), None)
-
-
-def _number(got: InputFile, column: str, cell: Any) -> int | float:
-    """A train.csv cell as a number (pandas leaves a column with one bad cell as text); text that is not a
-    number, or true/false, is refused naming the cell, never compared or drawn as a category."""
-    if isinstance(cell, str):
-        with contextlib.suppress(ValueError):
-            return float(cell)
-    elif isinstance(cell, int | float) and not isinstance(cell, bool):
-        return cell
-    raise ConfigError(f"{got.path}: column {column!r} holds {cell!r}, not a number")
 
 
 def _curve_rows(series: Series, curves: list[tuple[str, list[tuple[Any, float]]]], metric: str,

@@ -85,6 +85,7 @@ class Plan:
     disclosures: list[str] = field(default_factory=list)
     direction: str | None = None
     builder: Mapping[str, str] | None = None
+    reductions: list[dict[str, Any]] = field(default_factory=list)  # figure_reduce: series drawn reduced
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,8 @@ def build_figure(root: Path, figure_id: str, *, declared: Mapping[str, MetricRul
     moment = now or utc_now()
     prov = provenance(root, plan.capsules, command=f"rgt build figure {figure_id}", builder=plan.builder, env={},
                       code=code, now=moment)
+    if plan.reductions:  # a long curve drawn from the extremes of each pixel column, with its full row count
+        prov["reduction"] = plan.reductions
     with staging(folder) as stage:
         first = render_once(spec, plan, stage.first, prov, expect)
         render_once(spec, plan, stage.second, prov, expect, gate=False)
@@ -158,7 +161,7 @@ def plan_figure(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule]
 
         return Plan(lambda: [dict(r) for r in prepared.rows], draw, prepared.entries,
                     [c for s in spec.series for c in s.capsules], prepared.problems, prepared.disclosures,
-                    prepared.direction)
+                    prepared.direction, reductions=prepared.reductions)
     inputs, entries = figure_custom.read_inputs(root, spec.inputs)
     where = f"{builder.path} build()"
     metric = next((i.metric for i in inputs if i.metric), None)
