@@ -5,6 +5,8 @@
 webhook_file = "~/.config/rgt/webhook"   # a local file holding the receiver's URL (never the URL itself)
 kind = "json"                             # json | ntfy | slack | discord
 poll_seconds = 30                         # how often the sentinel looks (optional)
+send_timeout_seconds = 30                 # one delivery attempt (sentinel) or notification (patrol), at most (optional)
+retry_seconds = [2, 5, 15, 30, 60, 120]   # the sentinel's waits between attempts, then it gives up (optional)
 apprise_file = "~/.config/rgt/apprise"   # the local patrol's apprise URL(s), one a line (rgt watch --all --notify)
 
 [runs.r1]
@@ -25,6 +27,14 @@ from pathlib import Path
 
 from remote_gpu_trainer.audits.notice import KINDS
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.remote.rgt_sentinel import (
+    ATTEMPT_S,
+    MAX_ATTEMPT_S,
+    MAX_RETRIES,
+    MAX_RETRY_S,
+    RETRY_DELAYS_S,
+    url_problem,
+)
 from remote_gpu_trainer.toml_table import Table
 
 DEFAULT_POLL_S = 30.0
@@ -39,6 +49,8 @@ class NotifyConfig:
     kind: str = "json"
     poll_seconds: float = DEFAULT_POLL_S
     apprise_file: str | None = None  # `rgt watch --notify` (services/local_notify.py); None: derived from webhook_file
+    send_timeout_seconds: float = float(ATTEMPT_S)  # one attempt of the sentinel, one notification of the patrol
+    retry_seconds: tuple[float, ...] = tuple(float(d) for d in RETRY_DELAYS_S)  # the sentinel's retries
 
     @property
     def enabled(self) -> bool:
@@ -49,7 +61,7 @@ def read_notify_config(top: Table) -> NotifyConfig:
     body = top.table("notify") if top.has("notify") else None
     if body is None:
         return NotifyConfig()
-    body.expect({"webhook_file", "kind", "poll_seconds", "apprise_file"})
+    body.expect({"webhook_file", "kind", "poll_seconds", "apprise_file", "send_timeout_seconds", "retry_seconds"})
     body.done()
     apprise_file = body.text("apprise_file", nonempty=True)
     if apprise_file is not None and "://" in apprise_file:
@@ -63,8 +75,30 @@ def read_notify_config(top: Table) -> NotifyConfig:
         webhook_file = None
     kind = body.text("kind", choices=KINDS, default="json") or "json"
     poll = body.number("poll_seconds", DEFAULT_POLL_S, above=True, message="must be a number of seconds > 0")
+    send = body.number("send_timeout_seconds", float(ATTEMPT_S), above=True,
+                       message=f"must be a number of seconds > 0, at most {MAX_ATTEMPT_S}")
+    if send is not None and send > MAX_ATTEMPT_S:
+        body.problem("send_timeout_seconds", f"must be a number of seconds > 0, at most {MAX_ATTEMPT_S}")
+        send = float(ATTEMPT_S)
     return NotifyConfig(webhook_file=webhook_file, kind=kind, poll_seconds=poll or DEFAULT_POLL_S,
-                        apprise_file=apprise_file)
+                        apprise_file=apprise_file, send_timeout_seconds=send or float(ATTEMPT_S),
+                        retry_seconds=_retries(body))
+
+
+def _retries(body: Table) -> tuple[float, ...]:
+    """`retry_seconds`: at most MAX_RETRIES waits, each a number of seconds from 0 to MAX_RETRY_S, so that a
+    receiver that never answers is given up within a bound (docs/remote-ops.md §9.1)."""
+    default = tuple(float(d) for d in RETRY_DELAYS_S)
+    value = body.value("retry_seconds")
+    if value is None:
+        return default
+    fits = isinstance(value, list) and len(value) <= MAX_RETRIES and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v <= MAX_RETRY_S for v in value)
+    if not fits:
+        body.problem("retry_seconds", f"must be a list of at most {MAX_RETRIES} numbers of seconds, each from 0 "
+                     f"to {MAX_RETRY_S}")
+        return default
+    return tuple(float(v) for v in value)
 
 
 def secret_path(root: Path, named: str) -> Path:
@@ -106,6 +140,6 @@ def read_webhook_url(root: Path, notify: NotifyConfig) -> str:
     shape = "must hold one http:// or https:// URL on one line (nothing else)"
     lines = read_secret_lines(webhook_path(root, notify), where, MAX_URL_BYTES, shape)
     url = lines[0]
-    if len(lines) != 1 or not url.startswith(("http://", "https://")) or any(c.isspace() for c in url):
+    if len(lines) != 1 or url_problem(url) is not None:  # the sentinel's own check: scheme, host, no control char
         raise ConfigError(f"{where}: {shape}")
     return url

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sqlite3
 import sys
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.config import CONFIG_NAME
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, RgtError
-from remote_gpu_trainer.services import fleet
+from remote_gpu_trainer.services import fleet, local_notify
 from remote_gpu_trainer.services import patrol as patrolling
 from remote_gpu_trainer.text import escape_control
 
@@ -36,7 +37,14 @@ def patrol(args: argparse.Namespace) -> int:
     if not roots():
         raise ConfigError("rgt watch --all: no project to watch: none opened yet (open one with `rgt PROJECT`), "
                           "and none named")
-    return asyncio.run(_patrol(roots, args.once, args.interval, args.notify))
+    status = asyncio.run(_patrol(roots, args.once, args.interval, args.notify))
+    if local_notify.still_hanging():
+        # a channel that never answered still holds a sending thread, which apprise's pool would join at exit:
+        # the patrol has said everything (the notification was not confirmed), so it ends without waiting
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    return status
 
 
 def _roots(named: list[str]) -> Callable[[], list[Path]]:

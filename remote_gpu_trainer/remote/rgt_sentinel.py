@@ -17,23 +17,40 @@ died, stalled or disk_full, each at most once, remembered in `sentinel.sent.json
 again. It exits after finished or died. It never stops or kills anything, and deletes nothing but its own
 secrets file.
 
+Bounded, whatever the receiver does: one delivery attempt lasts at most `attempt_s` (default ATTEMPT_S, a
+SIGALRM deadline from connect to the last header byte, on top of the socket timeout), reads at most
+MAX_ANSWER_BYTES of the answer (the status line and headers; the body is never read), follows no redirect (a
+3xx is a failed attempt, never a delivery), and any failure at all (no answer, not HTTP, a status that is not
+2xx, a URL http.client refuses, the deadline) is one failed attempt. After the retries of `retry_delays_s`
+(default RETRY_DELAYS_S) the event is recorded as "gave up", so the watch always ends after finished or died.
+
 Standard library only, Python 3.8 syntax: it runs under whatever interpreter the box has.
 """
 
 import base64
 import fnmatch
+import http.client
+import io
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 VERSION = 1
 DETAIL = "@@RGT_DETAIL@@"  # where the event's detail goes in the bodies rgt rendered
 RETRY_DELAYS_S = (2, 5, 15, 30, 60, 120)  # a failing receiver: this many retries, then give up on that event
-SEND_TIMEOUT_S = 20
+ATTEMPT_S = 30  # one delivery attempt, connect to the answer's last header byte, at most this long
+MAX_ATTEMPT_S = 300  # the largest attempt_s a config may ask for
+MAX_RETRIES = 10  # the most retries a config may ask for ...
+MAX_RETRY_S = 3600  # ... each waiting at most this long: an event is given up within 10 h + 11 attempts
+MAX_ANSWER_BYTES = 64 << 10  # of any answer: the status line and headers (the body is never read)
 MAX_WALK = 20000  # files looked at for the newest checkpoint: a huge result tree must not stall the poll
 FINAL = ("finished", "died")
 
@@ -202,10 +219,16 @@ class Sentinel:
         self.paths = {name: os.path.join(ctl, "sentinel." + name)
                       for name in ("heartbeat", "sent.json", "log", "exited", "pid")}
         self.sent = json.loads(read_text(self.paths["sent.json"]) or "{}")
+        self.attempt_s, self.retry_delays = bounds(self.config)
+        self.process = "unknown"
         self.url = read_text(secret_path) or ""
-        if not self.url.startswith(("http://", "https://")) and not self.ended():
+        problem = url_problem(self.url)
+        if problem and not self.ended():
             # a restart after the end needs no URL (its secrets file is already gone); any other start does
-            raise SystemExit("sentinel: the secrets file holds no http(s) URL")
+            self.url = ""  # never logged: the URL itself may be what is wrong
+            self.log(f"the secrets file {problem}: exiting")
+            self.forget_secret()
+            raise SystemExit(f"sentinel: the secrets file {problem}")
 
     def ended(self):
         """The final event this launch already sent (finished or died), or None."""
@@ -256,10 +279,10 @@ class Sentinel:
                 self.log("the run's control folder was reset: exiting")
                 return
             try:
-                final = self.tick()
+                self.tick()
             except Exception as exc:  # one bad poll never ends the watch
                 self.log(f"poll failed: {type(exc).__name__}")
-                final = None
+            final = self.ended()  # what was sent, even when recording it failed: the end is never sent twice
             if final is not None:
                 write_atomic(self.paths["exited"], final + "\n")
                 self.forget_secret()
@@ -270,22 +293,29 @@ class Sentinel:
     def tick(self):
         now = time.time()
         facts = observe(self.config, now)
-        write_atomic(self.paths["heartbeat"], f"{int(now)} {facts.get('process') or 'unknown'}\n")
-        final = None
+        self.process = facts.get("process") or "unknown"
+        self.beat()
         for event, detail in decide(facts, self.config, self.sent):
             self.notify(event, detail)
-            if event in FINAL:
-                final = event
-        return final
+
+    def beat(self):
+        write_atomic(self.paths["heartbeat"], f"{int(time.time())} {self.process}\n")
 
     def notify(self, event, detail):
+        """One event, tried at most 1 + len(retry_delays) times; any failure of an attempt is a failed attempt,
+        and after the last the event is recorded as "gave up"."""
         payload = self.config["payloads"][event]
         body = render(base64.b64decode(payload["body"]), detail, self.config["kind"])
         attempts, outcome = 0, "gave up"
-        for delay in (0,) + RETRY_DELAYS_S:
-            time.sleep(delay)
+        for delay in (0,) + self.retry_delays:
+            if delay:
+                time.sleep(delay)
+                self.beat()  # retrying is working: the sentinel does not read as silent meanwhile
             attempts += 1
-            status, error = post(self.url, body, payload["headers"])
+            try:
+                status, error = post(self.url, body, payload["headers"], self.attempt_s)
+            except Exception as exc:  # the deadline firing on the way out of post: still one failed attempt
+                status, error = None, type(exc).__name__
             if status is not None and 200 <= status < 300:
                 outcome = "sent"
                 break
@@ -301,19 +331,148 @@ def render(body, detail, kind):
     return body.replace(DETAIL.encode("ascii"), text.encode("utf-8"))
 
 
-def post(url, body, headers):
-    """(HTTP status, None) or (status or None, a short reason without the URL)."""
+def bounds(config):
+    """(attempt_s, retry_delays) from the config, clamped to MAX_ATTEMPT_S, MAX_RETRIES and MAX_RETRY_S
+    (rgt refuses more when rgt.toml is read; a config written otherwise is held to them too)."""
+    try:
+        attempt = min(max(float(config.get("attempt_s", ATTEMPT_S)), 0.1), MAX_ATTEMPT_S)
+        delays = tuple(min(max(float(d), 0.0), MAX_RETRY_S) for d in config.get("retry_delays_s", RETRY_DELAYS_S))
+    except (TypeError, ValueError):
+        return ATTEMPT_S, RETRY_DELAYS_S
+    return attempt, delays[:MAX_RETRIES]
+
+
+def url_problem(url):
+    """Why `url` cannot be a receiver's URL (None when it can): it must be http:// or https:// with a host, and
+    hold no whitespace or control character (http.client refuses those on every attempt). rgt checks the same
+    when it reads webhook_file."""
+    if not url.startswith(("http://", "https://")):
+        return "holds no http(s) URL"
+    if any(c.isspace() or ord(c) < 32 or 127 <= ord(c) < 160 for c in url):
+        return "holds a URL with a space or a control character"
+    try:
+        host = urllib.parse.urlsplit(url).hostname
+    except ValueError:
+        host = None
+    return None if host else "holds a URL with no host"
+
+
+class AnswerTooLong(Exception):
+    pass
+
+
+class AttemptExpired(Exception):
+    pass
+
+
+class _Capped(io.RawIOBase):
+    """An answer's bytes, at most MAX_ANSWER_BYTES of them: a receiver that talks on fills no memory."""
+
+    def __init__(self, raw):
+        super().__init__()
+        self.raw, self.left = raw, MAX_ANSWER_BYTES
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        if self.left <= 0:
+            raise AnswerTooLong(f"an answer longer than {MAX_ANSWER_BYTES} bytes")
+        count = self.raw.readinto(memoryview(buffer)[:self.left])
+        self.left -= count or 0
+        return count
+
+    def close(self):
+        if not self.closed:
+            self.raw.close()
+        super().close()
+
+
+class _CappedResponse(http.client.HTTPResponse):
+    def __init__(self, sock, *args, **kwargs):
+        super().__init__(sock, *args, **kwargs)
+        if isinstance(self.fp, io.BufferedReader):
+            self.fp = io.BufferedReader(_Capped(self.fp.detach()))
+
+
+_CAPPED = {}  # type: dict
+
+
+class _Capping:
+    """A urllib handler whose connections read answers through _CappedResponse."""
+
+    def do_open(self, http_class, req, **kwargs):
+        if http_class not in _CAPPED:
+            _CAPPED[http_class] = type("Capped" + http_class.__name__, (http_class,),
+                                       {"response_class": _CappedResponse})
+        return super().do_open(_CAPPED[http_class], req, **kwargs)
+
+
+class _HTTP(_Capping, urllib.request.HTTPHandler):
+    pass
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # a redirect is not a delivery: the 3xx itself is the answer, a failed attempt
+
+
+_HANDLERS = [_NoRedirect, _HTTP]
+if hasattr(urllib.request, "HTTPSHandler"):  # an interpreter built without ssl has none
+    class _HTTPS(_Capping, urllib.request.HTTPSHandler):
+        pass
+    _HANDLERS.append(_HTTPS)
+OPENER = urllib.request.build_opener(*_HANDLERS)
+
+_armed = [False]
+
+
+def _expire(signum, frame):
+    if _armed[0]:
+        _armed[0] = False
+        raise AttemptExpired()
+
+
+def post(url, body, headers, attempt_s=ATTEMPT_S):
+    """(HTTP status, None) or (status or None, a short reason without the URL). Never raises for what the
+    receiver or the URL does, and returns within about `attempt_s` (a SIGALRM deadline in the main thread)."""
+    alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if alarm:
+        signal.signal(signal.SIGALRM, _expire)
+        _armed[0] = True
+        signal.setitimer(signal.ITIMER_REAL, attempt_s)
+    try:
+        return _post(url, body, headers, attempt_s)
+    # the deadline, or the socket's own timeout on a silent receiver (socket.timeout: not TimeoutError before 3.10)
+    except (AttemptExpired, socket.timeout):  # noqa: UP041
+        return None, f"no full answer within {attempt_s:g} s"
+    except AnswerTooLong as exc:
+        return None, str(exc)
+    except http.client.HTTPException as exc:  # BadStatusLine, RemoteDisconnected, InvalidURL, LineTooLong ...
+        return None, f"no HTTP answer ({type(exc).__name__})"
+    except Exception as exc:  # anything else is one failed attempt too, named by its type, never its text
+        return None, type(exc).__name__
+    finally:
+        if alarm:
+            _armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _post(url, body, headers, attempt_s):
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=SEND_TIMEOUT_S) as answer:
+        with OPENER.open(request, timeout=attempt_s) as answer:
             return answer.status, None
     except urllib.error.HTTPError as exc:
+        exc.close()
+        if 300 <= exc.code < 400:
+            return exc.code, f"HTTP {exc.code} (a redirect, not followed: not a delivery)"
         return exc.code, f"HTTP {exc.code}"
     except urllib.error.URLError as exc:
         reason = exc.reason
+        if isinstance(reason, (AttemptExpired, AnswerTooLong, http.client.HTTPException, socket.timeout)):  # noqa: UP041
+            raise reason from None
         return None, type(reason).__name__ if isinstance(reason, BaseException) else "unreachable"
-    except (OSError, ValueError) as exc:
-        return None, type(exc).__name__
 
 
 def main(argv):

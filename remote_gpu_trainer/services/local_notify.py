@@ -10,6 +10,13 @@ own logger is silenced, and every problem names the file and the key, never what
 
 Each (launch, event) of a run is sent once across processes and ticks: the NOTIFIED event records it, and
 the check and the send happen under a per-run lock, so two patrols racing send it once.
+
+Bounded: each channel is sent to from its own daemon thread, and a notification waits for them at most
+`[notify] send_timeout_seconds` (default ATTEMPT_S) altogether; a channel that has not answered by then is not
+confirmed (the notification is retried at the next tick unless another channel took it), and its thread is
+left behind: the patrol ends without waiting for it (`still_hanging`, cli/patrol_verbs.py). Once MAX_HANGING
+such threads are still alive in one process, no new send starts until they end: a receiver that never answers
+costs a looping patrol a bounded number of threads.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +33,7 @@ from remote_gpu_trainer.audits.notice import Notice, next_commands, notice_text
 from remote_gpu_trainer.config_notify import NotifyConfig, read_secret_lines, read_webhook_url, secret_path
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.fsutil import run_lock
+from remote_gpu_trainer.remote.rgt_sentinel import ATTEMPT_S
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.events import EventKind
 
@@ -37,6 +46,8 @@ LOCK_PREFIX = "notify"  # .rgt/locks/notify/<run>.lock: one sender per run at a 
 # what a run's liveness means as a notification; "running" and "unknown" are not events
 LIVENESS_EVENTS = {"finished": "finished", "dead": "died", "stalled": "stalled"}
 _SCHEMES = {"json": {"http": "json", "https": "jsons"}, "ntfy": {"http": "ntfy", "https": "ntfys"}}
+MAX_HANGING = 8  # sends past their deadline still alive in this process: beyond it, no new send starts
+_hanging: set[threading.Thread] = set()
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,7 @@ class Channels:
 
     urls: tuple[str, ...]
     source: str
+    deadline_s: float = float(ATTEMPT_S)  # one notification waits at most this long for its channels
 
     def __repr__(self) -> str:  # never the URLs, even in a traceback's locals
         return f"Channels({len(self.urls)} URL(s) from {self.source})"
@@ -57,13 +69,13 @@ def channels(root: Path, notify: NotifyConfig) -> Channels | None:
         path = secret_path(root, notify.apprise_file)
         where, shape = f"[notify] apprise_file: {path}", "must hold apprise URLs, one a line (nothing else)"
         urls = tuple(read_secret_lines(path, where, MAX_FILE_BYTES, shape))
-        if not all("://" in url and not any(c.isspace() for c in url) for url in urls):
+        if not all("://" in url and all(c.isprintable() and not c.isspace() for c in url) for url in urls):
             raise ConfigError(f"{where}: {shape}")
-        return Channels(urls, where)
+        return Channels(urls, where, notify.send_timeout_seconds)
     if notify.webhook_file is None:
         return None
     url = read_webhook_url(root, notify)
-    return Channels((apprise_url(url, notify.kind),), "[notify] webhook_file")
+    return Channels((apprise_url(url, notify.kind),), "[notify] webhook_file", notify.send_timeout_seconds)
 
 
 def apprise_url(webhook: str, kind: str) -> str:
@@ -74,25 +86,59 @@ def apprise_url(webhook: str, kind: str) -> str:
     return f"{mapped}://{rest}" if mapped else webhook
 
 
-async def send(found: Channels, title: str, body: str) -> int:
-    """Send one message to every channel; how many took it (0: none, retried at the next tick)."""
-    return await asyncio.to_thread(_send, found.urls, title, body)
+@dataclass(frozen=True)
+class Delivery:
+    """What one notification did: how many channels took it, and how many had not answered by the deadline."""
+
+    taken: int
+    unconfirmed: int
 
 
-def _send(urls: tuple[str, ...], title: str, body: str) -> int:
-    import apprise  # only the patrol with --notify needs it
+async def send(found: Channels, title: str, body: str) -> Delivery:
+    """Send one message to every channel at once, each from its own daemon thread, waiting for them at most
+    `found.deadline_s`; one channel that hangs never silences the others, and never keeps the process alive."""
+    _hanging.difference_update([thread for thread in list(_hanging) if not thread.is_alive()])
+    if not found.urls or len(_hanging) >= MAX_HANGING:  # earlier sends still hang: start no more threads
+        return Delivery(0, len(found.urls))
+    loop = asyncio.get_running_loop()
+    waiting: list[tuple[threading.Thread, asyncio.Future[bool]]] = []
+    for url in found.urls:
+        future: asyncio.Future[bool] = loop.create_future()
+        thread = threading.Thread(target=_deliver, args=(url, title, body, loop, future), name="rgt-notify",
+                                  daemon=True)
+        thread.start()
+        waiting.append((thread, future))
+    done, pending = await asyncio.wait([future for _, future in waiting], timeout=found.deadline_s)
+    _hanging.update(thread for thread, future in waiting if future in pending)
+    return Delivery(sum(1 for future in done if future.result()), len(pending))
 
-    quiet = logging.getLogger("apprise")
-    quiet.disabled, quiet.propagate = True, False  # its messages can hold the URL
-    sent = 0
-    for url in urls:
-        try:
-            target = apprise.Apprise()
-            if target.add(url) and target.notify(title=title, body=body):
-                sent += 1
-        except Exception:  # noqa: BLE001 - a channel's failure is a count, never a message that could hold its URL
-            continue
-    return sent
+
+def still_hanging() -> int:
+    """How many sends of this process passed their deadline and have not ended yet."""
+    return sum(1 for thread in list(_hanging) if thread.is_alive())
+
+
+def _deliver(url: str, title: str, body: str, loop: asyncio.AbstractEventLoop, future: asyncio.Future[bool]) -> None:
+    taken = _send_one(url, title, body)
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for this answer any more
+        loop.call_soon_threadsafe(_settle, future, taken)
+
+
+def _settle(future: asyncio.Future[bool], taken: bool) -> None:
+    if not future.done():
+        future.set_result(taken)
+
+
+def _send_one(url: str, title: str, body: str) -> bool:
+    try:
+        import apprise  # only the patrol with --notify needs it
+
+        quiet = logging.getLogger("apprise")
+        quiet.disabled, quiet.propagate = True, False  # its messages can hold the URL
+        target = apprise.Apprise()
+        return bool(target.add(url) and target.notify(title=title, body=body))
+    except Exception:  # noqa: BLE001 - a channel's failure is a count, never a message that could hold its URL
+        return False
 
 
 def already_notified(session: Session, run_id: str, launch_seq: int, event: str) -> bool:
@@ -100,13 +146,13 @@ def already_notified(session: Session, run_id: str, launch_seq: int, event: str)
                for e in session.db.events(run_id=run_id, kind=EventKind.NOTIFIED))
 
 
-SENT, SKIPPED, UNSENT = "sent", "skipped", "unsent"  # what notify_once did
+SENT, SKIPPED, UNSENT, UNCONFIRMED = "sent", "skipped", "unsent", "unconfirmed"  # what notify_once did
 
 
 async def notify_once(session: Session, found: Channels, notice: Notice, launch_seq: int) -> str:
     """Send `notice` unless this launch's event was sent already (by any process): SENT now, SKIPPED (sent
-    before, or another patrol is sending it now), or UNSENT when no channel took it. An unsent notice is not
-    recorded, so the next tick tries again."""
+    before, or another patrol is sending it now), UNSENT when every channel refused it, or UNCONFIRMED when none
+    took it and some had not answered by the deadline. Neither is recorded, so the next tick tries again."""
     stack = contextlib.ExitStack()
     try:
         stack.enter_context(run_lock(session.project.state_dir, f"{LOCK_PREFIX}/{notice.run}", "notifying"))
@@ -116,11 +162,11 @@ async def notify_once(session: Session, found: Channels, notice: Notice, launch_
         if already_notified(session, notice.run, launch_seq, notice.event):
             return SKIPPED
         title, body = notice_text(notice)
-        taken = await send(found, title, body)
-        if taken == 0:
-            return UNSENT
+        delivery = await send(found, title, body)
+        if delivery.taken == 0:
+            return UNCONFIRMED if delivery.unconfirmed else UNSENT
         events.notified(session.db, run_id=notice.run, instance=notice.instance, launch_seq=launch_seq,
-                        event=notice.event, channels=taken, actor=ACTOR)
+                        event=notice.event, channels=delivery.taken, actor=ACTOR)
     return SENT
 
 

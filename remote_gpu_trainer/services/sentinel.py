@@ -62,6 +62,8 @@ class SentinelPlan:
     poll_s: float
     payloads: dict[str, dict[str, Any]]
     url: WebhookUrl = field(repr=False)
+    attempt_s: float  # one delivery attempt at most ([notify] send_timeout_seconds)
+    retry_delays_s: tuple[float, ...]  # the waits between attempts, then "gave up" ([notify] retry_seconds)
 
 
 def plan(session: Session, run: RunConfig) -> SentinelPlan | None:
@@ -81,7 +83,8 @@ def plan(session: Session, run: RunConfig) -> SentinelPlan | None:
                         next=commands)
         body, headers = notice_payload(notice, notify.kind)
         payloads[event] = {"body": base64.b64encode(body).decode("ascii"), "headers": headers}
-    return SentinelPlan(kind=notify.kind, poll_s=notify.poll_seconds, payloads=payloads, url=url)
+    return SentinelPlan(kind=notify.kind, poll_s=notify.poll_seconds, payloads=payloads, url=url,
+                        attempt_s=notify.send_timeout_seconds, retry_delays_s=notify.retry_seconds)
 
 
 def instance_id_of(session: Session, name: str) -> str:
@@ -137,6 +140,7 @@ async def start(sentinel: SentinelPlan, run: RunConfig, transport: Transport, *,
         "checkpoint_globs": list(run.checkpoint_globs), "stall_after": run.stall_after,
         "poll_s": sentinel.poll_s, "started_at": started, "disk_full_percent": DISK_FULL_PERCENT,
         "slurm_job": slurm_job, "payloads": sentinel.payloads,
+        "attempt_s": sentinel.attempt_s, "retry_delays_s": list(sentinel.retry_delays_s),
     }
     await transport.put_bytes((json.dumps(config, indent=1) + "\n").encode(), f"{ctl}/{CONFIG}")
     program = importlib.resources.files("remote_gpu_trainer.remote").joinpath(PROGRAM).read_bytes()
