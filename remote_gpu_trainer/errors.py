@@ -49,6 +49,22 @@ class TransportError(RgtError):
     exit_code = EXIT_FAILED
 
 
+class HostKeyNotTrusted(TransportError):
+    """First contact with a box whose host key no known_hosts file lists: refused before any login. The SSH
+    transport raises it (HostKeyUnknown) without knowing which rgt.toml entry it was reaching; once that is known
+    (services/instances.trust_command), `said` words the refusal with the exact command that trusts the key."""
+
+    def __init__(self, where: str, key_type: str, fingerprint_sha256: str, then: str) -> None:
+        self.where = where
+        self.key_type = key_type
+        self.fingerprint_sha256 = fingerprint_sha256
+        super().__init__(self.said(then))
+
+    def said(self, then: str) -> str:
+        return (f"{self.where}: unknown host key {self.key_type} {self.fingerprint_sha256}: nothing was sent; "
+                f"compare it with the provider's console, then {then}")
+
+
 class HostKeyChanged(TransportError):
     """The box presented a host key other than the recorded one (the SSH transport raises it): nothing
     was sent, and a pull names it as the reason its files failed."""

@@ -21,15 +21,21 @@ _SECRET_TOKEN = re.compile(
 # A whole value of the shape of a vast.ai API key (64 hex digits) or a JWT, under a key that is not an identifier
 _SECRET_VALUE = re.compile(r"^[0-9a-f]{64}$|^eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]*$")
 _IDENTIFIER_KEYS = frozenset({"id", "name", "host", "instance"})  # what a value means here: a name, never a key
+# Private-key text in PEM or OpenSSH armour (RSA, EC, DSA, OPENSSH, ENCRYPTED, PKCS#8, PGP's key block), anywhere
+# in a value: an SSH key pasted into a command or an env value leaks the box as surely as an API key leaks the account
+_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----")
 
 
 def secret_problem(key: str, value: Any) -> str | None:
-    """Why `key = value` may not stand in rgt.toml, or None: a key named like a secret, a token's shape anywhere
-    in a string (a teardown command with a key in it leaks it as surely as an `id` does), or a whole value shaped
-    like a vast.ai key or a JWT under a key that is not an identifier."""
+    """Why `key = value` may not stand in rgt.toml, or None: a key named like a secret, private-key text or a
+    token's shape anywhere in a string (a teardown command with a key in it leaks it as surely as an `id` does),
+    or a whole value shaped like a vast.ai key or a JWT under a key that is not an identifier."""
     if _SECRET_KEY_NAME.search(key):
         return ("looks like a secret: keep API keys in environment variables or the provider CLI's credential "
                 "file, never in rgt.toml")
+    if isinstance(value, str) and _PRIVATE_KEY.search(value):
+        return ("value holds private-key text (-----BEGIN ... PRIVATE KEY-----): remove it from rgt.toml; keep the "
+                "key in a file of its own (~/.ssh, mode 0600) and name that file in ~/.ssh/config")
     if isinstance(value, str) and (_SECRET_TOKEN.search(value) or (
             key not in _IDENTIFIER_KEYS and _SECRET_VALUE.match(value))):
         return "value looks like an API key or token: remove it from rgt.toml and use an environment variable"

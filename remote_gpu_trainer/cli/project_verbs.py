@@ -51,6 +51,10 @@ def init(args: argparse.Namespace) -> int:
 
 def info(args: argparse.Namespace) -> int:
     facts = info_facts(args.project)
+    if facts["project_file"] is not None:  # the file every other verb reads: refused here the same way (exit 2)
+        from remote_gpu_trainer.config import load_project
+
+        load_project(Path(facts["project_file"]))
     if args.format == "json":
         printers.print_json(schemas.info_document(facts))
     else:

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.errors import ConfigError, HostKeyNotTrusted
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
@@ -73,5 +73,13 @@ def on_run(verb: str, args: argparse.Namespace, action: RunVerb) -> int:
 async def _closing_transports(session: Session, args: argparse.Namespace, action: RunVerb) -> int:
     try:
         return await action(session, args)
+    except HostKeyNotTrusted as exc:  # the transport's refusal, worded with the instance it was reaching
+        from remote_gpu_trainer.services.instances import trust_refusal
+
+        presented = session.host_key_prompts.items()
+        name = next((n for n, key in presented if key.fingerprint_sha256 == exc.fingerprint_sha256),
+                    session.run_config(args.run).instance)
+        exc.args = (trust_refusal(session, name, exc),)
+        raise
     finally:
         await session.close_transports()

@@ -11,7 +11,8 @@ import asyncio
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.errors import ConfigError, RgtError
+from remote_gpu_trainer.audits.notice import rgt_command
+from remote_gpu_trainer.errors import ConfigError, HostKeyNotTrusted, RgtError
 from remote_gpu_trainer.providers.base import Creatable, InstanceStatus
 from remote_gpu_trainer.services.meter import record_snapshot
 from remote_gpu_trainer.state import events
@@ -41,6 +42,8 @@ async def instance_status(session: Session, name: str) -> InstanceStatus:
     unknown_key = status.detail.get("host_key_unknown")  # set only by SSH-based providers
     if unknown_key is not None:
         session.host_key_prompts[name] = unknown_key
+        status = dataclasses.replace(status, detail={**status.detail, "error": trust_refusal(session, name,
+                                                                                            unknown_key)})
     else:
         session.host_key_prompts.pop(name, None)
     if instance.price_per_hour is not None and status.price_source != "api" and exists:
@@ -51,6 +54,12 @@ async def instance_status(session: Session, name: str) -> InstanceStatus:
     record_snapshot(session, status)
     session.last_status[name] = status
     return status
+
+
+def trust_refusal(session: Session, name: str, unknown: HostKeyNotTrusted) -> str:
+    """The refusal of a first-contact host key, naming the exact command that trusts it for instance `name`."""
+    command = rgt_command("trust", name, str(session.project.root), "--fingerprint", unknown.fingerprint_sha256)
+    return unknown.said(f"run `{command}`")
 
 
 def waiting_status(session: Session, name: str) -> InstanceStatus:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.clock import iso_offset, utc_now
-from remote_gpu_trainer.errors import HostKeyChanged, TransportError
+from remote_gpu_trainer.errors import HostKeyChanged, HostKeyNotTrusted, TransportError
 from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.providers.transports.quiet_asyncssh import asyncssh
 
@@ -31,20 +31,20 @@ DEFAULT_PORT = 22
 
 # -- errors ------------------------------------------------------------------------------------------------
 
-class HostKeyUnknown(TransportError):
+class HostKeyUnknown(HostKeyNotTrusted):
     """First contact with a host no known_hosts file lists. Only the key exchange happened (no login):
-    the UI shows the fingerprint, asks once, and calls accept_host_key with `key`."""
+    the UI shows the fingerprint, asks once, and calls accept_host_key with `key`; the CLI's refusal names
+    `rgt trust` (with the instance's name once the session knows it, errors.HostKeyNotTrusted.said)."""
 
     def __init__(self, host: str, port: int, key: asyncssh.SSHKey, known_hosts_file: Path) -> None:
         self.host = host
         self.port = port
         self.key = key
-        self.key_type = key.get_algorithm()
-        self.fingerprint_sha256 = key.get_fingerprint("sha256")
         self.known_hosts_file = known_hosts_file
-        super().__init__(
-            f"{host_port(host, port)}: unknown host key {self.key_type} {self.fingerprint_sha256}: compare it "
-            f"with the provider's console, then accept it to record it in {known_hosts_file}")
+        fingerprint = key.get_fingerprint("sha256")
+        super().__init__(host_port(host, port), key.get_algorithm(), fingerprint,
+                         f"run `rgt trust INSTANCE --fingerprint {fingerprint}` (INSTANCE: the rgt.toml entry for "
+                         f"this host), which records it in {known_hosts_file}")
 
 
 class HostKeyMismatch(HostKeyChanged):

@@ -32,6 +32,8 @@ async def pull_run(session: Session, run_id: str,
     if state.liveness.state in ("running", "stalled"):
         raise VerbFailed(f"run {run_id} is still {state.liveness.state}: pull once it has finished, "
                          "because the manifest is built once, from the finished files")
+    if state.liveness.detail == "not launched":
+        await _refuse_never_launched(session, run, run_id)
     with run_lock(session.project.state_dir, run_id, "pulling"):
         events.pull_started(session.db, run_id=run_id, instance=run.instance, actor=actor)
         try:
@@ -52,6 +54,21 @@ async def pull_run(session: Session, run_id: str,
                                failed=len(result.failed), actor=actor)
     recovery.refresh(session, run_id, state.liveness)
     return result
+
+
+async def _refuse_never_launched(session: Session, run: RunConfig, run_id: str) -> None:
+    """A run this project never launched has nothing to pull, unless its result root already holds a manifest
+    (a run launched without rgt, whose manifest is adopted, docs/gate.md §2.1) or one was recorded here. Said
+    before anything is written or logged: the builder's "roster cell has no folder (missing_dir)" named a
+    symptom, not the cause."""
+    if session.db.recorded_manifest(run_id) is not None:
+        return
+    transport = await session.remote(run.instance)
+    if await transport.stat(f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}") is not None:
+        return
+    raise VerbFailed(f"run {run_id} was not launched yet: nothing to pull from {run.instance} ({run.remote_root} "
+                     f"holds no manifest); launch it with `rgt run {run_id}`, or, if it ran from another copy of "
+                     f"this project, `rgt adopt {run.instance}` first")
 
 
 async def verify_run(session: Session, run_id: str,
