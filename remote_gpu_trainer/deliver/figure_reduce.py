@@ -38,17 +38,27 @@ if TYPE_CHECKING:
 CHUNK_ROWS = 200_000  # rows parsed at a time (about 10 MB of a two-column frame)
 EXACT_ROWS = 20_000  # a curve of at most this many points is drawn as it is
 CAPACITY = 1 << 14  # fine buckets held while streaming (a power of two: they merge pairwise)
+#: a line of train.csv longer than this is no row of numbers: the parser would hold it whole (a file of NUL
+#: bytes is one endless line), so it is refused as soon as it is seen
+MAX_LINE_BYTES = 1 << 20
 ROLES = ("first", "min", "max", "last")
 
 
-class HashingReader(io.RawIOBase):
-    """A file descriptor read as a raw stream, every byte handed out also fed to a sha256."""
+class LineTooLong(ValueError):
+    """A line of the stream is longer than MAX_LINE_BYTES."""
 
-    def __init__(self, fd: int) -> None:
+
+class HashingReader(io.RawIOBase):
+    """A file descriptor read as a raw stream, every byte handed out also fed to a sha256; a line longer than
+    MAX_LINE_BYTES raises LineTooLong before the parser can hold it."""
+
+    def __init__(self, fd: int, max_line: int = MAX_LINE_BYTES) -> None:
         super().__init__()
         self._fd = fd
         self.digest = hashlib.sha256()
         self.bytes = 0
+        self._max_line = max_line
+        self._since_newline = 0
 
     def readable(self) -> bool:
         return True
@@ -56,6 +66,14 @@ class HashingReader(io.RawIOBase):
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
         data = os.read(self._fd, len(view))
+        newline = data.rfind(b"\n")
+        first = data.find(b"\n")
+        longest = self._since_newline + (first if first >= 0 else len(data))
+        if len(data) > self._max_line:  # a line inside a block is no longer than the block
+            longest = max(longest, _longest_line(data, newline))
+        if longest > self._max_line:
+            raise LineTooLong(f"a line longer than {self._max_line} bytes")
+        self._since_newline = len(data) - newline - 1 if newline >= 0 else self._since_newline + len(data)
         view[:len(data)] = data
         self.digest.update(data)
         self.bytes += len(data)
@@ -71,6 +89,14 @@ class HashingReader(io.RawIOBase):
         if not self.closed:
             os.close(self._fd)
         super().close()
+
+
+def _longest_line(data: bytes, last_newline: int) -> int:
+    """The longest complete line inside `data` between its first and last newline (0 when there are none)."""
+    first = data.find(b"\n")
+    if first < 0 or first == last_newline:
+        return 0
+    return max(len(line) for line in data[first + 1:last_newline].split(b"\n"))
 
 
 @dataclass
@@ -109,6 +135,8 @@ def stream_curve(fd: int, path: str, x: str, y: str, chunk_rows: int = CHUNK_ROW
                     yield xs[keep], ys[keep]
             except ConfigError:
                 raise
+            except LineTooLong as exc:
+                raise ConfigError(f"{path}: {exc}: not a table of numbers; refused") from None
             except pd.errors.EmptyDataError:
                 raise ConfigError(f"{path}: empty file, no header") from None
             except Exception as exc:  # pandas raises many types for one cause: not the table it claims to be
@@ -134,6 +162,7 @@ def _numbers(column: pd.Series, name: str, path: str, stream: CurveStream | None
     bad = converted.isna() & column.notna()
     if bool(bad.any()):
         cell = column[bad].iloc[0]
+        cell = cell.item() if isinstance(cell, np.generic) else cell  # np.True_ is named as the file says it
         raise ConfigError(f"{path}: column {name!r} holds {cell!r}, not a number")
     if stream is not None:
         stream.integer_x = False
