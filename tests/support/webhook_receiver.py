@@ -66,6 +66,14 @@ def receiver() -> Iterator[Receiver]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
+        def do_GET(self) -> None:  # noqa: N802 - what a followed redirect sends: recorded, answered 200
+            box = state["receiver"]
+            with box.lock:
+                box.requests.append(Received("GET", self.path, dict(self.headers.items()), b""))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             return None
 
