@@ -77,13 +77,13 @@ def _build_output(kind: str, ident: str, project: str | None, fmt: str) -> int:
         if kind == "figure":
             from remote_gpu_trainer.services.figures import build_figure
 
-            figure = build_figure(session.project, ident)
+            figure = build_figure(session.project, ident, db=session.db)
             passed, show = figure.passed, lambda: _print_figure(figure)
             document = output_document(kind, ident, figure.folder, passed, figure.deterministic, figure.document)
         else:
             from remote_gpu_trainer.services.tables import build_table
 
-            table = build_table(session.project, ident)
+            table = build_table(session.project, ident, db=session.db)
             passed, show = table.passed, lambda: _print_table(table)
             document = output_document(kind, ident, table.folder, passed, table.deterministic, table.document)
         if fmt == "json":

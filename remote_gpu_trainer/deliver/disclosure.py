@@ -63,6 +63,7 @@ class RowFacts:
     unread: tuple[str, ...] = ()  # `<doc> (<why>)` of every configured document that could not be read
     outputs: tuple[OutputQA, ...] = ()
     dirty: tuple[str, ...] = ()  # cells whose run.json says the code tree was dirty
+    unverified: str = ""  # the sources no pull brought or whose run is not pull-verified, in words
 
 
 ITEMS = ("D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8")
@@ -108,6 +109,8 @@ def disclose(facts: RowFacts) -> Disclosure:
     items += [("D7", text) for text in (_d7(output) for output in facts.outputs) if text]
     if facts.dirty:
         items.append(("D8", f"built from uncommitted code ({', '.join(facts.dirty)})"))
+    if facts.unverified:
+        items.append(("D8", facts.unverified))
     return Disclosure(tuple(items), tuple(dict.fromkeys(note.id for note in facts.findings)))
 
 

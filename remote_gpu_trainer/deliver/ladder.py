@@ -1,10 +1,11 @@
 """The claim ladder (docs/deliver.md §2): planned → evaluated → pull_verified → audited → paper_supported.
 
 Each step is entered on its own evidence, never inferred from the step before: every source cell evaluated
-(its metrics.json holds the metric), every source run pull-verified (its PULL_VERIFIED.json is the one the last
-recorded verification wrote), every VERIFY check answered by an audit newer than those verifications with each
-finding touching the claim dispositioned, and the claim quoted consistently in the document its
-`paper_anchor` names. The first step whose evidence is missing stops the ladder there, and says why.
+(its metrics.json holds the metric, in bytes a pull of rgt brought: a file written here is no measurement and
+stays `planned`), every source run pull-verified (its PULL_VERIFIED.json is the one the last recorded
+verification wrote), every VERIFY check answered by an audit newer than those verifications with each finding
+touching the claim dispositioned, and the claim quoted consistently in the document its `paper_anchor` names.
+The first step whose evidence is missing stops the ladder there, and says why.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class ClaimEvidence:
 
     rows: int  # evidence rows the claim has
     missing_cells: tuple[str, ...] = ()  # source cells whose metrics.json lacks the metric
+    unpulled: tuple[str, ...] = ()  # `<paths> (<why>)` of source files no pull of rgt brought (not evidence)
     unverified: Mapping[str, str] = field(default_factory=dict)  # source run -> why it is not pull-verified
     audit_gap: str | None = None  # why no audit covers the claim's capsules (None: one does)
     open_findings: tuple[str, ...] = ()  # ids of open findings touching the claim
@@ -48,6 +50,8 @@ def _evaluated(evidence: ClaimEvidence) -> str | None:
         return "no evidence rows: nothing is measured yet"
     if evidence.missing_cells:
         return f"not evaluated: no metrics.json value in {', '.join(evidence.missing_cells)}"
+    if evidence.unpulled:  # a file written here is no measurement of a run: nothing was evaluated
+        return f"not evaluated: not pulled by rgt: {'; '.join(evidence.unpulled)}"
     return None
 
 

@@ -2,9 +2,10 @@
 state what the pure DELIVER code needs, then write EVIDENCE.json's generated fields and the LaTeX macros.
 
 What is gathered, and from where: the capsules and EVIDENCE.json through VERIFY's one loader (services/audit.py
-`gather`); the VERIFY findings and their status from the state database; whether each source run is
-pull-verified from the teardown gate's own evidence conditions (services/gate.py, so the ladder and the gate
-can never disagree about a verification); the last audit's answers; the documents rgt.toml names for
+`gather`); the VERIFY findings and their status from the state database; whether each source file is bytes a
+pull of rgt brought and each source run is pull-verified by the teardown gate's own evidence conditions
+(services/deliver_sources.py, so the ladder and the gate can never disagree about a verification); the last
+audit's answers; the documents rgt.toml names for
 reconcile (the list V31 reads), reconciled against the values being written; and each figure's and table's
 `qa` from its figure.json / table.json. Nothing here decides a rule: deliver/ does.
 """
@@ -17,7 +18,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.gate import evaluate_evidence_only
 from remote_gpu_trainer.audits.verify.catalogue import params_for, specs
 from remote_gpu_trainer.audits.verify.generated import GeneratedRow, generate_row
 from remote_gpu_trainer.audits.verify.model import Number, ProjectEvidence
@@ -31,10 +31,8 @@ from remote_gpu_trainer.deliver.disclosure import FindingNote, OutputQA, RowFact
 from remote_gpu_trainer.deliver.evidence import ClaimSpec, RowSpec
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import atomic_write, read_regular
-from remote_gpu_trainer.run_records import run_config_from_record
 from remote_gpu_trainer.services import audit
-from remote_gpu_trainer.services.bindings import bound_run_config
-from remote_gpu_trainer.services.gate import gather_gate_inputs
+from remote_gpu_trainer.services.deliver_sources import SourceJudge, Unchecked, grouped, words
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.state.verify import FindingRecord
 from remote_gpu_trainer.strict_json import loads_strict
@@ -88,6 +86,7 @@ class _Context:
     unverified: Mapping[str, str]  # run -> why it is not pull-verified (every run the claims cite)
     audit_gap: Mapping[str, str]  # run -> why the last audit does not cover it
     seed_params: Mapping[str, Any]
+    sources: SourceJudge  # whether each source file was pulled and verified (services/deliver_sources.py)
 
 
 def build_evidence(project: ProjectConfig, db: StateDB, now: datetime, *, with_macros: bool = False,
@@ -157,22 +156,10 @@ def _number(found: ProjectEvidence, row: RowSpec) -> Number:
 def _context(project: ProjectConfig, db: StateDB, found: ProjectEvidence, claims: Sequence[ClaimSpec]) -> _Context:
     runs = sorted({cell.split("/")[0] for claim in claims for row in claim.rows for cell in row.cells})
     records = tuple(r for r in db.finding_records() if r.status in LIVE)
-    unverified = {run: why for run in runs if (why := _unverified(project, db, run)) is not None}
+    sources = SourceJudge(project, db)
+    unverified = {run: why for run in runs if (why := sources.not_verified(run)) is not None}
     return _Context(project, found, records, unverified, _audit_gaps(db, runs),
-                    params_for(specs()["V04"], project.verify.overrides))
-
-
-def _unverified(project: ProjectConfig, db: StateDB, run_id: str) -> str | None:
-    """Why the run is not pull-verified, by the teardown gate's evidence conditions (G1–G5 and the binding of
-    PULL_VERIFIED.json to the last recorded verification); None when it is."""
-    run = bound_run_config(project, db, run_id) if run_id in project.runs else None  # as the gate judges it
-    if run is None:
-        record = db.last_verification_record(run_id)
-        run = run_config_from_record(record.config) if record is not None else None
-        if run is None:
-            return "not in rgt.toml and never verified"
-    decision = evaluate_evidence_only(gather_gate_inputs(project, run, db, "", None))
-    return None if decision.open else decision.reasons[0]
+                    params_for(specs()["V04"], project.verify.overrides), sources)
 
 
 def _audit_gaps(db: StateDB, runs: Sequence[str]) -> dict[str, str]:
@@ -220,9 +207,12 @@ def _claim(context: _Context, claim: ClaimSpec, position: int, generated: Mappin
                                said.text, disclosure.inline_rest(facts, said, finding_texts=True), said.by_item()))
     touching = _touching(context, claim, None)
     runs = {cell.split("/")[0] for row in claim.rows for cell in row.cells}
+    unpulled = grouped((u for spec in claim.rows for u in _unchecked(context, generated[(position, spec.index)])
+                        if not u.pulled), kind=False)  # no measurement at all: the claim stays planned
     climbed = ladder.climb(ladder.ClaimEvidence(
         rows=len(claim.rows),
         missing_cells=tuple(c for key, g in generated.items() if key[0] == position for c in g.missing),
+        unpulled=tuple(unpulled),
         unverified={run: why for run, why in context.unverified.items() if run in runs},
         audit_gap=next((why for run, why in sorted(context.audit_gap.items()) if run in runs), None),
         open_findings=tuple(r.id for r in touching if r.status == "open"),
@@ -247,7 +237,14 @@ def _facts(context: _Context, spec: RowSpec, row: GeneratedRow, report: Reconcil
         unread=unread_documents(report),
         outputs=tuple(_output(context.project.root, kind, ident)
                       for kind, ids in (("figure", spec.figures), ("table", spec.tables)) for ident in ids),
-        dirty=tuple(c.key for c in capsules if c.prov("code", "dirty") is True))
+        dirty=tuple(c.key for c in capsules if c.prov("code", "dirty") is True),
+        unverified=words(found) if (found := _unchecked(context, row)) else "")
+
+
+def _unchecked(context: _Context, row: GeneratedRow) -> list[Unchecked]:
+    """The row's source files that no pull of rgt brought, or whose run is not pull-verified: each number
+    built from one says so (D8), and the ladder keeps its claim below the step it lacks."""
+    return context.sources.judge_all((str(source.get("path")), source.get("sha256")) for source in row.sources)
 
 
 def unread_documents(report: ReconcileReport | None) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ from remote_gpu_trainer.deliver.build_common import code_state, linked_outputs, 
 from remote_gpu_trainer.deliver.evidence import RowSpec
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RgtError
 from remote_gpu_trainer.fsutil import file_kind, lstat_or_none
+from remote_gpu_trainer.services.deliver_sources import SourceJudge, disclose_document
 from remote_gpu_trainer.services.evidence import store
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.views import BuildStep, ClaimView, DeliverRow, DeliverView, DriftView, OutputView
@@ -401,14 +402,16 @@ def build_all(project: ProjectConfig, db: StateDB, now: datetime,
         return add(_attempt(kind, ident, build))
 
     watch = _StoreWatch(root, db)
+    judge = SourceJudge(project, db)
     for ident in figures:
-        run("figure", ident, partial(watch.guarded, "figure", ident, partial(_figure, project, ident, code, now)))
+        run("figure", ident, partial(watch.guarded, "figure", ident,
+                                     partial(_figure, project, ident, code, now, judge)))
     for rel in linked["figure"]:
         add(BuildStep("figure", rel.partition("/")[2], "bad_input", linked_refusal("figure", rel)))
     for ident, line in odd["figure"]:
         add(BuildStep("figure", ident, "bad_input", line))
     for ident in tables:
-        run("table", ident, partial(_table, project, ident, code))
+        run("table", ident, partial(_table, project, ident, code, judge))
     for rel in linked["table"]:
         add(BuildStep("table", rel.partition("/")[2], "bad_input", linked_refusal("table", rel)))
     for ident, line in odd["table"]:
@@ -474,22 +477,27 @@ def _attempt(kind: str, ident: str, build: Callable[[], BuildStep]) -> BuildStep
         return BuildStep(kind, ident, "failed", f"internal error in the builder: {type(exc).__name__}: {exc}")
 
 
-def _figure(project: ProjectConfig, ident: str, code: Mapping[str, Any], now: datetime) -> BuildStep:
+def _figure(project: ProjectConfig, ident: str, code: Mapping[str, Any], now: datetime,
+            judge: SourceJudge) -> BuildStep:
     from remote_gpu_trainer.deliver.figures import build_figure
 
     built = build_figure(project.root, ident, declared=project.verify.metrics, code=code, now=now)
-    return _qa_step("figure", ident, built.passed, built.document, built.deterministic)
+    document, unchecked = disclose_document(built.folder, "figure.json", built.document, judge)
+    return _qa_step("figure", ident, built.passed, document, built.deterministic, len(unchecked))
 
 
-def _table(project: ProjectConfig, ident: str, code: Mapping[str, Any]) -> BuildStep:
+def _table(project: ProjectConfig, ident: str, code: Mapping[str, Any], judge: SourceJudge) -> BuildStep:
     from remote_gpu_trainer.services.tables import build_table
 
     built = build_table(project, ident, code=code)
-    return _qa_step("table", ident, built.passed, built.document, built.deterministic)
+    document, unchecked = disclose_document(built.folder, "table.json", built.document, judge)
+    return _qa_step("table", ident, built.passed, document, built.deterministic, len(unchecked))
 
 
-def _qa_step(kind: str, ident: str, passed: bool, document: Mapping[str, Any], deterministic: bool) -> BuildStep:
-    """The build's line from what it wrote into figure.json / table.json `qa` (the file the panel reads)."""
+def _qa_step(kind: str, ident: str, passed: bool, document: Mapping[str, Any], deterministic: bool,
+             unchecked: int = 0) -> BuildStep:
+    """The build's line from what it wrote into figure.json / table.json `qa` (the file the panel reads), and
+    how many of its inputs are not verified evidence (named in its disclosure)."""
     qa = document.get("qa")
     checks = qa.get("checks", {}) if isinstance(qa, Mapping) else {}
     flagged = [f"{name} {result}" for name, result in checks.items() if result not in PASSING]
@@ -499,6 +507,8 @@ def _qa_step(kind: str, ident: str, passed: bool, document: Mapping[str, Any], d
     disclosed = [name for name, result in checks.items() if result == "disclosed"]
     if disclosed and passed:
         detail += f" ({', '.join(disclosed)} disclosed)"
+    if unchecked:
+        detail += f"; {unchecked} input(s) not verified evidence, disclosed"
     return BuildStep(kind, ident, "passed" if passed else "qa_failed", f"{detail} → {kind}s/{ident}/")
 
 

@@ -16,14 +16,25 @@ if TYPE_CHECKING:
 
     from remote_gpu_trainer.config import ProjectConfig
     from remote_gpu_trainer.deliver.figures import FigureBuild
+    from remote_gpu_trainer.state.db import StateDB
 
 
-def build_figure(project: ProjectConfig, figure_id: str, *, code: Mapping[str, Any] | None = None) -> FigureBuild:
+def build_figure(project: ProjectConfig, figure_id: str, *, code: Mapping[str, Any] | None = None,
+                 db: StateDB | None = None) -> FigureBuild:
     """Build figures/<figure_id>/ of the project. `code` is the tree's git state when the caller builds several
-    outputs at once (one `git status` for all); None computes it here. matplotlib loads here, not at start-up."""
-    from remote_gpu_trainer.deliver.figures import build_figure as build
+    outputs at once (one `git status` for all); None computes it here. matplotlib loads here, not at start-up.
+    With the state database `db`, every input that is not verified evidence is disclosed in figure.json
+    (services/deliver_sources.py; `rgt build` does it for all outputs itself)."""
+    from dataclasses import replace
 
-    return build(project.root, figure_id, declared=project.verify.metrics, code=code)
+    from remote_gpu_trainer.deliver.figures import build_figure as build
+    from remote_gpu_trainer.services.deliver_sources import SourceJudge, disclose_document
+
+    built = build(project.root, figure_id, declared=project.verify.metrics, code=code)
+    if db is None:
+        return built
+    document, _ = disclose_document(built.folder, "figure.json", built.document, SourceJudge(project, db))
+    return replace(built, document=document)
 
 
 def figure_ids(root: Path) -> list[str]:

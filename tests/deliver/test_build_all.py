@@ -15,10 +15,13 @@ from remote_gpu_trainer.services.deliver import deliver_view
 from support.capsules import write_csv, write_json
 from support.deliver_project import user_project
 
+#: user_project writes its capsules into runs/ itself (no pull of rgt): each output discloses its two inputs as
+#: unverified evidence, and the claim stays planned (issue 26 item 7; the verified case is in
+#: test_deliver_never_claims_unchecked.py)
 BUILT = [
-    "✔ figure loss-curve: QA passed → figures/loss-curve/",
-    "✔ table tab-main: QA passed → tables/tab-main/",
-    "✔ evidence: C1-acc evaluated; 1 with a disclosure → EVIDENCE.json",
+    "✔ figure loss-curve: QA passed; 2 input(s) not verified evidence, disclosed → figures/loss-curve/",
+    "✔ table tab-main: QA passed; 2 input(s) not verified evidence, disclosed → tables/tab-main/",
+    "✔ evidence: C1-acc planned; 1 with a disclosure → EVIDENCE.json",
     "✔ macros: 1 macro(s) with their disclosure companions → tables/macros/final.tex",
     "build: 4 passed",
 ]

@@ -4,6 +4,7 @@ changed input is disclosed, never dropped. Each case is a real project on disk b
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,14 @@ import pytest
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.services.deliver import deliver_view
+from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.views import DeliverRow
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
 from support.capsules import write_evidence
 from support.claims_project import build_verified, claim, read_evidence, verified_copy
 from support.deliver_project import user_project
 from support.figures import write_figure
+from support.tables import write_table
 from support.tui_helpers import dashboard, notified, wait_until
 
 #: a figure's own build.py (docs/deliver.md §3) that, while it draws, makes a verified file writable, appends to
@@ -171,3 +175,69 @@ def test_a_paper_md_that_is_a_fifo_or_leads_out_of_the_project_is_a_finding_on_e
     assert f"document not reconciled: paper.md ({why})" in after["disclosure"]
     assert "cross-document drift: paper.md:1" in after["disclosure"]  # the drift it held is not dropped either
     assert len(after["findings"]) == len(before["findings"]) + 1
+
+
+# -- item 7: a number from evidence rgt never pulled or verified is disclosed, and its claim stays planned -------
+FAKE = "runs/fake/s0/test/set5/metrics.json"
+NEVER_PULLED = f"{FAKE} (not pulled by rgt: no pull of run fake is recorded)"
+
+
+def with_hand_written_cell(verified: Path, target: Path) -> Path:
+    """The verified project plus `runs/fake/s0/test/set5/metrics.json` written by hand (no manifest, no marker, no
+    run in rgt.toml), a table with it beside the verified run, and a claim on it."""
+    root = verified_copy(verified, target)
+    fake = root / FAKE
+    fake.parent.mkdir(parents=True)
+    fake.write_text((root / "runs/r1/seed0/test/set5/metrics.json").read_text(encoding="utf-8")
+                    .replace("31.34", "33.9"), encoding="utf-8")
+    write_table(root, "main", [{"method": "ours", "capsules": ["r1"]}, {"method": "fake", "capsules": ["fake/s0"]}],
+                test_id="set5", layout={"columns": ["psnr"]})
+    write_evidence(root, [{**claim(), "paper_anchor": "paper.md"},
+                          {**claim("C2-fake", cells=["fake/s0"], aggregate="single"), "paper_anchor": "paper.md"}])
+    return root
+
+
+def test_a_hand_written_metrics_json_is_disclosed_in_the_table_and_its_claim_stays_planned(
+        verified: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It went into a table next to the verified rows, QA passed, the only disclosure "single-seed", and its
+    claim climbed to evaluated. Now the table says which input is not evidence rgt checked, the number carries it
+    (D8), and the claim cannot climb past planned."""
+    root = with_hand_written_cell(verified, tmp_path / "project")
+    main(["build", str(root)])
+    lines = capsys.readouterr().out.splitlines()
+    assert "✔ table main: QA passed (Q4_bold_rule disclosed); 1 input(s) not verified evidence, disclosed → "\
+           "tables/main/" in lines
+    table = json.loads((root / "tables/main/table.json").read_text(encoding="utf-8"))
+    assert f"unverified evidence: {NEVER_PULLED}." in table["disclosure"]
+    assert "runs/r1/" not in table["disclosure"]  # the verified rows are not disclosed as unverified
+    verified_claim, fake_claim = read_evidence(root)["claims"]
+    assert verified_claim["state"] == "pull_verified"
+    assert fake_claim["state"] == "planned"
+    assert fake_claim["evidence"][0]["disclosures"]["D8"] == f"unverified evidence: {NEVER_PULLED}"
+    assert "unverified evidence" not in (verified_claim["disclosure"] or "")
+    assert main(["build", "evidence", str(root), "--format", "json"]) == 0
+    stopped = {c["id"]: c["stopped"] for c in json.loads(capsys.readouterr().out)["claims"]}
+    assert stopped["C2-fake"] == f"not evaluated: not pulled by rgt: {FAKE} (no pull of run fake is recorded)"
+
+
+def claim_row(app: RgtApp) -> DeliverRow:
+    view = dashboard(app).deliver_view
+    rows = {row.key: row for row in view.rows} if view is not None else {}
+    return rows.get("claim:C2-fake") or DeliverRow("", "", "", "", "")
+
+
+async def test_the_panel_shows_the_hand_written_number_planned_with_its_disclosure(
+        verified: Path, tmp_path: Path) -> None:
+    root = with_hand_written_cell(verified, tmp_path / "project")
+    session = Session.open(str(root))
+    app = RgtApp(session)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None)
+        await pilot.press("5")
+        await wait_until(pilot, lambda: dashboard(app).deliver_view is not None)
+        await pilot.press("b")
+        await wait_until(pilot, lambda: notified(app, "build:"), timeout=180)
+        await wait_until(pilot, lambda: claim_row(app).status == "planned")
+        assert f"unverified evidence: {NEVER_PULLED}" in claim_row(app).describe
+        assert "1 input(s) not verified evidence" in "\n".join(app.screen.query_one(DeliverPanel).progress)
+    session.close()

@@ -16,13 +16,19 @@ from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.deliver import disclosure, evidence
 from remote_gpu_trainer.deliver.disclosure import FindingNote, RowFacts
 from support.capsules import load
-from support.claims_project import CELLS, PSNR, RUN, claim, files_project, read_evidence, stage_capsule
+from support.claims_project import CELLS, PSNR, RUN, claim, files_project, read_evidence, stage_capsule, unpulled
 
 
 def build(root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     """`rgt build macros --format json`: the document it printed (EVIDENCE.json is read back separately)."""
     assert main(["build", "macros", str(root), "--format", "json"]) == 0
     return json.loads(capsys.readouterr().out)
+
+
+def and_unverified(text: str, cells: tuple[str, ...] = CELLS) -> str:
+    """`text` then the D8 item every number built from files_project's capsules carries: they were written into
+    runs/ here, never pulled by rgt (docs/deliver.md §5)."""
+    return f"{text}; unverified evidence: {unpulled(cells)}"
 
 
 def row_of(document: dict[str, Any], claim_index: int = 0) -> dict[str, Any]:
@@ -54,8 +60,9 @@ def test_inline_form_of_a_single_seed_with_a_finding_is_the_spec_example(tmp_pat
 # -- D2 split, D3 seeds ------------------------------------------------------------------------------------------
 def test_d2_a_validation_split_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     row = row_of(build(files_project(tmp_path, [claim()], split="val"), capsys))
-    assert row["disclosure"] == "validation-split number"
-    assert row["inline"] == "31.42 dB ↑ (val, n=5 items, 3 seeds, mean ± std 0.08; validation-split number)"
+    assert row["disclosure"] == and_unverified("validation-split number")
+    assert row["inline"] == "31.42 dB ↑ (val, n=5 items, 3 seeds, mean ± std 0.08; " + \
+        and_unverified("validation-split number") + ")"
 
 
 def test_d3_single_seed_and_too_few_seeds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,11 +70,13 @@ def test_d3_single_seed_and_too_few_seeds(tmp_path: Path, capsys: pytest.Capture
                                     claim("C2", cells=[f"{RUN}/seed0", f"{RUN}/seed1"])])
     document = build(root, capsys)
     single, two = row_of(document, 0), row_of(document, 1)
-    assert single["disclosure"] == "single seed — no variance band"
-    assert single["inline"] == "31.34 dB ↑ (test, n=5, single seed — no variance band)"
-    assert two["disclosure"] == "2 seeds, no CI"
-    assert two["inline"] == "31.38 dB ↑ (test, n=5 items, 2 seeds, no CI, mean ± std 0.06)"
-    assert read_evidence(root)["claims"][0]["disclosure"] == "single seed — no variance band"
+    one, both = ("seed0",), ("seed0", "seed1")
+    assert single["disclosure"] == and_unverified("single seed — no variance band", one)
+    assert single["inline"] == f"31.34 dB ↑ (test, n=5, {and_unverified('single seed — no variance band', one)})"
+    assert two["disclosure"] == and_unverified("2 seeds, no CI", both)
+    assert two["inline"] == "31.38 dB ↑ (test, n=5 items, 2 seeds, no CI, mean ± std 0.06; " \
+                            f"unverified evidence: {unpulled(both)})"
+    assert read_evidence(root)["claims"][0]["disclosure"] == and_unverified("single seed — no variance band", one)
 
 
 # -- D5 findings ---------------------------------------------------------------------------------------------------
@@ -83,20 +92,23 @@ def test_d5_an_acknowledged_findings_disclosure_rides_verbatim(tmp_path: Path,
     assert main(["finding", finding["id"], str(root), "--ack", "--note", "budget", "--disclosure", typed]) == 0
     capsys.readouterr()
     row = row_of(build(root, capsys))
-    assert row["disclosure"] == f"single seed — no variance band; {typed} [{finding['id']}]"
-    assert row["inline"] == f"31.34 dB ↑ (test, n=5, single seed — no variance band) [{finding['id']}]"
+    one = ("seed0",)
+    assert row["disclosure"] == and_unverified(f"single seed — no variance band; {typed} [{finding['id']}]", one)
+    assert row["inline"] == f"31.34 dB ↑ (test, n=5, {and_unverified('single seed — no variance band', one)}) " \
+                            f"[{finding['id']}]"
     written = read_evidence(root)["claims"][0]
     assert written["findings"] == [finding["id"]] and typed in written["disclosure"]
     assert ("\\newcommand{\\ClaimCOneMainPsnrDisc}{dB $\\uparrow$ (test, n=5, single seed --- no variance band; "
             "Pilot study: one seed; the 0.3 dB margin is within run-to-run noise (see Appendix B). "
-            f"[{finding['id']}])}}\n") in (root / "tables/macros/final.tex").read_text()
+            f"[{finding['id']}]; unverified evidence: runs/r1/seed0/test/set5/metrics.json (not pulled by rgt: no "
+            "pull of run r1 is recorded))}\n") in (root / "tables/macros/final.tex").read_text()
 
 
 # -- D6 drift, D7 figure and table QA, D8 dirty code, D4 unknown direction ----------------------------------------
 def test_d6_a_stale_number_in_a_document(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     docs = {"paper.tex": "PSNR on Set5 31.50 dB for the full model.\n", "notes.txt": "PSNR on Set5: 31.42\n"}
     row = row_of(build(files_project(tmp_path, [claim()], docs=docs), capsys))
-    assert row["disclosure"] == "cross-document drift: paper.tex:1"
+    assert row["disclosure"] == and_unverified("cross-document drift: paper.tex:1")
 
 
 def test_d6_a_drift_that_v31_raised_is_disclosed_once(tmp_path: Path) -> None:
@@ -117,8 +129,9 @@ def test_d7_a_failed_figure_check_and_a_table_never_built(tmp_path: Path, capsys
                      "G5_axis": "pass", "G6_data": "disclosed"}, "notes": "y label clipped at 300 dpi"}
     (figure / "figure.json").write_text(json.dumps({"schema": "remote-gpu-trainer/FIGURE/v1", "qa": qa}))
     row = row_of(build(root, capsys))
-    assert row["disclosure"] == ("figure psnr-bars: G3_clipped fail, G6_data disclosed — y label clipped at 300 dpi; "
-                                 "table tab2-main: not built (rgt build table tab2-main)")
+    assert row["disclosure"] == and_unverified("figure psnr-bars: G3_clipped fail, G6_data disclosed — y label "
+                                               "clipped at 300 dpi; table tab2-main: not built (rgt build table "
+                                               "tab2-main)")
 
 
 def test_d7_a_build_whose_two_renders_differed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,7 +142,7 @@ def test_d7_a_build_whose_two_renders_differed(tmp_path: Path, capsys: pytest.Ca
     figure.mkdir(parents=True)
     qa = {"passed": True, "deterministic": False, "checks": {"G1_blank": "pass"}, "notes": "final.svg differed"}
     (figure / "figure.json").write_text(json.dumps({"schema": "remote-gpu-trainer/FIGURE/v1", "qa": qa}))
-    assert row_of(build(root, capsys))["disclosure"] == (
+    assert row_of(build(root, capsys))["disclosure"] == and_unverified(
         "figure psnr-bars: not deterministic (two builds gave different bytes) — final.svg differed")
 
 
@@ -142,7 +155,7 @@ def test_d7_a_figure_folder_linked_out_of_the_project_is_not_read(tmp_path: Path
     (root / "figures").mkdir()
     (root / "figures" / "psnr-bars").symlink_to(outside)
     row = row_of(build(root, capsys))
-    assert row["disclosure"] == "figure psnr-bars: folder outside the project root, not read"
+    assert row["disclosure"] == and_unverified("figure psnr-bars: folder outside the project root, not read")
 
 
 def test_d8_a_dirty_code_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,12 +164,12 @@ def test_d8_a_dirty_code_tree(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                       "dirty_diff_sha256": "5c" * 32}}
     stage_capsule(root, RUN, "seed1", PSNR["seed1"], seed=1, record={"provenance": dirty})
     row = row_of(build(root, capsys))
-    assert row["disclosure"] == "built from uncommitted code (r1/seed1)"
+    assert row["disclosure"] == and_unverified("built from uncommitted code (r1/seed1)")
     stored = read_evidence(root)["claims"][0]["evidence"][0]["disclosures"]  # every item, recorded per number
     assert stored == {"D1": None, "D2": None, "D3": None, "D4": None, "D5": None, "D6": None, "D7": None,
-                      "D8": "built from uncommitted code (r1/seed1)"}
-    assert row["inline"] == ("31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08; built from uncommitted code "
-                             "(r1/seed1))")
+                      "D8": and_unverified("built from uncommitted code (r1/seed1)")}
+    assert row["inline"] == ("31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08; "
+                             f"{and_unverified('built from uncommitted code (r1/seed1)')})")
 
 
 def test_d4_an_unknown_direction_is_a_question_mark(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -169,6 +182,6 @@ def test_d4_an_unknown_direction_is_a_question_mark(tmp_path: Path, capsys: pyte
     (root / "EVIDENCE.json").write_text(json.dumps({"schema": "remote-gpu-trainer/EVIDENCE/v1",
                                                     "claims": [claim(metric="zorb")]}))
     row = row_of(build(root, capsys))
-    assert row["disclosure"] == "direction unknown: declare the metric in rgt.toml [metrics]"
-    assert row["inline"] == ("31.42 dB ? (test, n=5 items, 3 seeds, mean ± std 0.08; direction unknown: declare the "
-                             "metric in rgt.toml [metrics])")
+    unknown = and_unverified("direction unknown: declare the metric in rgt.toml [metrics]")
+    assert row["disclosure"] == unknown
+    assert row["inline"] == f"31.42 dB ? (test, n=5 items, 3 seeds, mean ± std 0.08; {unknown})"

@@ -17,7 +17,7 @@ from scipy.stats import trim_mean
 
 from remote_gpu_trainer.cli import main
 from support.capsules import write_capsule
-from support.claims_project import CELLS, PSNR, RUN, claim, files_project, read_evidence, stage_capsule
+from support.claims_project import CELLS, PSNR, RUN, claim, files_project, read_evidence, stage_capsule, unpulled
 
 EPOCH_1, EPOCH_2 = "1780000000", "1780000100"  # SOURCE_DATE_EPOCH: generated_at 2026-05-28T20:26:40Z, …20:28:20Z
 
@@ -64,8 +64,10 @@ def test_every_generated_field_is_the_exact_number_the_metrics_files_give(tmp_pa
     assert list(row) == ["exp_id", "test_id", "metric", "aggregate", "cells", "aliases", "precision",
                          "display_scale", "figures", "tables", "value", "direction", "split", "n", "seeds",
                          "variance", "sources", "disclosures"]
-    assert document["claims"][0]["state"] == "evaluated"  # nothing pulled or verified by rgt here
-    assert "C1-main-psnr  evaluated" in out and "31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08)" in out
+    assert document["claims"][0]["state"] == "planned"  # nothing pulled or verified by rgt here
+    assert row["disclosures"]["D8"] == f"unverified evidence: {unpulled()}"
+    assert f"C1-main-psnr  planned  (not evaluated: not pulled by rgt: {unpulled(kind='')})" in out
+    assert f"31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08; unverified evidence: {unpulled()})" in out
 
 
 def test_iqm_and_single_aggregates_and_the_registry_direction(tmp_path: Path,
@@ -117,7 +119,8 @@ def test_a_row_whose_cell_has_no_metrics_is_planned_with_no_value(tmp_path: Path
     written = read_evidence(root)["claims"][0]
     assert written["state"] == "planned"
     assert written["evidence"][0]["value"] is None and written["evidence"][0]["variance"] is None
-    assert written["disclosure"] == "not regenerable: no psnr in test/set5/metrics.json of r1/seed7"
+    assert written["disclosure"] == "not regenerable: no psnr in test/set5/metrics.json of r1/seed7; " \
+                                    f"unverified evidence: {unpulled(('seed0', 'seed1'))}"
 
 
 @pytest.mark.parametrize(("claims", "message"), [
@@ -160,7 +163,9 @@ def test_json_format_lists_each_claim_with_its_rows(tmp_path: Path, capsys: pyte
     assert code == 0 and document["schema"] == "rgt-build-evidence/v1"
     assert (document["evidence"], document["macros"]) == ("EVIDENCE.json", "tables/macros/final.tex")
     (built,) = document["claims"]
-    assert (built["id"], built["state"], built["findings"]) == ("C1-main-psnr", "evaluated", [])
+    assert (built["id"], built["state"], built["findings"]) == ("C1-main-psnr", "planned", [])
+    said = f"unverified evidence: {unpulled()}"  # written into runs/ here, never pulled
     assert built["rows"] == [{"subject": "claim:C1-main-psnr", "macro": "\\ClaimCOneMainPsnr",
                               "value": math.fsum(PSNR.values()) / 3,
-                              "inline": "31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08)", "disclosure": None}]
+                              "inline": f"31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08; {said})",
+                              "disclosure": said}]

@@ -40,7 +40,11 @@ def test_a_built_figure_exits_0_and_says_what_it_wrote_and_checked(root: Path) -
         f"figure acc: QA passed → {root / 'figures/acc'}\n"
         "  wrote source.csv (2 rows), final.png (960×600 px), final.svg, final.pdf\n"
         "  G1_blank     pass\n  G2_glyphs    pass\n  G3_clipped   pass\n  G4_overlap   pass\n"
-        "  G5_axis      pass\n  G6_data      pass\n")
+        "  G5_axis      pass\n  G6_data      pass\n"
+        "  disclosure: unverified evidence: runs/base/seed0/test/main/metrics.json, runs/base/seed1/test/main/"
+        "metrics.json (not pulled by rgt: no pull of run base is recorded); runs/ours/seed0/test/main/metrics.json, "
+        "runs/ours/seed1/test/main/metrics.json, runs/ours/seed2/test/main/metrics.json (not pulled by rgt: no pull "
+        "of run ours is recorded).\n")  # write_cells writes the capsules here: nothing was pulled
     assert sorted(p.name for p in (root / "figures/acc").iterdir()) == [
         "figure.json", "final.pdf", "final.png", "final.svg", "source.csv"]
 

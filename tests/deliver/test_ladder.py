@@ -55,9 +55,22 @@ def test_planned_a_source_cell_has_no_metrics(project: Path, capsys: pytest.Capt
     assert state(project, capsys) == ("planned", "not evaluated: no metrics.json value in r1/seed7")
 
 
-def test_evaluated_the_run_was_never_pulled_and_verified(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    root = files_project(tmp_path, [claim()])  # the same capsules, written here instead of pulled
-    assert state(root, capsys) == ("evaluated", "not pull-verified: run r1: not in rgt.toml and never verified")
+def test_planned_the_run_was_never_pulled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same capsules written here instead of pulled are no measurement rgt made: not even evaluated."""
+    root = files_project(tmp_path, [claim()])
+    found, why = state(root, capsys)
+    assert (found, why) == ("planned", why) and why is not None
+    assert why == "not evaluated: not pulled by rgt: " + ", ".join(
+        f"runs/{RUN}/{cell}/test/set5/metrics.json" for cell in CELLS) + f" (no pull of run {RUN} is recorded)"
+
+
+def test_planned_a_metrics_json_changed_since_the_pull(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    metrics = project / "runs" / RUN / "seed1" / "test" / "set5" / "metrics.json"
+    os.chmod(metrics, stat.S_IRUSR | stat.S_IWUSR)
+    metrics.write_text(metrics.read_text(encoding="utf-8").replace("31.42", "31.92"), encoding="utf-8")
+    assert state(project, capsys) == ("planned", f"not evaluated: not pulled by rgt: runs/{RUN}/seed1/test/set5/"
+                                                 f"metrics.json (changed since run {RUN} was pulled (sha256 differs "
+                                                 "from its manifest))")
 
 
 def test_evaluated_a_marker_that_is_not_the_verifications(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,8 +78,11 @@ def test_evaluated_a_marker_that_is_not_the_verifications(project: Path, capsys:
     body = json.loads(marker.read_text())
     os.chmod(marker, stat.S_IRUSR | stat.S_IWUSR)
     marker.write_text(json.dumps(body, indent=4))  # the same fields, other bytes: not what verify wrote
-    assert state(project, capsys) == ("evaluated", "not pull-verified: run r1: PULL_VERIFIED.json is not the one "
-                                                   "the last verification wrote (edited or copied): run verify")
+    why = "PULL_VERIFIED.json is not the one the last verification wrote (edited or copied): run verify"
+    assert state(project, capsys) == ("evaluated", f"not pull-verified: run r1: {why}")
+    paths = ", ".join(f"runs/{RUN}/{cell}/test/set5/metrics.json" for cell in CELLS)  # pulled, and still disclosed
+    assert read_evidence(project)["claims"][0]["evidence"][0]["disclosures"]["D8"] == \
+        f"unverified evidence: {paths} (pulled, not verified: {why})"
 
 
 def test_pull_verified_a_finding_touching_the_claim_is_still_open(project: Path,
@@ -126,6 +142,10 @@ def test_each_step_needs_its_own_evidence_never_the_next_ones() -> None:
     assert ladder.climb(ladder.ClaimEvidence(rows=0)) == ladder.Ladder("planned", "no evidence rows: nothing is "
                                                                                   "measured yet")
     assert ladder.climb(ladder.ClaimEvidence(rows=1, missing_cells=("r1/seed2",))).state == "planned"
+    unpulled = ladder.ClaimEvidence(rows=1, unpulled=("runs/r3/s0/test/t/metrics.json (no pull of run r3 is "
+                                                      "recorded)",))
+    assert ladder.climb(unpulled) == ladder.Ladder("planned", "not evaluated: not pulled by rgt: runs/r3/s0/test/t/"
+                                                              "metrics.json (no pull of run r3 is recorded)")
     unverified = ladder.ClaimEvidence(rows=1, unverified={"r2": "no PULL_VERIFIED.json: run verify"})
     assert ladder.climb(unverified) == ladder.Ladder("evaluated", "not pull-verified: run r2: no PULL_VERIFIED.json: "
                                                                   "run verify")

@@ -12,7 +12,12 @@ import pytest
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.deliver.disclosure import format_value
 from remote_gpu_trainer.deliver.macros import latex_escape, macro_name
-from support.claims_project import CELLS, RUN, claim, files_project
+from support.claims_project import CELLS, RUN, claim, files_project, unpulled
+
+
+def unverified(cells: tuple[str, ...] = CELLS) -> str:
+    """The D8 item of a number built from files_project's capsules (written here, never pulled by rgt)."""
+    return f"; unverified evidence: {unpulled(cells)}"
 
 
 def test_names_spell_digits_and_suffix_rows() -> None:
@@ -47,14 +52,16 @@ def test_the_file_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixture[st
         "% \\Claim<Id> is the number at its declared precision; \\Claim<Id>Disc the disclosure that goes with it.\n"
         "% claim:C1-main-psnr\n"
         "\\newcommand{\\ClaimCOneMainPsnr}{31.42}\n"
-        "\\newcommand{\\ClaimCOneMainPsnrDisc}{dB $\\uparrow$ (test, n=5 items, 3 seeds, mean $\\pm$ std 0.08)}\n"
+        "\\newcommand{\\ClaimCOneMainPsnrDisc}{dB $\\uparrow$ (test, n=5 items, 3 seeds, mean $\\pm$ std 0.08"
+        f"{unverified()})}}\n"
         "% claim:C2-ablation#0\n"
         "\\newcommand{\\ClaimCTwoAblationRowZero}{31.42}\n"
         "\\newcommand{\\ClaimCTwoAblationRowZeroDisc}"
-        "{dB $\\uparrow$ (test, n=5 items, 3 seeds, mean $\\pm$ std 0.08)}\n"
+        f"{{dB $\\uparrow$ (test, n=5 items, 3 seeds, mean $\\pm$ std 0.08{unverified()})}}\n"
         "% claim:C2-ablation#1\n"
         "\\newcommand{\\ClaimCTwoAblationRowOne}{31.5}\n"
-        "\\newcommand{\\ClaimCTwoAblationRowOneDisc}{dB $\\uparrow$ (test, n=5, single seed --- no variance band)}\n")
+        "\\newcommand{\\ClaimCTwoAblationRowOneDisc}{dB $\\uparrow$ (test, n=5, single seed --- no variance band"
+        f"{unverified(('seed2',))})}}\n")
 
 
 def test_each_figure_and_table_a_row_names_gets_its_caption_companion(tmp_path: Path,
@@ -73,11 +80,13 @@ def test_each_figure_and_table_a_row_names_gets_its_caption_companion(tmp_path: 
     capsys.readouterr()
     text = (root / "tables" / "macros" / "final.tex").read_text(encoding="utf-8")
     figure_disc = ("C1-main-psnr: psnr 31.42 dB $\\uparrow$ (test, n=5 items, 3 seeds, mean $\\pm$ std 0.08; figure "
-                   "psnr-bars: G5\\_axis disclosed; table tab2-main: not built (rgt build table tab2-main))")
+                   f"psnr-bars: G5\\_axis disclosed; table tab2-main: not built (rgt build table tab2-main)"
+                   f"{unverified()})")
     assert ("% figure:psnr-bars: what its caption discloses\n"
             f"\\newcommand{{\\FigurePsnrBarsDisc}}{{The bar axis starts at 30.; {figure_disc}}}\n") in text
     assert (f"\\newcommand{{\\TableTabTwoMainDisc}}{{{figure_disc}; C2-solo: psnr 31.50 dB $\\uparrow$ (test, n=5, "
-            "single seed --- no variance band; table tab2-main: not built (rgt build table tab2-main))}\n") in text
+            f"single seed --- no variance band; table tab2-main: not built (rgt build table tab2-main)"
+            f"{unverified(('seed2',))})}}\n") in text
 
 
 def test_a_unit_written_by_the_box_cannot_inject_tex(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -91,7 +100,7 @@ def test_a_unit_written_by_the_box_cannot_inject_tex(tmp_path: Path, capsys: pyt
     capsys.readouterr()
     text = (root / "tables" / "macros" / "final.tex").read_text()
     assert ("\\newcommand{\\ClaimCOneMainPsnrDisc}{\\}\\textbackslash{}input\\{/etc/passwd\\}\\% $\\uparrow$ (test, "
-            "n=5 items, 3 seeds, mean $\\pm$ std 0.08)}\n") in text
+            f"n=5 items, 3 seeds, mean $\\pm$ std 0.08{unverified()})}}\n") in text
 
 
 def test_two_claims_making_one_macro_are_refused_with_nothing_written(tmp_path: Path,

@@ -29,6 +29,11 @@ def root(tmp_path: Path) -> Path:
     return project
 
 
+def unpulled(run: str) -> str:
+    paths = ", ".join(f"runs/{run}/seed{seed}/test/set5/metrics.json" for seed in range(3))
+    return f"{paths} (not pulled by rgt: no pull of run {run} is recorded)"
+
+
 def rgt(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run_rgt("build", "table", *args, cwd=root)
 
@@ -39,7 +44,8 @@ def test_a_built_table_exits_0_and_says_what_it_checked(root: Path) -> None:
     assert result.stdout == (
         f"table main: QA passed → {root / 'tables/main'}\n"
         "  Q1_parse_back            pass\n  Q2_no_nan                pass\n  Q3_cells_match_source    pass\n"
-        "  Q4_bold_rule             pass\n  Q5_n_shown               pass\n  Q6_direction_marked      pass\n")
+        "  Q4_bold_rule             pass\n  Q5_n_shown               pass\n  Q6_direction_marked      pass\n"
+        f"  disclosure: unverified evidence: {unpulled('base')}; {unpulled('ours')}.\n")  # written here, not pulled
     assert (root / "tables/main/final.md").read_text().splitlines()[3] == "| ours | 5 | 3 | **33.50 ± 0.50** |"
 
 

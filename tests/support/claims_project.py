@@ -95,10 +95,18 @@ def claim(claim_id: str = "C1-main-psnr", cells: Sequence[str] = tuple(f"{RUN}/{
             "repo_implementation": "src/model.py:1", "aliases": [], "tried": 1, "evidence": [body]}
 
 
+def unpulled(cells: Sequence[str] = CELLS, kind: str = "not pulled by rgt: ", test_id: str = "set5") -> str:
+    """What a number built from these cells of run r1 says of them when files_project wrote them (no pull of
+    rgt recorded); `kind=""` is the ladder's form, which says "not pulled by rgt" before the files."""
+    paths = ", ".join(f"runs/{RUN}/{cell}/test/{test_id}/metrics.json" for cell in cells)
+    return f"{paths} ({kind}no pull of run {RUN} is recorded)"
+
+
 def files_project(root: Path, claims: Sequence[Mapping[str, Any]], values: Mapping[str, float] | None = None, *,
                   split: str = "test", docs: Mapping[str, str] | None = None) -> Path:
-    """Capsules of run r1 written straight into runs/ (nothing launched, pulled or verified), rgt.toml (with
-    `docs` in [deliver] docs, each written with its text) and EVIDENCE.json with `claims`."""
+    """Capsules of run r1 written straight into runs/ (nothing launched, pulled or verified: every number built
+    from them is disclosed as unverified evidence, `unpulled`, and no claim on them climbs past planned), rgt.toml
+    (with `docs` in [deliver] docs, each written with its text) and EVIDENCE.json with `claims`."""
     root.mkdir(parents=True, exist_ok=True)
     listed = ", ".join(toml_string(name) for name in docs or {})
     deliver = f"\n[deliver]\ndocs = [{listed}]\n" if docs else ""

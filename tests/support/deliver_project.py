@@ -81,8 +81,9 @@ def delivered_project(root: Path) -> Session:
 
 
 def user_project(root: Path) -> Session:
-    """Only what a user writes: the capsules pulled, figure.json, table.json and EVIDENCE.json without a
-    single generated key."""
+    """Only what a user writes: the capsules (written into runs/ as a pull leaves them, but no pull of rgt is
+    recorded, so DELIVER discloses every number built from them as unverified evidence), figure.json, table.json
+    and EVIDENCE.json without a single generated key."""
     write_project(root)
     for index, capsule in enumerate(CAPSULES):
         run, cell = capsule.split("/")

@@ -173,10 +173,14 @@ def builds(app: RgtApp) -> list[str]:
     return [str(n.message) for n in app._notifications if str(n.message).startswith("build")]
 
 
+#: user_project writes its capsules into runs/ (no pull of rgt): every output discloses them as unverified
+#: evidence and the claim stays planned (issue 26 item 7)
+UNPULLED = "runs/r1/seed0/test/main/metrics.json, runs/r1/seed1/test/main/metrics.json (not pulled by rgt: no pull " \
+           "of run r1 is recorded)"
 BUILT_LINES = (
-    "✔ figure loss-curve: QA passed → figures/loss-curve/",
-    "✔ table tab-main: QA passed → tables/tab-main/",
-    "✔ evidence: C1-acc evaluated; 1 with a disclosure → EVIDENCE.json",
+    "✔ figure loss-curve: QA passed; 2 input(s) not verified evidence, disclosed → figures/loss-curve/",
+    "✔ table tab-main: QA passed; 2 input(s) not verified evidence, disclosed → tables/tab-main/",
+    "✔ evidence: C1-acc planned; 1 with a disclosure → EVIDENCE.json",
     "✔ macros: 1 macro(s) with their disclosure companions → tables/macros/final.tex",
 )
 
@@ -198,8 +202,9 @@ async def test_b_builds_everything_in_a_worker_and_the_panel_shows_the_built_sta
         await wait_until(pilot, lambda: rows_of(app)["table:tab-main"][0] == "✔ current")
         assert app.screen.query_one(DeliverPanel).progress == BUILT_LINES
         assert rows_of(app) == {
-            "claim:C1-acc": ("· evaluated", "claim C1-acc",
-                             "acc 0.805 ↑ (test, n=100 items, 2 seeds, no CI, mean ± std 0.007)"),
+            "claim:C1-acc": ("· planned", "claim C1-acc",
+                             f"acc 0.805 ↑ (test, n=100 items, 2 seeds, no CI, mean ± std 0.007; unverified "
+                             f"evidence: {UNPULLED})"),
             "figure:loss-curve": ("✔ current", "figure loss-curve", "QA passed · current"),
             "table:tab-main": ("✔ current", "table tab-main", "QA passed · current"),
         }

@@ -352,7 +352,8 @@ def test_demo_checklist(snap_compare: Any, demo_projects: dict[str, Path], size:
 def delivered_session(root: Path) -> Session:
     """support/deliver_project's project built (figure, table, EVIDENCE.json, macros) and reconciled against a
     paper quoting one stale number, all before the app opens, on the fixed clock: the Deliver panel's rows
-    are the same on every machine (no run, no box, no path on screen)."""
+    are the same on every machine (no run, no box, no path outside the project on screen). Its capsules were
+    written, not pulled: the claim is planned and its number discloses them as unverified evidence."""
     from remote_gpu_trainer.services.deliver import build_all
     from remote_gpu_trainer.services.reconcile import reconcile_project
     from support.deliver_project import user_project
