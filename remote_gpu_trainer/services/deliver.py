@@ -167,7 +167,8 @@ def _outputs(read: _Read, kind: str) -> Iterable[OutputView]:
 
 def odd_documents(root: Path, kind: str) -> list[tuple[str, str]]:
     """`(id, line)` for every plain folder under figures/ (tables/) whose figure.json (table.json) is there but
-    is no regular file (a FIFO, a socket, a device, a folder, a link to one of those): output_ids passes over it,
+    is no regular file (a FIFO, a socket, a device, a folder, a link to one of those), or whose name is no id
+    (its regular file is then passed over too): output_ids passes over both,
     so without this line `rgt build` skipped it in silence and exited 0. Judged by lstat, never opened (opening a
     FIFO waits for a writer)."""
     top = root / f"{kind}s"
@@ -185,9 +186,12 @@ def odd_documents(root: Path, kind: str) -> list[tuple[str, str]]:
         seen = lstat_or_none(root / rel)
         if seen is None or name in listed:
             continue
-        what = file_kind(seen.st_mode) if not stat.S_ISREG(seen.st_mode) else "not a readable file"
-        found.append((name, f"{rel} is {what}, not a regular file: refused unread (a {kind} is built only "
-                            f"from a regular {kind}.json)"))
+        if stat.S_ISREG(seen.st_mode):  # a regular file passed over because its folder's name is no id
+            found.append((name, f"{kind}s/{name}: not a {kind} id (a letter or digit, then letters, digits, "
+                                f"'.', '_' or '-'): its {kind}.json is not built"))
+            continue
+        found.append((name, f"{rel} is {file_kind(seen.st_mode)}, not a regular file: refused unread (a {kind} "
+                            f"is built only from a regular {kind}.json)"))
     return found
 
 

@@ -93,7 +93,9 @@ def test_unreadable_files_are_lines_not_crashes(tmp_path: Path) -> None:
     view = deliver_view(root)
     assert [r.key for r in view.rows] == ["table:tab-main"]
     assert view.problems[0].startswith("EVIDENCE.json: not readable JSON")
-    assert view.problems[1:] == ("figures/loss-curve/figure.json: not a JSON object",)  # "bad name": no id
+    assert view.problems[1:] == (  # "bad name" is no id: never built, and said rather than passed over
+        "figures/bad name: not a figure id (a letter or digit, then letters, digits, '.', '_' or '-'): its "
+        "figure.json is not built", "figures/loss-curve/figure.json: not a JSON object")
 
 
 def test_image_support_is_read_from_the_terminal_s_own_variables() -> None:
