@@ -57,18 +57,21 @@ async def pull_run(session: Session, run_id: str,
 
 
 async def _refuse_never_launched(session: Session, run: RunConfig, run_id: str) -> None:
-    """A run this project never launched has nothing to pull, unless its result root already holds a manifest
-    (a run launched without rgt, whose manifest is adopted, docs/gate.md §2.1) or one was recorded here. Said
+    """A run this project never launched has nothing to pull, unless its result root holds a manifest or a roster
+    cell (a run launched without rgt: its manifest is adopted or built, docs/gate.md §2.1) or a manifest was
+    recorded here. Said
     before anything is written or logged: the builder's "roster cell has no folder (missing_dir)" named a
     symptom, not the cause."""
     if session.db.recorded_manifest(run_id) is not None:
         return
     transport = await session.remote(run.instance)
-    if await transport.stat(f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}") is not None:
-        return
+    root = run.remote_root.rstrip("/")
+    for name in (MANIFEST_NAME, *run.roster):
+        if await transport.stat(f"{root}/{name}") is not None:
+            return  # results are there (a run placed or launched without rgt): the manifest is adopted or built
     raise VerbFailed(f"run {run_id} was not launched yet: nothing to pull from {run.instance} ({run.remote_root} "
-                     f"holds no manifest); launch it with `rgt run {run_id}`, or, if it ran from another copy of "
-                     f"this project, `rgt adopt {run.instance}` first")
+                     f"holds no manifest and no roster cell); launch it with `rgt run {run_id}`, or, if it ran "
+                     f"from another copy of this project, `rgt adopt {run.instance}` first")
 
 
 async def verify_run(session: Session, run_id: str,
