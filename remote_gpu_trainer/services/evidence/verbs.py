@@ -59,9 +59,8 @@ async def pull_run(session: Session, run_id: str,
 async def _refuse_never_launched(session: Session, run: RunConfig, run_id: str) -> None:
     """A run this project never launched has nothing to pull, unless its result root holds a manifest or a roster
     cell (a run launched without rgt: its manifest is adopted or built, docs/gate.md §2.1) or a manifest was
-    recorded here. Said
-    before anything is written or logged: the builder's "roster cell has no folder (missing_dir)" named a
-    symptom, not the cause."""
+    recorded here. Said before anything is written or logged: the builder's "roster cell has no folder
+    (missing_dir)" named a symptom, not the cause."""
     if session.db.recorded_manifest(run_id) is not None:
         return
     transport = await session.remote(run.instance)
