@@ -22,7 +22,7 @@ from remote_gpu_trainer.config_notify import NotifyConfig, read_notify_config
 from remote_gpu_trainer.config_verify import VerifyConfig, read_verify_config
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.remote.build_manifest import name_problem
-from remote_gpu_trainer.secret_shapes import secret_problem
+from remote_gpu_trainer.secret_shapes import secrets_in
 from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
 from remote_gpu_trainer.toml_table import table_line as table_line  # providers/box_identity.py reads it here
@@ -250,35 +250,14 @@ class _ProjectReader:
     def problem(self, keys: tuple[str, ...], key: str | None, message: str) -> None:
         self.table(keys, {}).problem(key, message)
 
-    def _secrets(self, table: tuple[str, ...], data: dict[str, Any]) -> None:
-        """Secrets never live in rgt.toml: a key-like name or value is an error (the value is never echoed).
-        Every value is looked at, the strings of arrays too (`args = ["--token", "..."]`), and the tables in
-        arrays (`[[storage]]`); toml_table bounds the nesting, so the walk is bounded too."""
-        for key, value in data.items():
-            if isinstance(value, dict):
-                self._secrets((*table, key), value)
-                continue
-            problem = secret_problem(key, value)
-            if problem is None and isinstance(value, list):
-                problem = self._secret_in_array(table, key, value)
-            if problem is not None:
-                self.problem(table, key, problem)
-
-    def _secret_in_array(self, table: tuple[str, ...], key: str, items: list[Any]) -> str | None:
-        """The first secret among an array's strings (said of the array's key), after its tables were walked."""
-        found = None
-        for index, item in enumerate(items):
-            if isinstance(item, dict):
-                self._secrets((*table, f"{key}[{index}]"), item)
-            elif isinstance(item, list):
-                found = found or self._secret_in_array(table, key, item)
-            elif found is None:
-                found = secret_problem(key, item)
-        return found
+    def _secrets(self, data: dict[str, Any]) -> None:
+        """Secrets never live in rgt.toml: a key-like name or value is an error (the value is never echoed)."""
+        for table, key, problem in secrets_in(data):
+            self.problem(table, key, problem)
 
     # -- sections ----------------------------------------------------------------------------------
     def project(self, data: dict[str, Any]) -> ProjectConfig:
-        self._secrets((), data)
+        self._secrets(data)
         self.problems.raise_if_any()  # before any other read, whose message could quote the secret's value
         top = self.table((), data)
         top.expect(_TOP_KEYS)

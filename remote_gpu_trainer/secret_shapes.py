@@ -7,6 +7,7 @@ refused as "an API key" when any 32 characters of letters and digits counted as 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 _SECRET_KEY_NAME = re.compile(r"(api[_-]?key|token|secret|password|passwd|credential)", re.IGNORECASE)
@@ -40,3 +41,35 @@ def secret_problem(key: str, value: Any) -> str | None:
             key not in _IDENTIFIER_KEYS and _SECRET_VALUE.match(value))):
         return "value looks like an API key or token: remove it from rgt.toml and use an environment variable"
     return None
+
+
+def secrets_in(data: dict[str, Any], table: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], str, str]]:
+    """(table, key, problem) for every secret-looking key or value of a parsed rgt.toml. Every value is looked
+    at, the strings of arrays too (`args = ["--token", "..."]`), and the tables in arrays (`[[storage]]`, named
+    `key[index]`); toml_table bounds the nesting, so the walk is bounded too."""
+    for key, value in data.items():
+        if isinstance(value, dict):
+            yield from secrets_in(value, (*table, key))
+            continue
+        problem = secret_problem(key, value)
+        if problem is None and isinstance(value, list):
+            found: list[str] = []
+            yield from _array_secrets(table, key, value, found)
+            problem = found[0] if found else None
+        if problem is not None:
+            yield table, key, problem
+
+
+def _array_secrets(table: tuple[str, ...], key: str, items: list[Any],
+                   found: list[str]) -> Iterator[tuple[tuple[str, ...], str, str]]:
+    """The secrets of an array's tables (yielded), and the first secret among its strings (put in `found`, said
+    of the array's key)."""
+    for index, item in enumerate(items):
+        if isinstance(item, dict):
+            yield from secrets_in(item, (*table, f"{key}[{index}]"))
+        elif isinstance(item, list):
+            yield from _array_secrets(table, key, item, found)
+        elif not found:
+            problem = secret_problem(key, item)
+            if problem is not None:
+                found.append(problem)

@@ -132,12 +132,12 @@ async def test_the_panel_b_fails_on_a_changed_store_and_names_a_fifo_figure_json
 @pytest.fixture(scope="module")
 def verified(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Run r1 (three capsules) launched on a sim box, pulled and verified by rgt; EVIDENCE.json cites all three;
-    paper.md, the one document of [deliver] docs, quotes the claim with a stale number (31.40 for 31.42)."""
+    paper.tex, the one document of [deliver] docs, quotes the claim with a stale number (31.40 for 31.42)."""
     root = build_verified(tmp_path_factory.mktemp("honesty") / "project")
     with (root / "rgt.toml").open("a", encoding="utf-8") as handle:
-        handle.write('\n[deliver]\ndocs = ["paper.md"]\n')
-    (root / "paper.md").write_text("Our model reaches a PSNR on Set5 of 31.40 dB.\n", encoding="utf-8")
-    write_evidence(root, [{**claim(), "paper_anchor": "paper.md"}])
+        handle.write('\n[deliver]\ndocs = ["paper.tex"]\n')
+    (root / "paper.tex").write_text("Our model reaches a PSNR on Set5 of 31.40 dB.\n", encoding="utf-8")
+    write_evidence(root, [{**claim(), "paper_anchor": "paper.tex"}])
     return root
 
 
@@ -148,16 +148,16 @@ def built_claim(root: Path, capsys: pytest.CaptureFixture[str], code: int) -> di
 
 
 @pytest.mark.parametrize("swap", ["fifo", "symlink-out"])
-def test_a_paper_md_that_is_a_fifo_or_leads_out_of_the_project_is_a_finding_on_every_claim(
+def test_a_claims_document_that_is_a_fifo_or_leads_out_of_the_project_is_a_finding_on_every_claim(
         verified: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], swap: str) -> None:
-    """The claim stood at pull_verified with the drift disclosed; paper.md swapped for a FIFO (or a link to a file
+    """The claim stood at pull_verified with the drift disclosed; paper.tex swapped for a FIFO (or a link to a file
     outside the project) made `rgt build` exit 0 and lift the claim to audited with nothing disclosed: the drift
     vanished from every number. Now the document that could not be read is itself disclosed on the claim, its
     open finding keeps the claim below audited, and the build does not pass."""
     root = verified_copy(verified, tmp_path / "project")
     before = built_claim(root, capsys, 0)
-    assert before["state"] == "pull_verified" and "cross-document drift: paper.md:1" in before["disclosure"]
-    paper = root / "paper.md"
+    assert before["state"] == "pull_verified" and "cross-document drift: paper.tex:1" in before["disclosure"]
+    paper = root / "paper.tex"
     paper.unlink()
     if swap == "fifo":
         os.mkfifo(paper)
@@ -169,11 +169,11 @@ def test_a_paper_md_that_is_a_fifo_or_leads_out_of_the_project_is_a_finding_on_e
     why = ("not a regular file (a FIFO): refused unread" if swap == "fifo" else "outside the project root; refused")
     line = next(line for line in capsys.readouterr().out.splitlines() if "evidence:" in line)
     assert line.startswith("▲ evidence: C1-main-psnr pull_verified;")
-    assert line.endswith(f"; not reconciled, unreadable: paper.md ({why}) → EVIDENCE.json")
+    assert line.endswith(f"; not reconciled, unreadable: paper.tex ({why}) → EVIDENCE.json")
     after = read_evidence(root)["claims"][0]
     assert after["state"] == "pull_verified"  # never audited: an open finding touches it
-    assert f"document not reconciled: paper.md ({why})" in after["disclosure"]
-    assert "cross-document drift: paper.md:1" in after["disclosure"]  # the drift it held is not dropped either
+    assert f"document not reconciled: paper.tex ({why})" in after["disclosure"]
+    assert "cross-document drift: paper.tex:1" in after["disclosure"]  # the drift it held is not dropped either
     assert len(after["findings"]) == len(before["findings"]) + 1
 
 
@@ -192,8 +192,8 @@ def with_hand_written_cell(verified: Path, target: Path) -> Path:
                     .replace("31.34", "33.9"), encoding="utf-8")
     write_table(root, "main", [{"method": "ours", "capsules": ["r1"]}, {"method": "fake", "capsules": ["fake/s0"]}],
                 test_id="set5", layout={"columns": ["psnr"]})
-    write_evidence(root, [{**claim(), "paper_anchor": "paper.md"},
-                          {**claim("C2-fake", cells=["fake/s0"], aggregate="single"), "paper_anchor": "paper.md"}])
+    write_evidence(root, [{**claim(), "paper_anchor": "paper.tex"},
+                          {**claim("C2-fake", cells=["fake/s0"], aggregate="single"), "paper_anchor": "paper.tex"}])
     return root
 
 
