@@ -20,7 +20,7 @@ from remote_gpu_trainer.providers.cloud.http import CloudAuthError, CloudNotFoun
 from remote_gpu_trainer.providers.cloud.lambda_cloud import LAMBDA_STATES, LambdaClient
 from remote_gpu_trainer.providers.cloud.types import GpuRequest
 from support import fake_clouds
-from support.fake_clouds import FAKE_KEY, FakeLambda, VirtualTime, assert_no_key, exception_chain
+from support.fake_clouds import FAKE_KEY, FakeLambda, VirtualTime, assert_no_key, exception_chain, fake_client
 
 lambda_fake = fake_clouds.lambda_fake
 vtime = fake_clouds.vtime
@@ -28,11 +28,9 @@ WALL = 1_780_000_000.0
 
 
 def make(fake: FakeLambda, vtime: VirtualTime, **kwargs: object) -> LambdaClient:
-    options: dict[str, object] = {"api_base": fake.url, "environ": {"LAMBDA_API_KEY": FAKE_KEY},
-                                  "sleep": vtime.sleep, "clock": vtime.clock, "wall_clock": lambda: WALL,
-                                  "jitter": lambda: 1.0, "rate_limit_per_s": 0}
-    options.update(kwargs)
-    return LambdaClient(**options)  # type: ignore[arg-type]
+    client: LambdaClient = fake_client(LambdaClient, fake, vtime, "LAMBDA_API_KEY",
+                                       **{"wall_clock": lambda: WALL, "rate_limit_per_s": 0, **kwargs})
+    return client
 
 
 @pytest.fixture

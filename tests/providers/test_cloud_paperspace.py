@@ -17,17 +17,15 @@ from remote_gpu_trainer.providers.cloud.credentials import CredentialsMissing
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound
 from remote_gpu_trainer.providers.cloud.paperspace import PAPERSPACE_STATES, PaperspaceClient
 from support import fake_clouds
-from support.fake_clouds import FAKE_KEY, FakePaperspace, VirtualTime, assert_no_key
+from support.fake_clouds import FAKE_KEY, FakePaperspace, VirtualTime, assert_no_key, fake_client
 
 paperspace_fake = fake_clouds.paperspace_fake
 vtime = fake_clouds.vtime
 
 
 def make(fake: FakePaperspace, vtime: VirtualTime, **kwargs: object) -> PaperspaceClient:
-    options: dict[str, object] = {"api_base": fake.url, "environ": {"PAPERSPACE_API_KEY": FAKE_KEY},
-                                  "sleep": vtime.sleep, "clock": vtime.clock, "jitter": lambda: 1.0}
-    options.update(kwargs)
-    return PaperspaceClient(**options)  # type: ignore[arg-type]
+    client: PaperspaceClient = fake_client(PaperspaceClient, fake, vtime, "PAPERSPACE_API_KEY", **kwargs)
+    return client
 
 
 @pytest.fixture

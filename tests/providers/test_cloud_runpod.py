@@ -19,7 +19,7 @@ from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthErro
 from remote_gpu_trainer.providers.cloud.runpod import RUNPOD_STATES, LaunchOverBudget, RunPodClient
 from remote_gpu_trainer.providers.cloud.types import GpuRequest
 from support import fake_clouds
-from support.fake_clouds import FAKE_KEY, FakeRunPod, VirtualTime, assert_no_key, exception_chain
+from support.fake_clouds import FAKE_KEY, FakeRunPod, VirtualTime, assert_no_key, exception_chain, fake_client
 from support.recorded import recorded
 
 runpod_fake = fake_clouds.runpod_fake
@@ -27,10 +27,8 @@ vtime = fake_clouds.vtime
 
 
 def make(fake: FakeRunPod, vtime: VirtualTime, **kwargs: object) -> RunPodClient:
-    options: dict[str, object] = {"api_base": fake.url, "environ": {"RUNPOD_API_KEY": FAKE_KEY},
-                                  "sleep": vtime.sleep, "clock": vtime.clock, "jitter": lambda: 1.0}
-    options.update(kwargs)
-    return RunPodClient(**options)  # type: ignore[arg-type]
+    client: RunPodClient = fake_client(RunPodClient, fake, vtime, "RUNPOD_API_KEY", **kwargs)
+    return client
 
 
 @pytest.fixture

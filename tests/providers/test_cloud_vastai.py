@@ -15,17 +15,15 @@ from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthErro
 from remote_gpu_trainer.providers.cloud.types import GpuRequest
 from remote_gpu_trainer.providers.cloud.vastai import VAST_STATES, VastAIClient, parse_instance
 from support import fake_clouds
-from support.fake_clouds import FAKE_KEY, FakeVast, VirtualTime, assert_no_key, exception_chain
+from support.fake_clouds import FAKE_KEY, FakeVast, VirtualTime, assert_no_key, exception_chain, fake_client
 
 vast_fake = fake_clouds.vast_fake
 vtime = fake_clouds.vtime
 
 
 def make(fake: FakeVast, vtime: VirtualTime, **kwargs: object) -> VastAIClient:
-    options: dict[str, object] = {"api_base": fake.url, "environ": {"VAST_API_KEY": FAKE_KEY},
-                                  "sleep": vtime.sleep, "clock": vtime.clock, "jitter": lambda: 1.0}
-    options.update(kwargs)
-    return VastAIClient(**options)  # type: ignore[arg-type]
+    client: VastAIClient = fake_client(VastAIClient, fake, vtime, "VAST_API_KEY", **kwargs)
+    return client
 
 
 @pytest.fixture

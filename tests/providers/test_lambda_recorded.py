@@ -27,7 +27,7 @@ from remote_gpu_trainer.providers.cloud.lambda_cloud import LambdaClient
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider
 from support import cloud_teardown_fixtures, fake_clouds
 from support.cloud_teardown_fixtures import INSTANCE, RUN, StampedLambda, close, cloud_project, finished_run
-from support.fake_clouds import FAKE_KEY, FakeLambda, VirtualTime
+from support.fake_clouds import FAKE_KEY, FakeLambda, VirtualTime, fake_client
 from support.fake_lambda import lambda_id
 from support.gate_helpers import rgt
 from support.recorded import names, recorded
@@ -48,11 +48,9 @@ STATES = {"booting": "pending", "active": "running", "unhealthy": "unknown", "te
 
 
 def make(fake: FakeLambda, vtime: VirtualTime, **kwargs: object) -> LambdaClient:
-    options: dict[str, object] = {"api_base": fake.url, "environ": {"LAMBDA_API_KEY": FAKE_KEY},
-                                  "sleep": vtime.sleep, "clock": vtime.clock, "jitter": lambda: 1.0,
-                                  "rate_limit_per_s": 0}
-    options.update(kwargs)
-    return LambdaClient(**options)  # type: ignore[arg-type]
+    client: LambdaClient = fake_client(LambdaClient, fake, vtime, "LAMBDA_API_KEY",
+                                       **{"rate_limit_per_s": 0, **kwargs})
+    return client
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from remote_gpu_trainer.providers.cloud.paperspace import PAPERSPACE_STATES, Pap
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider
 from support import cloud_teardown_fixtures, fake_clouds
 from support.cloud_teardown_fixtures import INSTANCE, RUN, StampedPaperspace, close, cloud_project, finished_run
-from support.fake_clouds import FAKE_KEY, FakePaperspace, VirtualTime
+from support.fake_clouds import FAKE_KEY, FakePaperspace, VirtualTime, fake_client
 from support.gate_helpers import rgt
 from support.recorded import names, recorded
 from support.sshd_fixtures import Sshd
@@ -42,10 +42,8 @@ STATES = {"off": "stopped", "starting": "pending", "stopping": "stopping", "rest
 
 
 def make(fake: FakePaperspace, vtime: VirtualTime, **kwargs: object) -> PaperspaceClient:
-    options: dict[str, object] = {"api_base": fake.url, "environ": {"PAPERSPACE_API_KEY": FAKE_KEY},
-                                  "sleep": vtime.sleep, "clock": vtime.clock, "jitter": lambda: 1.0}
-    options.update(kwargs)
-    return PaperspaceClient(**options)  # type: ignore[arg-type]
+    client: PaperspaceClient = fake_client(PaperspaceClient, fake, vtime, "PAPERSPACE_API_KEY", **kwargs)
+    return client
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthErro
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider
 from remote_gpu_trainer.providers.cloud.vastai import LIST_MAX_PAGES, VastAIClient
 from support import fake_clouds
-from support.fake_clouds import FAKE_KEY, FakeVast, VirtualTime
+from support.fake_clouds import FAKE_KEY, FakeVast, VirtualTime, fake_client
 from support.recorded import names, recorded
 
 vast_fake = fake_clouds.vast_fake
@@ -46,10 +46,8 @@ STATES: dict[str, tuple[str, str]] = {
 
 
 def make(fake: FakeVast, vtime: VirtualTime, **kwargs: object) -> VastAIClient:
-    options: dict[str, object] = {"api_base": fake.url, "environ": {"VAST_API_KEY": FAKE_KEY},
-                                  "sleep": vtime.sleep, "clock": vtime.clock, "jitter": lambda: 1.0}
-    options.update(kwargs)
-    return VastAIClient(**options)  # type: ignore[arg-type]
+    client: VastAIClient = fake_client(VastAIClient, fake, vtime, "VAST_API_KEY", **kwargs)
+    return client
 
 
 @pytest.fixture

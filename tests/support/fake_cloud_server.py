@@ -230,3 +230,12 @@ def exception_chain(exc: BaseException) -> list[BaseException]:
         chain.append(current)
         current = current.__cause__ or current.__context__
     return chain
+
+
+def fake_client(client_type: Any, fake: FakeCloud, vtime: VirtualTime, key_env: str, **overrides: object) -> Any:
+    """A real cloud client aimed at `fake`, its key in `key_env`, on virtual time with jitter pinned to its top:
+    the one way every client test builds one (`overrides` replace any option)."""
+    options: dict[str, object] = {"api_base": fake.url, "environ": {key_env: FAKE_KEY}, "sleep": vtime.sleep,
+                                  "clock": vtime.clock, "jitter": lambda: 1.0}
+    options.update(overrides)
+    return client_type(**options)

@@ -31,6 +31,7 @@ from support.fake_cloud_server import (
     VirtualTime,
     assert_no_key,
     exception_chain,
+    fake_client,
 )
 from support.fake_lambda import FakeLambda
 from support.fake_paperspace import FakePaperspace
@@ -40,6 +41,7 @@ from support.fake_vast import FakeVast
 __all__ = [
     "FAKE_KEY", "KEY_ENV", "FakeAutoDL", "FakeCloud", "FakeLambda", "FakePaperspace", "FakeRunPod", "FakeVast",
     "Fault", "Logged", "Reply", "VirtualTime", "assert_no_key", "autodl_fake", "cloud_env", "exception_chain",
+    "fake_client",
     "lambda_fake", "paperspace_fake", "runpod_fake", "vast_fake", "vtime",
 ]
 
