@@ -27,8 +27,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from remote_gpu_trainer.config import load_project  # noqa: E402
-from remote_gpu_trainer.services.audit import run_audit  # noqa: E402
+from remote_gpu_trainer.config.project import load_project  # noqa: E402
+from remote_gpu_trainer.services.audit.audit import run_audit  # noqa: E402
 from remote_gpu_trainer.state.db import StateDB  # noqa: E402
 from support.capsules import classification_items, write_capsule, write_split  # noqa: E402
 

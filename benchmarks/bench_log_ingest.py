@@ -109,10 +109,10 @@ def read_baseline(path: Path) -> float:
 
 def demo_project(folder: Path) -> tuple[Path, Path]:
     """The demo project with a recorded launch; returns (rgt.toml, the log path on the simulated disk)."""
-    from remote_gpu_trainer.config import load_project
+    from remote_gpu_trainer.config.project import load_project
     from remote_gpu_trainer.providers.transports.local import LocalTransport
-    from remote_gpu_trainer.services import launch as runner
     from remote_gpu_trainer.services.demo_project import DEMO_RUN, create_demo
+    from remote_gpu_trainer.services.launch import launch as runner
     from remote_gpu_trainer.state.db import StateDB
 
     toml = create_demo(folder, quick=True)

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO))
 
-from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig  # noqa: E402
+from remote_gpu_trainer.config.project import InstanceConfig, ProjectConfig, RunConfig  # noqa: E402
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport  # noqa: E402
 from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSettings  # noqa: E402
 from remote_gpu_trainer.services.evidence.manifest import build_manifest  # noqa: E402

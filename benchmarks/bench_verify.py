@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from remote_gpu_trainer.services.evidence import probe  # noqa: E402
+from remote_gpu_trainer.services.evidence import load_checks as probe  # noqa: E402
 from remote_gpu_trainer.services.evidence.pull import pull  # noqa: E402
 from remote_gpu_trainer.services.evidence.verify import verify  # noqa: E402
 from remote_gpu_trainer.state.db import StateDB  # noqa: E402

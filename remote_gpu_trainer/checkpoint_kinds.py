@@ -39,7 +39,7 @@ class CheckpointKind:
         return args + (["--accept-flat"] if self.accept_flat else [])
 
     def request(self) -> dict[str, object]:
-        """The probe request fields this kind sets (probes/ckpt_probe.py reads them)."""
+        """The probe request fields this kind sets (isolated/load_check.py reads them)."""
         return {"kind": self.name, "check": self.check, "finite_under": list(self.finite_under),
                 **({"accept_flat": self.accept_flat} if self.accept_flat is not None else {})}
 

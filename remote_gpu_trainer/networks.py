@@ -3,7 +3,7 @@ environment, as data in assets/networks/<id>.toml, read with the typed TOML read
 
 Why the environment only: the box belongs to someone else and outlives the run's interest in it; a mirror set in
 pip.conf or .bashrc would silently change every later job there. The job wrapper exports these variables for the
-run's own processes (services/network_env.py), and the phase-0 audit checks the box's proxy settings against the
+run's own processes (services/launch/network_env.py), and the phase-0 audit checks the box's proxy settings against the
 same list of hosts (audits/env_audit/proxy.py).
 """
 

@@ -1,4 +1,4 @@
-"""A run's recovery note as text (docs/remote-ops.md §9.4): pure, from the facts services/recovery.py gathers.
+"""A run's recovery note as text (docs/remote-ops.md §9.4): pure, from the facts services/watch/recovery.py gathers.
 
 Why a file at all: the laptop that launched a run may be closed, rgt may be gone, the user may come back
 days later on another machine. The note says, without rgt running, where the job is (host, paths, pid or

@@ -2,7 +2,7 @@
 
 The gate still covers a run after its table left rgt.toml, judged by the configuration it ran and was verified
 under (docs/gate.md §7), and a launched run is looked for where its launch put it, whatever rgt.toml says now
-("Launch-time bindings"). Kept beside config.py, which reads rgt.toml, so that module stays about reading it.
+("Launch-time bindings"). Kept beside config/project.py, which reads rgt.toml, so that module stays about reading it.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from remote_gpu_trainer.config import Metric, RunConfig
+from remote_gpu_trainer.config.project import Metric, RunConfig
 
 # Where a launched run's files and processes are (docs/gate.md §7, "Launch-time bindings"): frozen by each
 # launch, so an edit of these keys in rgt.toml is drift that applies to the next launch only.

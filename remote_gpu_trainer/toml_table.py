@@ -1,4 +1,4 @@
-"""One typed reader for the project's TOML files: rgt.toml (config.py), the billing profiles (profiles.py) and
+"""One typed reader for the project's TOML files: rgt.toml (config/project.py), the billing profiles (profiles.py) and
 the user's log signatures (audits/log/signatures.py).
 
 Why one: a user fixing a file wants every problem at once, each naming the file, the dotted key and the line,

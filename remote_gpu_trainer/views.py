@@ -181,7 +181,7 @@ class RunView:
     teardown: ActionView = NO_ACTION  # the instance's terminate control
     stop: ActionView = dataclasses.replace(NO_ACTION, action_id="stop", label="Stop", irreversible=False)
     other_notes: tuple[str, ...] = ()  # why other boxes read unknown, shown under the instances table
-    checklist_rows: tuple[ChecklistRow, ...] = ()  # the checklist panel's rows (services/checklist.py)
+    checklist_rows: tuple[ChecklistRow, ...] = ()  # the checklist panel's rows (services/audit/checklist.py)
     sentinel: str = ""  # the on-box sentinel: alive, silent since T, exited after E; "" when notifications are off
     checkpoint_cadence: CadenceView | None = None  # Young/Daly W; None when the box is not preemptible or C unknown
     location_drift: tuple[LocationDriftView, ...] = ()  # location keys edited in rgt.toml since the launch
@@ -204,7 +204,7 @@ class CheckView:
     status: str  # pass | findings | skipped | not_run
     note: str
     findings: int = 0  # open or acknowledged records of this check
-    title: str = ""  # what the check asks, in words (assets/verify.toml)
+    title: str = ""  # what the check asks, in words (assets/catalogue.toml)
     runs: tuple[str, ...] = ()  # the runs it judged a subject of ("*": a project-wide subject)
 
 
@@ -234,7 +234,7 @@ class VerifyFindingView:
     status_changed_at: datetime
     status_by: str
     reopened_reason: str | None = None
-    runs: tuple[str, ...] = ()  # the runs it is about ("*": every run), audits/verify/attribution.py
+    runs: tuple[str, ...] = ()  # the runs it is about ("*": every run), audits/catalogue/attribution.py
 
 
 @dataclass(frozen=True)
@@ -336,7 +336,7 @@ class Overview:
     read_only: bool = False
     alerts: tuple[str, ...] = field(default_factory=tuple)
     verify: AuditView = NO_AUDIT  # the latest VERIFY audit of the project
-    results: ResultsView = NO_RESULTS  # filled for `--report` only (services/results.py)
+    results: ResultsView = NO_RESULTS  # filled for `--report` only (services/deliver/results.py)
 
     def run(self, run_id: str) -> RunView | None:
         return next((r for r in self.runs if r.id == run_id), None)

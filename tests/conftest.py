@@ -40,7 +40,7 @@ def room_on_the_temp_disk(tmp_path_factory: pytest.TempPathFactory) -> None:
     DISK_FULL_PERCENT used as `disk_full`: on a nearly full machine the notification tests would see an event
     they do not expect. Said once, plainly, instead of as a dozen puzzling failures."""
     from remote_gpu_trainer.remote.rgt_sentinel import disk_percent
-    from remote_gpu_trainer.services.sentinel import DISK_FULL_PERCENT
+    from remote_gpu_trainer.services.launch.sentinel import DISK_FULL_PERCENT
 
     used = disk_percent(str(tmp_path_factory.getbasetemp())) or 0.0  # as the sentinel itself measures it
     if used >= DISK_FULL_PERCENT - 2:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.config import load_project, resolve_project_file
+from remote_gpu_trainer.config.project import load_project, resolve_project_file
 from remote_gpu_trainer.errors import ConfigError
 
 GOOD = """\
@@ -131,7 +131,7 @@ def test_a_bound_run_keeps_its_launch_places_and_its_drift_through_a_record() ->
     import json
 
     from remote_gpu_trainer.audits.gate import config_sha256
-    from remote_gpu_trainer.config import RunConfig
+    from remote_gpu_trainer.config.project import RunConfig
     from remote_gpu_trainer.run_records import bind_to_launch, run_config_from_record, run_config_record
 
     launched = RunConfig(id="r1", instance="box", workdir="/w", command="train {cell}", log="train.log",

@@ -1,4 +1,4 @@
-"""rgt.toml `[notify]` and `runs.<id>.notify` (config_notify.py, docs/formats.md): strict at load, the URL read
+"""rgt.toml `[notify]` and `runs.<id>.notify` (config/notify.py, docs/formats.md): strict at load, the URL read
 from its file only at launch, every problem naming its key without echoing the URL."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.config import load_project
-from remote_gpu_trainer.config_notify import NotifyConfig, read_webhook_url, webhook_path
+from remote_gpu_trainer.config.notify import NotifyConfig, read_webhook_url, webhook_path
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError
 from support.helpers import write_project
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.audits.verify import metric_registry, metric_sanity
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.audits.catalogue import metric_registry, metric_sanity
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError
 
 HEAD = '[project]\nname = "t"\n'

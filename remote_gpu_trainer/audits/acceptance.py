@@ -2,7 +2,7 @@
 
 Pure: these functions take parsed values (or bytes) and return values and problems; they open no file.
 
-A bundle is accepted on a second machine (services/acceptance.py): its files are re-hashed there, its checkpoints
+A bundle is accepted on a second machine (services/audit/acceptance.py): its files are re-hashed there, its checkpoints
 load-checked there, and its metrics files read there (remote/accept_bundle.py). From what that machine read, the
 **scientific core** is derived: what the reported numbers depend on, and nothing else. Its entries, each keyed by a
 string that always holds a `/` (cell and test ids are safe names, docs/gate.md §1):
@@ -33,8 +33,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from remote_gpu_trainer.audits.catalogue.readers.best_metrics import BOOKKEEPING_KEYS, EPOCH_KEYS, STEP_KEYS
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, Manifest, Problem
-from remote_gpu_trainer.audits.verify.readers.best_metrics import BOOKKEEPING_KEYS, EPOCH_KEYS, STEP_KEYS
 from remote_gpu_trainer.strict_json import loads_strict
 
 ACCEPTANCE_SCHEMA = "remote-gpu-trainer/ACCEPTANCE/v1"
@@ -293,7 +293,7 @@ def bundle_problems(manifest: Manifest, answer: Answer, checkpoints: Sequence[st
 
 def record_document(*, run: str, machine: str, identity: Identity, accepted_at: str, rgt_version: str,
                     manifest: Manifest, answer: Answer, checkpoints: Sequence[str]) -> dict[str, Any]:
-    """The ACCEPTANCE/v1 record (services/acceptance.py writes it): who accepted what, when, and the core."""
+    """The ACCEPTANCE/v1 record (services/audit/acceptance.py writes it): who accepted what, when, and the core."""
     core, core_problems = scientific_core(answer.metrics, answer.files)
     problems = bundle_problems(manifest, answer, checkpoints) + core_problems
     return {

@@ -2,7 +2,7 @@
 
 Each returns (status, note): `pass`, `findings` (the number needs a disclosure) or `skipped` (its inputs
 are absent, with what is missing). The numbers themselves are judged by the VERIFY catalogue
-(audits/verify/), whose checks follow these items in the checklist.
+(audits/catalogue/), whose checks follow these items in the checklist.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from remote_gpu_trainer.audits.manifest import (
     required_checkpoints,
     sha256_bytes,
 )
-from remote_gpu_trainer.config import RunConfig
+from remote_gpu_trainer.config.project import RunConfig
 
 MAX_FILE_REASONS = 10
 CONFIG_CHANGED = "rgt.toml changed since verification: run verify"

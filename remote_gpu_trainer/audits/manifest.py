@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeGuard
 
-from remote_gpu_trainer.config import SAFE_NAME
+from remote_gpu_trainer.config.project import SAFE_NAME
 from remote_gpu_trainer.remote.build_manifest import CONTROL, name_problem
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.text import escape_control

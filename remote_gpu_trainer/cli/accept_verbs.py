@@ -22,7 +22,7 @@ from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, VerbFai
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.services.acceptance import AcceptOutcome, Comparison
+    from remote_gpu_trainer.services.audit.acceptance import AcceptOutcome, Comparison
     from remote_gpu_trainer.services.session import Session
 
 COMPARE_SCHEMA = "rgt-accept-compare/v1"
@@ -49,7 +49,7 @@ def _run_and_project(run: str | None, project: str | None) -> tuple[str | None, 
 
 
 async def _accept(session: Session, run: str, on: str | None, fmt: str) -> int:
-    from remote_gpu_trainer.services.acceptance import accept_run
+    from remote_gpu_trainer.services.audit.acceptance import accept_run
 
     try:
         outcome = await accept_run(session, run, on=on, actor="cli")
@@ -81,8 +81,8 @@ def _print_accept(outcome: AcceptOutcome) -> None:
 
 
 def _compare(run: str | None, project: str | None, names: list[str], fmt: str) -> int:
-    from remote_gpu_trainer.config import load_project, resolve_project_file
-    from remote_gpu_trainer.services.acceptance import compare_names
+    from remote_gpu_trainer.config.project import load_project, resolve_project_file
+    from remote_gpu_trainer.services.audit.acceptance import compare_names
 
     config = None
     if not all(Path(name).is_file() for name in names):

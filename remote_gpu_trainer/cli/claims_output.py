@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.cli.printers import print_json
-from remote_gpu_trainer.services.claims import BuildOutcome
+from remote_gpu_trainer.services.deliver.claims import BuildOutcome
 from remote_gpu_trainer.text import escape_control
 
 SCHEMA = "rgt-build-evidence/v1"

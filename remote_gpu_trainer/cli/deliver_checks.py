@@ -14,14 +14,14 @@ from remote_gpu_trainer.cli.printers import print_json
 from remote_gpu_trainer.text import escape_control, size
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.audits.verify.reconcile import ReconcileReport
+    from remote_gpu_trainer.audits.catalogue.reconcile import ReconcileReport
     from remote_gpu_trainer.deliver.completeness import CompletenessReport
     from remote_gpu_trainer.services.session import Session
 
 
 def reconcile(args: argparse.Namespace) -> int:
-    from remote_gpu_trainer.config import load_project, resolve_project_file
-    from remote_gpu_trainer.services.reconcile import reconcile_project
+    from remote_gpu_trainer.config.project import load_project, resolve_project_file
+    from remote_gpu_trainer.services.deliver.reconcile import reconcile_project
 
     project = load_project(resolve_project_file(args.project))
     outcome = reconcile_project(project, args.mode)
@@ -83,7 +83,7 @@ def completeness(args: argparse.Namespace) -> int:
 def _completeness(session: Session, fmt: str) -> int:
     import asyncio
 
-    from remote_gpu_trainer.services.completeness import COMPLETENESS_NAME, run_completeness
+    from remote_gpu_trainer.services.deliver.completeness import COMPLETENESS_NAME, run_completeness
 
     async def assess() -> CompletenessReport:
         try:

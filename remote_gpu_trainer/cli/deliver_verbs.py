@@ -16,8 +16,8 @@ from remote_gpu_trainer.cli.parser import BUILD_TARGETS
 from remote_gpu_trainer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.deliver.figures import FigureBuild
-    from remote_gpu_trainer.deliver.tables import TableBuild
+    from remote_gpu_trainer.deliver.figures.build import FigureBuild
+    from remote_gpu_trainer.deliver.tables.build import TableBuild
     from remote_gpu_trainer.services.session import Session
 
 
@@ -75,13 +75,13 @@ def _build_output(kind: str, ident: str, project: str | None, fmt: str) -> int:
 
     def action(session: Session) -> int:
         if kind == "figure":
-            from remote_gpu_trainer.services.figures import build_figure
+            from remote_gpu_trainer.services.deliver.figures import build_figure
 
             figure = build_figure(session.project, ident, db=session.db)
             passed, show = figure.passed, lambda: _print_figure(figure)
             document = output_document(kind, ident, figure.folder, passed, figure.deterministic, figure.document)
         else:
-            from remote_gpu_trainer.services.tables import build_table
+            from remote_gpu_trainer.services.deliver.tables import build_table
 
             table = build_table(session.project, ident, db=session.db)
             passed, show = table.passed, lambda: _print_table(table)
@@ -158,7 +158,7 @@ def _claims(project: str | None, fmt: str, *, with_macros: bool) -> int:
     from remote_gpu_trainer.cli.claims_output import print_outcome
     from remote_gpu_trainer.cli.sessions import with_session
     from remote_gpu_trainer.clock import report_now
-    from remote_gpu_trainer.services.claims import build_evidence
+    from remote_gpu_trainer.services.deliver.claims import build_evidence
 
     def action(session: Session) -> int:
         outcome = build_evidence(session.project, session.db, report_now(), with_macros=with_macros, reaudit=True)
@@ -172,7 +172,7 @@ BUILD_SCHEMA = "rgt-build/v1"
 
 
 def _build_all(project: str | None, fmt: str) -> int:
-    """`rgt build`: every figure, every table, then EVIDENCE.json and the macros (services/deliver.py), one line
+    """`rgt build`: every figure, every table, then EVIDENCE.json and the macros (services/deliver/build.py), one line
     per item with its QA as it finishes. Exit 0 all built and passed; 1 an item failed its QA or its builder
     failed; 2 an item was refused as bad input (the others are still built) or there is nothing to build."""
     from remote_gpu_trainer.cli.sessions import with_session
@@ -187,7 +187,7 @@ def _all(session: Session, fmt: str) -> int:
 
     from remote_gpu_trainer.cli.printers import print_json
     from remote_gpu_trainer.clock import report_now
-    from remote_gpu_trainer.services.deliver import build_all
+    from remote_gpu_trainer.services.deliver.build import build_all
     from remote_gpu_trainer.text import escape_control
     from remote_gpu_trainer.views import BuildStep
 
@@ -205,14 +205,15 @@ def _all(session: Session, fmt: str) -> int:
 
 
 def reconcile(args: argparse.Namespace) -> int:
-    """`rgt reconcile` (docs/deliver.md §6): cli/deliver_checks.py prints what services/reconcile.py found."""
+    """`rgt reconcile` (docs/deliver.md §6): cli/deliver_checks.py prints what services/deliver/reconcile.py found."""
     from remote_gpu_trainer.cli import deliver_checks
 
     return deliver_checks.reconcile(args)
 
 
 def completeness(args: argparse.Namespace) -> int:
-    """`rgt completeness` (docs/deliver.md §7): cli/deliver_checks.py prints what services/completeness.py found."""
+    """`rgt completeness` (docs/deliver.md §7): cli/deliver_checks.py prints what
+    services/deliver/completeness.py found."""
     from remote_gpu_trainer.cli import deliver_checks
 
     return deliver_checks.completeness(args)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.errors import EXIT_OK, ConfigError
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.services.splits import Progress, Source, SplitRequest
+    from remote_gpu_trainer.services.audit.splits import Progress, Source, SplitRequest
 
 HELPER_NAME = "rgt_capsule.py"
 PLAIN_EVERY_FILES = 5000  # progress lines when stderr is not a terminal (a log gets one line per this many)
@@ -57,8 +57,8 @@ def capsule(args: argparse.Namespace) -> int:
 def splits(args: argparse.Namespace) -> int:
     """`rgt splits build ID`: the manifest splits/ID.json of the project, from the inputs the flags name."""
     from remote_gpu_trainer.cli.sessions import read_only_refusal
-    from remote_gpu_trainer.config import resolve_project_file
-    from remote_gpu_trainer.services.splits import build_manifest
+    from remote_gpu_trainer.config.project import resolve_project_file
+    from remote_gpu_trainer.services.audit.splits import build_manifest
 
     root = resolve_project_file(args.project).parent.resolve()
     folder = root / "splits" if (root / "splits").is_dir() else root
@@ -75,7 +75,7 @@ def splits(args: argparse.Namespace) -> int:
 def split_request(args: argparse.Namespace) -> SplitRequest:
     """The flags as a request: --split and --split-list pairs, then --csv and --jsonl. Paths on the command
     line are relative to the current folder; paths inside a list or CSV to the project root."""
-    from remote_gpu_trainer.services.splits import Source, SplitRequest
+    from remote_gpu_trainer.services.audit.splits import Source, SplitRequest
 
     sources = [_pair("--split", "folder", text) for text in args.split]
     sources += [_pair("--split-list", "list", text) for text in args.split_list]
@@ -87,7 +87,7 @@ def split_request(args: argparse.Namespace) -> SplitRequest:
 
 
 def _pair(flag: str, kind: str, text: str) -> Source:
-    from remote_gpu_trainer.services.splits import Source
+    from remote_gpu_trainer.services.audit.splits import Source
 
     name, sep, path = text.partition("=")
     if not sep or not name or not path:

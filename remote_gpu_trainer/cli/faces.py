@@ -91,10 +91,10 @@ def write_output(target: Path, data: bytes, shown: str, force: bool) -> None:
 
 
 async def _overview_and_close(session: Session) -> Overview:
-    """The Overview with the results the report opens with (services/results.py, built for the report only)."""
-    from remote_gpu_trainer.services import run_logs
+    """The Overview with the results the report opens with (services/deliver/results.py, built for the report only)."""
+    from remote_gpu_trainer.services.deliver.results import results_view
     from remote_gpu_trainer.services.overview import build, observe
-    from remote_gpu_trainer.services.results import results_view
+    from remote_gpu_trainer.services.watch import run_logs
 
     try:
         await run_logs.catch_up_logs(session)  # findings and the ETA reflect the log as it is now

@@ -16,21 +16,23 @@ from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
-from remote_gpu_trainer.services import auto_follow, env_audit, recovery, resume, run_logs
-from remote_gpu_trainer.services.progress_line import ProgressTicker, progress_line
+from remote_gpu_trainer.services.fleet import auto_follow
+from remote_gpu_trainer.services.fleet.progress_line import ProgressTicker, progress_line
+from remote_gpu_trainer.services.launch import env_audit, resume
+from remote_gpu_trainer.services.watch import recovery, run_logs
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.services.liveness import RunState
-    from remote_gpu_trainer.services.log_monitor import Alert
     from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.services.watch.liveness import RunState
+    from remote_gpu_trainer.services.watch.log_monitor import Alert
 
 
 async def up(session: Session, args: argparse.Namespace) -> int:
     run = session.project.run(args.run)  # up, push and run prepare the next launch: rgt.toml as it is
     provider = session.provider(run.instance)
     if not isinstance(provider, Creatable):
-        from remote_gpu_trainer.services import rent as launcher  # not for sim: it loads the cloud clients
+        from remote_gpu_trainer.services.launch import rent as launcher  # not for sim: it loads the cloud clients
 
         if await launcher.wants_launch(session, run.instance):
             return await _up_launch(session, args.run, args.approve_price)
@@ -43,7 +45,7 @@ async def up(session: Session, args: argparse.Namespace) -> int:
 
 
 async def push(session: Session, args: argparse.Namespace) -> int:
-    from remote_gpu_trainer.services.launch import push as push_files
+    from remote_gpu_trainer.services.launch.launch import push as push_files
 
     run = session.project.run(args.run)
     session.require_writable("push")
@@ -53,7 +55,7 @@ async def push(session: Session, args: argparse.Namespace) -> int:
 
 
 async def run(session: Session, args: argparse.Namespace) -> int:
-    from remote_gpu_trainer.services import launch as runner
+    from remote_gpu_trainer.services.launch import launch as runner
 
     run = session.project.run(args.run)
     if getattr(args, "resume", False):
@@ -114,8 +116,8 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
 
 
 async def _resume(session: Session, args: argparse.Namespace) -> int:
-    """`rgt run RUN --resume`: a preempted run relaunched on its still-billing box (services/resume.py)."""
-    from remote_gpu_trainer.services.resume import resume_run
+    """`rgt run RUN --resume`: a preempted run relaunched on its still-billing box (services/launch/resume.py)."""
+    from remote_gpu_trainer.services.launch.resume import resume_run
 
     if args.rerun:
         raise ConfigError("--resume relaunches RUN under its own id and --rerun under a new one: pick one")
@@ -126,7 +128,7 @@ async def _resume(session: Session, args: argparse.Namespace) -> int:
 
 async def _progress_or_follow_up(session: Session, run_id: str, state: RunState, ticker: ProgressTicker) -> bool:
     """A training run's progress line when one is due; a finished run's automatic pull and verification
-    (rgt.toml `auto`, services/auto_follow.py) when no watcher took them yet. False when that follow-up failed."""
+    (rgt.toml `auto`, services/fleet/auto_follow.py) when no watcher took them yet. False when that follow-up failed."""
     if state.liveness.state in ("running", "stalled"):
         line = await progress_line(session, run_id, ticker)
         if line is not None:
@@ -141,7 +143,7 @@ async def _progress_or_follow_up(session: Session, run_id: str, state: RunState,
 
 async def _watch_pass(session: Session, run_id: str) -> tuple[RunState, list[Alert]]:
     """One status pass: the log followed (its alerts first), the run's state (with the provider's word when the
-    job reads dead or unknown: services/resume.py), then the rules' alerts. A box that cannot be reached
+    job reads dead or unknown: services/launch/resume.py), then the rules' alerts. A box that cannot be reached
     skips the log; its state then says why."""
     alerts: list[Alert] = []
     try:
@@ -159,7 +161,7 @@ async def _watch_pass(session: Session, run_id: str) -> tuple[RunState, list[Ale
 
 async def _up_launch(session: Session, run_id: str, approved_price: str | None) -> int:
     """Rent the run's instance: the smoke gate here first, then the plan, then only the stated price launches."""
-    from remote_gpu_trainer.services import rent as launcher
+    from remote_gpu_trainer.services.launch import rent as launcher
 
     run = session.project.run(run_id)
     launcher.check_launchable(session, run.instance)

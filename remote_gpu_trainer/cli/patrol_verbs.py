@@ -1,5 +1,5 @@
 """`rgt watch --all [PROJECT ...] [--once] [--interval S] [--notify]`: the patrol for cron or a jump host
-(docs/remote-ops.md §9.2). The looking is services/patrol.py; this prints, loops and chooses the exit status.
+(docs/remote-ops.md §9.2). The looking is services/fleet/patrol.py; this prints, loops and chooses the exit status.
 
 Each tick prints exactly one line per run of every project (one line for a project that is gone, unreadable or
 has no runs), flushed, plain text: it runs with no terminal, no standard input and no TERM. Messages about what
@@ -23,10 +23,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from remote_gpu_trainer.config import CONFIG_NAME
+from remote_gpu_trainer.config.project import CONFIG_NAME
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, RgtError
-from remote_gpu_trainer.services import fleet, local_notify
-from remote_gpu_trainer.services import patrol as patrolling
+from remote_gpu_trainer.services.fleet import notify as local_notify
+from remote_gpu_trainer.services.fleet import patrol as patrolling
+from remote_gpu_trainer.services.fleet import status as fleet
 from remote_gpu_trainer.text import escape_control
 
 EXIT_UNREADABLE = 4  # no box idles, but a project could not be looked at

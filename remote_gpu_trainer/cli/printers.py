@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.audits.env_audit import AuditRow
     from remote_gpu_trainer.services.evidence.pull import PullProgress
     from remote_gpu_trainer.services.evidence.verify import VerifyStep
-    from remote_gpu_trainer.services.log_monitor import Alert
+    from remote_gpu_trainer.services.watch.log_monitor import Alert
     from remote_gpu_trainer.state.events import Event
 
 AUDIT_GLYPHS = {"pass": "✔", "warn": "▲", "fail": "✖", "skipped": "·"}

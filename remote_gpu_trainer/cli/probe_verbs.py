@@ -1,7 +1,7 @@
 """`rgt probe RUN CHECK`: a VERIFY probe check (V20, V22, V27, V28) run against the user's model, from the command
 line (docs/verify.md §1).
 
-The service (services/model_probe.py) runs the probe program for each cell, stores the answers and audits the
+The service (services/audit/model_probe.py) runs the probe program for each cell, stores the answers and audits the
 check; this prints each cell's answer and what the check then said about it. A probe that fails is one line on
 stderr and exit 1, with nothing stored; a bad check or cell is a usage error (exit 2).
 """
@@ -18,7 +18,7 @@ from remote_gpu_trainer.errors import EXIT_OK
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.services.model_probe import CellAnswer, ProbeOutcome
+    from remote_gpu_trainer.services.audit.model_probe import CellAnswer, ProbeOutcome
     from remote_gpu_trainer.services.session import Session
     from remote_gpu_trainer.views import VerifyFindingView
 
@@ -27,14 +27,14 @@ LIVE = ("open", "acknowledged", "waived")
 
 
 def probe(args: argparse.Namespace) -> int:
-    from remote_gpu_trainer.services.model_probe import probe_check
+    from remote_gpu_trainer.services.audit.model_probe import probe_check
 
     probe_check(args.check)  # a bad check name is refused before the project is even opened
     return with_session(args.project, lambda session: asyncio.run(_probe(session, args)), writes="probe")
 
 
 async def _probe(session: Session, args: argparse.Namespace) -> int:
-    from remote_gpu_trainer.services.model_probe import probe_run
+    from remote_gpu_trainer.services.audit.model_probe import probe_run
 
     try:
         outcome = await probe_run(session, args.run, args.check, cell=args.cell, on=args.on)

@@ -52,7 +52,7 @@ def init(args: argparse.Namespace) -> int:
 def info(args: argparse.Namespace) -> int:
     facts = info_facts(args.project)
     if facts["project_file"] is not None:  # the file every other verb reads: refused here the same way (exit 2)
-        from remote_gpu_trainer.config import load_project
+        from remote_gpu_trainer.config.project import load_project
 
         load_project(Path(facts["project_file"]))
     if args.format == "json":
@@ -159,7 +159,7 @@ async def start_demo(session: Session) -> None:
 
 
 def _tick(session: Session, run_id: str, item: str, status: str, note: str) -> int:
-    from remote_gpu_trainer.services import checklist
+    from remote_gpu_trainer.services.audit import checklist
 
     session.run_config(run_id)
     checklist.set_tick(session.db, run_id, item, status, note)
@@ -206,7 +206,7 @@ def _events(session: Session, run_id: str | None, fmt: str) -> int:
 
 def info_facts(project: str | None) -> dict[str, Any]:
     """Versions and where things live; the values of credentials are never read, let alone shown."""
-    from remote_gpu_trainer.config import find_project_file
+    from remote_gpu_trainer.config.project import find_project_file
 
     found = Path(project).resolve() if project else find_project_file(Path.cwd())
     if found is not None and found.is_dir():

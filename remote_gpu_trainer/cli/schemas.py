@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.audits.manifest import Problem
     from remote_gpu_trainer.services.evidence.pull import PullResult
     from remote_gpu_trainer.services.evidence.verify import VerifyResult
-    from remote_gpu_trainer.services.log_monitor import Alert
+    from remote_gpu_trainer.services.watch.log_monitor import Alert
     from remote_gpu_trainer.state.events import Event
     from remote_gpu_trainer.views import FleetView
 

@@ -51,7 +51,7 @@ def read_only_refusal(verb: str, root: str) -> ConfigError:
 def on_run(verb: str, args: argparse.Namespace, action: RunVerb) -> int:
     """A verb that acts on one run: the project and the run are checked before the Session (and its state
     database) is created; a read-only folder allows `watch` only."""
-    from remote_gpu_trainer.config import load_project, resolve_project_file
+    from remote_gpu_trainer.config.project import load_project, resolve_project_file
     from remote_gpu_trainer.providers.box_identity import check_distinct_boxes
     from remote_gpu_trainer.services import project_registry
     from remote_gpu_trainer.services.session import Session

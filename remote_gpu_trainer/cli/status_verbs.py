@@ -1,5 +1,5 @@
 """`rgt status [PROJECT] [--all]`: every box in one view, with the orphans of the cloud accounts
-(docs/remote-ops.md §9.3). services/fleet.py gathers it; this prints it and picks the exit code:
+(docs/remote-ops.md §9.3). services/fleet/status.py gathers it; this prints it and picks the exit code:
 0 when everything was asked and no orphan bills, 1 when a project or an account could not be asked or an
 orphan bills, 2 for bad usage."""
 
@@ -26,8 +26,9 @@ from remote_gpu_trainer.views import FleetView
 
 
 def status(args: argparse.Namespace) -> int:
-    from remote_gpu_trainer.config import resolve_project_file
-    from remote_gpu_trainer.services import fleet, project_registry
+    from remote_gpu_trainer.config.project import resolve_project_file
+    from remote_gpu_trainer.services import project_registry
+    from remote_gpu_trainer.services.fleet import status as fleet
 
     if args.all and args.project is not None:
         raise ConfigError("rgt status: give PROJECT or --all, not both (see rgt status --help)")

@@ -49,9 +49,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.audits.verify.load import SAFE_ID
-from remote_gpu_trainer.audits.verify.model import plain
-from remote_gpu_trainer.audits.verify.numbers import mean, sample_std
+from remote_gpu_trainer.audits.catalogue.load import SAFE_ID
+from remote_gpu_trainer.audits.catalogue.model import plain
+from remote_gpu_trainer.audits.catalogue.numbers import mean, sample_std
 from remote_gpu_trainer.clock import iso_z, utc_now
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.fsutil import NotRegularFile, atomic_write, fsync_dir, lstat_or_none, open_regular, read_regular
@@ -192,7 +192,7 @@ def resolve_input(root: Path, spec: Mapping[str, Any], where: str) -> InputFile:
 @dataclass(frozen=True)
 class TrackerInput(InputFile):
     """A test a tracker recorded (trainer_state.json, Lightning metrics.csv, TensorBoard events, MLflow, W&B),
-    read through VERIFY's readers (audits/verify/readers): `path` and `sha256` are the tracker file's, exactly
+    read through VERIFY's readers (audits/catalogue/readers): `path` and `sha256` are the tracker file's, exactly
     the bytes the reader parsed; `body` is the metrics.json-shaped test it made of them (no `n`: trackers do not
     record the test's size)."""
 
@@ -215,7 +215,7 @@ def resolve_test(root: Path, spec: Mapping[str, Any], where: str) -> InputFile:
 
 
 def tracker_test(root: Path, capsule: str, test_id: str) -> TrackerInput | None:
-    from remote_gpu_trainer.audits.verify.readers import read_tracker_cell
+    from remote_gpu_trainer.audits.catalogue.readers import read_tracker_cell
 
     run_id, cell = capsule.split("/", 1)
     found = read_tracker_cell(root, run_id, cell)
@@ -317,7 +317,7 @@ def _dig(node: Any, *keys: str) -> Any:
 
 # -- source.csv ---------------------------------------------------------------------------------------------
 def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
-    """VERIFY's mean and sample std (audits/verify/numbers.py) of one point's per-seed values, for any doubles a
+    """VERIFY's mean and sample std (audits/catalogue/numbers.py) of one point's per-seed values, for any doubles a
     box wrote: finite values whose sum overflows are averaged pre-divided, a spread beyond a double is inf, and a
     non-finite value (a diverged loss in train.csv) makes the mean inf or nan and the spread nan, so the gates
     (G6, Q2) report it instead of the build dying inside `statistics`."""

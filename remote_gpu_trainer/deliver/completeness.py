@@ -1,7 +1,7 @@
 """Completeness reconciliation (docs/deliver.md §7): every point of rgt.toml's `[grid]` against what is here
 and what is still only on a box, before anything is disclosed or torn down.
 
-Pure: `artifacts()` says which files each point needs, the service (services/completeness.py) finds out where
+Pure: `artifacts()` says which files each point needs, the service (services/deliver/completeness.py) finds out where
 each one is (here, sealed by PULL_MANIFEST.json; on the run's box; nowhere; or not known because the box did
 not answer) and hands that `Inventory` to `assess()`, which decides. Nothing here opens a file or a connection.
 
@@ -26,9 +26,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from remote_gpu_trainer.audits.verify.load import SAFE_ID
-from remote_gpu_trainer.audits.verify.model import Capsule, ProjectEvidence
-from remote_gpu_trainer.config_deliver import GridConfig, GridPoint
+from remote_gpu_trainer.audits.catalogue.load import SAFE_ID
+from remote_gpu_trainer.audits.catalogue.model import Capsule, ProjectEvidence
+from remote_gpu_trainer.config.deliver import GridConfig, GridPoint
 
 SCHEMA = "remote-gpu-trainer/COMPLETENESS/v1"
 CHECKS = ("CKPT", "SPLIT", "INPUTS", "VISUALS", "UNIFORM")

@@ -8,14 +8,14 @@ from. Nothing here blocks: a row with every item firing is still written, carryi
 The inline form is the number as a caption, a macro companion or the report prints it, e.g.
 `31.42 dB ↑ (test, n=5 items, 3 seeds, mean ± std 0.08)` or
 `30.81 dB ↑ (test, n=5, single seed — no variance band) [F-000041]`.
-The services gather the facts (services/claims.py); this module only words them.
+The services gather the facts (services/deliver/claims.py); this module only words them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remote_gpu_trainer.audits.verify.generated import STD_OVER_SEEDS, GeneratedRow
+from remote_gpu_trainer.audits.catalogue.generated import STD_OVER_SEEDS, GeneratedRow
 from remote_gpu_trainer.deliver.evidence import RowSpec
 
 DEFAULT_PRECISION = 2  # decimals shown when the row declares no `precision`
@@ -51,7 +51,7 @@ class OutputQA:
 
 @dataclass(frozen=True)
 class RowFacts:
-    """What the gate reads about one row; services/claims.py gathers it."""
+    """What the gate reads about one row; services/deliver/claims.py gathers it."""
 
     spec: RowSpec
     row: GeneratedRow

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from remote_gpu_trainer.audits.verify.load import SAFE_ID
+from remote_gpu_trainer.audits.catalogue.load import SAFE_ID
 from remote_gpu_trainer.errors import ConfigError
 
 SCHEMA = "remote-gpu-trainer/EVIDENCE/v1"

@@ -6,9 +6,9 @@ train.csv. Per-item results tables are not read and pandas is never imported, so
 files it names (docs/architecture.md §5). Folders and files are taken as they are under the project root: a
 symlink is never followed, a file that does not parse is a problem line, never an exception.
 
-The aggregation is VERIFY's (audits/verify/numbers.py: the finite values of each cell's metrics.json, their
+The aggregation is VERIFY's (audits/catalogue/numbers.py: the finite values of each cell's metrics.json, their
 mean and sample standard deviation), over the same numbers VERIFY forms for a run no claim cites
-(audits/verify/load.numbers_of), so the report and the checks never disagree about a run's number.
+(audits/catalogue/load.numbers_of), so the report and the checks never disagree about a run's number.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.verify.load import SAFE_ID, SKIP_DIRS, cell_outcomes, numbers_of
-from remote_gpu_trainer.audits.verify.metric_registry import DIRECTION_WORDS, normalise, stated_or_registered
-from remote_gpu_trainer.audits.verify.model import Capsule, MetricRule, Number, ProjectEvidence, TestArtifacts
-from remote_gpu_trainer.audits.verify.numbers import SeedValue, mean, sample_std, seed_values
+from remote_gpu_trainer.audits.catalogue.load import SAFE_ID, SKIP_DIRS, cell_outcomes, numbers_of
+from remote_gpu_trainer.audits.catalogue.metric_registry import DIRECTION_WORDS, normalise, stated_or_registered
+from remote_gpu_trainer.audits.catalogue.model import Capsule, MetricRule, Number, ProjectEvidence, TestArtifacts
+from remote_gpu_trainer.audits.catalogue.numbers import SeedValue, mean, sample_std, seed_values
 from remote_gpu_trainer.clock import parse_iso
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.views import ARROWS, ResultRowView
@@ -95,7 +95,7 @@ def read_cell(root: Path, run_id: str, cell: str) -> CellResults | None:
                                                      metrics)
     legacy = _json_object(root, f"{rel}/best_metrics.json", problems) if record is None else None
     if legacy is not None:
-        from remote_gpu_trainer.audits.verify.readers.best_metrics import legacy_test
+        from remote_gpu_trainer.audits.catalogue.readers.best_metrics import legacy_test
 
         test, found = legacy_test(f"{rel}/best_metrics.json", legacy, None)
         problems.extend(f"{p.path}: {p.message}" for p in found)
@@ -110,10 +110,10 @@ def read_cell(root: Path, run_id: str, cell: str) -> CellResults | None:
 
 
 def tracker_cell(root: Path, run_id: str, cell: str) -> CellResults | None:
-    """A cell with no capsule file, as its trackers recorded it (audits/verify/readers: trainer_state.json,
+    """A cell with no capsule file, as its trackers recorded it (audits/catalogue/readers: trainer_state.json,
     Lightning metrics.csv, TensorBoard events, MLflow mlruns, W&B): the same reader VERIFY uses, so the report
     and the checks read one number. Only such cells pay for the readers (and pandas)."""
-    from remote_gpu_trainer.audits.verify.readers import read_tracker_cell
+    from remote_gpu_trainer.audits.catalogue.readers import read_tracker_cell
 
     capsule = read_tracker_cell(root, run_id, cell)
     if capsule is None:

@@ -2,12 +2,12 @@
 docs/gate.md §7 item 6: identity by what the box is).
 
 Two entries for one box would each get their own teardown gate, so `rgt down` through one could destroy
-results that the other's runs never pulled. config.py refuses a repeated provider id without I/O. An SSH or
+results that the other's runs never pulled. config/project.py refuses a repeated provider id without I/O. An SSH or
 Slurm host is known by what it is, not by how it is written: the host key a connection to it must present
 (strict checking: the keys trusted for it in a known_hosts file), the addresses its HostName resolves to,
 and the resolved name and port. Entries sharing any of these are refused when the project is opened, and an
 entry whose first contact presents a key another entry is trusted with is refused before the key is trusted
-(services/instances.py) or anything launched through it (services/launch.py). The launch log records every
+(services/instances.py) or anything launched through it (services/launch/launch.py). The launch log records every
 identity of the box (`box_tokens`), and the gate covers a launch whose record shares any of them (`same_box`).
 """
 
@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, table_line
+from remote_gpu_trainer.config.project import InstanceConfig, ProjectConfig, table_line
 from remote_gpu_trainer.errors import ConfigError
 
 if TYPE_CHECKING:  # asyncssh loads only when a project has SSH-hosted entries to compare

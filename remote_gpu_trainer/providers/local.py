@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.profiles import Profile, load_profile
 from remote_gpu_trainer.providers.base import InstanceStatus, Provider

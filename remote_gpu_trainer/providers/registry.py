@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from remote_gpu_trainer.clock import Clock, utc_now
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.providers.base import Provider
 

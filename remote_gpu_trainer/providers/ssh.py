@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
 from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.profiles import Profile, load_profile

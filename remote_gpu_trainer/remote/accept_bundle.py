@@ -1,6 +1,6 @@
 """Accept a pulled bundle on a second machine: re-hash it, load-check its checkpoints, read its metrics files.
 
-`rgt accept` (services/acceptance.py) ships this file as-is on stdin to that machine's interpreter (`<python> -`),
+`rgt accept` (services/audit/acceptance.py) ships this file as-is on stdin to that machine's interpreter (`<python> -`),
 so it is stdlib-only and keeps to Python 3.8 syntax (no `from __future__`, no `match`, no `X | Y`; annotations
 are strings). The client prepends one line that defines PARAMS (remote.program_stdin), with keys:
 

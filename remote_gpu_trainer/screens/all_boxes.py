@@ -1,7 +1,7 @@
 """`A` on the dashboard: every box of every project this user opened, and the orphans of their cloud accounts
 (docs/remote-ops.md §9.3), the view `rgt status --all` prints.
 
-The view is gathered by services/fleet.py in a worker, each box within the session's provider timeout and the
+The view is gathered by services/fleet/status.py in a worker, each box within the session's provider timeout and the
 whole within LOAD_BUDGET_S, so the UI never waits on a box; `r` asks again (ignored while a load is running:
 the one in flight is never cancelled), escape closes. Nothing here acts on a box.
 """
@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from remote_gpu_trainer.services import fleet
+from remote_gpu_trainer.services.fleet import status as fleet
 from remote_gpu_trainer.widgets.all_boxes_panel import AllBoxesPanel
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """The TUI's share of the automatic follow-ups (docs/remote-ops.md §9.2): whenever the dashboard's overview is
 refreshed, a finished run whose rgt.toml asks for `auto = ["pull", "verify"]` and whose follow-up nobody took yet
-gets a worker that runs it (services/auto_follow.py decides, and records it once for every watcher), then a
+gets a worker that runs it (services/fleet/auto_follow.py decides, and records it once for every watcher), then a
 notification with the outcome and a fresh overview. Nothing here can tear anything down.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.services import auto_follow
+from remote_gpu_trainer.services.fleet import auto_follow
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.screens.dashboard import DashboardScreen

@@ -26,12 +26,14 @@ from remote_gpu_trainer.screens.confirm import ConfirmScreen
 from remote_gpu_trainer.screens.deliver_actions import DELIVER_PANEL
 from remote_gpu_trainer.screens.finding import FindingScreen
 from remote_gpu_trainer.screens.note import NoteScreen
-from remote_gpu_trainer.services import audit, checklist, findings, instances, run_logs
+from remote_gpu_trainer.services import instances
+from remote_gpu_trainer.services.audit import audit, checklist, findings
 from remote_gpu_trainer.services.evidence.pull import PullProgress
 from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.evidence.verify import VerifyStep
-from remote_gpu_trainer.services.log_monitor import Alert
 from remote_gpu_trainer.services.overview import observe_and_build
+from remote_gpu_trainer.services.watch import run_logs
+from remote_gpu_trainer.services.watch.log_monitor import Alert
 from remote_gpu_trainer.text import escape_control, money
 from remote_gpu_trainer.views import Overview, RunView
 from remote_gpu_trainer.widgets.checklist_panel import ChecklistPanel

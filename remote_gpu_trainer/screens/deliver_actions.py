@@ -20,7 +20,7 @@ from textual.widgets import DataTable
 
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.screens.figure import FigurePathScreen, FigureScreen, image_support
-from remote_gpu_trainer.services import deliver
+from remote_gpu_trainer.services.deliver import build as deliver
 from remote_gpu_trainer.views import BuildStep, DeliverView
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
 

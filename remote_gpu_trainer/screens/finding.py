@@ -1,6 +1,6 @@
 """A VERIFY finding's detail, and the user's decision about it: acknowledge (a note and the disclosure that
 rides with the claims it touches; optionally for the whole check) or waive (a note saying why it does not
-apply). The screen only collects the decision; services/findings.py checks and records it."""
+apply). The screen only collects the decision; services/audit/findings.py checks and records it."""
 
 from __future__ import annotations
 

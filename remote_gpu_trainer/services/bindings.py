@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from remote_gpu_trainer.config import ProjectConfig, RunConfig
+from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
 from remote_gpu_trainer.run_records import bind_to_launch, run_config_from_record
 from remote_gpu_trainer.state.db import StateDB
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.config import ProjectConfig, RunConfig
+from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.profile_facts import Profile
@@ -254,7 +254,7 @@ async def adopt(session: Session, name: str, actor: str = "user") -> Adoption:
     the box recorded, so liveness, pull and verify find the run where its launch put it. The record is stamped
     now, so the gate wants a verification after it: nothing adopted opens anything by itself."""
     from remote_gpu_trainer.services.gate import session_box_key
-    from remote_gpu_trainer.services.launch import ctl_dir, log_path
+    from remote_gpu_trainer.services.launch.launch import ctl_dir, log_path
 
     session.require_writable("adopting the box's ledger")
     entries = await read_ledger(await session.remote(name))

@@ -3,7 +3,7 @@ writes its evidence through rgt_capsule, a dataset of generated files with its s
 `--flawed`, a second run with planted problems for the VERIFY checklist to find.
 
 The dataset is small and synthetic (4 classes, 16 features): every item is one JSON file under `data/<split>/`,
-listed with its sha256 in `splits/demo.json` (built by services/splits.py, as `rgt splits build` would). The box
+listed with its sha256 in `splits/demo.json` (built by services/audit/splits.py, as `rgt splits build` would). The box
 gets the same bytes as one pack (`demo_data.json`, pushed with the script), and the script checks each item
 against the manifest before training. The flawed run's data (`data-flawed/`, `splits/demo-flawed.json`) is the
 same except that one test item is a renamed copy of a training item; the flawed run has one seed and evaluates
@@ -27,10 +27,10 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.services.audit.splits import Source, SplitRequest, build_manifest
 from remote_gpu_trainer.services.project_files import CONFIG_NAME, toml_string, write_new_file
-from remote_gpu_trainer.services.splits import Source, SplitRequest, build_manifest
 
 DEMO_INSTANCE = "gpu-box"
 DEMO_RUN = "demo"
@@ -101,7 +101,7 @@ def leaked(items: dict[str, list[tuple[str, bytes]]]) -> dict[str, list[tuple[st
 
 
 def write_dataset(folder: Path, split_set_id: str, data_dir: str, items: dict[str, list[tuple[str, bytes]]]) -> None:
-    """The item files, their split manifest (services/splits.py, from the folders) and the pack for the box."""
+    """The item files, their split manifest (services/audit/splits.py, from the folders) and the pack for the box."""
     for split, rows in items.items():
         (folder / data_dir / split).mkdir(parents=True, exist_ok=True)
         for item_id, data in rows:

@@ -33,7 +33,7 @@ from remote_gpu_trainer.audits.gate import (
 )
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, parse_manifest
 from remote_gpu_trainer.clock import parse_iso, utc_now
-from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig
+from remote_gpu_trainer.config.project import InstanceConfig, ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
 from remote_gpu_trainer.profile_facts import Action
@@ -48,7 +48,7 @@ from remote_gpu_trainer.services.evidence.local_root import (
     walk_local_root,
 )
 from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, recorded_adoption, remote_manifest
-from remote_gpu_trainer.services.liveness import run_state_of
+from remote_gpu_trainer.services.watch.liveness import run_state_of
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.views import GateView, LossAtRisk

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import tomli_w
 
-from remote_gpu_trainer.config import (
+from remote_gpu_trainer.config.project import (
     CONFIG_NAME,
     LAUNCH_PROVIDERS,
     PROVIDERS,

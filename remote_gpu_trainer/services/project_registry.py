@@ -17,7 +17,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from remote_gpu_trainer.clock import Clock, iso_z, utc_now
-from remote_gpu_trainer.config import user_state_dir
+from remote_gpu_trainer.config.project import user_state_dir
 from remote_gpu_trainer.fsutil import atomic_write
 
 SCHEMA = "rgt-projects/v1"

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from remote_gpu_trainer.audits.gpu_health import GpuSample
 from remote_gpu_trainer.audits.log.signatures import Catalogue, load_catalogue
 from remote_gpu_trainer.clock import Clock, utc_now
-from remote_gpu_trainer.config import (
+from remote_gpu_trainer.config.project import (
     InstanceConfig,
     ProjectConfig,
     RunConfig,
@@ -29,16 +29,17 @@ from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.profiles import Profile
 from remote_gpu_trainer.providers.base import InstanceStatus, Transport
 from remote_gpu_trainer.providers.registry import provider_for
-from remote_gpu_trainer.services import env_audit as env
-from remote_gpu_trainer.services import instances, project_registry, run_logs
-from remote_gpu_trainer.services import launch as runner
-from remote_gpu_trainer.services import liveness as watcher
+from remote_gpu_trainer.services import instances, project_registry
 from remote_gpu_trainer.services.bindings import bound_run_config
 from remote_gpu_trainer.services.evidence import verbs as evidence_verbs
 from remote_gpu_trainer.services.evidence.pull import PullProgress, PullResult
 from remote_gpu_trainer.services.evidence.verify import VerifyResult, VerifyStep
-from remote_gpu_trainer.services.log_monitor import Alert, ChartData, LogUpdate, RunLogMonitor
+from remote_gpu_trainer.services.launch import env_audit as env
+from remote_gpu_trainer.services.launch import launch as runner
 from remote_gpu_trainer.services.overview import observe_and_build
+from remote_gpu_trainer.services.watch import liveness as watcher
+from remote_gpu_trainer.services.watch import run_logs
+from remote_gpu_trainer.services.watch.log_monitor import Alert, ChartData, LogUpdate, RunLogMonitor
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.views import AuditRow, LogLineView, Overview
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from remote_gpu_trainer.audits.gate import Approval
 from remote_gpu_trainer.audits.manifest import is_checkpoint
-from remote_gpu_trainer.config import RunConfig
+from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import GateRefused, RgtError
 from remote_gpu_trainer.fsutil import run_locks
 from remote_gpu_trainer.profiles import profile_age_text
@@ -107,7 +107,7 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
 async def _grid_lines(session: Session, run_ids: tuple[str, ...]) -> list[str]:
     """The [grid] points whose checkpoint is still only on this box (docs/deliver.md §7): shown, recorded with
     the approval, and never part of the gate's decision."""
-    from remote_gpu_trainer.services.completeness import box_checkpoint_lines
+    from remote_gpu_trainer.services.deliver.completeness import box_checkpoint_lines
 
     try:
         return await box_checkpoint_lines(session, run_ids, timeout_s=GRID_TIMEOUT_S)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.errors import StateError
+from remote_gpu_trainer.state.audit import VerifyTables
 from remote_gpu_trainer.state.billing import BillingTables
 from remote_gpu_trainer.state.caches import CacheTables
 from remote_gpu_trainer.state.checks import CheckTables
@@ -25,7 +26,6 @@ from remote_gpu_trainer.state.evidence import EvidenceTables
 from remote_gpu_trainer.state.launches import LaunchTables
 from remote_gpu_trainer.state.migrations import migrate
 from remote_gpu_trainer.state.run_logs import RunLogTables
-from remote_gpu_trainer.state.verify import VerifyTables
 
 
 class StateDB(EventLog, BillingTables, EvidenceTables, CacheTables, LaunchTables, CheckTables, RunLogTables,

@@ -352,7 +352,7 @@ def verified(db: EventLog, *, run_id: str, instance: str, ok: bool, problems: in
                            instance=instance, actor=actor, detail={"ok": ok, "errors": errors})
 
 
-# -- renting a box (services/rent.py) -----------------------------------------------------------------------------
+# -- renting a box (services/launch/rent.py) ---------------------------------------------------------------------
 
 def launch_refused(db: EventLog, *, run_id: str, instance: str, typed_price: str, price_text: str,
                    shown: Sequence[str], actor: str) -> Event:

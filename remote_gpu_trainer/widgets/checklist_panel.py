@@ -1,7 +1,7 @@
 """The verification checklist: automatic answers and the user's ticks with their notes.
 
 The rows, their keys and the text shown for the highlighted one come with the run's view
-(RunView.checklist_rows, built by services/checklist.py); this panel lays them out.
+(RunView.checklist_rows, built by services/audit/checklist.py); this panel lays them out.
 """
 
 from __future__ import annotations

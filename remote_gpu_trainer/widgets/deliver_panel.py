@@ -2,7 +2,7 @@
 whether they are current, and the last reconcile's drifts.
 
 The rows, their keys and the text shown for the highlighted one come with the DeliverView (built by
-services/deliver.py); this panel lays them out and shows the progress of a build it is told about.
+services/deliver/build.py); this panel lays them out and shows the progress of a build it is told about.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ fields it is read from."""
 from __future__ import annotations
 
 from remote_gpu_trainer.audits.liveness import ProbeResult, sentinel_state
-from remote_gpu_trainer.services.liveness import parse_probe
+from remote_gpu_trainer.services.watch.liveness import parse_probe
 
 
 def test_the_sentinels_own_liveness_in_words() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.load import load_project
+from remote_gpu_trainer.audits.catalogue.load import load_project
 from remote_gpu_trainer.remote import rgt_capsule
 from support.helpers import run_rgt
 

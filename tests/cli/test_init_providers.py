@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.config import PROVIDERS
+from remote_gpu_trainer.config.project import PROVIDERS
 from remote_gpu_trainer.providers.registry import AVAILABLE
 from support.gate_helpers import rgt
 

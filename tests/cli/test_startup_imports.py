@@ -54,5 +54,5 @@ def test_the_report_reads_capsules_without_pandas_scipy_or_matplotlib(project_di
     three_seeds(project_dir)
     write_evidence(project_dir, [])
     loaded = imported(["--report", str(project_dir), "--format", "json"], project_dir)
-    assert "remote_gpu_trainer.deliver.results" in loaded and "remote_gpu_trainer.services.deliver" in loaded
+    assert "remote_gpu_trainer.deliver.results" in loaded and "remote_gpu_trainer.services.deliver.build" in loaded
     assert [name for name in ("pandas", "scipy", "numpy", "matplotlib", "pyarrow", *HEAVY) if name in loaded] == []

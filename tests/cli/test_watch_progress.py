@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.cli import launch_verbs
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import EXIT_OK
 from remote_gpu_trainer.services.session import Session
 from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, copy_command, write_project

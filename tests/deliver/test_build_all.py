@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.services.deliver import deliver_view
+from remote_gpu_trainer.services.deliver.build import deliver_view
 from support.capsules import write_csv, write_json
 from support.deliver_project import user_project
 

@@ -16,7 +16,7 @@ import pytest
 
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.remote.build_manifest import build
-from remote_gpu_trainer.services.completeness import box_checkpoint_lines, run_completeness
+from remote_gpu_trainer.services.deliver.completeness import box_checkpoint_lines, run_completeness
 from remote_gpu_trainer.services.session import Session
 from support.capsules import sha256_file, write_capsule, write_json, write_split
 from support.helpers import FIXTURES, HUNG

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError
 
 

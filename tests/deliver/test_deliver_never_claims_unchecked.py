@@ -13,7 +13,7 @@ import pytest
 
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.services.deliver import deliver_view
+from remote_gpu_trainer.services.deliver.build import deliver_view
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.views import DeliverRow
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.generated import generate_row
+from remote_gpu_trainer.audits.catalogue.generated import generate_row
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.deliver import disclosure, evidence
 from remote_gpu_trainer.deliver.disclosure import FindingNote, RowFacts

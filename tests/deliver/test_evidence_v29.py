@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.catalogue import specs
-from remote_gpu_trainer.audits.verify.integrity import CHECKS
+from remote_gpu_trainer.audits.catalogue.integrity import CHECKS
+from remote_gpu_trainer.audits.catalogue.runner import specs
 from remote_gpu_trainer.cli import main
 from support.capsules import load
 from support.claims_project import CELLS, PSNR, RUN, claim, stage_capsule

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from remote_gpu_trainer.deliver.figure_reduce import EXACT_ROWS, ColumnReducer
+from remote_gpu_trainer.deliver.figures.reduce import EXACT_ROWS, ColumnReducer
 from support.helpers import run_rgt
 
 PEAK_LIMIT_MB = 500

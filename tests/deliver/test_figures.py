@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.deliver.figures import FigureBuild, build_figure, png_provenance
+from remote_gpu_trainer.deliver.figures.build import FigureBuild, build_figure, png_provenance
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from support.capsules import write_capsule, write_json
 from support.figures import CELLS, curve, write_cells, write_figure

@@ -12,7 +12,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-from remote_gpu_trainer.deliver.pixel_gate import Check, GateInputs, g1_blank, qa_block
+from remote_gpu_trainer.deliver.figures.pixel_gate import Check, GateInputs, g1_blank, qa_block
 from support.figures import gate
 
 BAR_ROWS = [{"series": "base", "x": 0, "y": 0.8, "err_lo": 0.01, "err_hi": 0.01, "seeds": 2, "n": 50},

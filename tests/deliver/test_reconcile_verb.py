@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify import documents
-from remote_gpu_trainer.audits.verify.catalogue import by_name, params_for
+from remote_gpu_trainer.audits.catalogue import documents
+from remote_gpu_trainer.audits.catalogue.runner import by_name, params_for
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from support.capsules import load
 from support.reconcile_vectors import PSNR, PSNR_PRECISE, VECTORS, claim, evidence, row
 

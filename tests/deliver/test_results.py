@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from remote_gpu_trainer.audits.catalogue.model import MetricRule
 from remote_gpu_trainer.audits.meter import BillingModel, Interval, accrue, cost_between, shared_pieces
-from remote_gpu_trainer.audits.verify.model import MetricRule
 from remote_gpu_trainer.deliver.results import capsule_window, read_cells, result_rows, tracker_urls
 from remote_gpu_trainer.views import ResultRowView
 from support.capsules import write_capsule, write_csv, write_json

@@ -17,11 +17,11 @@ import pytest
 from remote_gpu_trainer.audits.liveness import Liveness
 from remote_gpu_trainer.cli.main import main
 from remote_gpu_trainer.report import render
-from remote_gpu_trainer.services.deliver import claim_views
-from remote_gpu_trainer.services.liveness import RunState
+from remote_gpu_trainer.services.deliver.build import claim_views
+from remote_gpu_trainer.services.deliver.results import results_view
 from remote_gpu_trainer.services.overview import Observation
-from remote_gpu_trainer.services.results import results_view
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.liveness import RunState
 from remote_gpu_trainer.state.billing import Snapshot
 from remote_gpu_trainer.text import duration
 from remote_gpu_trainer.views import NO_AUDIT, Overview

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.model import MetricRule
-from remote_gpu_trainer.deliver.tables import TableBuild, build_table
+from remote_gpu_trainer.audits.catalogue.model import MetricRule
+from remote_gpu_trainer.deliver.tables.build import TableBuild, build_table
 from remote_gpu_trainer.errors import ConfigError
 from support.capsules import write_capsule
 from support.tables import write_table

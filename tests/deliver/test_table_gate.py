@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from remote_gpu_trainer.deliver.table_gate import CHECKS, GateResult, check_table
-from remote_gpu_trainer.deliver.table_render import Layout, read_source, render
+from remote_gpu_trainer.deliver.tables.gate import CHECKS, GateResult, check_table
+from remote_gpu_trainer.deliver.tables.render import Layout, read_source, render
 from support.tables import source_bytes as source
 
 # ours [31.35, 31.45] clears baseline [30.8, 31.2] on psnr; on ssim ours [0.885, 0.889] overlaps [0.884, 0.888]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from remote_gpu_trainer.deliver.table_render import (
+from remote_gpu_trainer.deliver.tables.render import (
     Layout,
     SourceCell,
     bold_verdict,

@@ -16,7 +16,7 @@ import pytest
 
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.cli.parser import VERB_HELP, VERBS
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.providers.registry import AVAILABLE
 from support.helpers import write_project

@@ -17,9 +17,9 @@ from remote_gpu_trainer.audits.env_audit import torch_facts
 from remote_gpu_trainer.audits.manifest import parse_manifest
 from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.cloud.http import provider_message
-from remote_gpu_trainer.services.env_audit import parse_probe_output
 from remote_gpu_trainer.services.evidence.pull import pull
 from remote_gpu_trainer.services.evidence.verify import verify
+from remote_gpu_trainer.services.launch.env_audit import parse_probe_output
 from remote_gpu_trainer.strict_json import loads_strict
 from support.evidence_helpers import Env, keep_probe_verdicts, make_env, write_run
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.audits.log.signatures import load_catalogue
-from remote_gpu_trainer.config import load_project_text
+from remote_gpu_trainer.config.project import load_project_text
 from remote_gpu_trainer.errors import ConfigError
 from support.fleet_projects import sim_project, ssh_project
 from support.gate_helpers import events, rgt

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import EXIT_USAGE, ConfigError, RgtError, TransportError
 from remote_gpu_trainer.providers.base import INSTANCE_STATES
 from remote_gpu_trainer.providers.cloud.client import UnsupportedAction

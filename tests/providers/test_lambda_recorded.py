@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from remote_gpu_trainer.audits import preemption
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.profiles import load_profile
 from remote_gpu_trainer.providers.cloud.client import shipped_api
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.config import RunConfig
+from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import TransportError, VerbFailed
 from remote_gpu_trainer.profiles import load_profile
 from remote_gpu_trainer.providers.slurm.commands import (
@@ -41,7 +41,7 @@ from remote_gpu_trainer.providers.slurm.commands import (
     submit,
 )
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.services.launch import ctl_dir, wrapper_script
+from remote_gpu_trainer.services.launch.launch import ctl_dir, wrapper_script
 from support.slurm_fixtures import Cluster
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, TransportError
 from remote_gpu_trainer.providers.ssh import SSHProvider
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport

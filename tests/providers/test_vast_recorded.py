@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider
 from remote_gpu_trainer.providers.cloud.vastai import LIST_MAX_PAGES, VastAIClient

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from remote_gpu_trainer.audits.verify.load import load_project
+from remote_gpu_trainer.audits.catalogue.load import load_project
 from remote_gpu_trainer.remote import rgt_capsule
 from support.capsules import write_split
 from support.helpers import run_rgt

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.providers.sim import SimProvider
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.state.events import EventKind

@@ -1,4 +1,4 @@
-"""services/audit.py: what the audit gathers (files, probe answers, pulled logs), that it runs after every
+"""services/audit/audit.py: what the audit gathers (files, probe answers, pulled logs), that it runs after every
 verification, and that the dashboard's re-audit happens exactly when an input changed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-from remote_gpu_trainer.services import audit
+from remote_gpu_trainer.services.audit import audit
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state.events import EventKind
 from support.capsules import classification_items, write_capsule

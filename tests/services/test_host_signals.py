@@ -17,9 +17,9 @@ import pytest
 
 from remote_gpu_trainer.audits.gpu_health import SAMPLE_FIELDS
 from remote_gpu_trainer.audits.rules.signals import ClaimedSave
-from remote_gpu_trainer.services.launch import ctl_dir, launch_run
-from remote_gpu_trainer.services.log_monitor import Alert
+from remote_gpu_trainer.services.launch.launch import ctl_dir, launch_run
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.log_monitor import Alert
 from remote_gpu_trainer.text import size_iec, span
 from support.helpers import FIXED_NOW, FIXTURES, RUN, FixedClock, run_rgt, wait_for_liveness, write_project
 
@@ -103,7 +103,7 @@ async def test_a_configured_disk_budget_gates_the_first_cell_too(small_disk: Pat
 
 
 def test_disk_budget_accepts_bytes_and_units_and_names_a_bad_value(tmp_path: Path) -> None:
-    from remote_gpu_trainer.config import load_project
+    from remote_gpu_trainer.config.project import load_project
     from remote_gpu_trainer.errors import ConfigError
 
     for value, expected in (("0", 0), ("123456", 123456), ('"20GB"', 20 * 10**9), ('"512 MiB"', 512 * 2**20),

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.services.launch import ctl_dir
-from remote_gpu_trainer.services.log_monitor import Alert
+from remote_gpu_trainer.services.launch.launch import ctl_dir
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.log_monitor import Alert
 from remote_gpu_trainer.text import gib
 from support.helpers import RUN, wait_for_liveness, write_project
 

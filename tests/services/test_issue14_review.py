@@ -17,12 +17,16 @@ import pytest
 
 from remote_gpu_trainer.audits.liveness import Liveness, sentinel_state
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.config import load_project
-from remote_gpu_trainer.config_notify import NotifyConfig, read_webhook_url
+from remote_gpu_trainer.config.notify import NotifyConfig, read_webhook_url
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.services import fleet, local_notify, overview, patrol, project_registry, recovery
-from remote_gpu_trainer.services.liveness import RunState, parse_probe
+from remote_gpu_trainer.services import overview, project_registry
+from remote_gpu_trainer.services.fleet import notify as local_notify
+from remote_gpu_trainer.services.fleet import patrol
+from remote_gpu_trainer.services.fleet import status as fleet
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch import recovery
+from remote_gpu_trainer.services.watch.liveness import RunState, parse_probe
 from remote_gpu_trainer.state.events import EventKind
 from support.helpers import (
     FIXED_NOW,

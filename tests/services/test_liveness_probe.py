@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.services.liveness import _PROBE, parse_probe
+from remote_gpu_trainer.services.watch.liveness import _PROBE, parse_probe
 
 
 def test_a_log_that_vanished_mid_probe_reads_as_no_log() -> None:

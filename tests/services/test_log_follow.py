@@ -8,7 +8,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.audits.log.lines import MAX_LINE_CHARS, LineSplitter
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.services.log_follow import LogFollower
+from remote_gpu_trainer.services.watch.log_follow import LogFollower
 
 
 def follower(path: Path) -> LogFollower:

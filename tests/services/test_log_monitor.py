@@ -14,9 +14,9 @@ import pytest
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.services import launch as runner
-from remote_gpu_trainer.services.log_monitor import LogUpdate
+from remote_gpu_trainer.services.launch import launch as runner
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.log_monitor import LogUpdate
 from support.helpers import FIXTURES, INSTANCE, RUN, wait_for_liveness, write_project
 
 LOGS = FIXTURES / "logs" / "monitor"

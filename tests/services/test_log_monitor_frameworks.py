@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.config import load_project
-from remote_gpu_trainer.services.log_monitor import LogUpdate
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.log_monitor import LogUpdate
 from support.helpers import FIXED_NOW, FIXTURES, INSTANCE, RUN, FixedClock, wait_for_liveness, write_project
 
 CAPTURED = FIXTURES / "logs" / "captured"

@@ -1,9 +1,9 @@
-"""`rgt probe` as a service (services/model_probe.py): the probe program runs a real loader hook against real tiny
+"""`rgt probe` as a service (services/audit/model_probe.py): the probe program runs a real loader hook against real tiny
 torch models saved with torch.save, in its own scrubbed process, and its answer turns into the check's finding.
 
 The project's `probe_hooks.py` is the user's code: one architecture, several hooks, each cell's behaviour chosen
 by its capsule (seed0 healthy, seed1 broken) the way a user's hook would read its capsule's config. Each probe is
-a real subprocess (`python -I -m remote_gpu_trainer.probes.model_probe`), here and on the sim box.
+a real subprocess (`python -I -m remote_gpu_trainer.isolated.model_probe`), here and on the sim box.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
-from remote_gpu_trainer.services.model_probe import ProbeOutcome, answer_of, probe_check, probe_run
+from remote_gpu_trainer.services.audit.model_probe import ProbeOutcome, answer_of, probe_check, probe_run
 from remote_gpu_trainer.services.session import Session
 from support.capsules import write_capsule
 from support.helpers import write_project
@@ -378,7 +378,7 @@ def test_the_probe_table_defaults_and_leaves_check_params_alone(tmp_path: Path) 
 ])
 def test_an_answer_missing_or_mistyping_a_field_the_check_reads_is_refused(answer: dict[str, Any],
                                                                            wrong: str) -> None:
-    from remote_gpu_trainer.services.model_probe import Target
+    from remote_gpu_trainer.services.audit.model_probe import Target
 
     target = Target("r1/seed0", "here", "/p", "/p/runs/r1/seed0")
     with pytest.raises(VerbFailed, match=f"lacks or mistypes {wrong}$"):

@@ -1,4 +1,4 @@
-"""The patrol's service (services/patrol.py) and its notification channels (services/local_notify.py): a box
+"""The patrol's service (services/fleet/patrol.py) and its notification channels (services/fleet/notify.py): a box
 that never answers reads unknown on its own line while the others get theirs, and the apprise URLs come from
 their file without ever being echoed."""
 
@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.config import load_project
-from remote_gpu_trainer.config_notify import NotifyConfig
+from remote_gpu_trainer.config.notify import NotifyConfig
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.services import local_notify, patrol
+from remote_gpu_trainer.services.fleet import notify as local_notify
+from remote_gpu_trainer.services.fleet import patrol
 from remote_gpu_trainer.services.session import Session
 from support.helpers import HUNG, INSTANCE, RUN, launched_and_finished, two_box_project
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.audits import env_audit as ea
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.services.session import Session
 from support.helpers import RUN, write_project
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from remote_gpu_trainer.recovery_note import RecoveryFacts, render
 from remote_gpu_trainer.services.overview import observe
-from remote_gpu_trainer.services.recovery import note_path
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.recovery import note_path
 from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, copy_command, wait_for_liveness, write_project
 
 

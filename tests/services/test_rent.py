@@ -21,11 +21,11 @@ import pytest
 
 from remote_gpu_trainer import text
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.providers.cloud.client import UnsupportedAction
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider
-from remote_gpu_trainer.services import rent as launcher
+from remote_gpu_trainer.services.launch import rent as launcher
 from remote_gpu_trainer.services.session import Session
 from support import fake_clouds
 from support.fake_clouds import (

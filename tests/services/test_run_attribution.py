@@ -1,4 +1,4 @@
-"""VERIFY tells each run the same truth it tells the project (audits/verify/attribution.py): on `rgt demo --flawed`
+"""VERIFY tells each run the same truth it tells the project (audits/catalogue/attribution.py): on `rgt demo --flawed`
 the leak in demo-flawed's split and its stale checkpoint are demo-flawed's findings in `rgt audit RUN` (text and
 JSON), in the report's run blocks and in that run's checklist in the TUI, and never the clean demo's; a run that
 was never pulled is "not run yet", never a finding read from the absence of its files."""

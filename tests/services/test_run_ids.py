@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.state.db import StateDB
 from support.helpers import RUN, write_project
 from support.helpers import run_rgt as rgt

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from remote_gpu_trainer.services import patrol
+from remote_gpu_trainer.services.fleet import patrol
 from support.demo_replay import replayed_demo
 from support.helpers import FIXED_NOW, FixedClock
 

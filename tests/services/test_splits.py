@@ -1,4 +1,4 @@
-"""The split manifest builder (services/splits.py) on real files in a project folder: folders, file lists and a
+"""The split manifest builder (services/audit/splits.py) on real files in a project folder: folders, file lists and a
 CSV of paths, records hashed by their declared fields, every bad input refused before a byte is written, and
 the manifest read back by the VERIFY loader with every member's hash matching the disk."""
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.load import load_project
-from remote_gpu_trainer.services.splits import (
+from remote_gpu_trainer.audits.catalogue.load import load_project
+from remote_gpu_trainer.services.audit.splits import (
     SCHEMA,
     Source,
     SplitRequest,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.model import CheckResult, EvidenceRef, Finding, result, skipped
+from remote_gpu_trainer.audits.catalogue.model import CheckResult, EvidenceRef, Finding, result, skipped
 from remote_gpu_trainer.errors import RgtError
-from remote_gpu_trainer.services import findings
+from remote_gpu_trainer.services.audit import findings
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.state.events import EventKind
 from support.helpers import FIXED_NOW, FixedClock
@@ -154,7 +154,7 @@ def test_an_unknown_finding_id_is_a_clear_error(db: StateDB) -> None:
 
 
 def test_ticking_t10_acknowledges_v04_for_the_project_and_unticking_withdraws_it(db: StateDB) -> None:
-    from remote_gpu_trainer.services import checklist
+    from remote_gpu_trainer.services.audit import checklist
 
     findings.apply_results(db, audit(seeds("claim:A", 1)))
     checklist.set_tick(db, "r1", "T10", "ticked", "one seed by budget for every run")

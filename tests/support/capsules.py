@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.verify import metric_registry
-from remote_gpu_trainer.audits.verify.load import Declarations, load_project
-from remote_gpu_trainer.audits.verify.model import ProjectEvidence
+from remote_gpu_trainer.audits.catalogue import metric_registry
+from remote_gpu_trainer.audits.catalogue.load import Declarations, load_project
+from remote_gpu_trainer.audits.catalogue.model import ProjectEvidence
 
 
 def sha256_file(path: Path) -> str:

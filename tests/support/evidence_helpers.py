@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from remote_gpu_trainer.config import InstanceConfig, ProjectConfig, RunConfig
+from remote_gpu_trainer.config.project import InstanceConfig, ProjectConfig, RunConfig
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 from remote_gpu_trainer.state.db import StateDB
 

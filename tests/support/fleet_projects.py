@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from support.fake_clouds import FakeRunPod

@@ -132,8 +132,8 @@ async def relaunch_finished(root: Path, run_id: str = RUN, states: tuple[str, ..
                             ) -> dict[str, object]:
     """Launch a run id again below the Session's append-only refusal (runner.launch, as an older rgt or
     any other path that reaches the box would): the gate itself must still notice the new launch."""
-    from remote_gpu_trainer.services import launch as runner
     from remote_gpu_trainer.services.gate import session_box_key
+    from remote_gpu_trainer.services.launch import launch as runner
 
     session = Session.open(str(root))
     try:

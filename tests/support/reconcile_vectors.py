@@ -1,5 +1,5 @@
 """The reconcile test vectors of the DELIVER spec (docs/deliver.md §6), as data: the pure algorithm's tests
-(tests/audits/verify/test_reconcile.py) and the `rgt reconcile` verb's (tests/deliver/test_reconcile_verb.py)
+(tests/audits/catalogue/test_reconcile.py) and the `rgt reconcile` verb's (tests/deliver/test_reconcile_verb.py)
 run the same vectors, one through `reconcile()`, the other through the real CLI and reconcile.json."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.deliver.build_common import source_csv
-from remote_gpu_trainer.deliver.table_render import SOURCE_COLUMNS
+from remote_gpu_trainer.deliver.tables.render import SOURCE_COLUMNS
 from support.capsules import write_json
 
 # (method, metric, mean, std, n, seeds)

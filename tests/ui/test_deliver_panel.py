@@ -16,7 +16,7 @@ from textual.widgets import DataTable, Static
 
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.figure import FigurePathScreen, FigureScreen, image_support
-from remote_gpu_trainer.services.deliver import deliver_view
+from remote_gpu_trainer.services.deliver.build import deliver_view
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
 from support.deliver_project import delivered_project, user_project

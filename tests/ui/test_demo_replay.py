@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.services.demo_project import CAPSULE_FILES, create_demo
 from support.demo_replay import REPLAY_DIR, SPLIT_MANIFESTS, source_digests
 

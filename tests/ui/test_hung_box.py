@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.app import RgtApp
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.report import render
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.views import Overview

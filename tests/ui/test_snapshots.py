@@ -354,8 +354,8 @@ def delivered_session(root: Path) -> Session:
     paper quoting one stale number, all before the app opens, on the fixed clock: the Deliver panel's rows
     are the same on every machine (no run, no box, no path outside the project on screen). Its capsules were
     written, not pulled: the claim is planned and its number discloses them as unverified evidence."""
-    from remote_gpu_trainer.services.deliver import build_all
-    from remote_gpu_trainer.services.reconcile import reconcile_project
+    from remote_gpu_trainer.services.deliver.build import build_all
+    from remote_gpu_trainer.services.deliver.reconcile import reconcile_project
     from support.deliver_project import user_project
 
     user_project(root).close()

@@ -11,7 +11,7 @@ from textual.widgets import Button, DataTable, Input
 
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.finding import FindingScreen
-from remote_gpu_trainer.services import audit
+from remote_gpu_trainer.services.audit import audit
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.log_panel import LogPanel
 from support.capsules import classification_items, write_capsule, write_split

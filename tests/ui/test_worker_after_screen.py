@@ -27,7 +27,7 @@ from textual.widget import Widget
 from textual.worker import WorkerState
 
 from remote_gpu_trainer.app import RgtApp
-from remote_gpu_trainer.config import load_project
+from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.services.meter import METER_SAMPLE_S
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.instances_panel import InstancesPanel

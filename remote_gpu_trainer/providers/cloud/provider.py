@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from remote_gpu_trainer.clock import Clock, utc_now
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
 from remote_gpu_trainer.profiles import SIZE_UNITS, ApiControl, Profile, load_profile
 from remote_gpu_trainer.providers.base import InstanceStatus, Provider, WaitsGone

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from remote_gpu_trainer.clock import Clock, utc_now
-from remote_gpu_trainer.config import InstanceConfig
+from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.profiles import Profile, load_profile
 from remote_gpu_trainer.providers.base import BatchJobs, InstanceStatus, Provider, Transport

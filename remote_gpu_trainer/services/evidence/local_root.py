@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, Manifest, ManifestLink
-from remote_gpu_trainer.config import ProjectConfig, RunConfig
+from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
 from remote_gpu_trainer.state.caches import FileKey
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import escape_control

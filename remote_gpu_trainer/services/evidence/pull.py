@@ -28,7 +28,7 @@ from remote_gpu_trainer.audits.manifest import (
     Problem,
     sha256_bytes,
 )
-from remote_gpu_trainer.config import ProjectConfig, RunConfig
+from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import HostKeyChanged, RgtError, TransportError, VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none, remove_if_present
 from remote_gpu_trainer.providers.base import Transport

@@ -8,14 +8,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, Problem, parse_manifest
-from remote_gpu_trainer.config import RunConfig
+from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError, VerbFailed
 from remote_gpu_trainer.fsutil import read_regular, run_lock
-from remote_gpu_trainer.services import audit, recovery
+from remote_gpu_trainer.services.audit import audit
 from remote_gpu_trainer.services.evidence import pull as evidence_pull
 from remote_gpu_trainer.services.evidence import verify as evidence_verify
 from remote_gpu_trainer.services.evidence.manifest import adopt_manifest, recorded_adoption
-from remote_gpu_trainer.services.liveness import run_state
+from remote_gpu_trainer.services.watch import recovery
+from remote_gpu_trainer.services.watch.liveness import run_state
 from remote_gpu_trainer.state import events
 
 if TYPE_CHECKING:

@@ -36,11 +36,12 @@ from remote_gpu_trainer.audits.manifest import (
     sha256_bytes,
 )
 from remote_gpu_trainer.clock import utc_now
-from remote_gpu_trainer.config import ProjectConfig, RunConfig
+from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none
-from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
+from remote_gpu_trainer.isolated.load_check import PROBE_VERSION
 from remote_gpu_trainer.run_records import run_config_record
+from remote_gpu_trainer.services.evidence.load_checks import probe_checkpoints
 from remote_gpu_trainer.services.evidence.local_root import (
     box_folders,
     hash_fresh,
@@ -49,7 +50,6 @@ from remote_gpu_trainer.services.evidence.local_root import (
     walk_local_root,
 )
 from remote_gpu_trainer.services.evidence.manifest import local_manifest, recorded_adoption
-from remote_gpu_trainer.services.evidence.probe import probe_checkpoints
 from remote_gpu_trainer.services.evidence.read_only import seal_verified
 from remote_gpu_trainer.state.caches import FileKey
 from remote_gpu_trainer.state.db import StateDB

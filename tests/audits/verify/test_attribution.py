@@ -1,4 +1,4 @@
-"""Which runs a finding is about (audits/verify/attribution.py, docs/verify.md §3.1): every subject kind the
+"""Which runs a finding is about (audits/catalogue/attribution.py, docs/verify.md §3.1): every subject kind the
 catalogue can write is placed, by the one rule, on real evidence."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.audits.verify import attribution, catalogue
-from remote_gpu_trainer.audits.verify.attribution import EVERY_RUN, PLACERS, RunContext, run_status, runs_of
-from remote_gpu_trainer.audits.verify.load import Declarations
-from remote_gpu_trainer.audits.verify.model import Comparison
+from remote_gpu_trainer.audits.catalogue import attribution
+from remote_gpu_trainer.audits.catalogue import runner as catalogue
+from remote_gpu_trainer.audits.catalogue.attribution import EVERY_RUN, PLACERS, RunContext, run_status, runs_of
+from remote_gpu_trainer.audits.catalogue.load import Declarations
+from remote_gpu_trainer.audits.catalogue.model import Comparison
 from support.capsules import classification_items, load, write_capsule, write_evidence, write_split
 
 VERIFY = Path(attribution.__file__).parent

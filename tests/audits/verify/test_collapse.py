@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from remote_gpu_trainer.audits.verify.catalogue import specs
-from remote_gpu_trainer.audits.verify.collapse import (
+from remote_gpu_trainer.audits.catalogue.collapse import (
     CHECKS,
     input_spread_stats,
     output_cosine_stats,
     recompute,
 )
-from remote_gpu_trainer.audits.verify.model import CheckResult, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.model import CheckResult, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.runner import specs
 from support.capsules import classification_items, load, write_capsule
 
 

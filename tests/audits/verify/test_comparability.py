@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.verify.catalogue import specs
-from remote_gpu_trainer.audits.verify.comparability import (
+from remote_gpu_trainer.audits.catalogue.comparability import (
     CHECKS,
     capsule_pairs,
     capsule_view,
@@ -15,8 +14,9 @@ from remote_gpu_trainer.audits.verify.comparability import (
     flatten,
     same_value,
 )
-from remote_gpu_trainer.audits.verify.load import Declarations
-from remote_gpu_trainer.audits.verify.model import CheckResult, Comparison, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.load import Declarations
+from remote_gpu_trainer.audits.catalogue.model import CheckResult, Comparison, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.runner import specs
 from support.capsules import load, write_capsule, write_evidence
 
 

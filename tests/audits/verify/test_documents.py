@@ -1,5 +1,5 @@
 """VERIFY V31 reconcile (docs/verify.md §2, section G) over real documents and EVIDENCE.json in tmp_path, run
-through the catalogue so the check's registration and its params in assets/verify.toml are what is tested."""
+through the catalogue so the check's registration and its params in assets/catalogue.toml are what is tested."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.catalogue import functions, run_check, specs
-from remote_gpu_trainer.audits.verify.model import CheckResult
+from remote_gpu_trainer.audits.catalogue.model import CheckResult
+from remote_gpu_trainer.audits.catalogue.runner import functions, run_check, specs
 from support.capsules import load, write_evidence, write_json
 
 MD = ".md"  # Markdown documents are named through this, so no line of this file looks like a doc citation

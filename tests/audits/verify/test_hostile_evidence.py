@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.audits.verify import catalogue
-from remote_gpu_trainer.audits.verify.plain_yaml import YamlRefused, load_plain
+from remote_gpu_trainer.audits.catalogue import runner as catalogue
+from remote_gpu_trainer.audits.catalogue.plain_yaml import YamlRefused, load_plain
 from support.capsules import classification_items, load, write_capsule, write_split
 
 LAUGHS = b"a: &a [x, x, x, x, x, x, x, x, x, x]\n" + b"".join(

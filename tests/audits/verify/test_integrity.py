@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.catalogue import specs
-from remote_gpu_trainer.audits.verify.integrity import CHECKS, claim_patterns, claimed_paths
-from remote_gpu_trainer.audits.verify.model import CheckResult, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.integrity import CHECKS, claim_patterns, claimed_paths
+from remote_gpu_trainer.audits.catalogue.model import CheckResult, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.runner import specs
 from support.capsules import classification_items, load, write_capsule, write_evidence
 
 

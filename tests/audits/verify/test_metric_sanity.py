@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.catalogue import specs
-from remote_gpu_trainer.audits.verify.load import Declarations
-from remote_gpu_trainer.audits.verify.metric_sanity import CHECKS
-from remote_gpu_trainer.audits.verify.model import CheckResult, MetricRule, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.load import Declarations
+from remote_gpu_trainer.audits.catalogue.metric_sanity import CHECKS
+from remote_gpu_trainer.audits.catalogue.model import CheckResult, MetricRule, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.runner import specs
 from support.capsules import classification_items, load, write_capsule, write_evidence, write_json
 
 

@@ -1,4 +1,4 @@
-"""Tracker readers (audits/verify/readers): each format written as its library writes it into a cell folder
+"""Tracker readers (audits/catalogue/readers): each format written as its library writes it into a cell folder
 `runs/<run>/<cell>/`, loaded with `load(root)` like any project, and checked value by value; then a VERIFY
 check run on what the reader produced, and malformed input that must be a problem, never an exception."""
 
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify import catalogue
-from remote_gpu_trainer.audits.verify.model import Capsule, ProjectEvidence
-from remote_gpu_trainer.audits.verify.readers import read_tracker_cell
-from remote_gpu_trainer.audits.verify.readers.forensics import MISSING, config_diff, curve_peak
+from remote_gpu_trainer.audits.catalogue import runner as catalogue
+from remote_gpu_trainer.audits.catalogue.model import Capsule, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.readers import read_tracker_cell
+from remote_gpu_trainer.audits.catalogue.readers.forensics import MISSING, config_diff, curve_peak
 from support.capsules import load, write_capsule, write_json
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.reconcile import (
+from remote_gpu_trainer.audits.catalogue.reconcile import (
     Document,
     DocumentProblem,
     ReconcileReport,
@@ -19,7 +19,7 @@ from remote_gpu_trainer.audits.verify.reconcile import (
     reconcile,
     scalar_claims,
 )
-from remote_gpu_trainer.audits.verify.reconcile_files import read_documents
+from remote_gpu_trainer.audits.catalogue.reconcile_files import read_documents
 from support.reconcile_vectors import (
     PSNR,
     PSNR_PRECISE,

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from remote_gpu_trainer.audits.verify.catalogue import specs
-from remote_gpu_trainer.audits.verify.model import CheckResult, ProjectEvidence
-from remote_gpu_trainer.audits.verify.smoke import CHECKS, grad_coverage_stats, loss_names, parity_stats
+from remote_gpu_trainer.audits.catalogue.model import CheckResult, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.runner import specs
+from remote_gpu_trainer.audits.catalogue.smoke import CHECKS, grad_coverage_stats, loss_names, parity_stats
 from support.capsules import classification_items, load, write_capsule
 
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.verify.catalogue import specs
-from remote_gpu_trainer.audits.verify.load import Declarations
-from remote_gpu_trainer.audits.verify.model import CheckResult, Comparison, ProjectEvidence
-from remote_gpu_trainer.audits.verify.numbers import iqm
-from remote_gpu_trainer.audits.verify.statistics import (
+from remote_gpu_trainer.audits.catalogue.load import Declarations
+from remote_gpu_trainer.audits.catalogue.model import CheckResult, Comparison, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.numbers import iqm
+from remote_gpu_trainer.audits.catalogue.runner import specs
+from remote_gpu_trainer.audits.catalogue.statistics import (
     CHECKS,
     SINGLE_SEED,
     bootstrap_mean_ci,
@@ -417,7 +417,7 @@ def test_v09_one_configuration_passes_and_no_claims_skips(tmp_path: Path) -> Non
 
 
 def test_garbage_inputs_give_findings_or_skips_never_exceptions(tmp_path: Path) -> None:
-    from remote_gpu_trainer.audits.verify import comparability
+    from remote_gpu_trainer.audits.catalogue import comparability
 
     write_capsule(tmp_path, "ours", "seed0", metrics={"acc": 0.9}, items=[{"item_id": "a", "acc": "x"}],
                   train=[{"step": 1, "epoch": "one", "val/acc": "bad", "grad_norm": "nan"}])

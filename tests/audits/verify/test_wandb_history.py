@@ -9,7 +9,7 @@ import struct
 import zlib
 from pathlib import Path
 
-from remote_gpu_trainer.audits.verify.readers.wandb_history import BLOCK, HEADER, read_history
+from remote_gpu_trainer.audits.catalogue.readers.wandb_history import BLOCK, HEADER, read_history
 
 LOG = Path(__file__).parents[2] / "fixtures" / "trackers" / "offline-seed3.wandb"
 

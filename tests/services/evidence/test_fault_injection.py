@@ -222,7 +222,7 @@ async def test_kill_9_while_a_checkpoint_is_load_verified(tmp_path: Path) -> Non
         session.close()
     verifier = Running("verify", RUN, str(root), cwd=root)
     probes = wait_until("the checkpoint probe subprocess",
-                        lambda: children_running(verifier.proc.pid, "remote_gpu_trainer.probes.ckpt_probe"))
+                        lambda: children_running(verifier.proc.pid, "remote_gpu_trainer.isolated.load_check"))
     verifier.kill()
     for pid in probes:  # the probe runs in its own process group: end it as the killed rgt cannot
         try:

@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
-from remote_gpu_trainer.services.evidence import probe
-from remote_gpu_trainer.services.evidence.probe import ProbePool, probe_environment
+from remote_gpu_trainer.services.evidence import load_checks as probe
+from remote_gpu_trainer.services.evidence.load_checks import ProbePool, probe_environment
 from remote_gpu_trainer.services.evidence.pull import pull
 from remote_gpu_trainer.services.evidence.verify import VerifyStep, verify
 from remote_gpu_trainer.services.session import Session
@@ -31,7 +31,7 @@ from support.evidence_helpers import make_env, status_of, write_cell
 from support.gate_helpers import launch_finished, local_root, project_text, write_text_project
 from support.helpers import RUN
 
-PROBE_FRAGMENT = "remote_gpu_trainer.probes.ckpt_probe"
+PROBE_FRAGMENT = "remote_gpu_trainer.isolated.load_check"
 # A state key no other test uses: the probe key differs, so no verdict cached elsewhere applies here.
 KEYS = ("model_state_dict", "probe-pool-tests")
 
@@ -288,7 +288,7 @@ async def test_a_probe_crash_at_the_pool_kills_its_group_and_the_next_file_verif
 HOLDER = """
 import asyncio, sys
 from pathlib import Path
-from remote_gpu_trainer.services.evidence.probe import ProbePool
+from remote_gpu_trainer.services.evidence.load_checks import ProbePool
 
 async def main():
     pool = ProbePool(1)

@@ -95,7 +95,7 @@ def test_rgt_pull_exits_1_names_each_failed_file_and_never_logs_finished(project
     box_root = project_dir / ".rgt" / "sim" / "box" / "workspace" / "rgt" / RUN
     db = StateDB(project_dir / ".rgt" / "state.db")
     transport_root = project_dir / ".rgt" / "sim" / "box"
-    from remote_gpu_trainer.config import load_project
+    from remote_gpu_trainer.config.project import load_project
     from remote_gpu_trainer.providers.transports.local import LocalTransport
 
     project = load_project(project_dir / "rgt.toml")

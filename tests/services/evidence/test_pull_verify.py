@@ -21,7 +21,7 @@ from remote_gpu_trainer.audits.gate import Approval, evaluate_gate
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, canonical_json, parse_marker
 from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.probes.ckpt_probe import PROBE_VERSION
+from remote_gpu_trainer.isolated.load_check import PROBE_VERSION
 from remote_gpu_trainer.services.evidence.manifest import build_manifest
 from remote_gpu_trainer.services.evidence.pull import PullProgress, pull
 from remote_gpu_trainer.services.evidence.verify import VerifyResult, VerifyStep, checkpoint_statuses, verify

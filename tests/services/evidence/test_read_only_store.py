@@ -15,11 +15,11 @@ import stat
 from datetime import timedelta
 from pathlib import Path
 
+from remote_gpu_trainer.audits.catalogue.integrity import CHECKS
+from remote_gpu_trainer.audits.catalogue.model import CheckResult
+from remote_gpu_trainer.audits.catalogue.runner import specs
 from remote_gpu_trainer.audits.gate import Approval, evaluate_gate
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, Manifest
-from remote_gpu_trainer.audits.verify.catalogue import specs
-from remote_gpu_trainer.audits.verify.integrity import CHECKS
-from remote_gpu_trainer.audits.verify.model import CheckResult
 from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.services.evidence.local_root import walk_local_root
 from remote_gpu_trainer.services.evidence.manifest import local_manifest

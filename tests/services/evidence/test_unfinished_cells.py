@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from remote_gpu_trainer.audits.catalogue.load import load_project
 from remote_gpu_trainer.audits.gate import Approval, evaluate_gate
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
-from remote_gpu_trainer.audits.verify.load import load_project
 from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.services.evidence.pull import pull
 from remote_gpu_trainer.services.evidence.verify import verify
 from remote_gpu_trainer.services.gate import gather_gate_inputs
-from remote_gpu_trainer.services.launch import ctl_dir
+from remote_gpu_trainer.services.launch.launch import ctl_dir
 from support.evidence_helpers import INSTANCE_ID, Env, make_env, write_cell
 
 ROSTER = ("seed0", "seed1", "seed2")
@@ -80,8 +80,8 @@ async def test_verify_leaves_unfinished_cells_out_of_the_numbers_and_says_so(env
     await pull(env.project, env.run, env.transport, env.db)
     assert (await verify(env.project, env.run, env.db)).ok
     project = load_project(env.project.root)
-    from remote_gpu_trainer.audits.verify.numbers import seed_values
-    from remote_gpu_trainer.audits.verify.statistics import check_seed_count
+    from remote_gpu_trainer.audits.catalogue.numbers import seed_values
+    from remote_gpu_trainer.audits.catalogue.statistics import check_seed_count
 
     number = next(n for n in project.numbers if n.metric == "val_loss")
     run = env.run.id

@@ -1,0 +1,251 @@
+"""`rgt build figure ID`: figures/<id>/figure.json → source.csv, final.png|svg|pdf and the pixel gate
+(docs/deliver.md §3).
+
+A build reads figure.json (user keys: figure_spec.py), reads every input once through build_common (so the
+sha256 in `inputs` is of the bytes used), computes source.csv's rows (a built-in kind in figure_kinds.py, or
+the folder's build.py in figure_custom.py), and renders twice into two temp folders under the deterministic
+matplotlib settings below. The first render is gated (pixel_gate.py, G1–G6); the two renders must hash the
+same. Only then are the files moved in and figure.json's generated keys rewritten, the user's kept as written.
+Bad input raises ConfigError (exit 2) before anything is written; a failed build.py raises VerbFailed (exit 1),
+also with nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from remote_gpu_trainer.audits.catalogue import metric_registry
+from remote_gpu_trainer.audits.catalogue.model import MetricRule, sha256_hex
+from remote_gpu_trainer.clock import iso_z, utc_now
+from remote_gpu_trainer.deliver.build_common import (
+    environment,
+    load_document,
+    merge_document,
+    output_folder,
+    provenance,
+    read_source_csv,
+    source_csv,
+    stable_provenance,
+    staging,
+)
+from remote_gpu_trainer.deliver.figures import custom as figure_custom
+from remote_gpu_trainer.deliver.figures import kinds as figure_kinds
+from remote_gpu_trainer.deliver.figures.kinds import SORT_KEY, SOURCE_COLUMNS
+from remote_gpu_trainer.deliver.figures.pixel_gate import Check, GateInputs, decode_png, qa_block, run_gate
+from remote_gpu_trainer.deliver.figures.spec import FIGURE_SCHEMA, FigureSpec, parse_spec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+OUTPUTS = ("final.png", "final.svg", "final.pdf")
+FILES = ("source.csv", *OUTPUTS)
+PROVENANCE_KEY = "rgt:provenance"  # the PNG text chunk holding the stable provenance (SVG: dc:description)
+#: the house style every figure is drawn in, on top of matplotlib's defaults (a user's matplotlibrc is not read)
+STYLE: dict[str, Any] = {
+    "font.family": ["DejaVu Sans"], "font.size": 10.0, "axes.titlesize": 11.0, "axes.grid": True,
+    "axes.axisbelow": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
+    "figure.facecolor": "white",
+    "savefig.facecolor": "white", "savefig.transparent": False, "legend.frameon": True, "legend.framealpha": 0.9,
+    "svg.fonttype": "path", "pdf.fonttype": 42, "svg.id": None, "path.simplify": False,
+}
+
+
+@dataclass(frozen=True)
+class FigureBuild:
+    """What a build wrote: figure.json as written, the gate's checks and the determinism check."""
+
+    figure_id: str
+    folder: Path
+    document: Mapping[str, Any]
+    checks: Mapping[str, Check]
+    deterministic: bool
+    differing: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.document.get("qa", {}).get("passed")) and self.deterministic
+
+
+@dataclass
+class Plan:
+    """How to make the rows and the figure, and what was read: the same for both renders."""
+
+    rows: Callable[[], list[dict[str, Any]]]
+    draw: Callable[[list[dict[str, Any]], Path], Figure]
+    entries: list[dict[str, Any]]
+    capsules: list[str]
+    problems: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    disclosures: list[str] = field(default_factory=list)
+    direction: str | None = None
+    builder: Mapping[str, str] | None = None
+    reductions: list[dict[str, Any]] = field(default_factory=list)  # figure_reduce: series drawn reduced
+
+
+@dataclass(frozen=True)
+class Rendered:
+    source: bytes
+    checks: Mapping[str, Check]
+    px: tuple[int, int]
+    fonts: tuple[str, ...]
+
+
+@contextlib.contextmanager
+def deterministic_matplotlib(figure_id: str) -> Iterator[None]:
+    """Agg, matplotlib's default style, the house STYLE and the per-figure SVG hash salt (docs/deliver.md §3)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.style
+
+    settings: Any = {**STYLE, "svg.hashsalt": figure_id}
+    with matplotlib.style.context("default"), matplotlib.rc_context(settings):
+        yield
+
+
+def build_figure(root: Path, figure_id: str, *, declared: Mapping[str, MetricRule] | None = None,
+                 code: Mapping[str, Any] | None = None, now: datetime | None = None) -> FigureBuild:
+    """Build figures/<figure_id>/ (see the module docstring). `declared` are rgt.toml's metric directions;
+    `code` the tree's git state (build_common.code_state, computed once per `rgt build`)."""
+    folder = output_folder(root, "figure", figure_id)
+    where = f"figures/{figure_id}/figure.json"
+    user = load_document(folder / "figure.json", FIGURE_SCHEMA, "figure_id", figure_id)
+    builder = figure_custom.load_builder(root, folder)
+    spec = parse_spec(user, figure_id, where, has_builder=builder is not None)
+    plan = plan_figure(spec, root, declared, builder)
+    expect = {**spec.expect, "direction": spec.expect.get("direction") or plan.direction}
+    moment = now or utc_now()
+    prov = provenance(root, plan.capsules, command=f"rgt build figure {figure_id}", builder=plan.builder, env={},
+                      code=code, now=moment)
+    if plan.reductions:  # a long curve drawn from the extremes of each pixel column, with its full row count
+        prov["reduction"] = plan.reductions
+    with staging(folder) as stage:
+        first = render_once(spec, plan, stage.first, prov, expect)
+        render_once(spec, plan, stage.second, prov, expect, gate=False)
+        differing = stage.differing(FILES)
+        prov["env"] = environment(("matplotlib", "numpy", "pandas"), backend="Agg", fonts=first.fonts)
+        qa = qa_block(first.checks, deterministic=not differing, checked_at=iso_z(moment))
+        if differing:
+            qa["notes"] = "; ".join(filter(None, [qa["notes"], f"two builds differ: {', '.join(differing)}"]))
+        generated = {
+            "inputs": plan.entries,
+            "source": {"path": "source.csv", "sha256": sha256_hex(first.source),
+                       "rows": len(read_source_csv(first.source)), "columns": list(SOURCE_COLUMNS),
+                       "key": list(SORT_KEY)},
+            "provenance": prov, "outputs": stage.outputs(OUTPUTS, {"final.png": first.px}), "qa": qa,
+            "disclosure": disclosure_text(plan.disclosures, first.checks, prov),
+        }
+        document = merge_document(user, generated)
+        stage.install(FILES, "figure.json", document)
+    return FigureBuild(figure_id, folder, document, first.checks, not differing, tuple(differing))
+
+
+def plan_figure(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule] | None,
+                builder: figure_custom.Builder | None) -> Plan:
+    """Read the inputs once; the rows come from them, the same for both renders."""
+    if builder is None:
+        prepared = figure_kinds.prepare(spec, root, declared)
+
+        def draw(rows: list[dict[str, Any]], out: Path) -> Figure:
+            from matplotlib.figure import Figure
+
+            figure = Figure(figsize=spec.figsize, dpi=spec.dpi, layout="constrained")
+            figure_kinds.draw(figure, spec, rows, prepared.direction)
+            return figure
+
+        return Plan(lambda: [dict(r) for r in prepared.rows], draw, prepared.entries,
+                    [c for s in spec.series for c in s.capsules], prepared.problems, prepared.disclosures,
+                    prepared.direction, reductions=prepared.reductions)
+    inputs, entries = figure_custom.read_inputs(root, spec.inputs)
+    where = f"{builder.path} build()"
+    metric = next((i.metric for i in inputs if i.metric), None)
+    short = metric_registry.direction(metric, declared) if metric else None
+
+    def custom_rows() -> list[dict[str, Any]]:
+        return figure_custom.frame_rows(builder.build(inputs), SOURCE_COLUMNS, where)
+
+    def custom_draw(rows: list[dict[str, Any]], out: Path) -> Figure:
+        import pandas as pd
+
+        return builder.render(pd.DataFrame(rows, columns=list(SOURCE_COLUMNS)), out)
+
+    return Plan(custom_rows, custom_draw, entries, [i.capsule for i in inputs],
+                direction=metric_registry.DIRECTION_WORDS.get(short or ""),
+                builder={"path": builder.path, "sha256": builder.sha256})
+
+
+def render_once(spec: FigureSpec, plan: Plan, out: Path, prov: Mapping[str, Any], expect: Mapping[str, Any], *,
+                gate: bool = True) -> Rendered:
+    """source.csv and final.png|svg|pdf into `out`, then (when asked) the gate on what was written."""
+    with deterministic_matplotlib(spec.figure_id):
+        rows = plan.rows()
+        source = source_csv(SOURCE_COLUMNS, rows, SORT_KEY, f"figures/{spec.figure_id}/source.csv")
+        (out / "source.csv").write_bytes(source)
+        figure = plan.draw(rows, out)
+        try:
+            stable = stable_provenance(plan.entries, sha256_hex(source), prov)
+            recorded = save_all(figure, out, spec.dpi, json.dumps(stable, sort_keys=True, ensure_ascii=True))
+            png = (out / "final.png").read_bytes()
+            checks = run_gate(GateInputs(png, figure, recorded, source, spec.kind, expect, spec.disclose,
+                                         plan.problems)) if gate else {}
+            height, width = decode_png(png).shape[:2]
+            return Rendered(source, checks, (int(width), int(height)), used_fonts(figure))
+        finally:
+            _release(figure)
+
+
+def save_all(figure: Figure, out: Path, dpi: int, stable: str) -> list[str]:
+    """Write the three outputs with the metadata that makes them byte-identical on a rebuild (no dates, no
+    software version in the PNG) and the stable provenance inside the PNG and SVG; return every warning raised
+    while drawing and saving (G2 reads the missing-glyph ones)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure.savefig(out / "final.png", format="png", dpi=dpi,
+                       metadata={"Software": None, PROVENANCE_KEY: stable})
+        figure.savefig(out / "final.svg", format="svg", metadata={"Date": None, "Description": stable})
+        figure.savefig(out / "final.pdf", format="pdf", metadata={"CreationDate": None})
+    return [str(w.message) for w in caught]
+
+
+def used_fonts(figure: Figure) -> tuple[str, ...]:
+    """The font files the figure's text resolved to (the environment the bytes depend on)."""
+    from matplotlib import font_manager
+    from matplotlib.text import Text
+
+    return tuple(sorted({Path(font_manager.findfont(t.get_fontproperties())).name
+                         for t in figure.findobj(Text) if isinstance(t, Text) and t.get_visible() and t.get_text()}))
+
+
+def _release(figure: Figure) -> None:
+    """A figure a build.py made through pyplot is registered there: close it so builds do not accumulate."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close(figure)
+
+
+def disclosure_text(found: Sequence[str], checks: Mapping[str, Check], prov: Mapping[str, Any]) -> str | None:
+    """figure.json's `disclosure`, in the same sentences as a table's (docs/deliver.md §3): what the numbers
+    need said (a split other than test), every disclosed check's sentences, a dirty tree. None when nothing."""
+    parts = [*found, *(d for c in checks.values() for d in c.disclosure)]
+    if prov.get("git_dirty"):
+        parts.append("Built from uncommitted code")
+    sentences = [p if p.endswith(".") else p + "." for p in parts]
+    return " ".join(dict.fromkeys(sentences)) or None
+
+
+def png_provenance(png: bytes) -> dict[str, Any] | None:
+    """The stable provenance a build put into a PNG's text chunk, or None."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        text = image.info.get(PROVENANCE_KEY)
+    return json.loads(text) if isinstance(text, str) else None

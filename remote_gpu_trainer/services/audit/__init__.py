@@ -1,0 +1,3 @@
+"""AUDIT wing: the VERIFY catalogue as a service (audit runs, findings, checklist, splits, model probes,
+acceptance).
+"""

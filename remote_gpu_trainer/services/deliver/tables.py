@@ -1,0 +1,34 @@
+"""Tables for every face (docs/deliver.md §4): `rgt build table ID`, `rgt build` for all and the Deliver screen
+build through here, so each gets the project's declared metric directions (rgt.toml [metrics]) the same way.
+
+The builder itself is deliver/tables/build.py; it reads only the project's files and writes only tables/<id>/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from remote_gpu_trainer.deliver.tables.build import TableBuild
+from remote_gpu_trainer.deliver.tables.build import build_table as _build
+from remote_gpu_trainer.services.deliver.sources import SourceJudge, disclose_document
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from remote_gpu_trainer.config.project import ProjectConfig
+    from remote_gpu_trainer.state.db import StateDB
+
+
+def build_table(project: ProjectConfig, table_id: str, *, code: Mapping[str, Any] | None = None,
+                now: datetime | None = None, db: StateDB | None = None) -> TableBuild:
+    """Build tables/<table_id>/ of the project. `code` is the tree's git state and `now` the build's time when
+    the caller builds several outputs at once (one `git status` and one timestamp for all); None computes
+    them here. With the state database `db`, every input that is not verified evidence is disclosed in
+    table.json (services/deliver/sources.py; `rgt build` does it for all outputs itself)."""
+    built = _build(project.root, table_id, declared=project.verify.metrics, code=code, now=now)
+    if db is None:
+        return built
+    document, _ = disclose_document(built.folder, "table.json", built.document, SourceJudge(project, db))
+    return replace(built, document=document)

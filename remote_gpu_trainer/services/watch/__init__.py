@@ -1,0 +1,3 @@
+"""WATCH wing: following a running job (liveness, logs and their monitor, host signals, checkpoint cadence,
+recovery notes).
+"""

@@ -1,0 +1,232 @@
+"""Watch a launched run: one combined probe on the far side, classified by audits.liveness.
+
+The probe is a short bash script sent on stdin with its arguments quoted, answering KEY=VALUE lines.
+It reads the recorded pid and its start time (guarding against pid reuse), never counts processes by
+pattern (a probe's own shell would match), and treats a zombie as ended: some containers' PID 1 never
+reaps. Any transport failure becomes `unknown`, never `dead`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import shlex
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from remote_gpu_trainer.audits import preemption
+from remote_gpu_trainer.audits.checkpoint_cadence import write_time_from_file
+from remote_gpu_trainer.audits.liveness import Liveness, ProbeResult, classify, sentinel_state
+from remote_gpu_trainer.config.project import RunConfig
+from remote_gpu_trainer.errors import RgtError, TransportError
+from remote_gpu_trainer.providers.base import BatchJobs, Transport
+from remote_gpu_trainer.providers.slurm import commands as slurm
+from remote_gpu_trainer.services.launch.launch import ctl_dir, log_path
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
+
+PROBE_TIMEOUT_S = 30.0
+
+# Times to the nanosecond where the box's date and stat can (GNU), whole seconds where they cannot (busybox):
+# whole seconds on both sides of an age make it up to a second short, and a stall_after of 1 s would read as
+# running for a second after the on-box sentinel (float times) said stalled.
+_PROBE = r"""set -u
+CTL="$1"; LOG="$2"; ROOT="$3"
+mt() {
+  v=$(stat -c '%.9Y' -- "$1" 2>/dev/null)
+  case "$v" in ''|*[!0-9.]*) v=$(stat -c '%Y' -- "$1");; esac
+  printf '%s' "$v"
+}
+now=$(date +%s.%N 2>/dev/null); case "$now" in ''|*[!0-9.]*) now=$(date +%s);; esac
+echo "NOW=$now"
+pid=$(cat "$CTL/pid" 2>/dev/null || true)
+state=gone
+if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
+  start=$(cut -d' ' -f22 "/proc/$pid/stat" 2>/dev/null || true)
+  rec=$(cat "$CTL/pid_start" 2>/dev/null || true)
+  st=$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null || true)
+  if [ -n "$rec" ] && [ "$start" != "$rec" ]; then state=gone
+  elif [ "$st" = "Z" ] || [ "$st" = "X" ]; then state=zombie
+  else state=alive; fi
+fi
+echo "PID_STATE=$state"
+[ -f "$CTL/exit_code" ] && echo "EXIT_CODE=$(cat "$CTL/exit_code")" && echo "FINISHED=$(mt "$CTL/exit_code")"
+[ -f "$CTL/DONE" ] && echo "DONE=1"
+if [ -f "$LOG" ]; then echo "LOG=$(stat -c '%s' -- "$LOG") $(mt "$LOG")"; fi
+[ -f "$CTL/launch.json" ] && echo "STARTED=$(mt "$CTL/launch.json")"
+[ -f "$CTL/sentinel.heartbeat" ] && echo "SENTINEL=$(mt "$CTL/sentinel.heartbeat")"
+[ -f "$CTL/sentinel.exited" ] && echo "SENTINEL_EXIT=$(head -c 64 "$CTL/sentinel.exited" | tr -d '\n')"
+if [ -d "$ROOT" ]; then
+  newest=$(find "$ROOT" -type f \( -name '*.pth' -o -name '*.pt' -o -name '*.ckpt' -o -name '*.safetensors' \) \
+    -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1)
+  [ -n "$newest" ] && echo "CKPT=${newest%% *}" && echo "CKPT_BIRTH=$(stat -c '%W' -- "${newest#* }" 2>/dev/null)"
+fi
+exit 0
+"""
+
+
+async def probe(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> ProbeResult:
+    """The job's control files, log and newest checkpoint. Asked also without a launch record here: a lost or
+    replaced state database must not make a running job read as never launched (docs/gate.md §7.2); a box
+    that cannot be asked about a run rgt never recorded stays `not launched`."""
+    found = await _probe(run, transport)
+    if launch is None and found.error is not None:
+        return ProbeResult(error=None, pid_state="unknown")
+    return found
+
+
+def launched_here(launch: dict[str, Any] | None, probed: ProbeResult) -> bool:
+    """A launch rgt recorded, or one the box's control folder records (its launch.json): the box is the ledger."""
+    return launch is not None or (probed.error is None and probed.started_at is not None)
+
+
+async def _probe(run: RunConfig, transport: Transport) -> ProbeResult:
+    args = " ".join(shlex.quote(transport.resolve(p)) for p in (ctl_dir(run), log_path(run), run.remote_root))
+    try:
+        result = await transport.run(f"bash -s -- {args}", stdin=_PROBE.encode(), timeout=PROBE_TIMEOUT_S)
+    except (TransportError, OSError, TimeoutError) as exc:
+        return ProbeResult(error=str(exc) or type(exc).__name__)
+    if result.rc != 0:
+        return ProbeResult(error=f"probe exited {result.rc}: {result.error_text.strip()[:200]}")
+    return parse_probe(result.text)
+
+
+def parse_probe(text: str) -> ProbeResult:
+    """The probe's KEY=value lines. A value that does not parse counts as absent, never as a crash: a file
+    deleted between the probe's test and its stat (a teardown under way) prints nothing, and a hostile box
+    may print anything."""
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    now = _stamp(values.get("NOW"))
+    if now is None:
+        return ProbeResult(error="probe answered without a time")
+    exit_code = values.get("EXIT_CODE")
+    size, _, mtime = values.get("LOG", "").partition(" ")
+    log_size, log_mtime = _number(size), _stamp(mtime)
+    return ProbeResult(
+        now=now,
+        pid_state=values.get("PID_STATE", "unknown"),
+        exit_code=int(exit_code) if exit_code and exit_code.lstrip("-").isdigit() else None,
+        done=values.get("DONE") == "1",
+        log_size=int(log_size) if log_size is not None and log_mtime is not None else 0,
+        log_mtime=log_mtime if log_size is not None else None,
+        newest_ckpt_mtime=_stamp(values.get("CKPT")),
+        newest_ckpt_birth=_stamp(values.get("CKPT_BIRTH")),
+        started_at=_stamp(values.get("STARTED")),
+        finished_at=_stamp(values.get("FINISHED")),
+        sentinel_beat=_stamp(values.get("SENTINEL")),
+        sentinel_exit=values.get("SENTINEL_EXIT") or None,
+    )
+
+
+def _age(now: float, then: float | None) -> float | None:
+    return max(0.0, now - then) if then is not None else None
+
+
+def _number(text: str | None) -> float | None:
+    """A finite number, or None for absent, empty or garbled text."""
+    try:
+        value = float(text) if text else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
+
+
+MAX_STAMP = 253402300799.0  # 9999-12-31T23:59:59Z: the last second a datetime can hold
+
+
+def _stamp(text: str | None) -> float | None:
+    """Epoch seconds a datetime can hold (0 to MAX_STAMP), or None: a box that prints a time of 1e18 or -1e13
+    must not make every later fromtimestamp() (finished_at, the sentinel's heartbeat) raise."""
+    value = _number(text)
+    return value if value is not None and 0.0 <= value <= MAX_STAMP else None
+
+
+async def liveness(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> Liveness:
+    probed = await probe(run, transport, launch)
+    return classify(probed, launched=launched_here(launch, probed))
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The live facts about one run that the overview and `rgt watch` need."""
+
+    liveness: Liveness
+    finished_at: datetime | None
+    walltime: str | None = None  # a batch job's `elapsed / limit`, for the meter
+    exit_code: int | None = None
+    started_at: float | None = None  # epoch seconds of the launch the probe saw
+    sentinel: str | None = None  # the on-box sentinel's liveness (audits/liveness.sentinel_state); None: not used
+    newest_ckpt_age_s: float | None = None  # age of the newest checkpoint under remote_root, on the box's clock
+    ckpt_write_s: float | None = None  # its creation-to-last-write gap: one checkpoint's write time (§10)
+
+
+WAITING_RUN = RunState(Liveness("unknown", "waiting for the box's answer"), None)
+
+
+async def run_state(session: Session, run_id: str) -> RunState:
+    run = session.run_config(run_id)
+    return await run_state_of(session, run, run.instance)
+
+
+async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> RunState:
+    """The job's state on the box `instance_name` names (also for a run no longer in rgt.toml)."""
+    launch = session.db.launch(run.id)
+    try:
+        transport = await session.remote(instance_name)
+        provider = session.provider(instance_name)
+        # Slurm first, then the files: the wrapper writes the exit code before the job ends, so a job Slurm
+        # calls ended has its exit code file by the time the files are read (the other order races).
+        job = await provider.job_state(transport, str(launch["slurm_job"])) if launch and \
+            launch.get("slurm_job") and isinstance(provider, BatchJobs) else None
+        probed = await probe(run, transport, launch)
+    except RgtError as exc:
+        return RunState(Liveness("unknown", str(exc)), None)
+    finished = datetime.fromtimestamp(probed.finished_at, UTC) if probed.finished_at else None
+    judged = classify(probed, launched=launched_here(launch, probed), t_log=run.stall_after,
+                      t_ckpt=2 * run.stall_after)
+    if job is not None:
+        judged = batch_liveness(job, judged)
+    # on an interruptible box exit 143 is preemption (docs/remote-ops.md §10)
+    judged = preemption.refine(judged, exit_code=probed.exit_code,
+                               interruptible=session.instance(instance_name).preemptible)
+    return RunState(judged, finished, job.walltime() if job is not None and job.state else None,
+                    exit_code=probed.exit_code, started_at=probed.started_at,
+                    sentinel=_sentinel(probed, launch), newest_ckpt_age_s=_age(probed.now, probed.newest_ckpt_mtime),
+                    ckpt_write_s=write_time_from_file(probed.newest_ckpt_birth, probed.newest_ckpt_mtime))
+
+
+async def bounded_run_state(session: Session, run_id: str) -> RunState:
+    """The job's state within the provider timeout: a box that accepts connections and never speaks
+    costs one timeout, then reads unknown."""
+    try:
+        return await asyncio.wait_for(run_state(session, run_id), session.provider_timeout_s)
+    except TimeoutError:
+        return RunState(Liveness("unknown", f"the box gave no answer within {session.provider_timeout_s:g} s"), None)
+
+
+def _sentinel(probed: ProbeResult, launch: dict[str, Any] | None) -> str | None:
+    """The sentinel's state when this launch started one (its record holds the poll interval)."""
+    started = launch.get("sentinel") if launch else None
+    if not isinstance(started, dict):
+        return None
+    if "error" in started:
+        return "did not start"
+    poll = started.get("poll_s")
+    return sentinel_state(probed, float(poll) if isinstance(poll, int | float) else 30.0)
+
+
+def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
+    """A batch job: Slurm says whether it is queued, running or ended; once ended, the wrapper's files
+    (exit code and artifacts) decide finished versus incomplete, as for any detached job."""
+    state, detail = slurm.liveness_of(job)
+    if state == "finished":
+        return files if files.state in ("finished", "dead") else Liveness("unknown", "ended; no exit code file")
+    if state == "dead" and files.state == "dead" and files.detail.startswith("exit") and detail != "preempted":
+        return files
+    return Liveness(state, f"Slurm job {job.job_id}: {detail}")
