@@ -17,6 +17,7 @@ from typing import Any
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.text import cadence_line, duration, escape_all, location_drift_line, money, short_hash, size
 from remote_gpu_trainer.views import (
+    AuditFindingView,
     AuditView,
     CadenceView,
     ClaimView,
@@ -25,7 +26,6 @@ from remote_gpu_trainer.views import (
     ResultsView,
     RunResultsView,
     RunView,
-    VerifyFindingView,
 )
 
 SCHEMA = "rgt-report/v1"
@@ -55,7 +55,7 @@ def to_dict(overview: Overview) -> dict[str, Any]:
         ],
         "runs": [_run_dict(r) for r in sorted(overview.runs, key=lambda r: r.id)],
         "alerts": list(overview.alerts),
-        "verify": verify_dict(overview.verify),
+        "verify": audit_dict(overview.audit),
     }
 
 
@@ -95,7 +95,7 @@ FINDING_SCHEMA = "remote-gpu-trainer/FINDING/v1"
 FINDING_SCHEMA = "remote-gpu-trainer/FINDING/v1"
 
 
-def finding_dict(f: VerifyFindingView) -> dict[str, Any]:
+def finding_dict(f: AuditFindingView) -> dict[str, Any]:
     """A VERIFY finding record as docs/verify.md §3 shows it."""
     return {
         "schema": FINDING_SCHEMA, "id": f.id, "check": f.check, "check_name": f.check_name, "subject": f.subject,
@@ -108,7 +108,7 @@ def finding_dict(f: VerifyFindingView) -> dict[str, Any]:
     }
 
 
-def verify_dict(audit: AuditView) -> dict[str, Any]:
+def audit_dict(audit: AuditView) -> dict[str, Any]:
     """The latest audit: when it ran, whether inputs changed since, every check's answer, every record."""
     return {
         "audited_at": iso_z(audit.audited_at) if audit.audited_at is not None else None,
@@ -189,10 +189,10 @@ def needs_attention(overview: Overview) -> list[str]:
         if run.liveness == "unknown" and run.evidence_state != "planned_not_started":
             reasons.append(f"run {run.id}: liveness unknown")
     reasons.extend(f"instance {i.name}: billing facts stale" for i in overview.instances if i.stale)
-    open_verify = [f for f in overview.verify.findings
+    open_findings = [f for f in overview.audit.findings
                    if f.status == "open" and f.severity in ("warn", "error", "critical")]
-    if open_verify:
-        reasons.append(f"VERIFY: {len(open_verify)} open finding(s) at warn or above")
+    if open_findings:
+        reasons.append(f"VERIFY: {len(open_findings)} open finding(s) at warn or above")
     return reasons
 
 
@@ -252,7 +252,7 @@ def _text(o: Overview) -> str:
         out.append("  checklist:")
         out.extend(f"    [{c.status:<14}] {c.id} {c.title}" + (f" — {c.note}" if c.note else "")
                    for c in run.checklist)
-    out.extend(_verify_text(o.verify))
+    out.extend(_audit_text(o.audit))
     return "\n".join(out) + "\n"
 
 
@@ -374,7 +374,7 @@ def _audit_line(audit: AuditView) -> str:
             f"{counts['skipped']} skipped{stale}")
 
 
-def _verify_text(audit: AuditView) -> list[str]:
+def _audit_text(audit: AuditView) -> list[str]:
     out = ["", f"VERIFY · {_audit_line(audit)}"]
     for f in audit.sorted_findings():
         if f.status == "fixed":
@@ -425,8 +425,8 @@ def _markdown(o: Overview) -> str:
             out.extend(f"| {r.id} | {r.check} | {r.status} | {_cell(r.detail)} |" for r in run.environment)
         out += ["", "| checklist | item | status | note |", "|---|---|---|---|"]
         out.extend(f"| {c.id} | {c.title} | {c.status} | {_cell(c.note)} |" for c in run.checklist)
-    out += ["", "## VERIFY", "", _audit_line(o.verify) + "."]
-    shown = [f for f in o.verify.sorted_findings() if f.status != "fixed"]
+    out += ["", "## VERIFY", "", _audit_line(o.audit) + "."]
+    shown = [f for f in o.audit.sorted_findings() if f.status != "fixed"]
     if shown:
         out += ["", "| severity | status | id | check | subject | finding | disclosure |",
                 "|---|---|---|---|---|---|---|"]

@@ -209,7 +209,7 @@ class CheckView:
 
 
 @dataclass(frozen=True)
-class VerifyFindingView:
+class AuditFindingView:
     """A VERIFY finding record as every face shows it (the FINDING/v1 record of docs/verify.md §3)."""
 
     id: str
@@ -244,17 +244,17 @@ class AuditView:
 
     audited_at: datetime | None
     checks: tuple[CheckView, ...]
-    findings: tuple[VerifyFindingView, ...]
+    findings: tuple[AuditFindingView, ...]
     stale: bool = False
     caption: str = ""  # when it ran, in words, as the checklist panel's border says it
     waiting: tuple[tuple[str, str], ...] = ()  # (run, why it had no data yet) at that audit
 
-    def sorted_findings(self) -> list[VerifyFindingView]:
+    def sorted_findings(self) -> list[AuditFindingView]:
         """Open first, then worst first, then by id."""
         return sorted(self.findings, key=lambda f: (f.status not in ("open",), SEVERITY_ORDER.get(f.severity, 9),
                                                     f.id))
 
-    def finding(self, finding_id: str | None) -> VerifyFindingView | None:
+    def finding(self, finding_id: str | None) -> AuditFindingView | None:
         return next((f for f in self.findings if f.id == finding_id), None)
 
 
@@ -335,7 +335,7 @@ class Overview:
     runs: tuple[RunView, ...]
     read_only: bool = False
     alerts: tuple[str, ...] = field(default_factory=tuple)
-    verify: AuditView = NO_AUDIT  # the latest VERIFY audit of the project
+    audit: AuditView = NO_AUDIT  # the latest audit of the project by the catalogue
     results: ResultsView = NO_RESULTS  # filled for `--report` only (services/deliver/results.py)
 
     def run(self, run_id: str) -> RunView | None:

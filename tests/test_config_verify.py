@@ -23,7 +23,7 @@ def test_declarations_are_parsed(tmp_path: Path) -> None:
     project = load(tmp_path, '[metrics]\nscore = "max"\nerr = { direction = "min", chance = "one" }\n'
                              '[verify.seed_count]\nmin_seeds = 5\n[verify.V11]\nrelative = 0.05\n'
                              '[[verify.compare]]\nrun = "a"\ncontrol = "b"\nvary = ["lr"]\n')
-    verify = project.verify
+    verify = project.audit
     assert verify.metrics["score"].direction == "max" and verify.metrics["err"].chance == "one"
     assert verify.overrides == {"V04": {"min_seeds": 5}, "V11": {"relative": 0.05}}
     assert [(c.run, c.control, c.vary) for c in verify.comparisons] == [("a", "b", ("lr",))]

@@ -19,7 +19,7 @@ from remote_gpu_trainer.text import escape_control
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.audit.audit import AuditOutcome
     from remote_gpu_trainer.services.session import Session
-    from remote_gpu_trainer.views import CheckView, VerifyFindingView
+    from remote_gpu_trainer.views import AuditFindingView, CheckView
 
 AUDIT_SCHEMA = "rgt-audit/v1"
 GLYPHS = {"pass": "✓", "findings": "!", "skipped": "-", "not_run": " "}
@@ -77,12 +77,12 @@ def _audit(session: Session, run: str | None, checks: list[str] | None, fmt: str
 
 
 def audit_document(outcome: AuditOutcome, run: str | None, checks: list[CheckView],
-                   shown: list[VerifyFindingView]) -> dict[str, Any]:
+                   shown: list[AuditFindingView]) -> dict[str, Any]:
     """The `rgt-audit/v1` document: each check's answer for the project or, with RUN, for that run
     (services/audit.for_run), and the findings listed."""
-    from remote_gpu_trainer.report import finding_dict, verify_dict
+    from remote_gpu_trainer.report import audit_dict, finding_dict
 
-    document = verify_dict(outcome.view)
+    document = audit_dict(outcome.view)
     raised = {record.id for record in outcome.raised}
     return {"schema": AUDIT_SCHEMA, "run": run, "audited_at": document["audited_at"],
             "checks": [{"id": c.id, "name": c.name, "kind": c.kind, "status": c.status, "note": c.note,
@@ -90,7 +90,7 @@ def audit_document(outcome: AuditOutcome, run: str | None, checks: list[CheckVie
             "raised": sorted(raised), "findings": [finding_dict(f) for f in shown]}
 
 
-def _print_audit(outcome: AuditOutcome, checks: list[CheckView], shown: list[VerifyFindingView]) -> None:
+def _print_audit(outcome: AuditOutcome, checks: list[CheckView], shown: list[AuditFindingView]) -> None:
     raised = {record.id for record in outcome.raised}
     for check in checks:
         count = f" ({check.findings})" if check.findings else ""

@@ -71,7 +71,7 @@ async def verify(session: Session, args: argparse.Namespace) -> int:
 
 def _audit_line(session: Session) -> None:
     """The audit that ran after the verification, in one line on stderr (details: `rgt audit`)."""
-    last = session.db.last_verify_audit()
+    last = session.db.last_catalogue_audit()
     if last is None:
         return
     counts = {s: sum(1 for r in last.results if r["status"] == s) for s in ("pass", "findings", "skipped")}

@@ -31,7 +31,7 @@ PROJECT_VERBS: dict[str, tuple[str, str]] = {
     "demo": ("project_verbs", "demo"), "init": ("project_verbs", "init"), "info": ("project_verbs", "info"),
     "trust": ("project_verbs", "trust"), "adopt": ("project_verbs", "adopt"),
     "events": ("project_verbs", "events"), "tick": ("project_verbs", "tick"),
-    "audit": ("verify_verbs", "audit"), "finding": ("verify_verbs", "finding"), "probe": ("probe_verbs", "probe"),
+    "audit": ("audit_verbs", "audit"), "finding": ("audit_verbs", "finding"), "probe": ("probe_verbs", "probe"),
     "accept": ("accept_verbs", "accept"),
     "capsule": ("evidence_tools", "capsule"), "splits": ("evidence_tools", "splits"),
     "build": ("deliver_verbs", "build"), "reconcile": ("deliver_verbs", "reconcile"),

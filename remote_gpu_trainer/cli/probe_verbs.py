@@ -20,7 +20,7 @@ from remote_gpu_trainer.text import escape_control
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.audit.model_probe import CellAnswer, ProbeOutcome
     from remote_gpu_trainer.services.session import Session
-    from remote_gpu_trainer.views import VerifyFindingView
+    from remote_gpu_trainer.views import AuditFindingView
 
 PROBE_SCHEMA = "rgt-probe/v1"
 LIVE = ("open", "acknowledged", "waived")
@@ -47,7 +47,7 @@ async def _probe(session: Session, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cell_finding(outcome: ProbeOutcome, answer: CellAnswer) -> VerifyFindingView | None:
+def cell_finding(outcome: ProbeOutcome, answer: CellAnswer) -> AuditFindingView | None:
     """The cell's live finding of this check (a fixed record means the check now passes)."""
     return next((f for f in outcome.findings if f.subject == answer.subject and f.status in LIVE), None)
 

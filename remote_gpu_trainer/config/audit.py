@@ -49,19 +49,22 @@ class ProbeSettings:
 
 
 @dataclass(frozen=True)
-class VerifyConfig:
+class AuditConfig:
+    """The audit catalogue's declarations: `[metrics]` and `[verify.*]` (the rgt.toml key keeps the VERIFY phase's
+    name: it is a contract)."""
+
     metrics: Mapping[str, MetricRule] = field(default_factory=dict)
     overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # check id -> params
     comparisons: tuple[Comparison, ...] = ()
     probe: ProbeSettings = field(default_factory=ProbeSettings)
 
 
-def read_verify_config(top: Table) -> VerifyConfig:
+def read_audit_config(top: Table) -> AuditConfig:
     """`[metrics]` and `[verify]` of the top-level table (absent: the catalogue's defaults)."""
     metrics = _metrics(top.table("metrics")) if top.has("metrics") else {}
     verify = top.table("verify") if top.has("verify") else None
     if verify is None:
-        return VerifyConfig(metrics=metrics)
+        return AuditConfig(metrics=metrics)
     comparisons = tuple(c for c in (_comparison(row) for row in verify.rows("compare")) if c is not None)
     probe = _probe(verify.table("probe")) if verify.has("probe") else ProbeSettings()
     overrides: dict[str, dict[str, Any]] = {}
@@ -77,7 +80,7 @@ def read_verify_config(top: Table) -> VerifyConfig:
         if body is not None:
             overrides[spec.id] = _params(body, spec.params)
     verify.done()
-    return VerifyConfig(metrics=metrics, overrides=overrides, comparisons=comparisons, probe=probe)
+    return AuditConfig(metrics=metrics, overrides=overrides, comparisons=comparisons, probe=probe)
 
 
 def _metrics(table: Table | None) -> dict[str, MetricRule]:

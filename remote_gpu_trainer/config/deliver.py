@@ -30,7 +30,7 @@ from typing import Any
 
 from remote_gpu_trainer.audits.catalogue.load import SAFE_ID
 from remote_gpu_trainer.audits.catalogue.reconcile_files import GLOB_CHARS, rgt_own_file
-from remote_gpu_trainer.config.audit import VerifyConfig
+from remote_gpu_trainer.config.audit import AuditConfig
 from remote_gpu_trainer.toml_table import Table
 
 RECONCILE_MODES = ("rounding", "exact")
@@ -87,8 +87,8 @@ class GridConfig:
     points: tuple[GridPoint, ...] = field(default=(), compare=False)
 
 
-def read_deliver_config(top: Table, verify: VerifyConfig) -> tuple[DeliverConfig, VerifyConfig]:
-    """`[deliver]`, and VERIFY's config with V31's `docs` (and `mode`) made the same merged list."""
+def read_deliver_config(top: Table, audit: AuditConfig) -> tuple[DeliverConfig, AuditConfig]:
+    """`[deliver]`, and the audit config with V31's `docs` (and `mode`) made the same merged list."""
     body = top.table("deliver") if top.has("deliver") else None
     docs: tuple[str, ...] = ()
     mode: str | None = None
@@ -97,7 +97,7 @@ def read_deliver_config(top: Table, verify: VerifyConfig) -> tuple[DeliverConfig
         body.done()
         docs = _doc_paths(body)
         mode = body.text("mode", choices=RECONCILE_MODES)
-    v31 = dict(verify.overrides.get(V31, {}))
+    v31 = dict(audit.overrides.get(V31, {}))
     audit_docs = v31.get("docs") or []
     merged = tuple(dict.fromkeys([*docs, *(audit_docs if isinstance(audit_docs, list) else [audit_docs])]))
     audit_mode = v31.get("mode")
@@ -109,8 +109,8 @@ def read_deliver_config(top: Table, verify: VerifyConfig) -> tuple[DeliverConfig
     if mode is not None:
         v31["mode"] = mode
     if v31:
-        verify = replace(verify, overrides={**verify.overrides, V31: v31})
-    return DeliverConfig(docs=tuple(str(d) for d in merged), mode=mode), verify
+        audit = replace(audit, overrides={**audit.overrides, V31: v31})
+    return DeliverConfig(docs=tuple(str(d) for d in merged), mode=mode), audit
 
 
 def _doc_paths(body: Table) -> tuple[str, ...]:

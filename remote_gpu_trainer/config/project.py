@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from remote_gpu_trainer.config.audit import VerifyConfig, read_verify_config
+from remote_gpu_trainer.config.audit import AuditConfig, read_audit_config
 from remote_gpu_trainer.config.deliver import DeliverConfig, GridConfig, read_deliver_config, read_grid_config
 from remote_gpu_trainer.config.notify import NotifyConfig, read_notify_config
 from remote_gpu_trainer.errors import ConfigError
@@ -158,7 +158,7 @@ class ProjectConfig:
     instances: dict[str, InstanceConfig] = field(default_factory=dict)
     runs: dict[str, RunConfig] = field(default_factory=dict)
     signatures: tuple[dict[str, Any], ...] = ()  # user log signatures ([[signatures]]), checked at load
-    verify: VerifyConfig = field(default_factory=VerifyConfig)  # [metrics], [verify.*] (config/audit.py)
+    audit: AuditConfig = field(default_factory=AuditConfig)  # [metrics], [verify.*] (config/audit.py)
     deliver: DeliverConfig = field(default_factory=DeliverConfig)  # [deliver] (config/deliver.py)
     grid: GridConfig | None = None  # [grid]: the expected experiment grid (config/deliver.py)
     notify: NotifyConfig = field(default_factory=NotifyConfig)  # [notify]: the sentinel's receiver
@@ -262,8 +262,8 @@ class _ProjectReader:
         top = self.table((), data)
         top.expect(_TOP_KEYS)
         top.done()
-        verify = read_verify_config(top)
-        deliver, verify = read_deliver_config(top, verify)  # one document list for reconcile and V31
+        audit = read_audit_config(top)
+        deliver, audit = read_deliver_config(top, audit)  # one document list for reconcile and V31
         grid = read_grid_config(top)
         notify = read_notify_config(top)
         name = "project"
@@ -283,7 +283,7 @@ class _ProjectReader:
         self.problems.raise_if_any()
         return ProjectConfig(
             root=self.path.parent.resolve(), file=self.path.resolve(), name=name,
-            instances=instances, runs=runs, signatures=tuple(signatures), verify=verify,
+            instances=instances, runs=runs, signatures=tuple(signatures), audit=audit,
             deliver=deliver, grid=grid, notify=notify,
         )
 

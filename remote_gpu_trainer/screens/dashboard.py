@@ -382,8 +382,8 @@ class DashboardScreen(BoxActions):
         finding opens its detail, where the note and the disclosure are given."""
         run = self.current_run()
         item = self.query_one(ChecklistPanel).highlighted_item()
-        if self.overview is not None and self.overview.verify.finding(item) is not None:
-            await self._verify_finding(str(item))
+        if self.overview is not None and self.overview.audit.finding(item) is not None:
+            await self._open_finding(str(item))
             return
         finding = run.finding(item) if run is not None and item else None
         if run is None or finding is None:
@@ -403,11 +403,11 @@ class DashboardScreen(BoxActions):
     def _checklist_selected(self, event: DataTable.RowSelected) -> None:
         """Enter on a VERIFY finding opens its detail."""
         key = event.row_key.value
-        if self.overview is not None and key is not None and self.overview.verify.finding(str(key)) is not None:
+        if self.overview is not None and key is not None and self.overview.audit.finding(str(key)) is not None:
             self.action_acknowledge()
 
-    async def _verify_finding(self, finding_id: str) -> None:
-        view = self.overview.verify.finding(finding_id) if self.overview is not None else None
+    async def _open_finding(self, finding_id: str) -> None:
+        view = self.overview.audit.finding(finding_id) if self.overview is not None else None
         if view is None:
             return
         decision = await self.app.push_screen_wait(FindingScreen(view, audit.finding_detail(view)))

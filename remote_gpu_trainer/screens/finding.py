@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Static
 
 from remote_gpu_trainer.text import escape_control
-from remote_gpu_trainer.views import VerifyFindingView
+from remote_gpu_trainer.views import AuditFindingView
 from remote_gpu_trainer.widgets.glyphs import plain
 
 
@@ -30,7 +30,7 @@ class FindingScreen(ModalScreen[FindingDecision | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
     AUTO_FOCUS = "#finding-note"
 
-    def __init__(self, finding: VerifyFindingView, detail: str) -> None:
+    def __init__(self, finding: AuditFindingView, detail: str) -> None:
         super().__init__()
         self.finding = finding
         self.detail = detail

@@ -126,13 +126,13 @@ async def build(session: Session, seen: Observation) -> Overview:
     hash cache), records nothing."""
     views = instance_views(session, seen)
     # gathering the gate's inputs may hash files the cache does not know: never on the event loop
-    verified = await asyncio.to_thread(audit.audit_view, session.project.root, session.db, seen.at)
+    audited = await asyncio.to_thread(audit.audit_view, session.project.root, session.db, seen.at)
     runs = await asyncio.to_thread(
-        lambda: [run_view(session, run_id, seen.run_states[run_id], seen.statuses, verified)
+        lambda: [run_view(session, run_id, seen.run_states[run_id], seen.statuses, audited)
                  for run_id in sorted(session.project.runs)])
     views = [with_cost_to_finish(i, runs) for i in views]
     runs = [dataclasses.replace(r, other_notes=other_notes(views, r.instance),
-                                checklist_rows=checklist.panel_rows(r, verified)) for r in runs]
+                                checklist_rows=checklist.panel_rows(r, audited)) for r in runs]
     runs = [with_box_gate(session, r, runs, seen) for r in runs]
     views = [with_instance_gate(i, runs, seen) for i in views]
     alerts = tuple(idle_burn_alerts(views, runs)) + tuple(f"▲ PRICE DRIFT {i.name}: {i.drift}" for i in views
@@ -140,7 +140,7 @@ async def build(session: Session, seen: Observation) -> Overview:
     return Overview(
         project=session.project.name, generated_at=seen.at, currency=views[0].currency if views else "USD",
         total=sum(i.cost_so_far for i in views), burn_per_hour=sum(i.burn_per_hour for i in views),
-        instances=tuple(views), runs=tuple(runs), read_only=session.read_only, alerts=alerts, verify=verified,
+        instances=tuple(views), runs=tuple(runs), read_only=session.read_only, alerts=alerts, audit=audited,
     )
 
 
@@ -171,14 +171,14 @@ def walltime(session: Session, name: str, run_states: dict[str, RunState]) -> st
 
 
 def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str, InstanceStatus],
-             verified: AuditView = NO_AUDIT) -> RunView:
+             audited: AuditView = NO_AUDIT) -> RunView:
     run = session.run_config(run_id)
     status = statuses[run.instance]
     files = checkpoint_statuses(session.project, run, session.db)
     view = gate.gate_view(session, run_id, status.provider_id, state.liveness.state)
     if view.open and not status.actable:  # nothing to act on: the plan agrees
         view = dataclasses.replace(view, open=False, reasons=(actions.state_reason(status.state),))
-    items = checklist.evaluate(run_id, checklist.checklist_facts(run, view), session.db, verified)
+    items = checklist.evaluate(run_id, checklist.checklist_facts(run, view), session.db, audited)
     monitor = session.monitors.get(run_id)
     progress = monitor.snapshot if monitor is not None else None
     running = state.liveness.state in ("running", "stalled")
@@ -190,8 +190,8 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         checkpoints=tuple(CheckpointView(f.path, f.bytes if f.sha256 else None, f.sha256 or None, f.status,
                                          f.detail) for f in files),
         gate=view, findings=findings.checklist_findings(run_id, items) + findings.log_findings(session, run_id)
-        + findings.verify_findings(run_id, verified),
-        checklist=tuple(items), log=runner.log_path(run),
+        + findings.catalogue_findings(run_id, audited),
+        checklist=tuple(items), log=box_layout.log_path(run),
         metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
         environment=env.last_audit(session.db, run_id),
         step=progress.step if progress else None,

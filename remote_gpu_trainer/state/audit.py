@@ -1,4 +1,5 @@
-"""VERIFY's tables (docs/verify.md §3): finding records with their lifecycle, audit runs, probe answers.
+"""The audit catalogue's tables (docs/verify.md §3): finding records with their lifecycle, audit runs, model probe
+answers. The tables keep their `verify_*` names: a schema is a contract (state/migrations.py).
 
 A finding record is keyed by (check, subject); its status moves open -> acknowledged | waived | fixed and back
 (services/audit/findings.py decides the moves, here they are only stored). `body` holds what the record shows but no
@@ -77,8 +78,9 @@ def _record(row: tuple[Any, ...]) -> FindingRecord:
                          row[10], parse_iso(row[11]), parse_iso(row[12]), parse_iso(row[13]), row[14], row[15])
 
 
-class VerifyTables(Store):
-    """The `verify_findings`, `verify_audits` and `probe_records` tables."""
+class AuditTables(Store):
+    """The `verify_findings`, `verify_audits` and `probe_records` tables (the catalogue's findings, its audit runs
+    and the model probes' answers)."""
 
     def finding_records(self) -> list[FindingRecord]:
         rows = self._all(f"SELECT {_COLUMNS} FROM verify_findings ORDER BY seq")
@@ -115,12 +117,12 @@ class VerifyTables(Store):
         return _record(row)
 
     # -- audit runs ------------------------------------------------------------------------------------
-    def add_verify_audit(self, inputs_sha256: str, results: list[dict[str, Any]]) -> None:
+    def add_catalogue_audit(self, inputs_sha256: str, results: list[dict[str, Any]]) -> None:
         with self._tx() as conn:
             conn.execute("INSERT INTO verify_audits (at, inputs_sha256, results) VALUES (?, ?, ?)",
                          (self._now(), inputs_sha256, json.dumps(results, sort_keys=True, default=str)))
 
-    def last_verify_audit(self) -> AuditRecord | None:
+    def last_catalogue_audit(self) -> AuditRecord | None:
         row = self._one(
             "SELECT seq, at, inputs_sha256, results FROM verify_audits ORDER BY seq DESC LIMIT 1")
         return AuditRecord(row[0], parse_iso(row[1]), row[2], json.loads(row[3])) if row else None

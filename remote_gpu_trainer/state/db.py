@@ -5,7 +5,7 @@ is written here, with its time and what the screen said, *before* the provider c
 The other tables are caches or samples that later code may rebuild; none of them holds a secret.
 
 `StateDB` is one handle over every table: each table's SQL lives in its own module (events, billing, evidence,
-caches, launches, checks, run_logs, verify) as a class over `Store`, and `StateDB` combines them, so a caller holds one
+caches, launches, checks, run_logs, audit) as a class over `Store`, and `StateDB` combines them, so a caller holds one
 handle while a reader of one table opens one module. The schema and its upgrade ladder are in migrations.py.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.errors import StateError
-from remote_gpu_trainer.state.audit import VerifyTables
+from remote_gpu_trainer.state.audit import AuditTables
 from remote_gpu_trainer.state.billing import BillingTables
 from remote_gpu_trainer.state.caches import CacheTables
 from remote_gpu_trainer.state.checks import CheckTables
@@ -29,7 +29,7 @@ from remote_gpu_trainer.state.run_logs import RunLogTables
 
 
 class StateDB(EventLog, BillingTables, EvidenceTables, CacheTables, LaunchTables, CheckTables, RunLogTables,
-              VerifyTables):
+              AuditTables):
     """Thin typed access to the state database; one connection per process, short transactions."""
 
     def __init__(self, path: Path, clock: Clock = utc_now, *, read_only: bool = False) -> None:

@@ -47,7 +47,7 @@ class EventKind(StrEnum):
     LAUNCH_REFUSED = "launch_refused"  # `rgt up` refused: the typed price is not the stated one
     LAUNCHED = "launched"  # `rgt up` rented a box (its provider id is in the payload)
     LAUNCH_OVER_BUDGET = "launch_over_budget"  # `rgt up` rented a box above the approved price
-    VERIFY_AUDIT = "verify_audit"  # the VERIFY catalogue ran over the project
+    VERIFY_AUDIT = "verify_audit"  # the audit catalogue ran over the project (the stored kind keeps its old name)
     FINDING_STATUS = "finding_status"  # a VERIFY finding record changed status (raised, acknowledged, fixed, ...)
     PROBE = "probe"  # a model probe's answer was stored for a VERIFY check
     ACCEPTANCE = "acceptance"  # a pulled bundle was accepted (re-hashed, load-checked) on a second machine
@@ -269,11 +269,11 @@ def tick_set(db: EventLog, *, run_id: str, item_id: str, status: str, note: str,
                            detail={"item": item_id, "status": status, "note": note})
 
 
-# -- VERIFY: audits, finding records, probes (docs/verify.md §3) ----------------------------------------------------
+# -- the audit catalogue: audits, finding records, model probes (docs/verify.md §3) -------------------------------
 
-def verify_audited(db: EventLog, *, checks: int, passed: int, with_findings: int, skipped: int, raised: int,
-                   actor: str) -> Event:
-    """VERIFY_AUDIT, written after the catalogue ran. Payload: the counts of checks by result and of findings
+def catalogue_audited(db: EventLog, *, checks: int, passed: int, with_findings: int, skipped: int, raised: int,
+                      actor: str) -> Event:
+    """VERIFY_AUDIT, written after the audit catalogue ran. Payload: the counts of checks by result and of findings
     raised (new or reopened)."""
     return db.append_event(
         EventKind.VERIFY_AUDIT, f"audit: {passed} pass, {with_findings} with findings, {skipped} skipped; "

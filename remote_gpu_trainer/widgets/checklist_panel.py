@@ -36,7 +36,7 @@ class ChecklistPanel(Vertical):
 
     def watch_overview(self, overview: Overview | None) -> None:
         if overview is not None:
-            self.border_subtitle = overview.verify.caption
+            self.border_subtitle = overview.audit.caption
             self.show(overview.run(self.run_id) if self.run_id else None)
 
     def show(self, run: RunView | None) -> None:

@@ -260,11 +260,11 @@ def test_deliver_docs_and_verify_reconcile_docs_are_one_list_for_the_verb_and_v3
     assert config.deliver.docs == ("paper.md", "notes.txt")
     spec = by_name("V31")
     assert spec is not None
-    assert params_for(spec, config.verify.overrides)["docs"] == ["paper.md", "notes.txt"]
+    assert params_for(spec, config.audit.overrides)["docs"] == ["paper.md", "notes.txt"]
     code, _, _ = rgt_reconcile(root, capsys)
     assert code == 1 and [(d["doc"], d["reported"]) for d in written(root)["drifts"]] == [
         ("paper.md", 31.5), ("notes.txt", 31.4)]
-    v31 = documents.check(load(root), params_for(spec, config.verify.overrides))
+    v31 = documents.check(load(root), params_for(spec, config.audit.overrides))
     assert sorted(f.subject for f in v31.findings if f.severity == "error") == ["doc:notes.txt:1", "doc:paper.md:1"]
 
 

@@ -205,7 +205,7 @@ def test_runs_sharing_a_box_split_the_overlap_and_the_wall_time_comes_from_the_l
     assert (r1.cost, r1.shared_with, r1.wall_s, r1.wall_source) == (3.0, ("r2",), 7200.0, "launch")
     assert (r2.cost, r2.shared_with, r2.wall_s, r2.started_at) == (3.0, ("r1",), 7200.0, at(1.0))
     assert r1.cost_note == "instance shared with r2: overlapping time split equally" and not r1.cost_estimate
-    overview = Overview("p", at(5.0), "USD", 8.0, 0.0, (), (), verify=NO_AUDIT, results=view)
+    overview = Overview("p", at(5.0), "USD", 8.0, 0.0, (), (), audit=NO_AUDIT, results=view)
     assert ("  run r1: wall 2h00m (launch to finish) · cost $3.00 (instance shared with r2: overlapping time split "
             "equally)\n    no results yet\n") in render(overview, "text")
 

@@ -58,7 +58,7 @@ def test_every_verification_is_followed_by_an_audit(tmp_path: Path) -> None:
         await session.launch(RUN)
         await wait_for_liveness(session)
         await session.verify(RUN)  # before the pull: fails, and the audit still runs
-        assert session.db.last_verify_audit() is not None
+        assert session.db.last_catalogue_audit() is not None
         await session.pull(RUN)
         assert (await session.verify(RUN)).ok
 

@@ -366,7 +366,7 @@ def test_the_probe_table_defaults_and_leaves_check_params_alone(tmp_path: Path) 
     write_project(root)
     with (root / "rgt.toml").open("a", encoding="utf-8") as handle:
         handle.write('\n[verify.probe]\nhook = "pkg.hooks:build"\n\n[verify.output_cosine]\nmin_batch = 32\n')
-    verify = load_project(root / "rgt.toml").verify
+    verify = load_project(root / "rgt.toml").audit
     assert (verify.probe.hook, verify.probe.timeout_s) == ("pkg.hooks:build", 300.0)
     assert verify.overrides == {"V20": {"min_batch": 32}}
 

@@ -27,7 +27,7 @@ from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.audit import FindingRecord
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import span
-from remote_gpu_trainer.views import AuditView, CheckView, VerifyFindingView
+from remote_gpu_trainer.views import AuditFindingView, AuditView, CheckView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.config.project import ProjectConfig
@@ -50,7 +50,7 @@ class AuditOutcome:
 def gather(project: ProjectConfig, db: StateDB) -> ProjectEvidence:
     """The evidence the catalogue reads: the files (audits/catalogue/load.py), rgt.toml's declarations, the stored
     probe answers and the logs pulled with each run (what V32 checks "saved" lines against)."""
-    declarations = Declarations(metrics=project.verify.metrics, comparisons=project.verify.comparisons,
+    declarations = Declarations(metrics=project.audit.metrics, comparisons=project.audit.comparisons,
                                 rosters={run_id: bound_run_config(project, db, run_id).roster  # as launched
                                          for run_id in project.runs})
     evidence = load_project(project.root, declarations)
@@ -64,17 +64,17 @@ def run_audit(project: ProjectConfig, db: StateDB, *, only: set[str] | None = No
     """Run the catalogue (all checks, or `only` these ids) and apply the lifecycle; one event says how it went."""
     fingerprint = inputs_fingerprint(project.root, db)
     evidence = gather(project, db)
-    results = tuple(catalogue.run_all(evidence, project.verify.overrides, only))
+    results = tuple(catalogue.run_all(evidence, project.audit.overrides, only))
     outcome = findings.apply_results(db, results, actor=actor)
     ctx = attribution.context(evidence)
     answers = {r.check: answer_row(r, ctx) for r in results}
-    previous = db.last_verify_audit()
+    previous = db.last_catalogue_audit()
     if only is not None and previous is not None:  # a partial audit keeps the other checks' last answers
         answers = {**{row["check"]: {**row, "waiting": dict(ctx.waiting)} for row in previous.results}, **answers}
-    db.add_verify_audit(fingerprint, [answers[cid] for cid in sorted(answers)])
+    db.add_catalogue_audit(fingerprint, [answers[cid] for cid in sorted(answers)])
     counts = {status: sum(1 for r in results if r.status == status) for status in CHECK_STATUSES}
-    events.verify_audited(db, checks=len(results), passed=counts["pass"], with_findings=counts["findings"],
-                          skipped=counts["skipped"] + counts["not_run"], raised=len(outcome.raised), actor=actor)
+    events.catalogue_audited(db, checks=len(results), passed=counts["pass"], with_findings=counts["findings"],
+                             skipped=counts["skipped"] + counts["not_run"], raised=len(outcome.raised), actor=actor)
     return AuditOutcome(results, outcome.raised, outcome.fixed, audit_view(project.root, db, fingerprint=fingerprint))
 
 
@@ -94,7 +94,7 @@ def audit_if_changed(project: ProjectConfig, db: StateDB) -> AuditOutcome | None
     """Audit again when an input changed since the last audit; None when nothing did, or when no audit ran yet
     (the first comes with the first verification, `rgt audit` or the dashboard's `u`, not from opening a
     project: a dashboard left open must not start work the user did not ask for)."""
-    last = db.last_verify_audit()
+    last = db.last_catalogue_audit()
     if last is None or last.inputs_sha256 == inputs_fingerprint(project.root, db):
         return None
     return run_audit(project, db)
@@ -103,7 +103,7 @@ def audit_if_changed(project: ProjectConfig, db: StateDB) -> AuditOutcome | None
 def audit_view(root: Path, db: StateDB, now: datetime | None = None, *, fingerprint: str | None = None) -> AuditView:
     """The latest audit and every finding record, read only; `now` dates the caption ("audited 5m ago");
     `fingerprint` is the inputs' digest when the caller just took it (else it is taken here)."""
-    last = db.last_verify_audit()
+    last = db.last_catalogue_audit()
     records = db.finding_records()
     live: dict[str, int] = {}
     for record in records:
@@ -157,10 +157,10 @@ def audit_caption(at: datetime | None, stale: bool, now: datetime | None) -> str
     return f"audited {ago}" + (" · inputs changed since (u)" if stale else "")
 
 
-def finding_view(record: FindingRecord, runs: tuple[str, ...] = ()) -> VerifyFindingView:
+def finding_view(record: FindingRecord, runs: tuple[str, ...] = ()) -> AuditFindingView:
     body = record.body
     evidence = tuple((str(e.get("path", "")), e.get("sha256")) for e in body.get("evidence", []) if isinstance(e, dict))
-    return VerifyFindingView(
+    return AuditFindingView(
         id=record.id, check=record.check, check_name=str(body.get("check_name", "")), subject=record.subject,
         severity=record.severity, status=record.status, message=record.message, disclosure=record.disclosure,
         note=record.note, fix=str(body.get("fix", "")), values=dict(body.get("values", {})), evidence=evidence,
@@ -170,7 +170,7 @@ def finding_view(record: FindingRecord, runs: tuple[str, ...] = ()) -> VerifyFin
         status_by=record.status_by, reopened_reason=record.reopened_reason, runs=runs)
 
 
-def finding_detail(f: VerifyFindingView) -> str:
+def finding_detail(f: AuditFindingView) -> str:
     """A finding's detail as a person reads it (the CLI and the TUI's finding screen): what, the numbers, the
     files, the fix, and what the user said. Unescaped: each face escapes box text for its own medium."""
     lines = [f"{f.id} [{f.check} {f.check_name}] {f.severity} · {f.status} ({f.status_by})",

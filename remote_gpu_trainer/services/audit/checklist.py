@@ -125,12 +125,12 @@ def panel_rows(run: RunView, audit: AuditView = NO_AUDIT) -> tuple[ChecklistRow,
 def _describe(run: RunView, audit: AuditView, key: str) -> str:
     """A row's answer or note in full, shown under the table when highlighted: narrow screens cut the column."""
     finding = run.finding(key)
-    verify = audit.finding(key)
+    catalogued = audit.finding(key)
     item = next((c for c in run.checklist if c.id == key), None)
     env = next((r for r in run.environment if f"E{r.id:02d}" == key), None)
-    if verify is not None:
-        return (f"{verify.id} {verify.severity} {verify.status}: {verify.message}"
-                + (f" · disclosed: {verify.disclosure}" if verify.disclosure else "") + " (enter: detail)")
+    if catalogued is not None:
+        return (f"{catalogued.id} {catalogued.severity} {catalogued.status}: {catalogued.message}"
+                + (f" · disclosed: {catalogued.disclosure}" if catalogued.disclosure else "") + " (enter: detail)")
     if finding is not None:
         return f"{finding.id} {finding.severity} {finding.status}: {finding.message} → fix: {finding.fix}"
     if item is not None:

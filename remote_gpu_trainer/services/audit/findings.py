@@ -34,7 +34,7 @@ def checklist_findings(run_id: str, items: Iterable[ChecklistItem]) -> tuple[Fin
     )
 
 
-def verify_findings(run_id: str, audit: AuditView) -> tuple[FindingView, ...]:
+def catalogue_findings(run_id: str, audit: AuditView) -> tuple[FindingView, ...]:
     """The VERIFY finding records about this run (audits/catalogue/attribution.py: its capsules and numbers, the
     splits it trained on, the claims over its cells, project-wide findings), in the report's run shape."""
     from remote_gpu_trainer.services.audit.audit import for_run

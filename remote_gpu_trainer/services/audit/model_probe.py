@@ -41,7 +41,7 @@ from remote_gpu_trainer.strict_json import loads_strict
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
     from remote_gpu_trainer.state.db import StateDB
-    from remote_gpu_trainer.views import VerifyFindingView
+    from remote_gpu_trainer.views import AuditFindingView
 
 PROBE_CHECKS = ("V20", "V22", "V27", "V28")
 PROGRAM = "model_probe.py"
@@ -76,7 +76,7 @@ class ProbeOutcome:
     run_id: str
     answers: tuple[CellAnswer, ...]
     result: CheckResult | None  # the check's result in the audit that followed
-    findings: tuple[VerifyFindingView, ...]  # the probed capsules' finding records of this check, any status
+    findings: tuple[AuditFindingView, ...]  # the probed capsules' finding records of this check, any status
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ async def probe_run(session: Session, run_id: str, check: str, *, cell: str | No
     spec = probe_check(check)
     project = session.project
     run = project.run(run_id)
-    hook = project.verify.probe.hook
+    hook = project.audit.probe.hook
     if hook is None:
         raise ConfigError(f"{project.file}: rgt probe needs the loader hook: add [verify.probe] with "
                           'hook = "module:function" (see rgt help probe)')
@@ -116,9 +116,9 @@ async def probe_run(session: Session, run_id: str, check: str, *, cell: str | No
     answers = []
     for name in cells_of(run, cell):
         target = local_target(session, run, name) if on is None else remote_target(run, name, on)
-        document = await (run_here(spec.id, hook, target, project.verify.probe.timeout_s, db=session.db)
+        document = await (run_here(spec.id, hook, target, project.audit.probe.timeout_s, db=session.db)
                           if on is None else
-                          run_on(session, run, on, spec.id, hook, target, project.verify.probe.timeout_s))
+                          run_on(session, run, on, spec.id, hook, target, project.audit.probe.timeout_s))
         answers.append(CellAnswer(name, f"capsule:{target.label}", target.where, answer_of(spec.id, document, target)))
     return record(session, spec, run.id, answers, actor)
 

@@ -485,7 +485,7 @@ def _figure(project: ProjectConfig, ident: str, code: Mapping[str, Any], now: da
             judge: SourceJudge) -> BuildStep:
     from remote_gpu_trainer.deliver.figures.build import build_figure
 
-    built = build_figure(project.root, ident, declared=project.verify.metrics, code=code, now=now)
+    built = build_figure(project.root, ident, declared=project.audit.metrics, code=code, now=now)
     document, unchecked = disclose_document(built.folder, "figure.json", built.document, judge)
     return _qa_step("figure", ident, built.passed, document, built.deterministic, len(unchecked))
 

@@ -159,13 +159,13 @@ def _context(project: ProjectConfig, db: StateDB, found: ProjectEvidence, claims
     sources = SourceJudge(project, db)
     unverified = {run: why for run in runs if (why := sources.not_verified(run)) is not None}
     return _Context(project, found, records, unverified, _audit_gaps(db, runs),
-                    params_for(specs()["V04"], project.verify.overrides), sources)
+                    params_for(specs()["V04"], project.audit.overrides), sources)
 
 
 def _audit_gaps(db: StateDB, runs: Sequence[str]) -> dict[str, str]:
     """Per run, why the last audit does not cover its capsules: none ran, a check never answered, or the run
     was verified (its capsules pulled) after it."""
-    last = db.last_verify_audit()
+    last = db.last_catalogue_audit()
     if last is None:
         return {run: "no VERIFY audit yet: run rgt audit" for run in runs}
     answered = {str(row.get("check")) for row in last.results}
@@ -183,7 +183,7 @@ def _audit_gaps(db: StateDB, runs: Sequence[str]) -> dict[str, str]:
 def _reconciled(project: ProjectConfig, draft: Mapping[str, Any]) -> ReconcileReport | None:
     """The documents V31 reads, against the values being written now (a reconcile.json on disk may be older
     than them); None when rgt.toml names no document."""
-    params = project.verify.overrides.get("V31", {})
+    params = project.audit.overrides.get("V31", {})
     docs = params.get("docs") or []
     docs = [docs] if isinstance(docs, str) else list(docs)
     if not docs:

@@ -30,7 +30,7 @@ def build_figure(project: ProjectConfig, figure_id: str, *, code: Mapping[str, A
     from remote_gpu_trainer.deliver.figures.build import build_figure as build
     from remote_gpu_trainer.services.deliver.sources import SourceJudge, disclose_document
 
-    built = build(project.root, figure_id, declared=project.verify.metrics, code=code)
+    built = build(project.root, figure_id, declared=project.audit.metrics, code=code)
     if db is None:
         return built
     document, _ = disclose_document(built.folder, "figure.json", built.document, SourceJudge(project, db))

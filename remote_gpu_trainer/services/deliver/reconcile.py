@@ -69,5 +69,5 @@ def read_evidence(root: Path) -> dict[str, object]:
 
 def _window(project: ProjectConfig) -> int:
     """V31's window when rgt.toml sets one ([verify.reconcile] window), so both read the same characters."""
-    value = project.verify.overrides.get("V31", {}).get("window", WINDOW)
+    value = project.audit.overrides.get("V31", {}).get("window", WINDOW)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else WINDOW

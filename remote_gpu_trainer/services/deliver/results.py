@@ -78,7 +78,7 @@ class RunCapsules:
 def results_view(session: Session, seen: Observation) -> ResultsView:
     """Every run of rgt.toml, and every run folder with capsules, with its results; then the claims."""
     root = session.project.root
-    found = read_runs(root, session.project.verify.metrics) if (root / "runs").is_dir() else {}
+    found = read_runs(root, session.project.audit.metrics) if (root / "runs").is_dir() else {}
     run_ids = sorted(set(session.project.runs) | set(found))
     windows = {run_id: run_window(session, run_id, found.get(run_id, RunCapsules()).window, seen)
                for run_id in run_ids}

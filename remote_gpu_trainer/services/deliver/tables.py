@@ -27,7 +27,7 @@ def build_table(project: ProjectConfig, table_id: str, *, code: Mapping[str, Any
     the caller builds several outputs at once (one `git status` and one timestamp for all); None computes
     them here. With the state database `db`, every input that is not verified evidence is disclosed in
     table.json (services/deliver/sources.py; `rgt build` does it for all outputs itself)."""
-    built = _build(project.root, table_id, declared=project.verify.metrics, code=code, now=now)
+    built = _build(project.root, table_id, declared=project.audit.metrics, code=code, now=now)
     if db is None:
         return built
     document, _ = disclose_document(built.folder, "table.json", built.document, SourceJudge(project, db))
