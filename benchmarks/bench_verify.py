@@ -6,7 +6,7 @@ builds it) and pulled once with the real `pull` (services/evidence/pull.py):
   - one large checkpoint (1 GiB by default; `--big-mib` makes it smaller on a slow machine, `--big-mib 0`
     leaves it out), one float32 tensor of random values.
 rgt: `verify` (services/evidence/verify.py) itself, with a fresh state database every round so nothing is
-cached (hashes and probe verdicts are both computed again). The small scenario runs with the probe pool
+cached (hashes and load-check verdicts are both computed again). The small scenario runs with the load-check pool
 as shipped (one process per GiB to load, at most one per core) and forced to one process per core, to
 show which pays off on this machine.
 Baseline, run in the same process run: one `python` subprocess that imports torch, SHA-256s every file the
@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from remote_gpu_trainer.services.evidence import load_checks as probe  # noqa: E402
+from remote_gpu_trainer.services.evidence import load_checks  # noqa: E402
 from remote_gpu_trainer.services.evidence.pull import pull  # noqa: E402
 from remote_gpu_trainer.services.evidence.verify import verify  # noqa: E402
 from remote_gpu_trainer.state.db import StateDB  # noqa: E402
@@ -91,21 +91,21 @@ def pulled(env: Env) -> Env:
 
 
 def time_rgt(env: Env, processes: int | None = None) -> float:
-    """verify as shipped, or with the pool forced to `processes` probe processes."""
-    saved = probe.PROBE_POOL_MAX, probe.PROBE_BYTES_PER_PROCESS
+    """verify as shipped, or with the pool forced to `processes` load-check processes."""
+    saved = load_checks.POOL_MAX, load_checks.BYTES_PER_PROCESS
     if processes is not None:
-        probe.PROBE_POOL_MAX, probe.PROBE_BYTES_PER_PROCESS = processes, 1
+        load_checks.POOL_MAX, load_checks.BYTES_PER_PROCESS = processes, 1
     state = env.project.state_db
     for suffix in ("", "-wal", "-shm"):
         Path(f"{state}{suffix}").unlink(missing_ok=True)
-    db = StateDB(state)  # fresh: no cached hash, no cached probe verdict
+    db = StateDB(state)  # fresh: no cached hash, no cached load-check verdict
     try:
         start = time.perf_counter()
         result = asyncio.run(verify(env.project, env.run, db))
         elapsed = time.perf_counter() - start
     finally:
         db.close()
-        probe.PROBE_POOL_MAX, probe.PROBE_BYTES_PER_PROCESS = saved
+        load_checks.POOL_MAX, load_checks.BYTES_PER_PROCESS = saved
     assert result.ok, result.errors[:3]
     return elapsed
 
@@ -137,7 +137,7 @@ def main() -> None:
         rows.append((f"{args.small} small checkpoints: baseline (1 python, hash + torch.load mmap)",
                      median(base), median(base)))
         rows.append((f"{args.small} small checkpoints: rgt verify (pool as shipped: "
-                     f"{probe.probe_pool_size(args.small, 0)} process)", median(shipped), median(base)))
+                     f"{load_checks.pool_size(args.small, 0)} process)", median(shipped), median(base)))
         if cores > 1:
             forced = [time_rgt(small, min(4, cores)) for _ in range(args.rounds)]
             rows.append((f"{args.small} small checkpoints: rgt verify, pool forced to {min(4, cores)} processes",

@@ -30,7 +30,7 @@ class CheckpointKind:
     globals: tuple[str, ...] = ()
 
     def argv(self) -> list[str]:
-        """The same as one-shot probe arguments: `--check`, `--finite-under`, `--allow-global`."""
+        """The same as one-shot load-check arguments: `--check`, `--finite-under`, `--allow-global`."""
         args = ["--check", self.check]
         for key in self.finite_under:
             args += ["--finite-under", key]
@@ -39,7 +39,7 @@ class CheckpointKind:
         return args + (["--accept-flat"] if self.accept_flat else [])
 
     def request(self) -> dict[str, object]:
-        """The probe request fields this kind sets (isolated/load_check.py reads them)."""
+        """The load-check request fields this kind sets (isolated/load_check.py reads them)."""
         return {"kind": self.name, "check": self.check, "finite_under": list(self.finite_under),
                 **({"accept_flat": self.accept_flat} if self.accept_flat is not None else {})}
 

@@ -125,7 +125,7 @@ class PullBar:
 
 class VerifyBar:
     """One bar for a verification: the bytes hashed of the total each step carries (VerifyStep.hashed and
-    .total), with rate and ETA; the step's text is the bar's description (the checkpoint probes that follow
+    .total), with rate and ETA; the step's text is the bar's description (the checkpoint load checks that follow
     the hashing have no byte count of their own)."""
 
     def __init__(self, bar: Progress, task: TaskID) -> None:

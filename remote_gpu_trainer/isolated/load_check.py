@@ -1,4 +1,4 @@
-"""Checkpoint load-verification probe, run in its own process (docs/gate.md §5.1).
+"""Checkpoint load check, run in its own process (docs/gate.md §5.1).
 
     <python> -I -m remote_gpu_trainer.isolated.load_check PATH [--allow-global mod.Name]...
         [--state-key K]... [--accept-flat] [--check model|state] [--finite-under KEY]...
@@ -17,7 +17,7 @@ stdin, `{"path": str, "allow_globals": [str], "state_keys": [str], "accept_flat"
 with one verdict line of exactly the one-shot shapes; a request it cannot parse gets
 `{"ok": false, "error": "bad_request"}`. It exits at end of input. On Linux it asks the kernel for SIGKILL
 when its parent dies (PR_SET_PDEATHSIG) and exits at once if `--parent` is no longer its parent, so a kill -9
-of rgt leaves no probe behind; elsewhere a watcher thread polls getppid().
+of rgt leaves no load check behind; elsewhere a watcher thread polls getppid().
 
 Why a subprocess: loading a checkpoint can take memory and time without bound, and torch must never load in
 the UI process. Why `weights_only=True` and never a retry without it: a pickle that names any global beyond
@@ -29,7 +29,7 @@ model state and every tensor finite; `check="state"` (optimizer, scheduler, RNG 
 and its tensors finite, and may hold no tensor at all. `finite_under` narrows the finiteness check to those
 top-level keys where present (Lightning's callbacks keep `inf` as "no best yet").
 
-This module imports torch only inside functions, so importing it for PROBE_VERSION costs nothing.
+This module imports torch only inside functions, so importing it for LOAD_CHECK_VERSION costs nothing.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from typing import Any
 
 from remote_gpu_trainer.text import strip_ansi
 
-PROBE_VERSION = "probe1"
+LOAD_CHECK_VERSION = "probe1"  # stored in cached verdicts' keys and in PULL_VERIFIED.json: the value stays
 DEFAULT_STATE_KEYS = ("model_state_dict", "state_dict", "model")
 FINITE_CHUNK = 16 * 1024 * 1024  # elements per torch.isfinite call: bounds the temporary bool tensor
 MAX_LABELS = 10
@@ -60,8 +60,8 @@ _GLOBAL = re.compile(r"GLOBAL\s+" + _DOTTED + r"|but got <class '" + _DOTTED + r
 CHECKS = ("model", "state")
 
 
-class ProbeFailure(Exception):
-    """A definite verdict about the file (not a crash of the probe)."""
+class LoadCheckFailure(Exception):
+    """A definite verdict about the file (not a crash of the load check)."""
 
     def __init__(self, result: dict[str, Any]) -> None:
         super().__init__(result.get("error", "failed"))
@@ -122,7 +122,7 @@ def load_torch(path: str, fmt: str, allow_globals: Sequence[str]) -> Any:
     allowed = [_import_global(name) for name in allow_globals]
     refused = refused_globals(path, fmt, allow_globals)
     if refused:
-        raise ProbeFailure({"ok": False, "error": "blocked_global", "format": fmt, "global": refused[0],
+        raise LoadCheckFailure({"ok": False, "error": "blocked_global", "format": fmt, "global": refused[0],
                             "globals": refused})
     try:
         if allowed:
@@ -132,9 +132,9 @@ def load_torch(path: str, fmt: str, allow_globals: Sequence[str]) -> Any:
     except pickle.UnpicklingError as exc:
         name = blocked_global(str(exc))
         if name is None:
-            raise ProbeFailure({"ok": False, "error": "load_failed", "format": fmt,
+            raise LoadCheckFailure({"ok": False, "error": "load_failed", "format": fmt,
                                 "detail": _one_line(str(exc))}) from None
-        raise ProbeFailure({"ok": False, "error": "blocked_global", "format": fmt, "global": name}) from None
+        raise LoadCheckFailure({"ok": False, "error": "blocked_global", "format": fmt, "global": name}) from None
 
 
 def _import_global(name: str) -> Any:
@@ -142,7 +142,7 @@ def _import_global(name: str) -> Any:
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError, ValueError):
-        raise ProbeFailure({"ok": False, "error": "load_failed",
+        raise LoadCheckFailure({"ok": False, "error": "load_failed",
                             "detail": f"allowed global {name!r} cannot be imported here"}) from None
 
 
@@ -270,10 +270,10 @@ def state_key(root: Any, keys: Sequence[str], accept_flat: bool) -> str | None:
     return None
 
 
-def probe(path: str, allow_globals: Sequence[str] = (), state_keys: Sequence[str] = DEFAULT_STATE_KEYS,
+def check_file(path: str, allow_globals: Sequence[str] = (), state_keys: Sequence[str] = DEFAULT_STATE_KEYS,
           accept_flat: bool | None = None, check: str = "model", finite_under: Sequence[str] = (),
           kind: str | None = None) -> dict[str, Any]:
-    """The verdict for one file, as the JSON object the probe prints (with `kind` echoed when given)."""
+    """The verdict for one file, as the JSON object the load check prints (with `kind` echoed when given)."""
     verdict = _verdict(path, allow_globals, state_keys, accept_flat, check, finite_under)
     return {**verdict, "kind": kind} if kind else verdict
 
@@ -288,7 +288,7 @@ def _verdict(path: str, allow_globals: Sequence[str], state_keys: Sequence[str],
             root: Any = load_safetensors(path)
         else:
             root = load_torch(path, fmt, allow_globals)
-    except ProbeFailure as failure:
+    except LoadCheckFailure as failure:
         return failure.result
     except Exception as exc:  # corrupt archive, bad header, out of memory: the file does not load
         return {"ok": False, "error": "load_failed", "format": fmt,
@@ -348,7 +348,7 @@ def die_with_parent(parent: int | None) -> None:
 
 @dataclass(frozen=True)
 class Request:
-    """One probe request, as `serve` reads it from a line."""
+    """One load-check request, as `serve` reads it from a line."""
 
     path: str
     allow_globals: tuple[str, ...] = ()
@@ -383,7 +383,7 @@ def _request(line: bytes) -> Request | None:
 
 
 def serve(stdin: Any, out: Any, parent: int | None) -> int:
-    """The long-lived probe: one request line in, one verdict line out, until end of input."""
+    """The long-lived load check: one request line in, one verdict line out, until end of input."""
     die_with_parent(parent)
     import torch
 
@@ -395,9 +395,9 @@ def serve(stdin: Any, out: Any, parent: int | None) -> int:
             continue
         parsed = _request(line)
         if parsed is None:
-            result: dict[str, Any] = {"ok": False, "error": "bad_request", "detail": "not a probe request"}
+            result: dict[str, Any] = {"ok": False, "error": "bad_request", "detail": "not a load-check request"}
         else:
-            result = probe(parsed.path, parsed.allow_globals, parsed.state_keys or DEFAULT_STATE_KEYS,
+            result = check_file(parsed.path, parsed.allow_globals, parsed.state_keys or DEFAULT_STATE_KEYS,
                            parsed.accept_flat, parsed.check, parsed.finite_under, parsed.kind)
         out.write(json.dumps(result, sort_keys=True) + "\n")
         out.flush()
@@ -405,7 +405,7 @@ def serve(stdin: Any, out: Any, parent: int | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ckpt_probe", description="load-verify one checkpoint")
+    parser = argparse.ArgumentParser(prog="load_check", description="load-verify one checkpoint")
     parser.add_argument("path", nargs="?")
     parser.add_argument("--allow-global", action="append", default=[], metavar="MOD.NAME")
     parser.add_argument("--state-key", action="append", default=[], metavar="KEY")
@@ -423,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout = sys.stderr
     if args.serve:
         return serve(sys.stdin.buffer, out, args.parent)
-    result = probe(args.path, args.allow_global, args.state_key or DEFAULT_STATE_KEYS, args.accept_flat,
+    result = check_file(args.path, args.allow_global, args.state_key or DEFAULT_STATE_KEYS, args.accept_flat,
                    args.check, args.finite_under)
     out.write(json.dumps(result, sort_keys=True) + "\n")
     out.flush()

@@ -1,5 +1,6 @@
 """Caches the gate and the dashboards may rebuild at any time: file hashes keyed on what changes when the
-bytes do, and checkpoint probe results keyed on the checkpoint's hash."""
+bytes do, and checkpoint load-check verdicts keyed on the checkpoint's hash (their table keeps its name,
+`checkpoint_probes`: a schema is a contract)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class FileKey:
 
 
 class CacheTables(Store):
-    """The `file_hashes` and `checkpoint_probes` tables."""
+    """The `file_hashes` and `checkpoint_probes` (load-check verdicts) tables."""
 
     def cached_hash(self, path: str, key: FileKey) -> str | None:
         """A hash for dashboards and the gate's freshness check; never for a verdict (verify re-hashes)."""
@@ -51,15 +52,15 @@ class CacheTables(Store):
                 [(path, key.size, key.mtime_ns, key.ctime_ns, key.inode, sha256) for path, key, sha256 in rows],
             )
 
-    def cached_probe(self, sha256: str, probe_key: str) -> dict[str, Any] | None:
+    def cached_load_check(self, sha256: str, key: str) -> dict[str, Any] | None:
         row = self._one(
-            "SELECT result FROM checkpoint_probes WHERE sha256 = ? AND probe_key = ?", (sha256, probe_key)
+            "SELECT result FROM checkpoint_probes WHERE sha256 = ? AND probe_key = ?", (sha256, key)
         )
         return json.loads(row[0]) if row else None
 
-    def store_probe(self, sha256: str, probe_key: str, result: dict[str, Any]) -> None:
+    def store_load_check(self, sha256: str, key: str, result: dict[str, Any]) -> None:
         with self._tx() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO checkpoint_probes (sha256, probe_key, result) VALUES (?, ?, ?)",
-                (sha256, probe_key, json.dumps(result, sort_keys=True)),
+                (sha256, key, json.dumps(result, sort_keys=True)),
             )

@@ -77,7 +77,7 @@ def make_env(tmp: Path, roster: tuple[str, ...] = ("seed0", "seed1"), **run_chan
     box.mkdir(parents=True, exist_ok=True)
     db = StateDB(project.state_db)
     for (sha256, key), result in _PROBE_VERDICTS.items():
-        db.store_probe(sha256, key, json.loads(result))
+        db.store_load_check(sha256, key, json.loads(result))
     return Env(project, run, db, transport, box)
 
 

@@ -81,7 +81,7 @@ def seed_verdicts(root: Path) -> None:
     db = StateDB(root / ".rgt" / "state.db")
     try:
         for (sha256, key), result in _VERDICTS.items():
-            db.store_probe(sha256, key, json.loads(result))
+            db.store_load_check(sha256, key, json.loads(result))
     finally:
         db.close()
 

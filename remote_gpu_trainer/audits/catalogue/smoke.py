@@ -44,7 +44,7 @@ from remote_gpu_trainer.audits.catalogue.model import (
     skipped,
 )
 from remote_gpu_trainer.audits.catalogue.runner import specs
-from remote_gpu_trainer.isolated.environment import probe_environment
+from remote_gpu_trainer.isolated.environment import isolated_environment
 
 if TYPE_CHECKING:
     import numpy as np
@@ -148,8 +148,8 @@ def finish(findings: list[Finding], subjects: list[str], subject: str, finding: 
 
 
 def safe_load(path: Path, timeout: float) -> dict[str, Any]:
-    """ckpt_probe's verdict on one file (torch.load weights_only=True in its own process), or a timeout or
-    crash verdict of the same shape."""
+    """The load check's verdict on one file (isolated/load_check.py: torch.load weights_only=True in its own
+    process), or a timeout or crash verdict of the same shape."""
     import subprocess
     import sys
 
@@ -160,7 +160,7 @@ def safe_load(path: Path, timeout: float) -> dict[str, Any]:
                *kind_of(path.name).argv()]
     try:
         done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
-                              env=probe_environment(), start_new_session=True, check=False)
+                              env=isolated_environment(), start_new_session=True, check=False)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": "timeout", "detail": f"no verdict within {timeout:g} s"}
     except OSError as exc:

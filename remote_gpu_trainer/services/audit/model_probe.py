@@ -34,7 +34,7 @@ from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import ConfigError, TransportError, VerbFailed
 from remote_gpu_trainer.services.audit.audit import run_audit
 from remote_gpu_trainer.services.evidence import store
-from remote_gpu_trainer.services.evidence.load_checks import probe_environment
+from remote_gpu_trainer.services.evidence.load_checks import isolated_environment
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.strict_json import loads_strict
 
@@ -166,7 +166,7 @@ async def run_here(check: str, hook: str, target: Target, timeout: float, *,
     before = await asyncio.to_thread(store.snapshot, Path(target.root), db)
     process = await asyncio.create_subprocess_exec(
         *command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, env=probe_environment(), cwd=target.root, start_new_session=True)
+        stderr=asyncio.subprocess.PIPE, env=isolated_environment(), cwd=target.root, start_new_session=True)
     try:
         out, err = await asyncio.wait_for(process.communicate(), timeout)
     except TimeoutError:

@@ -17,8 +17,8 @@ One module per step; import each name from the module that holds it (this packag
   `checkpoint_statuses`, the cheap view of the last verification for dashboards.
 - `read_only`: the verified copy made read-only before its record and marker are written (`seal_verified`),
   a guard for the evidence store (docs/deliver.md §1), never what the gate trusts.
-- `probe`: load-verifying checkpoints in a pool of long-lived probe processes (`ProbePool`,
-  `probe_environment`); torch is never imported in this process.
+- `load_checks`: load-verifying checkpoints in a pool of long-lived load-check processes (`LoadCheckPool`,
+  `isolated_environment`); torch is never imported in this process.
 - `verbs`: `rgt pull` and `rgt verify` as every face calls them (`pull_run`, `verify_run`): the run's lock
   and the events that say how each ended.
 - `local_root`: what pull, verification and the gate share: the one walk of the local root and the hash cache

@@ -1,10 +1,10 @@
-"""Load-verifying checkpoints (docs/gate.md §5 step 6) in a pool of long-lived probe processes.
+"""Load-verifying checkpoints (docs/gate.md §5 step 6) in a pool of long-lived load-check processes.
 
 Torch is never imported here: checkpoints are load-verified by `remote_gpu_trainer.isolated.load_check` in a
-small pool of long-lived probe processes (each imports torch once), each in its own process group with a
+small pool of long-lived load-check processes (each imports torch once), each in its own process group with a
 scrubbed environment, a per-file timeout, and a parent-death signal so none outlives rgt. Each distinct
-content is probed once per verification, and a verdict the bytes alone decide is cached by (sha256, probe
-key) across verifications.
+content is load-checked once per verification, and a verdict the bytes alone decide is cached by (sha256,
+load-check key) across verifications (the table and its column keep their names: `checkpoint_probes`, `probe_key`).
 """
 
 from __future__ import annotations
@@ -29,50 +29,51 @@ from remote_gpu_trainer.audits.manifest import (
 )
 from remote_gpu_trainer.checkpoint_kinds import CheckpointKind, kind_of
 from remote_gpu_trainer.config.project import RunConfig
-from remote_gpu_trainer.isolated.environment import probe_environment as probe_environment
-from remote_gpu_trainer.isolated.load_check import PROBE_VERSION
+from remote_gpu_trainer.isolated.environment import isolated_environment as isolated_environment
+from remote_gpu_trainer.isolated.load_check import LOAD_CHECK_VERSION
 from remote_gpu_trainer.state.db import StateDB
 
-PROBE_MIN_TIMEOUT_S = 120.0
-PROBE_S_PER_GIB = 30.0
-_DETERMINISTIC_PROBE_ERRORS = {"blocked_global", "nonfinite", "no_tensors", "no_state_key"}
-_PROBE_CODES = {
+LOAD_CHECK_MIN_TIMEOUT_S = 120.0
+LOAD_CHECK_S_PER_GIB = 30.0
+_DETERMINISTIC_ERRORS = {"blocked_global", "nonfinite", "no_tensors", "no_state_key"}
+_PROBLEM_CODES = {
     "blocked_global": "ckpt_blocked_global", "nonfinite": "ckpt_nonfinite", "no_tensors": "ckpt_no_tensors",
     "no_state_key": "ckpt_no_state_key", "timeout": "ckpt_timeout",
 }
 
 
-def probe_key(run: RunConfig, kind: CheckpointKind) -> str:
-    """What besides the bytes decides a probe's verdict: probe version, torch version, the request (allow-list,
+def load_check_key(run: RunConfig, kind: CheckpointKind) -> str:
+    """What besides the bytes decides a load check's verdict: its version, torch version, the request (allow-list,
     state keys and the file's kind, assets/checkpoints.toml)."""
     try:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
         torch_version = "none"
-    return json.dumps({"probe": PROBE_VERSION, "torch": torch_version, **probe_request(run, kind)}, sort_keys=True)
+    request = load_check_request(run, kind)  # the key's field names are stored: "probe" stays
+    return json.dumps({"probe": LOAD_CHECK_VERSION, "torch": torch_version, **request}, sort_keys=True)
 
 
-def probe_request(run: RunConfig, kind: CheckpointKind) -> dict[str, Any]:
+def load_check_request(run: RunConfig, kind: CheckpointKind) -> dict[str, Any]:
     """The request fields for a file of this kind: the run's allowed globals with the kind's own, its state
     keys, and how the kind is checked."""
     allowed = sorted(set(run.allowed_globals) | set(kind.globals))
     return {"allow_globals": allowed, "state_keys": list(run.state_keys), **kind.request()}
 
 
-async def probe_checkpoints(root: Path, run: RunConfig, manifest: Manifest, hashed: dict[str, str],
+async def load_check_checkpoints(root: Path, run: RunConfig, manifest: Manifest, hashed: dict[str, str],
                             per_file: dict[str, list[Problem]], db: StateDB,
                             report: Callable[[str], None],
                             timeout: float | None) -> list[MarkerCheckpoint]:
-    """Step 6: each distinct content (sha256) whose bytes matched is probed once, in a small probe pool.
+    """Step 6: each distinct content (sha256) whose bytes matched is load-checked once, in a small pool.
 
-    Verdicts are cached by (sha256, probe key) across verifications; inside one verification every path
-    with the same bytes gets the verdict of the one path that was probed.
+    Verdicts are cached by (sha256, load-check key) across verifications; inside one verification every path
+    with the same bytes gets the verdict of the one path that was checked.
     """
     groups = _contents(run, manifest, hashed)
-    keys = {sha256: probe_key(run, kind_of(paths[0])) for sha256, paths in groups.items()}
+    keys = {sha256: load_check_key(run, kind_of(paths[0])) for sha256, paths in groups.items()}
     verdicts, fresh = _cached_verdicts(groups, keys, db, report)
     if fresh:
-        verdicts.update(await _probe_fresh(root, run, groups, fresh, keys, db, report, timeout))
+        verdicts.update(await _check_fresh(root, run, groups, fresh, keys, db, report, timeout))
     return _checkpoints(groups, verdicts, per_file)
 
 
@@ -88,11 +89,11 @@ def _contents(run: RunConfig, manifest: Manifest, hashed: dict[str, str]) -> dic
 
 def _cached_verdicts(groups: dict[str, list[str]], keys: dict[str, str], db: StateDB,
                      report: Callable[[str], None]) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """The verdicts cached for these contents under their probe keys, and the contents still to probe."""
+    """The verdicts cached for these contents under their load-check keys, and the contents still to check."""
     verdicts: dict[str, dict[str, Any]] = {}
     fresh: list[str] = []
     for sha256, paths in groups.items():
-        cached = db.cached_probe(sha256, keys[sha256])
+        cached = db.cached_load_check(sha256, keys[sha256])
         if cached is None:
             fresh.append(sha256)
             continue
@@ -102,27 +103,27 @@ def _cached_verdicts(groups: dict[str, list[str]], keys: dict[str, str], db: Sta
     return verdicts, fresh
 
 
-async def _probe_fresh(root: Path, run: RunConfig, groups: dict[str, list[str]], fresh: list[str],
+async def _check_fresh(root: Path, run: RunConfig, groups: dict[str, list[str]], fresh: list[str],
                        keys: dict[str, str], db: StateDB, report: Callable[[str], None],
                        timeout: float | None) -> dict[str, dict[str, Any]]:
-    """Probe one path of each content in `fresh` through one pool; a verdict the bytes decide is cached."""
+    """Load-check one path of each content in `fresh` through one pool; a verdict the bytes decide is cached."""
     verdicts: dict[str, dict[str, Any]] = {}
     counter = iter(range(1, len(fresh) + 1))
 
-    async def one(pool: ProbePool, sha256: str) -> None:
+    async def one(pool: LoadCheckPool, sha256: str) -> None:
         paths = groups[sha256]
         local = root.joinpath(*paths[0].split("/"))
         copies = f"; {len(paths) - 1} more path(s) hold the same bytes" if len(paths) > 1 else ""
-        request = probe_request(run, kind_of(paths[0]))
-        result = await pool.probe(local, request, timeout or _probe_timeout(local), started=lambda: report(
+        request = load_check_request(run, kind_of(paths[0]))
+        result = await pool.check(local, request, timeout or _check_timeout(local), started=lambda: report(
             f"load-verifying {paths[0]} ({next(counter)}/{len(fresh)}{copies})"))
-        if result.get("ok") or result.get("error") in _DETERMINISTIC_PROBE_ERRORS:
-            db.store_probe(sha256, keys[sha256], result)
+        if result.get("ok") or result.get("error") in _DETERMINISTIC_ERRORS:
+            db.store_load_check(sha256, keys[sha256], result)
         verdicts[sha256] = result
 
-    size = probe_pool_size(len(fresh), sum(root.joinpath(*groups[sha256][0].split("/")).stat().st_size
+    size = pool_size(len(fresh), sum(root.joinpath(*groups[sha256][0].split("/")).stat().st_size
                                            for sha256 in fresh))
-    pool = ProbePool(size)
+    pool = LoadCheckPool(size)
     try:
         async with asyncio.TaskGroup() as group:
             for sha256 in fresh:
@@ -145,36 +146,36 @@ def _checkpoints(groups: dict[str, list[str]], verdicts: dict[str, dict[str, Any
                     path=path, sha256=sha256, format=str(result["format"]), tensors=int(result["tensors"]),
                     elements=int(result["elements"]), state_key=str(result["state_key"])))
             else:
-                per_file[path].append(_probe_problem(path, result))
+                per_file[path].append(_load_check_problem(path, result))
     checkpoints.sort(key=lambda checkpoint: checkpoint.path)
     return checkpoints
 
 
-def _probe_timeout(path: Path) -> float:
-    """A file's probe timeout: PROBE_MIN_TIMEOUT_S, or PROBE_S_PER_GIB for each GiB when that is longer."""
-    return max(PROBE_MIN_TIMEOUT_S, PROBE_S_PER_GIB * path.stat().st_size / (1 << 30))
+def _check_timeout(path: Path) -> float:
+    """A file's load-check timeout: LOAD_CHECK_MIN_TIMEOUT_S, or LOAD_CHECK_S_PER_GIB per GiB when that is longer."""
+    return max(LOAD_CHECK_MIN_TIMEOUT_S, LOAD_CHECK_S_PER_GIB * path.stat().st_size / (1 << 30))
 
 
-PROBE_POOL_MAX = 4  # long-lived probe processes per verification, at most one per core
-# Each extra probe process costs a torch import (about 1.5 s of CPU): measured with
+POOL_MAX = 4  # long-lived load-check processes per verification, at most one per core
+# Each extra load-check process costs a torch import (about 1.5 s of CPU): measured with
 # benchmarks/bench_verify.py on 2 cores, 200 small checkpoints take 1.47 s with one process and 2.63 s with
 # two, so another process is started only for each further GiB of checkpoint bytes to load.
-PROBE_BYTES_PER_PROCESS = 1 << 30
-_PROBE_LINE_LIMIT = 16 << 20  # a verdict line (labels come from the file's keys) may be long, not unbounded
+BYTES_PER_PROCESS = 1 << 30
+_VERDICT_LINE_LIMIT = 16 << 20  # a verdict line (labels come from the file's keys) may be long, not unbounded
 
 
-def probe_pool_size(files: int, total_bytes: int) -> int:
-    """How many probe processes one verification starts: one per GiB to load, at most one per core, 4."""
-    by_bytes = 1 + total_bytes // max(1, PROBE_BYTES_PER_PROCESS)
-    return max(1, min(PROBE_POOL_MAX, os.cpu_count() or 1, files, by_bytes))
+def pool_size(files: int, total_bytes: int) -> int:
+    """How many load-check processes one verification starts: one per GiB to load, at most one per core, 4."""
+    by_bytes = 1 + total_bytes // max(1, BYTES_PER_PROCESS)
+    return max(1, min(POOL_MAX, os.cpu_count() or 1, files, by_bytes))
 
 
-class _ProbeDied(Exception):
-    """The probe process ended, or answered something that is not a verdict: it is killed, never reused."""
+class _CheckerDied(Exception):
+    """The load-check process ended, or answered something that is not a verdict: it is killed, never reused."""
 
 
-class ProbeProcess:
-    """One `ckpt_probe --serve` process: its own session and process group, scrubbed environment, and
+class LoadCheckProcess:
+    """One `isolated/load_check.py --serve` process: its own session and process group, scrubbed environment, and
     PR_SET_PDEATHSIG so it dies with rgt; stderr goes to an unlinked temporary file (never a full pipe)."""
 
     def __init__(self, process: asyncio.subprocess.Process, stderr: Any) -> None:
@@ -187,7 +188,7 @@ class ProbeProcess:
         return self.process.pid
 
     @classmethod
-    async def start(cls) -> ProbeProcess:
+    async def start(cls) -> LoadCheckProcess:
         import tempfile
 
         stderr = tempfile.TemporaryFile()
@@ -195,28 +196,28 @@ class ProbeProcess:
             process = await asyncio.create_subprocess_exec(
                 sys.executable, "-I", "-m", "remote_gpu_trainer.isolated.load_check", "--serve",
                 "--parent", str(os.getpid()), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=stderr, env=probe_environment(), start_new_session=True, limit=_PROBE_LINE_LIMIT)
+                stderr=stderr, env=isolated_environment(), start_new_session=True, limit=_VERDICT_LINE_LIMIT)
         except BaseException:
             stderr.close()
             raise
         return cls(process, stderr)
 
     async def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        """One verdict; waits for the server's ready line first. Raises _ProbeDied on EOF or garbage."""
+        """One verdict; waits for the server's ready line first. Raises _CheckerDied on EOF or garbage."""
         if not self.ready:
             hello = await self._line()
             if hello.get("ready") is not True:
-                raise _ProbeDied("no ready line")
+                raise _CheckerDied("no ready line")
             self.ready = True
         assert self.process.stdin is not None
         try:
             self.process.stdin.write(json.dumps(request).encode("utf-8") + b"\n")
             await self.process.stdin.drain()
         except OSError as exc:  # BrokenPipeError, ConnectionResetError: it died between two files
-            raise _ProbeDied("input closed") from exc
+            raise _CheckerDied("input closed") from exc
         result = await self._line()
         if not isinstance(result.get("ok"), bool):
-            raise _ProbeDied("a verdict without ok")
+            raise _CheckerDied("a verdict without ok")
         return result
 
     async def _line(self) -> dict[str, Any]:
@@ -224,15 +225,15 @@ class ProbeProcess:
         try:
             line = await self.process.stdout.readline()
         except (ValueError, asyncio.LimitOverrunError) as exc:
-            raise _ProbeDied("verdict line too long") from exc
+            raise _CheckerDied("verdict line too long") from exc
         if not line:
-            raise _ProbeDied("end of output")
+            raise _CheckerDied("end of output")
         try:
             value = json.loads(line.decode("utf-8"))
         except (ValueError, UnicodeDecodeError) as exc:
-            raise _ProbeDied("not JSON") from exc
+            raise _CheckerDied("not JSON") from exc
         if not isinstance(value, dict):
-            raise _ProbeDied("not a JSON object")
+            raise _CheckerDied("not a JSON object")
         return value
 
     def stderr_tail(self) -> str:
@@ -246,7 +247,7 @@ class ProbeProcess:
         return " ".join(text.split())[-300:]
 
     async def kill(self) -> None:
-        """SIGKILL the whole group (anything the probe started goes too), reap, drop the stderr file."""
+        """SIGKILL the whole group (anything the load check started goes too), reap, drop the stderr file."""
         if self.process.returncode is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -256,10 +257,10 @@ class ProbeProcess:
             self.stderr.close()
 
 
-class ProbePool:
-    """At most `size` long-lived probe processes for one verification, started on demand.
+class LoadCheckPool:
+    """At most `size` long-lived load-check processes for one verification, started on demand.
 
-    A probe that times out, crashes or answers garbage is killed with its group and its file gets a
+    A process that times out, crashes or answers garbage is killed with its group and its file gets a
     timeout/crash verdict; the next file gets a fresh process. `close()` must always be called (it kills
     every process still alive). `started` counts processes started, `answered` the verdict lines read.
     """
@@ -269,26 +270,26 @@ class ProbePool:
         self.started = 0
         self.answered = 0
         self._slots = asyncio.Semaphore(self.size)
-        self._idle: list[ProbeProcess] = []
-        self._live: set[ProbeProcess] = set()
+        self._idle: list[LoadCheckProcess] = []
+        self._live: set[LoadCheckProcess] = set()
         self._closed = False
 
     @property
     def pids(self) -> list[int]:
-        return sorted(probe.pid for probe in self._live)
+        return sorted(worker.pid for worker in self._live)
 
-    async def probe(self, path: Path, request: dict[str, Any], timeout: float,
+    async def check(self, path: Path, request: dict[str, Any], timeout: float,
                     started: Callable[[], None] | None = None) -> dict[str, Any]:
         """The verdict for `path`; `timeout` covers the whole exchange (and a fresh process's start)."""
         async with self._slots:
             if self._closed:
-                raise RuntimeError("probe pool is closed")
+                raise RuntimeError("load-check pool is closed")
             if started is not None:
                 started()
             if self._idle:
                 worker = self._idle.pop()
             else:  # starting is quick; the torch import it triggers is awaited under the timeout below
-                worker = await ProbeProcess.start()
+                worker = await LoadCheckProcess.start()
                 self.started += 1
                 self._live.add(worker)
             healthy = False
@@ -300,7 +301,7 @@ class ProbePool:
                 return result
             except TimeoutError:
                 return {"ok": False, "error": "timeout", "detail": f"no verdict within {timeout:.0f} s"}
-            except _ProbeDied as exc:
+            except _CheckerDied as exc:
                 with contextlib.suppress(TimeoutError):  # it is exiting: let it, to report how it ended
                     await asyncio.wait_for(asyncio.shield(worker.process.wait()), 5)
                 return {"ok": False, "error": "crash",
@@ -321,10 +322,10 @@ class ProbePool:
             await worker.kill()
 
 
-def _probe_problem(path: str, result: dict[str, Any]) -> Problem:
+def _load_check_problem(path: str, result: dict[str, Any]) -> Problem:
     """The Problem for a failed verdict, its detail in the words a user acts on."""
     error = str(result.get("error"))
-    code = _PROBE_CODES.get(error, "ckpt_crash")
+    code = _PROBLEM_CODES.get(error, "ckpt_crash")
     if error == "blocked_global":
         names = result.get("globals") or [result.get("global")]
         listed = ", ".join(str(name) for name in names)

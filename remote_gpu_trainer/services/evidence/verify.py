@@ -1,7 +1,7 @@
 """Local verification (docs/gate.md §5-§6) and the PULL_VERIFIED marker it writes.
 
 Trust the artifact, not the claim: verification re-derives everything from the local bytes (never from
-the hash cache), checks the required files and the metrics, load-verifies the checkpoints (probe.py), and
+the hash cache), checks the required files and the metrics, load-verifies the checkpoints (load_checks.py), and
 writes PULL_VERIFIED.json only when every error list is empty. It deletes the old marker first, so a failed
 or interrupted run never leaves an old success behind, and records every verification in the state
 database: a marker the gate finds must be the one that record names. `checkpoint_statuses` is the cheap
@@ -39,9 +39,9 @@ from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none
-from remote_gpu_trainer.isolated.load_check import PROBE_VERSION
+from remote_gpu_trainer.isolated.load_check import LOAD_CHECK_VERSION
 from remote_gpu_trainer.run_records import run_config_record
-from remote_gpu_trainer.services.evidence.load_checks import probe_checkpoints
+from remote_gpu_trainer.services.evidence.load_checks import load_check_checkpoints
 from remote_gpu_trainer.services.evidence.local_root import (
     box_folders,
     hash_fresh,
@@ -56,7 +56,7 @@ from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.strict_json import loads_strict
 
 MARKER_TEMP_PREFIX = ".rgt-tmp-PULL_VERIFIED."
-VERIFIER_VERSION = f"{__version__}+{PROBE_VERSION}"
+VERIFIER_VERSION = f"{__version__}+{LOAD_CHECK_VERSION}"
 STATUSES = ("pending", "pulled", "verified", "missing", "size_mismatch", "hash_mismatch", "unloadable",
             "nonfinite")
 _STATUS_OF_CODE = {
@@ -109,7 +109,7 @@ class VerifyResult:
 
 async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
                  progress: Callable[[VerifyStep], None] | None = None, *,
-                 probe_timeout: float | None = None, noted: Sequence[Problem] = ()) -> VerifyResult:
+                 load_check_timeout: float | None = None, noted: Sequence[Problem] = ()) -> VerifyResult:
     """§5 in order; the marker is written only when every error list is empty.
 
     `progress` receives each step (its text for a status line, its byte counts for a progress bar). `noted`
@@ -149,10 +149,11 @@ async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
     await asyncio.to_thread(_check_metrics, root, hashed, per_file)
     hashed_bytes = sum(entry.bytes for entry in manifest.files if entry.path in hashed)
 
-    def after_hashing(text: str) -> None:  # the probes and the marker: every byte that could be hashed, was
+    def after_hashing(text: str) -> None:  # the load checks and the marker: every byte that could be hashed, was
         report(VerifyStep(text, hashed=hashed_bytes, total=hashed_bytes))
 
-    checkpoints = await probe_checkpoints(root, run, manifest, hashed, per_file, db, after_hashing, probe_timeout)
+    checkpoints = await load_check_checkpoints(root, run, manifest, hashed, per_file, db, after_hashing,
+                                               load_check_timeout)
     for problems in per_file.values():
         errors.extend(problems)
     if not errors:  # every byte checked: the copy becomes read-only before its record and marker are written

@@ -1,7 +1,7 @@
-"""The load-verification probe pool (docs/gate.md; issue 10 §2): long-lived probe processes that import
-torch once, identical bytes probed once per verification, a scrubbed environment, and no probe outliving rgt.
+"""The load-check pool (docs/gate.md; issue 10 §2): long-lived load-check processes that import torch once,
+identical bytes load-checked once per verification, a scrubbed environment, and no load check outliving rgt.
 
-Everything is real: torch saves and loads, `ckpt_probe --serve` processes, the state database, and for the
+Everything is real: torch saves and loads, `isolated/load_check.py --serve` processes, the state database, and for the
 kill -9 test a real `python -m remote_gpu_trainer verify` process. Processes are observed through /proc.
 """
 
@@ -22,8 +22,8 @@ import pytest
 import torch
 
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
-from remote_gpu_trainer.services.evidence import load_checks as probe
-from remote_gpu_trainer.services.evidence.load_checks import ProbePool, probe_environment
+from remote_gpu_trainer.services.evidence import load_checks
+from remote_gpu_trainer.services.evidence.load_checks import LoadCheckPool, isolated_environment
 from remote_gpu_trainer.services.evidence.pull import pull
 from remote_gpu_trainer.services.evidence.verify import VerifyStep, verify
 from remote_gpu_trainer.services.session import Session
@@ -31,8 +31,8 @@ from support.evidence_helpers import make_env, status_of, write_cell
 from support.gate_helpers import launch_finished, local_root, project_text, write_text_project
 from support.helpers import RUN
 
-PROBE_FRAGMENT = "remote_gpu_trainer.isolated.load_check"
-# A state key no other test uses: the probe key differs, so no verdict cached elsewhere applies here.
+CHECKER_FRAGMENT = "remote_gpu_trainer.isolated.load_check"
+# A state key no other test uses: the load-check key differs, so no verdict cached elsewhere applies here.
 KEYS = ("model_state_dict", "probe-pool-tests")
 
 
@@ -52,10 +52,10 @@ def proc_table() -> dict[int, tuple[int, str, str]]:
     return table
 
 
-def probes_of(parent: int) -> set[int]:
-    """Live (not zombie) probe processes whose parent is `parent`."""
+def load_checks_of(parent: int) -> set[int]:
+    """Live (not zombie) load-check processes whose parent is `parent`."""
     return {pid for pid, (ppid, state, cmd) in proc_table().items()
-            if ppid == parent and state != "Z" and PROBE_FRAGMENT in cmd}
+            if ppid == parent and state != "Z" and CHECKER_FRAGMENT in cmd}
 
 
 def alive(pid: int) -> bool:
@@ -90,7 +90,7 @@ async def opened_by_a_reader(fifo: Path, limit: float = 60.0) -> int:
 
 
 class ProbeWatcher:
-    """Samples this process's probe children while a verification runs (a real /proc count)."""
+    """Samples this process's load-check children while a verification runs (a real /proc count)."""
 
     def __init__(self) -> None:
         self.seen: set[int] = set()
@@ -100,7 +100,7 @@ class ProbeWatcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            now = probes_of(os.getpid())
+            now = load_checks_of(os.getpid())
             self.seen |= now
             self.most_at_once = max(self.most_at_once, len(now))
             time.sleep(0.005)
@@ -131,21 +131,21 @@ async def test_identical_bytes_under_50_paths_are_probed_once(tmp_path: Path) ->
 
 def test_the_pool_grows_with_the_bytes_to_load_never_past_the_cores() -> None:
     cores = os.cpu_count() or 1
-    assert probe.probe_pool_size(200, 200 * 2000) == 1  # small files: one torch import is cheapest
-    assert probe.probe_pool_size(1, 8 << 30) == 1  # never more processes than files
-    assert probe.probe_pool_size(8, 8 << 30) == min(probe.PROBE_POOL_MAX, cores)
-    assert probe.probe_pool_size(8, (1 << 30) + 1) == min(2, cores)
+    assert load_checks.pool_size(200, 200 * 2000) == 1  # small files: one torch import is cheapest
+    assert load_checks.pool_size(1, 8 << 30) == 1  # never more processes than files
+    assert load_checks.pool_size(8, 8 << 30) == min(load_checks.POOL_MAX, cores)
+    assert load_checks.pool_size(8, (1 << 30) + 1) == min(2, cores)
 
 
 async def test_a_verification_uses_at_most_pool_size_processes(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(probe, "PROBE_BYTES_PER_PROCESS", 1)  # as if every file were large: a full pool
+    monkeypatch.setattr(load_checks, "BYTES_PER_PROCESS", 1)  # as if every file were large: a full pool
     roster = tuple(f"cell{index:02d}" for index in range(12))
     env = make_env(tmp_path, roster=roster, state_keys=KEYS)
     for index, cell in enumerate(roster):
         write_cell(env.box, cell, seed=600 + index)  # twelve distinct checkpoints
     await pull(env.project, env.run, env.transport, env.db)
-    size = min(probe.PROBE_POOL_MAX, os.cpu_count() or 1)
+    size = min(load_checks.POOL_MAX, os.cpu_count() or 1)
     texts: list[str] = []
     with ProbeWatcher() as watcher:
         result = await verify(env.project, env.run, env.db, progress=lambda step: texts.append(step.text))
@@ -154,7 +154,7 @@ async def test_a_verification_uses_at_most_pool_size_processes(tmp_path: Path,
     assert summary == [f"load-verification: 12 probe(s) answered by {size} probe process(es)"]
     assert 1 <= len(watcher.seen) <= size
     assert watcher.most_at_once <= size
-    assert probes_of(os.getpid()) == set()  # the pool was torn down
+    assert load_checks_of(os.getpid()) == set()  # the pool was torn down
     env.db.close()
 
 
@@ -166,9 +166,9 @@ async def test_the_probe_environment_holds_no_provider_key(tmp_path: Path, monke
     monkeypatch.setenv("LC_ALL", "C.UTF-8")
     checkpoint = tmp_path / "one.pth"
     torch.save({"model_state_dict": {"w": torch.ones(3)}}, checkpoint)
-    pool = ProbePool(1)
+    pool = LoadCheckPool(1)
     try:
-        verdict = await pool.probe(checkpoint, {"state_keys": list(KEYS)}, 120)
+        verdict = await pool.check(checkpoint, {"state_keys": list(KEYS)}, 120)
         assert verdict["ok"] is True, verdict
         [pid] = pool.pids
         environ = dict(item.split("=", 1) for item in
@@ -182,7 +182,7 @@ async def test_the_probe_environment_holds_no_provider_key(tmp_path: Path, monke
         name for name in environ if name.startswith("LC_")}
     assert environ["CUDA_VISIBLE_DEVICES"] == "" and environ["OMP_NUM_THREADS"] == "1"
     assert environ["LC_ALL"] == "C.UTF-8"
-    assert environ == probe_environment()
+    assert environ == isolated_environment()
 
 
 async def test_kill_9_of_rgt_verify_leaves_no_probe_alive(tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ async def test_kill_9_of_rgt_verify_leaves_no_probe_alive(tmp_path: Path) -> Non
                                 cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
     try:
-        probes = wait_until("a probe process of that rgt", lambda: probes_of(verifier.pid))
+        probes = wait_until("a probe process of that rgt", lambda: load_checks_of(verifier.pid))
     finally:
         verifier.kill()
         verifier.wait()
@@ -219,11 +219,11 @@ async def test_a_probe_timeout_hits_only_its_file(tmp_path: Path) -> None:
     torch.save({"model_state_dict": {"w": torch.zeros(2)}}, second)
     stuck = tmp_path / "never.pth"
     os.mkfifo(stuck)  # opening it for reading blocks until a writer comes: a load that never ends
-    pool = ProbePool(1)
+    pool = LoadCheckPool(1)
     request = {"state_keys": list(KEYS)}
     try:
-        verdicts = [await pool.probe(first, request, 120), await pool.probe(stuck, request, 2),
-                    await pool.probe(second, request, 120)]
+        verdicts = [await pool.check(first, request, 120), await pool.check(stuck, request, 2),
+                    await pool.check(second, request, 120)]
     finally:
         await pool.close()
     assert [v.get("ok") for v in verdicts] == [True, False, True], verdicts
@@ -233,7 +233,7 @@ async def test_a_probe_timeout_hits_only_its_file(tmp_path: Path) -> None:
 
 async def test_a_probe_crash_hits_only_its_file_in_a_verification(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(probe, "PROBE_POOL_MAX", 1)  # one probe process, so "the probe" is unambiguous
+    monkeypatch.setattr(load_checks, "POOL_MAX", 1)  # one load-check process, so "the process" is unambiguous
     roster = ("seed0", "seed1", "seed2")
     env = make_env(tmp_path, roster=roster, state_keys=KEYS)
     for index, cell in enumerate(roster):
@@ -242,8 +242,8 @@ async def test_a_probe_crash_hits_only_its_file_in_a_verification(tmp_path: Path
     killed: list[int] = []
 
     def progress(step: VerifyStep) -> None:
-        if step.text.startswith("load-verifying seed1/best.pth"):  # the probe that answered seed0 dies now
-            for pid in probes_of(os.getpid()):
+        if step.text.startswith("load-verifying seed1/best.pth"):  # the process that answered seed0 dies now
+            for pid in load_checks_of(os.getpid()):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
 
@@ -263,18 +263,18 @@ async def test_a_probe_crash_at_the_pool_kills_its_group_and_the_next_file_verif
     torch.save({"model_state_dict": {"w": torch.ones(2)}}, good)
     stuck = tmp_path / "held.pth"
     os.mkfifo(stuck)
-    pool = ProbePool(1)
+    pool = LoadCheckPool(1)
     request = {"state_keys": list(KEYS)}
     try:
-        task = asyncio.create_task(pool.probe(stuck, request, 120))
-        writer = await opened_by_a_reader(stuck)  # the probe is inside open(): it is mid-file
+        task = asyncio.create_task(pool.check(stuck, request, 120))
+        writer = await opened_by_a_reader(stuck)  # the load check is inside open(): it is mid-file
         try:
             [pid] = pool.pids
             os.kill(pid, signal.SIGKILL)
             crashed = await task
         finally:
             os.close(writer)
-        after = await pool.probe(good, request, 120)
+        after = await pool.check(good, request, 120)
     finally:
         await pool.close()
     assert crashed["ok"] is False and crashed["error"] == "crash", crashed
@@ -288,11 +288,11 @@ async def test_a_probe_crash_at_the_pool_kills_its_group_and_the_next_file_verif
 HOLDER = """
 import asyncio, sys
 from pathlib import Path
-from remote_gpu_trainer.services.evidence.load_checks import ProbePool
+from remote_gpu_trainer.services.evidence.load_checks import LoadCheckPool
 
 async def main():
-    pool = ProbePool(1)
-    task = asyncio.create_task(pool.probe(Path(sys.argv[1]), {}, 600))
+    pool = LoadCheckPool(1)
+    task = asyncio.create_task(pool.check(Path(sys.argv[1]), {}, 600))
     while not pool.pids:
         await asyncio.sleep(0.01)
     print(pool.pids[0], flush=True)
@@ -303,7 +303,7 @@ asyncio.run(main())
 
 
 async def test_a_probe_stuck_in_a_file_dies_with_its_killed_parent(tmp_path: Path) -> None:
-    """The probe cannot notice its closed input while it is inside a read; the kernel's parent-death
+    """The load check cannot notice its closed input while it is inside a read; the kernel's parent-death
     signal must end it all the same."""
     stuck = tmp_path / "held.pth"
     os.mkfifo(stuck)
@@ -313,8 +313,8 @@ async def test_a_probe_stuck_in_a_file_dies_with_its_killed_parent(tmp_path: Pat
     try:
         assert holder.stdout is not None
         pid = int(holder.stdout.readline())
-        writer = await opened_by_a_reader(stuck)  # the probe now waits inside read(), input unread
-        assert alive(pid) and probes_of(holder.pid) == {pid}
+        writer = await opened_by_a_reader(stuck)  # the load check now waits inside read(), input unread
+        assert alive(pid) and load_checks_of(holder.pid) == {pid}
         holder.kill()
         holder.wait()
         deadline = time.monotonic() + 20

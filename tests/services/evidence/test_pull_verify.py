@@ -1,4 +1,4 @@
-"""Pull and verification end to end: a LocalTransport box, real torch checkpoints, real probes, real SQLite.
+"""Pull and verification end to end: a LocalTransport box, real torch checkpoints, real load checks, real SQLite.
 
 Each kind of damage must give its checkpoint status, leave no PULL_VERIFIED.json and keep the gate closed.
 """
@@ -21,7 +21,7 @@ from remote_gpu_trainer.audits.gate import Approval, evaluate_gate
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, canonical_json, parse_marker
 from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.isolated.load_check import PROBE_VERSION
+from remote_gpu_trainer.isolated.load_check import LOAD_CHECK_VERSION
 from remote_gpu_trainer.services.evidence.manifest import build_manifest
 from remote_gpu_trainer.services.evidence.pull import PullProgress, pull
 from remote_gpu_trainer.services.evidence.verify import VerifyResult, VerifyStep, checkpoint_statuses, verify
@@ -86,7 +86,7 @@ async def test_pull_then_verify_writes_a_bound_marker(env: Env) -> None:
     marker, problems = parse_marker((env.local / MARKER_NAME).read_bytes())
     assert problems == [] and marker is not None
     assert marker.run_id == env.run.id and marker.manifest_sha256 == result.manifest_sha256
-    assert marker.verifier_version == f"{__version__}+{PROBE_VERSION}"
+    assert marker.verifier_version == f"{__version__}+{LOAD_CHECK_VERSION}"
     assert marker.files == 6
     assert [(c.path, c.format, c.state_key, c.tensors) for c in marker.checkpoints] == [
         ("seed0/best.pth", "torch-zip", "model_state_dict", 3),
@@ -175,7 +175,7 @@ async def test_a_pickle_that_would_run_code_is_unloadable_and_never_runs(env: En
     detonated = tmp_path / "detonated"
     write_cell(env.box, "seed0", 0, detonator=detonated)
     await pull(env.project, env.run, env.transport, env.db)
-    for _ in range(2):  # the second verdict comes from the probe cache: still refused, still not run
+    for _ in range(2):  # the second verdict comes from the load-check cache: still refused, still not run
         result = await verify(env.project, env.run, env.db)
         assert not result.ok
         assert status_of(result.files, "seed0/best.pth") == "unloadable"
@@ -344,11 +344,11 @@ async def test_required_files_and_metrics_are_checked(env: Env) -> None:
     assert not (env.local / MARKER_NAME).exists()
 
 
-async def test_a_probe_timeout_is_unloadable_and_not_cached(env: Env) -> None:
-    write_cell(env.box, "seed0", 40)  # bytes no earlier test probed, so the probe really runs
+async def test_a_load_check_timeout_is_unloadable_and_not_cached(env: Env) -> None:
+    write_cell(env.box, "seed0", 40)  # bytes no earlier test load-checked, so the load check really runs
     write_cell(env.box, "seed1", 41)
     await pull(env.project, env.run, env.transport, env.db)
-    result = await verify(env.project, env.run, env.db, probe_timeout=0.05)
+    result = await verify(env.project, env.run, env.db, load_check_timeout=0.05)
     assert {(p.code, p.path) for p in result.errors} == {("ckpt_timeout", "seed0/best.pth"),
                                                          ("ckpt_timeout", "seed1/best.pth")}
     assert status_of(result.files, "seed0/best.pth") == "unloadable"
