@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.deliver.build_common import provenance
 from remote_gpu_trainer.deliver.figures.build import build_figure
 from remote_gpu_trainer.deliver.figures.spec import parse_spec
+from remote_gpu_trainer.deliver.provenance import provenance
 from remote_gpu_trainer.deliver.tables.build import build_table
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from support.capsules import write_capsule, write_json

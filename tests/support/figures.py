@@ -8,10 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.deliver.build_common import source_csv
 from remote_gpu_trainer.deliver.figures.build import deterministic_matplotlib, save_all
 from remote_gpu_trainer.deliver.figures.kinds import SORT_KEY, SOURCE_COLUMNS
 from remote_gpu_trainer.deliver.figures.pixel_gate import Check, GateInputs, run_gate
+from remote_gpu_trainer.deliver.source_csv import source_csv
 from support.capsules import write_capsule, write_json
 
 if TYPE_CHECKING:

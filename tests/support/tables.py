@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.deliver.build_common import source_csv
+from remote_gpu_trainer.deliver.source_csv import source_csv
 from remote_gpu_trainer.deliver.tables.render import SOURCE_COLUMNS
 from support.capsules import write_json
 

@@ -1,10 +1,10 @@
 """`rgt build figure ID`: figures/<id>/figure.json → source.csv, final.png|svg|pdf and the pixel gate
 (docs/deliver.md §3).
 
-A build reads figure.json (user keys: figure_spec.py), reads every input once through build_common (so the
-sha256 in `inputs` is of the bytes used), computes source.csv's rows (a built-in kind in figure_kinds.py, or
-the folder's build.py in figure_custom.py), and renders twice into two temp folders under the deterministic
-matplotlib settings below. The first render is gated (pixel_gate.py, G1–G6); the two renders must hash the
+A build reads figure.json (user keys: figures/spec.py), reads every input once through deliver/inputs.py (so the
+sha256 in `inputs` is of the bytes used), computes source.csv's rows (a built-in kind in figures/kinds.py, or
+the folder's build.py in figures/custom.py), and renders twice into two temp folders under the deterministic
+matplotlib settings below. The first render is gated (figures/pixel_gate.py, G1–G6); the two renders must hash the
 same. Only then are the files moved in and figure.json's generated keys rewritten, the user's kept as written.
 Bad input raises ConfigError (exit 2) before anything is written; a failed build.py raises VerbFailed (exit 1),
 also with nothing written.
@@ -25,22 +25,15 @@ from typing import TYPE_CHECKING, Any
 from remote_gpu_trainer.audits.catalogue import metric_registry
 from remote_gpu_trainer.audits.catalogue.model import MetricRule, sha256_hex
 from remote_gpu_trainer.clock import iso_z, utc_now
-from remote_gpu_trainer.deliver.build_common import (
-    environment,
-    load_document,
-    merge_document,
-    output_folder,
-    provenance,
-    read_source_csv,
-    source_csv,
-    stable_provenance,
-    staging,
-)
+from remote_gpu_trainer.deliver.document import load_document, merge_document
 from remote_gpu_trainer.deliver.figures import custom as figure_custom
 from remote_gpu_trainer.deliver.figures import kinds as figure_kinds
 from remote_gpu_trainer.deliver.figures.kinds import SORT_KEY, SOURCE_COLUMNS
 from remote_gpu_trainer.deliver.figures.pixel_gate import Check, GateInputs, decode_png, qa_block, run_gate
 from remote_gpu_trainer.deliver.figures.spec import FIGURE_SCHEMA, FigureSpec, parse_spec
+from remote_gpu_trainer.deliver.outputs import output_folder, staging
+from remote_gpu_trainer.deliver.provenance import environment, provenance, stable_provenance
+from remote_gpu_trainer.deliver.source_csv import read_source_csv, source_csv
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -113,7 +106,7 @@ def deterministic_matplotlib(figure_id: str) -> Iterator[None]:
 def build_figure(root: Path, figure_id: str, *, declared: Mapping[str, MetricRule] | None = None,
                  code: Mapping[str, Any] | None = None, now: datetime | None = None) -> FigureBuild:
     """Build figures/<figure_id>/ (see the module docstring). `declared` are rgt.toml's metric directions;
-    `code` the tree's git state (build_common.code_state, computed once per `rgt build`)."""
+    `code` the tree's git state (provenance.code_state, computed once per `rgt build`)."""
     folder = output_folder(root, "figure", figure_id)
     where = f"figures/{figure_id}/figure.json"
     user = load_document(folder / "figure.json", FIGURE_SCHEMA, "figure_id", figure_id)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.catalogue.model import plain, sha256_hex
-from remote_gpu_trainer.deliver.build_common import InputFile, input_entry, resolve_input
+from remote_gpu_trainer.deliver.inputs import InputFile, input_entry, resolve_input
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
 

@@ -18,16 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.catalogue import metric_registry
 from remote_gpu_trainer.audits.catalogue.model import MetricRule, plain
-from remote_gpu_trainer.deliver.build_common import (
-    InputFile,
-    input_entry,
-    input_path,
-    mean_std,
-    open_input,
-    resolve_test,
-)
 from remote_gpu_trainer.deliver.figures import reduce as figure_reduce
 from remote_gpu_trainer.deliver.figures.spec import FigureSpec, Series, arrow
+from remote_gpu_trainer.deliver.inputs import InputFile, input_entry, input_path, open_input, resolve_test
+from remote_gpu_trainer.deliver.source_csv import mean_std
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import lstat_or_none
 

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.deliver.build_common import read_source_csv
 from remote_gpu_trainer.deliver.figures import marks
 from remote_gpu_trainer.deliver.figures.spec import label_direction
+from remote_gpu_trainer.deliver.source_csv import read_source_csv
 
 if TYPE_CHECKING:
     from matplotlib.backend_bases import RendererBase

@@ -2,7 +2,7 @@
 (docs/deliver.md §4).
 
 The user writes which capsules make each row and which metrics make the columns; everything else is generated
-from the capsules' `test/<test_id>/metrics.json` files, each read once through build_common.read_input (so the
+from the capsules' `test/<test_id>/metrics.json` files, each read once through inputs.read_input (so the
 sha256 recorded in `inputs` is of the bytes used). A row's cell is the mean and sample std over its capsules
 (one per seed) of `metrics.<metric>.value`; `n` is metrics.json's `n`. The build renders twice into two temp
 folders (the determinism check), gates the first copy (deliver/tables/gate.py) and only then moves the files in
@@ -24,20 +24,11 @@ from typing import Any
 from remote_gpu_trainer.audits.catalogue import metric_registry
 from remote_gpu_trainer.audits.catalogue.model import MetricRule, sha256_hex
 from remote_gpu_trainer.clock import iso_z, utc_now
-from remote_gpu_trainer.deliver.build_common import (
-    InputFile,
-    TrackerInput,
-    environment,
-    input_entry,
-    load_document,
-    mean_std,
-    merge_document,
-    output_folder,
-    provenance,
-    resolve_test,
-    source_csv,
-    staging,
-)
+from remote_gpu_trainer.deliver.document import load_document, merge_document
+from remote_gpu_trainer.deliver.inputs import InputFile, TrackerInput, input_entry, resolve_test
+from remote_gpu_trainer.deliver.outputs import output_folder, staging
+from remote_gpu_trainer.deliver.provenance import environment, provenance
+from remote_gpu_trainer.deliver.source_csv import mean_std, source_csv
 from remote_gpu_trainer.deliver.tables.gate import GateResult, check_table
 from remote_gpu_trainer.deliver.tables.render import SOURCE_COLUMNS, read_source, render
 from remote_gpu_trainer.deliver.tables.spec import SCHEMA, TableRow, TableSpec, parse_spec
@@ -76,7 +67,7 @@ class TableBuild:
 def build_table(root: Path, table_id: str, *, declared: Mapping[str, MetricRule] | None = None,
                 code: Mapping[str, Any] | None = None, now: datetime | None = None) -> TableBuild:
     """Build one table (see the module docstring). `declared` are rgt.toml's metric directions; `code` the
-    git state of the tree (build_common.code_state, computed once per `rgt build`)."""
+    git state of the tree (provenance.code_state, computed once per `rgt build`)."""
     folder = output_folder(root, "table", table_id)
     where = f"tables/{table_id}/table.json"
     user = load_document(folder / "table.json", SCHEMA, "table_id", table_id)

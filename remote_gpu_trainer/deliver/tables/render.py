@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.deliver.build_common import source_csv
+from remote_gpu_trainer.deliver.source_csv import source_csv
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -253,7 +253,7 @@ def csv_header(layout: Layout) -> list[str]:
 def _csv(cells: Mapping[tuple[str, str], SourceCell], layout: Layout, directions: Mapping[str, str | None],
          bold: Mapping[str, BoldVerdict]) -> str:
     """Full precision in the layout's row order: floats via repr, an empty std for one seed, n and seeds always
-    (this is data). Written by the one CSV writer of DELIVER (build_common.source_csv), without a sort key."""
+    (this is data). Written by the one CSV writer of DELIVER (deliver/source_csv.py), without a sort key."""
     rows: list[dict[str, object]] = []
     for method in layout.rows:
         n, seeds = row_counts(cells, layout, method)

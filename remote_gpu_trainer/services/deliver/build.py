@@ -26,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 from remote_gpu_trainer.audits.catalogue.generated import GeneratedRow
 from remote_gpu_trainer.audits.catalogue.load import finite
 from remote_gpu_trainer.deliver import disclosure, evidence
-from remote_gpu_trainer.deliver.build_common import code_state, linked_outputs, linked_refusal, output_ids, read_input
 from remote_gpu_trainer.deliver.evidence import RowSpec
+from remote_gpu_trainer.deliver.inputs import read_input
+from remote_gpu_trainer.deliver.outputs import linked_outputs, linked_refusal, output_ids
+from remote_gpu_trainer.deliver.provenance import code_state
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RgtError
 from remote_gpu_trainer.fsutil import file_kind, lstat_or_none
 from remote_gpu_trainer.services.deliver.sources import SourceJudge, disclose_document
@@ -55,7 +57,7 @@ class _Read:
 
     def json(self, rel: str) -> Any:
         """A JSON file of the project, or None (absent: silently; unreadable: one problem line). Read like
-        evidence (build_common.read_input): a symlink at any step of the path is refused, never read through."""
+        evidence (deliver/inputs.read_input): a symlink at any step of the path is refused, never read through."""
         if lstat_or_none(self.root / rel) is None:
             return None
         try:
@@ -238,7 +240,7 @@ _HASHES: dict[tuple[str, int, int, int, int], str] = {}
 
 
 def file_sha256(root: Path, rel: str) -> str | None:
-    """The sha256 of a project file read through regular files only (build_common.read_input), or None.
+    """The sha256 of a project file read through regular files only (deliver/inputs.read_input), or None.
 
     The panel checks every input and output on each refresh; a file whose inode, size and mtime are
     unchanged is not read again (a changed byte changes the mtime; a copy with a forged mtime is what V33's

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.deliver.build_common import output_ids
+from remote_gpu_trainer.deliver.outputs import output_ids
 
 if TYPE_CHECKING:
     from pathlib import Path

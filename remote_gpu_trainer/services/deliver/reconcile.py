@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.audits.catalogue.reconcile import MODES, WINDOW, ReconcileReport, reconcile
 from remote_gpu_trainer.audits.catalogue.reconcile_files import read_documents
-from remote_gpu_trainer.deliver.build_common import read_json_object
+from remote_gpu_trainer.deliver.document import read_json_object
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import atomic_write
 

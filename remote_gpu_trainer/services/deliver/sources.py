@@ -156,7 +156,7 @@ def disclose_document(folder: Path, name: str, document: Mapping[str, Any],
     """A built figure.json / table.json with every input that is not verified evidence disclosed in its
     `disclosure` after the builder's own (written again, atomically, only when there is something to add). The
     builders in deliver/ read files only and cannot ask the state database, so the judgement is added here."""
-    from remote_gpu_trainer.deliver.build_common import write_document
+    from remote_gpu_trainer.deliver.document import write_document
 
     inputs = document.get("inputs")
     entries = [(str(e.get("path")), e.get("sha256")) for e in inputs if isinstance(e, dict)] \
