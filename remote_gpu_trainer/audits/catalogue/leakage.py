@@ -11,7 +11,7 @@ or selection?
   is not the train series.
 
 Checks work on sets of the hashes the loader computed (fast for 100k members); V16 and V17 read member files
-(their readers are in leakage_files.py) and V15 compares files on a case-insensitive host, never following a path
+(near_duplicates.py, fit_on_train.py) and V15 compares files on a case-insensitive host, never following a path
 out of the project root. One finding per (check, subject): the parts of a
 subject's finding are joined by `_one_per_subject`.
 """
@@ -24,13 +24,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from remote_gpu_trainer.audits.catalogue.leakage_files import (
-    image_pairs,
-    inside_root,
-    numeric_rows,
-    stored_stats,
-    text_pairs,
-)
+from remote_gpu_trainer.audits.catalogue.fit_on_train import fit_on_train_only
 from remote_gpu_trainer.audits.catalogue.load import file_sha256
 from remote_gpu_trainer.audits.catalogue.model import (
     Capsule,
@@ -39,48 +33,27 @@ from remote_gpu_trainer.audits.catalogue.model import (
     Finding,
     ProjectEvidence,
     SplitManifest,
-    SplitMember,
     result,
     sha256_hex,
     skipped,
 )
+from remote_gpu_trainer.audits.catalogue.near_duplicates import near_duplicates
+from remote_gpu_trainer.audits.catalogue.split_members import (
+    ROLES,
+    inside_root,
+    manifest_ref,
+    member_hash,
+    members_of,
+    no_manifest,
+    role_of,
+)
 
-VAL_NAMES = {"val", "valid", "validation", "dev"}
-ROLES = ("train", "val", "test")
 QRP = "qrp_tell"
 
 
 # -- shared helpers ---------------------------------------------------------------------------------------------
-def _role(split: str) -> str:
-    """train / val / test as manifests spell them (`valid`, `validation`, `dev` are val)."""
-    lowered = split.lower()
-    return "val" if lowered in VAL_NAMES else lowered
-
-
-def members_of(manifest: SplitManifest, role: str) -> list[SplitMember]:
-    return [m for m in manifest.members if _role(m.split) == role]
-
-
-def _hash(manifest: SplitManifest, member: SplitMember) -> str | None:
-    """The recorded content hash; the on-disk one when the row records none (bytes decide)."""
-    if member.sha256:
-        return member.sha256
-    return manifest.disk_sha256.get(member.path) if member.path else None
-
-
 def _hashes(manifest: SplitManifest, role: str) -> set[str]:
-    return {h for m in members_of(manifest, role) if (h := _hash(manifest, m)) is not None}
-
-
-def _ref(manifest: SplitManifest) -> tuple[EvidenceRef, ...]:
-    return (EvidenceRef(manifest.path, manifest.sha256),)
-
-
-def _no_manifest(check: str, name: str, project: ProjectEvidence) -> CheckResult:
-    """Skipped: no split manifest, naming the manifests that were there but could not be read."""
-    unreadable = [f"{p.path}: {p.message}" for p in project.problems if p.path.startswith("splits/")]
-    why = "no split manifest (splits/*.json)" + (f"; unreadable: {'; '.join(unreadable)}" if unreadable else "")
-    return skipped(check, name, why)
+    return {h for m in members_of(manifest, role) if (h := member_hash(manifest, m)) is not None}
 
 
 def _claims(project: ProjectEvidence, capsule: Capsule) -> tuple[str, ...]:
@@ -91,7 +64,7 @@ def _claims(project: ProjectEvidence, capsule: Capsule) -> tuple[str, ...]:
 def split_hash_disjoint(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
     """Content hashes disjoint across splits; rows exist; recorded hashes are the bytes on disk."""
     if not project.splits:
-        return _no_manifest("V14", "split_hash_disjoint", project)
+        return no_manifest("V14", "split_hash_disjoint", project)
     findings: list[Finding] = []
     for manifest in project.splits:
         counts = overlap_counts(manifest)
@@ -116,13 +89,13 @@ def _overlaps(manifest: SplitManifest, counts: Mapping[str, Any], critical: floa
         fraction = counts["fraction_of_test_seen"] or 0.0
         text = f"train∩test = {counts['train_test']} items ({100 * fraction:.1f} % of test)"
         found.append(Finding("V14", manifest.subject, "critical" if fraction >= critical else "error", text,
-                             {}, _ref(manifest)))
+                             {}, manifest_ref(manifest)))
     if counts["val_test"]:
         found.append(Finding("V14", manifest.subject, "error", f"val∩test = {counts['val_test']} items", {},
-                             _ref(manifest)))
+                             manifest_ref(manifest)))
     if counts["train_val"]:
         found.append(Finding("V14", manifest.subject, "warn", f"train∩val = {counts['train_val']} items", {},
-                             _ref(manifest)))
+                             manifest_ref(manifest)))
     return found
 
 
@@ -130,21 +103,21 @@ def _within_split(manifest: SplitManifest) -> list[Finding]:
     """Members of one split with the same content hash (info: the split counts them twice)."""
     duplicates: dict[str, int] = {}
     for split in sorted({m.split for m in manifest.members}):
-        hashes = [h for m in manifest.members if m.split == split and (h := _hash(manifest, m)) is not None]
+        hashes = [h for m in manifest.members if m.split == split and (h := member_hash(manifest, m)) is not None]
         if len(hashes) > len(set(hashes)):
             duplicates[split] = len(hashes) - len(set(hashes))
     if not duplicates:
         return []
     text = ", ".join(f"{split} {count}" for split, count in duplicates.items())
     return [Finding("V14", manifest.subject, "info", f"within-split duplicates: {text}",
-                    {"within_split_duplicates": duplicates}, _ref(manifest))]
+                    {"within_split_duplicates": duplicates}, manifest_ref(manifest))]
 
 
 def _name_collisions(manifest: SplitManifest) -> list[Finding]:
     """File names in more than one split whose bytes differ: names trigger, bytes decide (info only)."""
     by_name: dict[str, dict[str, set[str]]] = {}
     for member in manifest.members:
-        digest = _hash(manifest, member)
+        digest = member_hash(manifest, member)
         if member.path and digest is not None:
             name = member.path.rsplit("/", 1)[-1]
             by_name.setdefault(name, {}).setdefault(member.split, set()).add(digest)
@@ -154,7 +127,7 @@ def _name_collisions(manifest: SplitManifest) -> list[Finding]:
         return []
     return [Finding("V14", manifest.subject, "info", f"{len(names)} file name(s) in more than one split with "
                     f"different bytes (names trigger, bytes decide): {', '.join(names[:5])}",
-                    {"name_collisions": len(names), "names": names[:20]}, _ref(manifest))]
+                    {"name_collisions": len(names), "names": names[:20]}, manifest_ref(manifest))]
 
 
 def _disk_truth(manifest: SplitManifest) -> list[Finding]:
@@ -168,11 +141,11 @@ def _disk_truth(manifest: SplitManifest) -> list[Finding]:
     if missing:
         found.append(Finding("V14", manifest.subject, "error", f"{len(missing)} manifest row(s) whose path does "
                              f"not exist: fabricated/missing rows ({', '.join(missing[:5])})",
-                             {"missing_rows": len(missing), "missing_ids": missing[:20]}, _ref(manifest)))
+                             {"missing_rows": len(missing), "missing_ids": missing[:20]}, manifest_ref(manifest)))
     if changed:
         found.append(Finding("V14", manifest.subject, "critical", f"{len(changed)} recorded sha256 differ from the "
                              f"bytes on disk ({', '.join(changed[:5])})",
-                             {"hash_mismatches": len(changed), "mismatch_ids": changed[:20]}, _ref(manifest)))
+                             {"hash_mismatches": len(changed), "mismatch_ids": changed[:20]}, manifest_ref(manifest)))
     return found
 
 
@@ -182,14 +155,14 @@ def _malformed(project: ProjectEvidence, manifest: SplitManifest) -> list[Findin
     if not problems:
         return []
     return [Finding("V14", manifest.subject, "error", f"{len(problems)} malformed manifest row(s) not audited: "
-                    f"{'; '.join(problems[:3])}", {"malformed_rows": len(problems)}, _ref(manifest))]
+                    f"{'; '.join(problems[:3])}", {"malformed_rows": len(problems)}, manifest_ref(manifest))]
 
 
 # -- V15 case_duplicates ---------------------------------------------------------------------------------------
 def case_duplicates(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
     """Paths and sibling folders that differ only by case; on a case-insensitive host, pairs that are one file."""
     if not project.splits:
-        return _no_manifest("V15", "case_duplicates", project)
+        return no_manifest("V15", "case_duplicates", project)
     findings: list[Finding] = []
     for manifest in project.splits:
         findings += _case_paths(manifest) + _case_siblings(manifest)
@@ -218,7 +191,7 @@ def _case_paths(manifest: SplitManifest) -> list[Finding]:
     example = " ~ ".join(next(iter(collisions.values()))[0])
     return [Finding("V15", manifest.subject, "warn", f"{count} case-only path collision(s) (files collide on "
                     f"NTFS/APFS): {example}", {"case_collisions": {s: g[:20] for s, g in collisions.items()}},
-                    _ref(manifest))]
+                    manifest_ref(manifest))]
 
 
 def _case_siblings(manifest: SplitManifest) -> list[Finding]:
@@ -234,7 +207,7 @@ def _case_siblings(manifest: SplitManifest) -> list[Finding]:
         return []
     return [Finding("V15", manifest.subject, "error", "double ingestion on case-insensitive FS: "
                     + "; ".join(" ~ ".join(p) for p in pairs[:5]), {"case_sibling_dirs": pairs[:20]},
-                    _ref(manifest))]
+                    manifest_ref(manifest))]
 
 
 def _same_files(project: ProjectEvidence, manifest: SplitManifest) -> list[Finding]:
@@ -250,115 +223,7 @@ def _same_files(project: ProjectEvidence, manifest: SplitManifest) -> list[Findi
         return []
     return [Finding("V15", manifest.subject, "error", f"{len(same)} pair(s) of member paths are one file on this "
                     f"case-insensitive host: {' ~ '.join(same[0])}", {"same_file_pairs": same[:20]},
-                    _ref(manifest))]
-
-
-# -- V16 near_duplicates ---------------------------------------------------------------------------------------
-def near_duplicates(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
-    """Candidate near-duplicate (test, train) pairs: dHash within `hamming` bits, MinHash Jaccard ≥ `jaccard`.
-    Pairs with equal content hashes are V14's exact duplicates and are not listed again."""
-    if not project.splits:
-        return _no_manifest("V16", "near_duplicates", project)
-    findings: list[Finding] = []
-    judged: list[str] = []
-    for manifest in project.splits:
-        train, test = members_of(manifest, "train"), members_of(manifest, "test")
-        if not train or not test:
-            continue
-        judged.append(manifest.subject)
-        images, bad_images = image_pairs(project.root, train, test, int(params.get("hamming", 4)))
-        texts, bad_texts = text_pairs(project.root, train, test, float(params.get("jaccard", 0.8)))
-        listed: list[dict[str, Any]] = [
-            {"kind": kind, "test": a.id, "train": b.id, key: score}
-            for kind, key, pairs in (("image", "distance", images), ("text", "jaccard", texts))
-            for a, b, score in pairs if _hash(manifest, a) != _hash(manifest, b)]
-        listed.sort(key=lambda p: (p["kind"], p.get("distance", 0.0), -p.get("jaccard", 0.0), p["test"], p["train"]))
-        if listed:
-            findings.append(Finding(
-                "V16", manifest.subject, "info", f"{len(listed)} near-duplicate candidate pair(s) between test and "
-                "train: review them (tick T04); confirmed pairs count as duplicates",
-                {"candidates": len(listed), "listed": listed[:int(params.get("listed", 200))],
-                 "unreadable": bad_images + bad_texts}, _ref(manifest)))
-    if not judged:
-        return skipped("V16", "near_duplicates", "no split manifest with both train and test members")
-    return result("V16", "near_duplicates", findings, judged)
-
-
-# -- V17 fit_on_train_only -------------------------------------------------------------------------------------
-def fit_on_train_only(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
-    """Every `fit_records[]` artifact was fitted on exactly the train ids.
-
-    With `fit_ids_sha256` (sha256 of the sorted ids joined by newlines; a trailing newline is accepted) the
-    ids decide. Without it, the stats are recomputed when they can be: the artifact is a JSON object with
-    per-feature `mean` and `std` lists, and every member is a numeric `.npy` or `.csv` file (a 1-D array is one
-    row of features; an N-D array is rows of its last axis, so H×W×C images give per-channel stats; std has
-    ddof 0). Anything else is "fit scope unknown".
-    """
-    manifests = [m for m in project.splits if m.fit_records]
-    if not manifests:
-        return skipped("V17", "fit_on_train_only", "no fit_records[] in any split manifest" if project.splits
-                       else "no split manifest (splits/*.json)")
-    findings = [f for m in manifests for record in m.fit_records if (f := _judge_fit(project, m, record))]
-    return result("V17", "fit_on_train_only", findings, [m.subject for m in manifests])
-
-
-def ids_sha256(ids: list[str]) -> set[str]:
-    joined = "\n".join(sorted(ids))
-    return {sha256_hex(joined.encode()), sha256_hex((joined + "\n").encode())}
-
-
-def _judge_fit(project: ProjectEvidence, manifest: SplitManifest, record: Mapping[str, Any]) -> Finding | None:
-    artifact = str(record.get("artifact") or "?")
-    path = inside_root(project.root, artifact)
-    refs = _ref(manifest) + (EvidenceRef(artifact, file_sha256(path) if path is not None else None),)
-    recorded = record.get("fit_ids_sha256")
-    if isinstance(recorded, str):
-        ids = {role: [m.id for m in members_of(manifest, role)] for role in ROLES}
-        if recorded in ids_sha256(ids["train"]):
-            return None
-        scopes = {"train∪val": ids["train"] + ids["val"], "train∪val∪test": [m.id for m in manifest.members]}
-        matched = next((name for name, chosen in scopes.items() if recorded in ids_sha256(chosen)), "not train")
-        return Finding("V17", manifest.subject, "error", f"preprocessing fitted on non-train data: {artifact} "
-                       f"(fit ids are {matched}, fit_split {record.get('fit_split')!r})",
-                       {f"{artifact}.fit_scope": matched}, refs)
-    fit_split = record.get("fit_split")
-    if isinstance(fit_split, str) and fit_split.lower() != "train":
-        return Finding("V17", manifest.subject, "error", f"preprocessing fitted on non-train data: {artifact} "
-                       f"(fit_split {fit_split!r})", {f"{artifact}.fit_scope": fit_split}, refs)
-    distances = _recomputed_distances(project, manifest, artifact)
-    if isinstance(distances, str):
-        return Finding("V17", manifest.subject, "warn", f"fit scope unknown: {artifact} ({distances})",
-                       {f"{artifact}.fit_scope": "unknown"}, refs)
-    d_train, d_all = distances
-    if d_all + 1e-6 < d_train:
-        return Finding("V17", manifest.subject, "error", f"preprocessing fitted on non-train data: {artifact} "
-                       f"(d(all) {d_all:.3g} < d(train) {d_train:.3g})",
-                       {f"{artifact}.d_train": d_train, f"{artifact}.d_all": d_all}, refs)
-    return None
-
-
-def _recomputed_distances(project: ProjectEvidence, manifest: SplitManifest,
-                          artifact: str) -> tuple[float, float] | str:
-    """(d(s_train), d(s_all)) with d(x) = ‖stored − x‖₂ / ‖x‖₂, or why the stats cannot be recomputed."""
-    import numpy as np
-
-    stored = stored_stats(project.root, artifact)
-    if isinstance(stored, str):
-        return stored
-    train = numeric_rows(project.root, members_of(manifest, "train"))
-    everything = numeric_rows(project.root, list(manifest.members))
-    for rows in (train, everything):
-        if isinstance(rows, str):
-            return rows
-        if rows.shape[1] * 2 != stored.size:
-            return f"{rows.shape[1]} features in the members, {stored.size // 2} in the artifact"
-    assert not isinstance(train, str) and not isinstance(everything, str)
-
-    def distance(rows: Any) -> float:
-        stats = np.concatenate([rows.mean(axis=0), rows.std(axis=0)])
-        return float(np.linalg.norm(stored - stats) / max(float(np.linalg.norm(stats)), 1e-300))
-
-    return distance(train), distance(everything)
+                    manifest_ref(manifest))]
 
 
 # -- V18 selection_on_test -------------------------------------------------------------------------------------
@@ -464,11 +329,11 @@ def holdout_structure(project: ProjectEvidence, params: Mapping[str, Any]) -> Ch
 def _validation_held_out(manifest: SplitManifest) -> list[Finding]:
     if not members_of(manifest, "val"):
         return [Finding("V19", manifest.subject, "warn", "no validation split: selection had no held-out data",
-                        {"val_members": 0}, _ref(manifest))]
+                        {"val_members": 0}, manifest_ref(manifest))]
     shared = overlap_counts(manifest)["train_val"]
     if shared:
         return [Finding("V19", manifest.subject, "warn", f"validation not hash-disjoint from train: {shared} items "
-                        "(V14)", {"train_val": shared}, _ref(manifest))]
+                        "(V14)", {"train_val": shared}, manifest_ref(manifest))]
     return []
 
 
@@ -477,7 +342,7 @@ def _groups_disjoint(manifest: SplitManifest) -> list[Finding]:
     groups: dict[str, set[str]] = {}
     for member in manifest.members:
         if member.group is not None:
-            groups.setdefault(_role(member.split), set()).add(member.group)
+            groups.setdefault(role_of(member.split), set()).add(member.group)
     roles = sorted(groups)
     shared = {f"{a}∩{b}": sorted(groups[a] & groups[b]) for i, a in enumerate(roles) for b in roles[i + 1:]
               if groups[a] & groups[b]}
@@ -485,7 +350,7 @@ def _groups_disjoint(manifest: SplitManifest) -> list[Finding]:
         return []
     text = ", ".join(f"{pair} {len(keys)} ({', '.join(keys[:3])})" for pair, keys in shared.items())
     return [Finding("V19", manifest.subject, "error", f"group keys shared across splits: {text}",
-                    {"shared_groups": {pair: keys[:20] for pair, keys in shared.items()}}, _ref(manifest))]
+                    {"shared_groups": {pair: keys[:20] for pair, keys in shared.items()}}, manifest_ref(manifest))]
 
 
 def _time(text: str | None) -> float | None:
@@ -510,14 +375,14 @@ def _temporal_order(manifest: SplitManifest) -> list[Finding]:
     untimed = sum(t is None for values in times.values() for t in values)
     if untimed:
         return [Finding("V19", manifest.subject, "error", f"temporal split: {untimed} member(s) without a "
-                        "parseable time", {"untimed": untimed}, _ref(manifest))]
+                        "parseable time", {"untimed": untimed}, manifest_ref(manifest))]
     spans = [(role, min(v), max(v)) for role in ROLES if (v := [t for t in times[role] if t is not None])]
     broken = [f"max({a}.time) ≥ min({b}.time)" for (a, _, a_max), (b, b_min, _) in zip(spans, spans[1:], strict=False)
               if not a_max < b_min]
     if not broken:
         return []
     return [Finding("V19", manifest.subject, "error", f"temporal order violated: {'; '.join(broken)}",
-                    {"temporal_violations": broken}, _ref(manifest))]
+                    {"temporal_violations": broken}, manifest_ref(manifest))]
 
 
 def data_sha256(manifest: SplitManifest) -> str:
@@ -533,7 +398,7 @@ def _standard_split(manifest: SplitManifest) -> list[Finding]:
         return []
     source = (manifest.standard_reference or {}).get("source") or "the standard reference"
     return [Finding("V19", manifest.subject, "info", f"non-standard split (differs from {source})",
-                    {"standard_sha256": reference, "data_sha256": data_sha256(manifest)}, _ref(manifest))]
+                    {"standard_sha256": reference, "data_sha256": data_sha256(manifest)}, manifest_ref(manifest))]
 
 
 def _val_is_train(project: ProjectEvidence, capsule: Capsule) -> list[Finding]:

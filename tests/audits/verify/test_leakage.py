@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 
 from remote_gpu_trainer.audits.catalogue.leakage import CHECKS, data_sha256
-from remote_gpu_trainer.audits.catalogue.leakage_files import dhash
 from remote_gpu_trainer.audits.catalogue.model import CheckResult, Finding, ProjectEvidence
+from remote_gpu_trainer.audits.catalogue.near_duplicates import dhash
 from remote_gpu_trainer.audits.catalogue.runner import specs
 from support.capsules import load, write_capsule, write_json, write_split
 

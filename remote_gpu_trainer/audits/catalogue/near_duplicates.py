@@ -1,5 +1,6 @@
-"""What the leakage checks read from member files (docs/verify.md §2, section D): the dHash and MinHash of V16
-and the numeric rows and stored stats of V17. Every path is checked to stay under the project root first.
+"""V16 `near_duplicates` of section D, leakage (docs/verify.md §2): candidate near-duplicate (test, train) pairs
+for review (T04), by a dHash of each image and a MinHash of each text's word 5-grams, bucketed so that large
+splits are not compared pair by pair. Member files are read only under the project root.
 
 numpy and Pillow are imported inside the functions: an audit pays for them, the UI's start-up does not.
 """
@@ -7,11 +8,26 @@ numpy and Pillow are imported inside the functions: an audit pays for them, the 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.catalogue.model import SplitMember
+from remote_gpu_trainer.audits.catalogue.model import (
+    CheckResult,
+    Finding,
+    ProjectEvidence,
+    SplitMember,
+    result,
+    skipped,
+)
+from remote_gpu_trainer.audits.catalogue.split_members import (
+    inside_root,
+    manifest_ref,
+    member_hash,
+    members_of,
+    no_manifest,
+)
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
 TEXT_SUFFIXES = {".txt", ".md", ".text"}
@@ -21,16 +37,34 @@ MINHASH_PERMS, MINHASH_ROWS, MINHASH_PRIME = 128, 4, (1 << 31) - 1
 Pair = tuple[SplitMember, SplitMember, float]  # (test member, train member, distance or Jaccard estimate)
 
 
-def inside_root(root: Path, rel: str | None) -> Path | None:
-    """The member's file when it exists and stays under the project root, else None."""
-    if not rel:
-        return None
-    try:
-        path = (root / rel).resolve()
-        path.relative_to(root.resolve())
-    except (OSError, ValueError):
-        return None
-    return path if path.is_file() else None
+def near_duplicates(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
+    """Candidate near-duplicate (test, train) pairs: dHash within `hamming` bits, MinHash Jaccard ≥ `jaccard`.
+    Pairs with equal content hashes are V14's exact duplicates and are not listed again."""
+    if not project.splits:
+        return no_manifest("V16", "near_duplicates", project)
+    findings: list[Finding] = []
+    judged: list[str] = []
+    for manifest in project.splits:
+        train, test = members_of(manifest, "train"), members_of(manifest, "test")
+        if not train or not test:
+            continue
+        judged.append(manifest.subject)
+        images, bad_images = image_pairs(project.root, train, test, int(params.get("hamming", 4)))
+        texts, bad_texts = text_pairs(project.root, train, test, float(params.get("jaccard", 0.8)))
+        listed: list[dict[str, Any]] = [
+            {"kind": kind, "test": a.id, "train": b.id, key: score}
+            for kind, key, pairs in (("image", "distance", images), ("text", "jaccard", texts))
+            for a, b, score in pairs if member_hash(manifest, a) != member_hash(manifest, b)]
+        listed.sort(key=lambda p: (p["kind"], p.get("distance", 0.0), -p.get("jaccard", 0.0), p["test"], p["train"]))
+        if listed:
+            findings.append(Finding(
+                "V16", manifest.subject, "info", f"{len(listed)} near-duplicate candidate pair(s) between test and "
+                "train: review them (tick T04); confirmed pairs count as duplicates",
+                {"candidates": len(listed), "listed": listed[:int(params.get("listed", 200))],
+                 "unreadable": bad_images + bad_texts}, manifest_ref(manifest)))
+    if not judged:
+        return skipped("V16", "near_duplicates", "no split manifest with both train and test members")
+    return result("V16", "near_duplicates", findings, judged)
 
 
 def media(root: Path, members: list[SplitMember], suffixes: set[str]) -> list[tuple[SplitMember, Path]]:
@@ -135,52 +169,3 @@ def text_pairs(root: Path, train: list[SplitMember], test: list[SplitMember],
                 if estimate >= jaccard:
                     pairs[(member.id, other.id)] = (member, other, estimate)
     return list(pairs.values()), unreadable
-
-
-# -- V17: numeric members and stored stats ---------------------------------------------------------------------
-
-def stored_stats(root: Path, artifact: str) -> Any:
-    import numpy as np
-
-    from remote_gpu_trainer.strict_json import loads_strict
-
-    path = inside_root(root, artifact)
-    if path is None or path.suffix.lower() != ".json":
-        return "the artifact is not a JSON file under the project root"
-    try:
-        data = loads_strict(path.read_bytes())
-        mean, std = np.asarray(data["mean"], dtype=float).ravel(), np.asarray(data["std"], dtype=float).ravel()
-    except (OSError, ValueError, TypeError, KeyError):
-        return "the artifact is not a JSON object of per-feature `mean` and `std` lists"
-    if mean.size == 0 or mean.size != std.size:
-        return "`mean` and `std` are empty or of different lengths"
-    return np.concatenate([mean, std])
-
-
-def numeric_rows(root: Path, members: list[SplitMember]) -> Any:
-    """Every member's numbers stacked as rows × features, or why the members are not numeric files."""
-    import numpy as np
-
-    arrays = []
-    for member in members:
-        path = inside_root(root, member.path)
-        if path is None or path.suffix.lower() not in {".npy", ".csv"}:
-            return f"member {member.id} is not a numeric .npy/.csv file under the root"
-        try:
-            array = np.load(path, allow_pickle=False) if path.suffix.lower() == ".npy" else csv_array(path)
-            array = np.asarray(array, dtype=float)
-        except (OSError, ValueError):
-            return f"member {member.id} does not read as numbers"
-        arrays.append(array.reshape(1, -1) if array.ndim <= 1 else array.reshape(-1, array.shape[-1]))
-    if not arrays or len({a.shape[1] for a in arrays}) != 1:
-        return "no members, or members with different feature counts"
-    return np.concatenate(arrays)
-
-
-def csv_array(path: Path) -> Any:
-    import numpy as np
-
-    try:
-        return np.loadtxt(path, delimiter=",", ndmin=2)
-    except ValueError:
-        return np.loadtxt(path, delimiter=",", ndmin=2, skiprows=1)  # a header row
