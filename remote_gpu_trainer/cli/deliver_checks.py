@@ -14,7 +14,7 @@ from remote_gpu_trainer.cli.printers import print_json
 from remote_gpu_trainer.text import escape_control, size
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.audits.catalogue.reconcile import ReconcileReport
+    from remote_gpu_trainer.audits.catalogue.reconcile.model import ReconcileReport
     from remote_gpu_trainer.deliver.completeness import CompletenessReport
     from remote_gpu_trainer.services.session import Session
 

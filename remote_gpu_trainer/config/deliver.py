@@ -29,7 +29,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from remote_gpu_trainer.audits.catalogue.load import SAFE_ID
-from remote_gpu_trainer.audits.catalogue.reconcile_files import GLOB_CHARS, rgt_own_file
+from remote_gpu_trainer.audits.catalogue.reconcile.files import GLOB_CHARS, rgt_own_file
 from remote_gpu_trainer.config.audit import AuditConfig
 from remote_gpu_trainer.toml_table import Table
 

@@ -118,7 +118,7 @@ def test_the_precision_is_the_declared_one_else_the_displayed_two_decimals(
 
 
 def test_the_undeclared_precision_is_the_one_the_build_shows() -> None:
-    from remote_gpu_trainer.audits.catalogue.reconcile import DISPLAY_PRECISION
+    from remote_gpu_trainer.audits.catalogue.reconcile.compare import DISPLAY_PRECISION
     from remote_gpu_trainer.deliver.disclosure import DEFAULT_PRECISION
 
     assert DISPLAY_PRECISION == DEFAULT_PRECISION

@@ -1,6 +1,6 @@
 """V31 `reconcile` (docs/verify.md §2, section G): the configured documents against EVIDENCE.json.
 
-The algorithm is audits/catalogue/reconcile.py; this module turns its answer into findings. A stale number is
+The algorithm is audits/catalogue/reconcile/; this module turns its answer into findings. A stale number is
 an `error` on the line that states it (`doc:<path>:<line>`), an anchor several claims share is a `warn`, a
 claim no document shows is an `info`. EVIDENCE.json may also declare `strings` (method and dataset names, the
 version, the author list) that documents must spell verbatim, with `deprecated` spellings they must no
@@ -27,16 +27,10 @@ from remote_gpu_trainer.audits.catalogue.model import (
     result,
     skipped,
 )
-from remote_gpu_trainer.audits.catalogue.reconcile import (
-    WINDOW,
-    Document,
-    DocumentProblem,
-    Drift,
-    ReconcileReport,
-    lines,
-    reconcile,
-)
-from remote_gpu_trainer.audits.catalogue.reconcile_files import read_documents
+from remote_gpu_trainer.audits.catalogue.reconcile.compare import reconcile
+from remote_gpu_trainer.audits.catalogue.reconcile.files import read_documents
+from remote_gpu_trainer.audits.catalogue.reconcile.model import Document, DocumentProblem, Drift, ReconcileReport
+from remote_gpu_trainer.audits.catalogue.reconcile.text import WINDOW, lines
 
 CHECK, NAME = "V31", "reconcile"
 NO_DOCS = "no documents configured ([deliver] docs or [verify.reconcile] docs in rgt.toml)"

@@ -20,8 +20,9 @@ from typing import Any
 
 from remote_gpu_trainer.audits.catalogue.generated import GeneratedRow, generate_row
 from remote_gpu_trainer.audits.catalogue.model import Number, ProjectEvidence
-from remote_gpu_trainer.audits.catalogue.reconcile import ReconcileReport, reconcile
-from remote_gpu_trainer.audits.catalogue.reconcile_files import read_documents
+from remote_gpu_trainer.audits.catalogue.reconcile.compare import reconcile
+from remote_gpu_trainer.audits.catalogue.reconcile.files import read_documents
+from remote_gpu_trainer.audits.catalogue.reconcile.model import ReconcileReport
 from remote_gpu_trainer.audits.catalogue.runner import params_for, specs
 from remote_gpu_trainer.audits.catalogue.statistics import required_seeds
 from remote_gpu_trainer.clock import iso_z

@@ -1,7 +1,7 @@
 """`rgt reconcile` as a service (docs/deliver.md §6): the documents of rgt.toml `[deliver] docs` against
 EVIDENCE.json, answered in `reconcile.json` at the project root.
 
-The algorithm is VERIFY's (audits/catalogue/reconcile.py, which V31 runs over the same merged document list), so
+The algorithm is VERIFY's (audits/catalogue/reconcile/, which V31 runs over the same merged document list), so
 the verb and the audit can never disagree about a number. This module only gathers the inputs, refuses an
 answer that would be incomplete (an unreadable document or EVIDENCE.json, nothing to reconcile: exit 2, and
 nothing written) and writes the answer atomically. It never edits a document.
@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.audits.catalogue.reconcile import MODES, WINDOW, ReconcileReport, reconcile
-from remote_gpu_trainer.audits.catalogue.reconcile_files import read_documents
+from remote_gpu_trainer.audits.catalogue.reconcile.compare import MODES, reconcile
+from remote_gpu_trainer.audits.catalogue.reconcile.files import read_documents
+from remote_gpu_trainer.audits.catalogue.reconcile.model import ReconcileReport
+from remote_gpu_trainer.audits.catalogue.reconcile.text import WINDOW
 from remote_gpu_trainer.deliver.document import read_json_object
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import atomic_write

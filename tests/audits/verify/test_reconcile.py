@@ -10,16 +10,11 @@ from typing import Any
 
 import pytest
 
-from remote_gpu_trainer.audits.catalogue.reconcile import (
-    Document,
-    DocumentProblem,
-    ReconcileReport,
-    consistent,
-    preprocess,
-    reconcile,
-    scalar_claims,
-)
-from remote_gpu_trainer.audits.catalogue.reconcile_files import read_documents
+from remote_gpu_trainer.audits.catalogue.reconcile.claims import scalar_claims
+from remote_gpu_trainer.audits.catalogue.reconcile.compare import consistent, reconcile
+from remote_gpu_trainer.audits.catalogue.reconcile.files import read_documents
+from remote_gpu_trainer.audits.catalogue.reconcile.model import Document, DocumentProblem, ReconcileReport
+from remote_gpu_trainer.audits.catalogue.reconcile.text import preprocess
 from support.reconcile_vectors import (
     PSNR,
     PSNR_PRECISE,

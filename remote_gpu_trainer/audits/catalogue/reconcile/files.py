@@ -1,6 +1,6 @@
 """Reading the documents reconcile judges (docs/deliver.md §6): the configured paths and globs of rgt.toml
 `[deliver] docs` under the project root, each read once as UTF-8. The one part of reconcile that touches the
-disk (the algorithm, reconcile.py, is pure): nothing outside the project root is read, nothing but a regular
+disk (the rest of reconcile/ is pure): nothing outside the project root is read, nothing but a regular
 file is opened (a FIFO would make the read wait for ever), and rgt's own files are never documents.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from remote_gpu_trainer.audits.catalogue.model import sha256_hex
-from remote_gpu_trainer.audits.catalogue.reconcile import Document, DocumentProblem
+from remote_gpu_trainer.audits.catalogue.reconcile.model import Document, DocumentProblem
 from remote_gpu_trainer.fsutil import NotRegularFile, open_regular
 
 GLOB_CHARS = "*?["
