@@ -1,7 +1,7 @@
 """Issue 26 item 13: a `line` figure over a train.csv of any length builds in bounded memory, and what it draws
 stays faithful to the whole curve.
 
-train.csv is read in chunks, hashed as it is parsed, and a curve longer than figure_reduce.EXACT_ROWS is drawn
+train.csv is read in chunks, hashed as it is parsed, and a curve longer than figures/reduce.py EXACT_ROWS is drawn
 from the first, last, minimum and maximum point of each pixel column (M4); figure.json's provenance says so
 with the curve's full row count. The 10,000,000-row build runs `rgt build figure` in its own process, under a
 wrapper process whose only child it is, so the peak RSS measured is that build's alone.

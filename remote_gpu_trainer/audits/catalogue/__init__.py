@@ -5,5 +5,6 @@
 - runner.py: assets/catalogue.toml's checks and the loop that runs them; metric_registry.py: directions;
 - numbers.py: a reported number's per-seed values and their aggregates;
 - one module per section of the catalogue: comparability, statistics, metric_sanity, leakage, collapse,
-  smoke, integrity, each exporting CHECKS.
+  smoke, integrity, each exporting CHECKS (leakage's V16 and V17 live in near_duplicates.py and
+  fit_on_train.py, over split_members.py; V31 in documents.py runs reconcile/, shared with `rgt reconcile`).
 """

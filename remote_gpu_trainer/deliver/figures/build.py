@@ -79,7 +79,7 @@ class Plan:
     disclosures: list[str] = field(default_factory=list)
     direction: str | None = None
     builder: Mapping[str, str] | None = None
-    reductions: list[dict[str, Any]] = field(default_factory=list)  # figure_reduce: series drawn reduced
+    reductions: list[dict[str, Any]] = field(default_factory=list)  # figures/reduce.py: series drawn reduced
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ class Prepared:
     problems: dict[str, list[str]] = field(default_factory=dict)
     disclosures: list[str] = field(default_factory=list)
     direction: str | None = None
-    #: a `line` series drawn from fewer points than its curve has (figure_reduce), as the provenance records it
+    #: a `line` series drawn from fewer points than its curve has (figures/reduce.py), as the provenance records it
     reductions: list[dict[str, Any]] = field(default_factory=list)
 
     def problem(self, check: str, note: str) -> None:
@@ -74,7 +74,7 @@ def _direction(name: str, declared: Mapping[str, MetricRule] | None, stated: Any
 
 # -- line ---------------------------------------------------------------------------------------------------
 def _prepare_line(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule] | None) -> Prepared:
-    """Each series' curves, read in chunks (figure_reduce): a curve short enough is drawn as it is, as before;
+    """Each series' curves, read in chunks (figures/reduce.py): a curve short enough is drawn as it is, as before;
     a longer one is averaged over seeds as it streams and reduced to the extremes of each pixel column."""
     assert spec.x is not None and spec.y is not None
     found = Prepared(direction=_direction(spec.y, declared))

@@ -4,7 +4,7 @@ it was drawn and saved, and source.csv.
 
 Every check is a pure function of those inputs (`GateInputs`) returning a `Check` (pass, fail, warn or
 disclosed, with notes), so a test can hand the gate a figure it drew wrongly. A check a user may disclose
-instead of fixing (figure_spec.DISCLOSABLE: a truncated bar axis with `expect.baseline`, curves on different x
+instead of fixing (figures/spec.py DISCLOSABLE: a truncated bar axis with `expect.baseline`, curves on different x
 ranges, non-finite source values) is `disclosed` only when figure.json's `disclose` says why in words.
 """
 
