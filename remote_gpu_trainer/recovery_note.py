@@ -5,7 +5,7 @@ days later on another machine. The note says, without rgt running, where the job
 Slurm job), how it was started, how to pick it up again and the first command to type. It holds nothing
 secret: paths, ids and commands that are already in rgt.toml and the state database.
 
-Everything that varies from one probe to the next (log ages, the clock) is left out, so the text changes only
+Everything that varies from one liveness look to the next (log ages, the clock) is left out, so the text changes only
 when the run's state does, and the service can leave the file alone when nothing changed.
 
 Every command meant to be pasted into a shell quotes its arguments (`shlex.quote`): a project folder or a path
@@ -108,7 +108,7 @@ def marker(f: RecoveryFacts, name: str) -> str:
 
 
 def next_steps(f: RecoveryFacts) -> list[str]:
-    """What to do after the re-probe, by the last known state and the evidence so far."""
+    """What to do after the next look at the box, by the last known state and the evidence so far."""
     down = f"`rgt down {f.run_id} --confirm {q(f.provider_id)}`" if f.provider_id else f"`rgt down {f.run_id}`"
     if f.handle is None:
         return [f"`rgt run {f.run_id}` (the phase-0 audit, then the launch)"]

@@ -520,7 +520,7 @@ ORPHAN_MARK = "orphan: billing, unknown to rgt"
 
 @dataclass(frozen=True)
 class BoxRunView:
-    """One run on a box and its liveness, as the overview's probe read it."""
+    """One run on a box and its liveness, as the overview's liveness look read it."""
 
     id: str
     liveness: str  # running | finished | dead | stalled | unknown

@@ -11,7 +11,7 @@ UNSET = (
     "NO_COLOR",  # would turn every snapshot monochrome (docs/environment.md §7)
     "SOURCE_DATE_EPOCH",  # would stamp builds and reports with the shell's date (clock.report_now)
     "COLUMNS", "LINES",  # would wrap CLI output at the developer's width
-    # would override the demo's own pins (assets/demo/train.py) and the probe's nproc (remote/env_probe.sh);
+    # would override the demo's own pins (assets/demo/train.py) and the survey's nproc (remote/env_survey.sh);
     # tests that train under a capability set it themselves (support/cpu_capability.py)
     "ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_NUM_THREADS", "OMP_NUM_THREADS", "OMP_THREAD_LIMIT",
     # would send the local fake provider APIs and webhook receivers through a proxy

@@ -19,7 +19,7 @@ from typing import Any
 
 SAMPLE_FIELDS = ("index", "pci.bus_id", "utilization.gpu", "memory.used", "memory.total", "temperature.gpu",
                  "power.draw", "power.limit", "clocks.sm", "clocks.max.sm")
-# newer drivers (535+) renamed the throttle bitmask; the probe tries the new name, then the old one
+# newer drivers (535+) renamed the throttle bitmask; the survey tries the new name, then the old one
 THROTTLE_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 INVENTORY_FIELDS = ("index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used", "driver_version")
 
@@ -84,7 +84,7 @@ class XidEvent:
 
 @dataclass(frozen=True)
 class KernelLog:
-    """The Xid lines the probe found, and whether the log could be read at all."""
+    """The Xid lines the survey found, and whether the log could be read at all."""
 
     readable: bool
     xid_text: str = ""
@@ -346,7 +346,7 @@ def nvidia_smi_failed(rc: int, output: str) -> HealthReport:
     return HealthReport(overall=FAIL, notes=(f"nvidia-smi failed (exit {rc}): {first[:200]}",))
 
 
-# ---- from the environment probe's JSON ------------------------------------------------------------
+# ---- from the environment survey's JSON -----------------------------------------------------------
 
 def _result(value: Any) -> tuple[int, str] | None:
     if isinstance(value, Mapping) and isinstance(value.get("rc"), int) and isinstance(value.get("out"), str):
@@ -354,8 +354,8 @@ def _result(value: Any) -> tuple[int, str] | None:
     return None
 
 
-def probe_samples(facts: Mapping[str, Any]) -> tuple[list[GpuSample], list[str]]:
-    """Every parseable sample the probe took, and a note per sample that failed or did not parse."""
+def survey_samples(facts: Mapping[str, Any]) -> tuple[list[GpuSample], list[str]]:
+    """Every parseable sample the survey took, and a note per sample that failed or did not parse."""
     block = facts.get("gpu_samples")
     samples: list[GpuSample] = []
     problems: list[str] = []
@@ -372,7 +372,7 @@ def probe_samples(facts: Mapping[str, Any]) -> tuple[list[GpuSample], list[str]]
     return samples, problems
 
 
-def probe_kernel_log(facts: Mapping[str, Any]) -> KernelLog:
+def survey_kernel_log(facts: Mapping[str, Any]) -> KernelLog:
     block = facts.get("kernel_log")
     if not isinstance(block, Mapping):
         return KernelLog(readable=False, source="none")
@@ -383,7 +383,7 @@ def probe_kernel_log(facts: Mapping[str, Any]) -> KernelLog:
 
 
 def health_from_facts(facts: Mapping[str, Any]) -> HealthReport:
-    """The §5 verdict from the environment probe's JSON (audit row 13)."""
+    """The §5 verdict from the environment survey's JSON (audit row 13)."""
     if not facts.get("nvidia_smi"):
         return no_gpu()
     inventory_result = _result(facts.get("gpus"))
@@ -395,8 +395,8 @@ def health_from_facts(facts: Mapping[str, Any]) -> HealthReport:
         inventory = parse_gpu_inventory(inventory_result[1])
     except GpuParseError as exc:
         return HealthReport(overall=WARN, notes=(str(exc),))
-    samples, problems = probe_samples(facts)
-    report = assess_health(samples, probe_kernel_log(facts), inventory)
+    samples, problems = survey_samples(facts)
+    report = assess_health(samples, survey_kernel_log(facts), inventory)
     if problems and report.overall != NO_GPU:
         overall = report.overall if report.overall == FAIL else WARN
         return HealthReport(overall=overall, gpus=report.gpus, notes=report.notes + tuple(problems))

@@ -1,6 +1,7 @@
-"""Liveness from facts, not from memory (docs/remote-ops.md §7): a pure classification over one probe.
+"""Liveness from facts, not from memory (docs/remote-ops.md §7): a pure classification over one liveness look (one
+short script run on the box, services/watch/liveness.py).
 
-First match wins: unknown (the probe failed) → finished (exit 0 and DONE) → dead (no live process and not
+First match wins: unknown (the look failed) → finished (exit 0 and DONE) → dead (no live process and not
 finished) → stalled (alive, log and checkpoints silent too long) → running. A log line never decides.
 """
 
@@ -19,8 +20,8 @@ T_CKPT_S = 30 * 60
 
 
 @dataclass(frozen=True)
-class ProbeResult:
-    """What one combined probe saw on the far side; `error` set means the probe itself failed."""
+class LivenessLook:
+    """What one liveness look saw on the far side; `error` set means the look itself failed."""
 
     now: float = 0.0
     pid_state: str = "unknown"  # alive | zombie | gone | unknown
@@ -43,26 +44,26 @@ class Liveness:
     detail: str
 
 
-def classify(probe: ProbeResult, launched: bool, t_log: float = T_LOG_S, t_ckpt: float = T_CKPT_S) -> Liveness:
+def classify(look: LivenessLook, launched: bool, t_log: float = T_LOG_S, t_ckpt: float = T_CKPT_S) -> Liveness:
     if not launched:
         return Liveness("unknown", "not launched")
-    if probe.error is not None:
-        return Liveness("unknown", f"unreachable: {probe.error}")
-    if probe.exit_code is not None:
-        if probe.exit_code == 0 and probe.done:
+    if look.error is not None:
+        return Liveness("unknown", f"unreachable: {look.error}")
+    if look.exit_code is not None:
+        if look.exit_code == 0 and look.done:
             return Liveness("finished", "exit 0, artifacts present")
-        if probe.exit_code == 0:
+        if look.exit_code == 0:
             return Liveness("dead", "incomplete: exit 0 but required artifacts missing")
-        return Liveness("dead", _exit_detail(probe.exit_code))
-    if probe.pid_state in ("gone", "zombie"):
+        return Liveness("dead", _exit_detail(look.exit_code))
+    if look.pid_state in ("gone", "zombie"):
         return Liveness("dead", "no exit code: the job was killed or the box rebooted")
-    if probe.pid_state != "alive":
+    if look.pid_state != "alive":
         return Liveness("unknown", "process state not readable")
-    log_age = probe.now - probe.log_mtime if probe.log_mtime is not None else None
-    ckpt_age = probe.now - probe.newest_ckpt_mtime if probe.newest_ckpt_mtime is not None else None
+    log_age = look.now - look.log_mtime if look.log_mtime is not None else None
+    ckpt_age = look.now - look.newest_ckpt_mtime if look.newest_ckpt_mtime is not None else None
     log_silent = log_age is None or log_age > t_log
     ckpt_stale = ckpt_age is None or ckpt_age > t_ckpt
-    started_long_ago = probe.started_at is None or probe.now - probe.started_at > t_log
+    started_long_ago = look.started_at is None or look.now - look.started_at > t_log
     if log_silent and ckpt_stale and started_long_ago:
         return Liveness("stalled", f"log silent {span(log_age)}, newest checkpoint {span(ckpt_age)}")
     if log_silent:
@@ -86,16 +87,16 @@ SENTINEL_GRACE_S = 5.0  # beyond three polls: a slow disk or a busy box delays a
 _EVENT_WORD = re.compile(r"^[a-z_]{1,32}$")
 
 
-def sentinel_state(probe: ProbeResult, poll_s: float) -> str:
+def sentinel_state(look: LivenessLook, poll_s: float) -> str:
     """The on-box sentinel's own liveness, in words: `alive` while its heartbeat is fresher than three polls,
     `exited after finished` once it ended on an event, `silent since T` otherwise (nobody will be notified),
-    `unknown` when the probe failed. The exit word is text from the box: anything but a plain word is ignored."""
-    if probe.error is not None:
+    `unknown` when the look failed. The exit word is text from the box: anything but a plain word is ignored."""
+    if look.error is not None:
         return "unknown"
-    if probe.sentinel_exit is not None and _EVENT_WORD.match(probe.sentinel_exit):
-        return f"exited after {probe.sentinel_exit}"
-    if probe.sentinel_beat is None:
+    if look.sentinel_exit is not None and _EVENT_WORD.match(look.sentinel_exit):
+        return f"exited after {look.sentinel_exit}"
+    if look.sentinel_beat is None:
         return "not started"
-    if probe.now - probe.sentinel_beat <= 3 * poll_s + SENTINEL_GRACE_S:
+    if look.now - look.sentinel_beat <= 3 * poll_s + SENTINEL_GRACE_S:
         return "alive"
-    return f"silent since {iso_z(datetime.fromtimestamp(probe.sentinel_beat, UTC))}"
+    return f"silent since {iso_z(datetime.fromtimestamp(look.sentinel_beat, UTC))}"

@@ -82,7 +82,7 @@ def write_atomic(path, text, mode=0o644):
 
 def pid_state(ctl):
     """alive, gone or zombie: the recorded pid, guarded against reuse by its recorded start time (as rgt's
-    liveness probe does); None when the wrapper has not written its pid yet."""
+    liveness look does); None when the wrapper has not written its pid yet."""
     pid = read_text(os.path.join(ctl, "pid"))
     if not pid or not pid.isdigit():
         return None

@@ -1,6 +1,6 @@
 """Phase-0 environment audit (docs/remote-ops.md §4).
 
-Part 1 runs the REAL probe (remote/env_probe.sh) through LocalTransport on this machine and checks its
+Part 1 runs the REAL survey (remote/env_survey.sh) through LocalTransport on this machine and checks its
 facts against what Python reads directly (statvfs, /proc, the cgroup files, a real write on a temp durable
 dir, real device ids of /dev/shm vs the temp dir). nvidia-smi is kept off PATH so the box is in the
 "no GPU" state whatever machine runs the tests; one run puts a stand-in nvidia-smi (a replay of recorded
@@ -33,7 +33,7 @@ from remote_gpu_trainer.audits import gpu_health as gh
 from remote_gpu_trainer.audits.env_audit.limits import IDLE_MEMORY_RATIO
 from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.services.launch.env_audit import parse_probe_output, probe_script, run_env_probe, sample_gpus
+from remote_gpu_trainer.services.launch.env_audit import parse_survey_output, run_env_survey, sample_gpus, survey_script
 
 GPU = Path(__file__).parents[1] / "fixtures" / "gpu"
 MiB = 1 << 20
@@ -53,7 +53,7 @@ def _probe(env: dict[str, str], **kwargs: Any) -> dict[str, Any]:
             mp.delenv(key, raising=False)
         for key, value in env.items():
             mp.setenv(key, value)
-        return asyncio.run(run_env_probe(LocalTransport(), **kwargs))
+        return asyncio.run(run_env_survey(LocalTransport(), **kwargs))
 
 
 class Box:
@@ -94,7 +94,7 @@ def box(tmp_path_factory: pytest.TempPathFactory) -> Box:
 
 
 def test_probe_answers_one_versioned_object(box: Box) -> None:
-    assert next(iter(box.facts)) == "version" and box.facts["version"] == ea.PROBE_VERSION
+    assert next(iter(box.facts)) == "version" and box.facts["version"] == ea.SURVEY_VERSION
     assert box.facts["client_sent_at"] - 1 <= box.facts["now"] <= box.facts["client_received_at"]
     assert box.facts["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert box.facts["uid"] == os.getuid() and box.facts["have_timeout"] is True
@@ -264,7 +264,7 @@ def _awks() -> list[str]:
 def test_json_escaper_is_exact_for_any_bytes_in_every_awk(tmp_path: Path) -> None:
     """The probe's pure-awk escaper (see the script's header for why not python3) against quotes,
     backslashes, control characters, newlines, NULs and invalid UTF-8, in each awk present here."""
-    source = probe_script().decode()
+    source = survey_script().decode()
     function = re.search(r"^jesc\(\) \{.*?^\}", source, re.S | re.M)
     assert function is not None
     rng = random.Random(20261129)
@@ -380,14 +380,14 @@ def test_a_probe_past_its_deadline_is_a_one_line_transport_error(tmp_path: Path)
 def test_an_unreachable_box_is_a_one_line_transport_error(tmp_path: Path) -> None:
     gone = LocalTransport(root=tmp_path / "deleted-instance-disk")
     with pytest.raises(TransportError, match="^environment probe could not reach the box: instance disk") as caught:
-        asyncio.run(run_env_probe(gone, scratch="/", durable="/", python="python3", workdir="/", staging_pairs=[]))
+        asyncio.run(run_env_survey(gone, scratch="/", durable="/", python="python3", workdir="/", staging_pairs=[]))
     assert "\n" not in str(caught.value)
 
 
 def test_the_script_ships_as_package_data_with_lf_endings() -> None:
-    script = probe_script()
+    script = survey_script()
     assert b"\r" not in script and script.startswith(b"# rgt environment probe")
-    assert f'RGT_PROBE_VERSION="{ea.PROBE_VERSION}"'.encode() in script
+    assert f'RGT_PROBE_VERSION="{ea.SURVEY_VERSION}"'.encode() in script
     assert ",".join(gh.SAMPLE_FIELDS).encode() in script and ",".join(gh.INVENTORY_FIELDS).encode() in script
 
 
@@ -404,11 +404,11 @@ def test_the_script_ships_as_package_data_with_lf_endings() -> None:
 ])
 def test_probe_output_is_parsed_strictly(stdout: bytes, message: str) -> None:
     with pytest.raises(TransportError, match=message.replace("(", r"\(")):
-        parse_probe_output(stdout)
+        parse_survey_output(stdout)
 
 
 def test_probe_output_keeps_invalid_utf8_as_replacement() -> None:
-    facts = parse_probe_output(b'{"version": "rgt-env-probe/1", "hostname": "caf\xe9"}\n')
+    facts = parse_survey_output(b'{"version": "rgt-env-probe/1", "hostname": "caf\xe9"}\n')
     assert facts["hostname"] == "caf\ufffd"
 
 
@@ -447,7 +447,7 @@ def healthy() -> dict[str, Any]:
     """A clean 8×H100 box in the exact shape the probe prints (as parsed by json.loads)."""
     idle = (GPU / "h100x8_idle_samples.csv").read_text().splitlines(keepends=True)
     return {
-        "version": ea.PROBE_VERSION, "now": NOW, "boot_id": "6f1d0c4e-3b1a-4c55-9b8e-2a0c5e7d9f10",
+        "version": ea.SURVEY_VERSION, "now": NOW, "boot_id": "6f1d0c4e-3b1a-4c55-9b8e-2a0c5e7d9f10",
         "hostname": "gpu-box", "uid": 0, "kernel": "5.15.0-105-generic", "have_timeout": True,
         "args": {"scratch": "/scratch", "durable": "/workspace", "python": "/opt/venv/bin/python",
                  "workdir": "/workspace/proj"},

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from remote_gpu_trainer.audits.gpu_health import GpuSample
-from remote_gpu_trainer.audits.liveness import Liveness, ProbeResult, classify
+from remote_gpu_trainer.audits.liveness import Liveness, LivenessLook, classify
 from remote_gpu_trainer.audits.log.samples import Hit, Sample, severity_rank
 from remote_gpu_trainer.audits.rules import (
     RULES,
@@ -33,7 +33,7 @@ from remote_gpu_trainer.audits.rules import (
     is_spike,
     replay_loss,
     robust_stats,
-    signals_from_probe,
+    signals_from_look,
     spike_z,
 )
 
@@ -90,7 +90,7 @@ def advancing_step(step: int) -> list[Sample]:
 
 
 def probe_signals(**probe: object) -> RunSignals:
-    return signals_from_probe(ProbeResult(now=NOW, **probe), t_log=T_LOG, t_ckpt=T_CKPT)  # type: ignore[arg-type]
+    return signals_from_look(LivenessLook(now=NOW, **probe), t_log=T_LOG, t_ckpt=T_CKPT)  # type: ignore[arg-type]
 
 
 def alive(**kw: object) -> RunSignals:
@@ -292,8 +292,8 @@ PROCESS_ROWS = ("S59", "S60", "S61", "S62")
 
 
 def test_exit_0_with_best_pth_is_finished() -> None:
-    probe = ProbeResult(now=NOW, pid_state="gone", exit_code=0, done=True, log_mtime=NOW - 60)
-    s = signals_from_probe(probe, t_log=T_LOG, t_ckpt=T_CKPT)
+    probe = LivenessLook(now=NOW, pid_state="gone", exit_code=0, done=True, log_mtime=NOW - 60)
+    s = signals_from_look(probe, t_log=T_LOG, t_ckpt=T_CKPT)
     assert s.liveness == classify(probe, True, T_LOG, T_CKPT) == Liveness("finished", "exit 0, artifacts present")
     assert evaluate(s, only=PROCESS_ROWS) == []
 

@@ -1,7 +1,7 @@
 """JSON nested deeper than Python's recursion limit, from the box: a finding or a refusal, never a crash.
 
 100,000 nested `[` is a few hundred kilobytes a box can write anywhere rgt reads JSON: a metrics file,
-the manifest, the environment probe's answer, the torch line of the phase-0 audit, a provider's error body.
+the manifest, the environment survey's answer, the torch line of the phase-0 audit, a provider's error body.
 Each is fed to the real reader through its real caller.
 """
 
@@ -19,7 +19,7 @@ from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.cloud.http import provider_message
 from remote_gpu_trainer.services.evidence.pull import pull
 from remote_gpu_trainer.services.evidence.verify import verify
-from remote_gpu_trainer.services.launch.env_audit import parse_probe_output
+from remote_gpu_trainer.services.launch.env_audit import parse_survey_output
 from remote_gpu_trainer.strict_json import loads_strict
 from support.evidence_helpers import Env, keep_probe_verdicts, make_env, write_run
 
@@ -77,7 +77,7 @@ def test_a_deeply_nested_manifest_is_problems_not_an_exception(data: bytes) -> N
 
 def test_a_deeply_nested_probe_answer_is_a_refusal() -> None:
     with pytest.raises(TransportError, match="nested too deeply"):
-        parse_probe_output(DEEP_LIST.encode())
+        parse_survey_output(DEEP_LIST.encode())
 
 
 def test_a_deeply_nested_torch_line_is_a_failed_row_reason() -> None:

@@ -26,7 +26,7 @@ from remote_gpu_trainer.services.fleet import patrol
 from remote_gpu_trainer.services.fleet import status as fleet
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch import recovery
-from remote_gpu_trainer.services.watch.liveness import RunState, parse_probe
+from remote_gpu_trainer.services.watch.liveness import RunState, parse_look, run_state
 from remote_gpu_trainer.state.events import EventKind
 from support.helpers import (
     FIXED_NOW,
@@ -137,13 +137,13 @@ def test_a_secret_file_that_is_a_fifo_is_refused_without_waiting(tmp_path: Path,
 
 
 def test_a_hostile_boxs_times_are_absent_never_a_crash() -> None:
-    probed = parse_probe("NOW=1764417600\nPID_STATE=gone\nEXIT_CODE=0\nFINISHED=1e18\nDONE=1\n"
+    probed = parse_look("NOW=1764417600\nPID_STATE=gone\nEXIT_CODE=0\nFINISHED=1e18\nDONE=1\n"
                          "SENTINEL=-10000000000000\nSTARTED=1e300\nLOG=10 -5\nCKPT=99999999999999\n")
     assert (probed.finished_at, probed.sentinel_beat, probed.started_at) == (None, None, None)
     assert (probed.log_mtime, probed.newest_ckpt_mtime) == (None, None)
     assert sentinel_state(probed, 30.0) == "not started"
-    assert parse_probe("NOW=-1\n").error == "probe answered without a time"
-    fine = parse_probe("NOW=1764417600\nFINISHED=1764417000\nSENTINEL=1764417590\n")
+    assert parse_look("NOW=-1\n").error == "probe answered without a time"
+    fine = parse_look("NOW=1764417600\nFINISHED=1764417000\nSENTINEL=1764417590\n")
     assert (fine.finished_at, sentinel_state(fine, 30.0)) == (1764417000.0, "alive")
 
 

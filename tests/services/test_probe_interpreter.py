@@ -1,6 +1,6 @@
 """Phase 0's torch row checks the interpreter the run's command uses (issue 9, "What must hold" 4).
 
-The session-level tests run the real probe (remote/env_probe.sh) through a real local box against real
+The session-level tests run the real environment survey (remote/env_survey.sh) through a real local box against real
 interpreters: a fresh venv made in tmp (no torch in it) and this test's own interpreter (torch installed),
 so a row that names the wrong interpreter also reports the wrong torch.
 """

@@ -1,6 +1,6 @@
-"""Phase-0 environment audit (docs/remote-ops.md §4): pure rows from the probe's facts and the run's needs.
+"""Phase-0 environment audit (docs/remote-ops.md §4): pure rows from the environment survey's facts and the run's needs.
 
-The facts are the parsed JSON object that remote/env_probe.sh printed (raw command outputs); this package
+The facts are the parsed JSON object that remote/env_survey.sh printed (raw command outputs); this package
 parses them (facts.py) and applies the table's thresholds (common.py), one function per row: space.py (rows
 1-4), limits.py (5-6), gpu.py (7-8, 13-14), filesystems.py (9-12), clocks.py (15-16); interpreter.py says
 which python row 8 checks. It runs nothing and reads nothing, so every threshold can be tested at its
@@ -26,9 +26,9 @@ from remote_gpu_trainer.audits.env_audit.common import (
     LOOPBACK,
     NO_LIMIT_BYTES,
     PASS,
-    PROBE_VERSION,
     SCRATCH_RESERVE_BYTES,
     SKIPPED,
+    SURVEY_VERSION,
     WARN,
     RunRequirements,
     worst_status,
@@ -68,7 +68,7 @@ _du_bytes = du_bytes
 _use_status = use_status
 
 __all__ = [
-    "FAIL", "LOOPBACK", "NO_LIMIT_BYTES", "PASS", "PROBE_VERSION", "SCRATCH_RESERVE_BYTES", "SKIPPED", "WARN",
+    "FAIL", "LOOPBACK", "NO_LIMIT_BYTES", "PASS", "SURVEY_VERSION", "SCRATCH_RESERVE_BYTES", "SKIPPED", "WARN",
     "AuditRow",
     "DfRow", "Interpreter", "RunRequirements", "audit_environment", "baseline", "checkpoint_budget",
     "checkpoints_survive", "clock_skew", "command_program", "cpu_limit", "cpu_quota", "disk_bytes", "disk_inodes",
@@ -82,8 +82,8 @@ __all__ = [
 
 def audit_environment(facts: Mapping[str, Any], req: RunRequirements) -> list[AuditRow]:
     """All seventeen rows, in table order."""
-    if facts.get("version") != PROBE_VERSION:
-        raise ValueError(f"environment facts have version {facts.get('version')!r}, expected {PROBE_VERSION!r}")
+    if facts.get("version") != SURVEY_VERSION:
+        raise ValueError(f"environment facts have version {facts.get('version')!r}, expected {SURVEY_VERSION!r}")
     rows: list[Callable[[Mapping[str, Any], RunRequirements], AuditRow]] = [
         disk_bytes, disk_inodes, checkpoint_budget, export_inodes, memory_limit, cpu_limit, gpus, torch_sees_gpus,
         hidden_caches, same_filesystem, durable_mount, checkpoints_survive, gpu_health_row, vram_holders,

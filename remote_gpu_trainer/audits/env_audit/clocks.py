@@ -1,4 +1,4 @@
-"""Rows 15-16 of the environment audit (docs/remote-ops.md §4): the clocks no probe can see (asked of the user),
+"""Rows 15-16 of the environment audit (docs/remote-ops.md §4): the clocks no survey can see (asked of the user),
 and the baseline a later check compares against (boot id, clock skew)."""
 
 from __future__ import annotations

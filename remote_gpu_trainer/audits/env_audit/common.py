@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-PROBE_VERSION = "rgt-env-probe/1"
+SURVEY_VERSION = "rgt-env-probe/1"
 
 PASS, WARN, FAIL, SKIPPED = "pass", "warn", "fail", "skipped"
 _RANK = {PASS: 0, SKIPPED: 0, WARN: 1, FAIL: 2}
@@ -53,7 +53,7 @@ class RunRequirements:
     own_pids: frozenset[int] = frozenset()
     known_daemons: frozenset[str] = KNOWN_GPU_DAEMONS
     capped_tier_bytes: int = CAPPED_TIER_BYTES
-    interpreter_why: str = ""               # row 8: why the probe ran this interpreter (see run_interpreter)
+    interpreter_why: str = ""               # row 8: why the survey ran this interpreter (see run_interpreter)
     no_proxy_hosts: tuple[str, ...] = LOOPBACK  # row 17: hosts a set proxy must skip (+ the network's mirrors)
 
 

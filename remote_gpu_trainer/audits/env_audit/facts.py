@@ -1,5 +1,5 @@
-"""Reading the probe's facts (docs/remote-ops.md §4): the raw command results remote/env_probe.sh printed, and the
-`df` and `findmnt` output inside them. Parsing only; the rows judge what comes out."""
+"""Reading the environment survey's facts (docs/remote-ops.md §4): the raw command results remote/env_survey.sh
+printed, and the `df` and `findmnt` output inside them. Parsing only; the rows judge what comes out."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class DfRow:
         return 100.0 * self.used / (self.used + self.avail)
 
 
-def probe_result(value: Any) -> tuple[int, str] | None:
+def survey_result(value: Any) -> tuple[int, str] | None:
     if isinstance(value, Mapping) and isinstance(value.get("rc"), int) and isinstance(value.get("out"), str):
         return value["rc"], value["out"]
     return None
@@ -67,7 +67,7 @@ def _unescape(value: str) -> str:
 
 
 def mount_of(value: Any) -> dict[str, str] | None:
-    result = probe_result(value)
+    result = survey_result(value)
     return parse_findmnt(result[1]) if result and result[0] == 0 else None
 
 
@@ -79,7 +79,7 @@ def disk_block(facts: Mapping[str, Any], role: str) -> Mapping[str, Any]:
 
 def df_of(facts: Mapping[str, Any], role: str, kind: str) -> tuple[DfRow | None, str]:
     """(row, "") or (None, why): `kind` is "bytes" or "inodes"."""
-    result = probe_result(disk_block(facts, role).get(kind))
+    result = survey_result(disk_block(facts, role).get(kind))
     if result is None:
         return None, "not in the probe output"
     rc, out = result

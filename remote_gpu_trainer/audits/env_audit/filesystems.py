@@ -24,7 +24,7 @@ from remote_gpu_trainer.audits.env_audit.facts import (
     first_line,
     mount_of,
     parse_df,
-    probe_result,
+    survey_result,
 )
 from remote_gpu_trainer.text import gib
 from remote_gpu_trainer.views import AuditRow
@@ -32,7 +32,7 @@ from remote_gpu_trainer.views import AuditRow
 
 def du_bytes(value: Any) -> tuple[int | None, bool]:
     """(bytes, complete): du's total even when it exited 1 on an unreadable subdirectory."""
-    result = probe_result(value)
+    result = survey_result(value)
     if result is None:
         return None, False
     rc, out = result
@@ -58,7 +58,7 @@ def hidden_caches(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
         parts.append(f"{where} {gib(size) if size is not None else '?'}")
         if not complete:
             partial.append(path)
-        df = probe_result(cache.get("df"))
+        df = survey_result(cache.get("df"))
         fs = parse_df(df[1]) if df and df[0] == 0 else None
         if fs is not None and fs.total is not None and fs.total <= req.capped_tier_bytes:
             capped.append(f"{path} on {fs.target} ({gib(fs.total)} filesystem)")

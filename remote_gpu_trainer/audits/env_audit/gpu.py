@@ -18,7 +18,7 @@ from remote_gpu_trainer.audits.env_audit.common import (
     WARN,
     RunRequirements,
 )
-from remote_gpu_trainer.audits.env_audit.facts import args_block, first_line, probe_result
+from remote_gpu_trainer.audits.env_audit.facts import args_block, first_line, survey_result
 from remote_gpu_trainer.text import size_iec
 from remote_gpu_trainer.views import AuditRow
 
@@ -27,7 +27,7 @@ def gpu_inventory(facts: Mapping[str, Any]) -> tuple[list[gpu_health.GpuInfo] | 
     """(GPUs, "") or (None, why): None with a why that starts "no GPU" is the no-GPU state."""
     if not facts.get("nvidia_smi"):
         return None, "no GPU: nvidia-smi missing"
-    result = probe_result(facts.get("gpus"))
+    result = survey_result(facts.get("gpus"))
     if result is None:
         return None, "GPU query missing from the probe output"
     rc, out = result
@@ -75,7 +75,7 @@ def gpus(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
 
 def torch_facts(facts: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
     """The interpreter's RGT_TORCH answer, or (None, why)."""
-    result = probe_result(facts.get("torch"))
+    result = survey_result(facts.get("torch"))
     python = str(args_block(facts).get("python", "?"))
     if result is None:
         return None, "torch check missing from the probe output"
@@ -90,7 +90,7 @@ def torch_facts(facts: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
         if line.startswith("RGT_TORCH="):
             try:
                 parsed = json.loads(line.removeprefix("RGT_TORCH="))
-            except (ValueError, RecursionError):  # a probe answer nested 100,000 deep is no answer
+            except (ValueError, RecursionError):  # a survey answer nested 100,000 deep is no answer
                 break
             if isinstance(parsed, dict):
                 return parsed, ""
@@ -119,7 +119,7 @@ def torch_sees_gpus(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
 
 
 def _interpreter_label(facts: Mapping[str, Any], info: Mapping[str, Any], req: RunRequirements) -> str:
-    """`python3 (/usr/bin/python3.11, Python 3.11.2) [why]`: the word the probe ran, what it resolved to,
+    """`python3 (/usr/bin/python3.11, Python 3.11.2) [why]`: the word the survey ran, what it resolved to,
     and why that interpreter, since a torch version means nothing without whose it is."""
     ran = str(args_block(facts).get("python", "?"))
     parts = []
@@ -150,7 +150,7 @@ def vram_holders(facts: Mapping[str, Any], req: RunRequirements) -> AuditRow:
     Attributable only when nvidia-smi lists a pid at all (inside a PID namespace it usually lists none)."""
     if not facts.get("nvidia_smi"):
         return AuditRow(14, "vram_holders", SKIPPED, "no GPU")
-    apps = probe_result(facts.get("compute_apps"))
+    apps = survey_result(facts.get("compute_apps"))
     holders = facts.get("device_holders")
     if apps is None or apps[0] != 0 or not isinstance(holders, Mapping):
         return AuditRow(14, "vram_holders", SKIPPED, "compute apps or device holders not queried")

@@ -3,7 +3,7 @@ entries for loopback and the run's mirror hosts.
 
 Why it matters: behind the great firewall boxes often carry a whitelist proxy (AutoDL's network_turbo,
 Gpushare's turbo). Without `no_proxy`, traffic to 127.0.0.1 (a local rendezvous, TensorBoard, an evaluation
-server) and to the domestic mirrors goes through it and fails or crawls. The probe reports only the names of the
+server) and to the domestic mirrors goes through it and fails or crawls. The survey reports only the names of the
 proxy variables set, never their values, which may hold a password.
 """
 

@@ -30,11 +30,11 @@ from remote_gpu_trainer.audits.rules.signals import (
     RunSignals,
     WatchedFile,
     derive_t_log,
-    signals_from_probe,
+    signals_from_look,
 )
 
 __all__ = [
     "RULES", "ClaimedSave", "ComputeApp", "ComputeSnapshot", "DiskUsage", "FinalMetric", "GpuReading", "LossPoint",
     "MemorySample", "RunSignals", "WatchedFile", "derive_t_log", "effective_liveness", "evaluate", "is_spike",
-    "replay_loss", "robust_stats", "signals_from_probe", "spike_z",
+    "replay_loss", "robust_stats", "signals_from_look", "spike_z",
 ]

@@ -1,6 +1,6 @@
 """The process rows S58–S65 (docs/log-signatures.md §2) and §3.1 liveness refined by step and GPU progress.
 
-A row reads the probe's liveness, exit status and log tail from `RunSignals` and fires only on positive
+A row reads the liveness look's verdict, exit status and log tail from `RunSignals` and fires only on positive
 evidence of how the process died, stalled or lost its state.
 """
 
@@ -44,7 +44,7 @@ _WRAPPER_LINE = "== rgt:"  # the job wrapper's own markers follow the trainer's 
 # ---- §3.1 liveness, refined ------------------------------------------------------------------------
 
 def effective_liveness(s: RunSignals) -> Liveness | None:
-    """`classify` with what §3.1 adds and a probe cannot see: a step advance or a busy GPU is progress.
+    """`classify` with what §3.1 adds and a liveness look cannot see: a step advance or a busy GPU is progress.
 
     classify() judges `stalled` from log and checkpoint mtimes only; the spec also requires no step advance
     for > T_log and a GPU util median < 5 %. Unknown GPU data keeps classify's word (CPU runs can stall too).

@@ -1,6 +1,6 @@
 """What the watcher rules read: one `RunSignals` snapshot of a run's process, host, metric and GPU facts.
 
-Why one snapshot: the services gather facts every few seconds (probe answers, cgroup files, `df`,
+Why one snapshot: the services gather facts every few seconds (liveness looks, cgroup files, `df`,
 nvidia-smi samples, the parsed metric series) and hand them over in one `RunSignals`; each catalogue row
 (docs/log-signatures.md §2 rows S58–S93, §3) is a small function of it, so a row can be tested with a
 hand-built scenario. Every field is optional: a missing input means "unknown", never "bad".
@@ -16,7 +16,7 @@ from itertools import islice
 from typing import Any
 
 from remote_gpu_trainer.audits.gpu_health import GpuSample
-from remote_gpu_trainer.audits.liveness import T_CKPT_S, T_LOG_S, Liveness, ProbeResult, classify
+from remote_gpu_trainer.audits.liveness import T_CKPT_S, T_LOG_S, Liveness, LivenessLook, classify
 from remote_gpu_trainer.audits.log.samples import Sample
 
 GPU_PERIOD_S = 15.0  # nvidia-smi cadence; also the spacing assumed for bare (untimed) GpuSamples
@@ -104,7 +104,7 @@ class FinalMetric:
 class RunSignals:
     """Everything the rows read. Every field is optional: a caller fills in what it gathered.
 
-    Times are epoch seconds on one clock (the probe's `now`). `samples` may be long and may be per-key
+    Times are epoch seconds on one clock (the liveness look's `now`). `samples` may be long and may be per-key
     windows concatenated: only the order within one key matters. `series` (key → samples) is used instead
     when given, so a caller that already keeps per-key windows pays no grouping pass.
     """
@@ -115,7 +115,7 @@ class RunSignals:
     started_at: float | None = None
     since: float | None = None  # event rows report only samples newer than this (None: the newest 50)
     # process (S58–S65)
-    liveness: Liveness | None = None  # audits.liveness.classify of the same probe
+    liveness: Liveness | None = None  # audits.liveness.classify of the same look
     exit_code: int | None = None
     exit_code_file_present: bool | None = None  # None: inferred from exit_code
     signal_sent_by_app: bool = False
@@ -174,14 +174,14 @@ class RunSignals:
         return self._by_key.keys()
 
 
-def signals_from_probe(probe: ProbeResult, launched: bool = True, t_log: float = T_LOG_S,
-                       t_ckpt: float = T_CKPT_S, **more: Any) -> RunSignals:
-    """The process fields of RunSignals from one watcher probe, classified the way the watcher does."""
+def signals_from_look(look: LivenessLook, launched: bool = True, t_log: float = T_LOG_S,
+                      t_ckpt: float = T_CKPT_S, **more: Any) -> RunSignals:
+    """The process fields of RunSignals from one watcher's liveness look, classified the way the watcher does."""
     base = RunSignals(
-        now=probe.now, t_log=t_log, t_ckpt=t_ckpt, started_at=probe.started_at,
-        liveness=classify(probe, launched, t_log, t_ckpt), exit_code=probe.exit_code,
-        artifacts_present=probe.done if probe.exit_code is not None else None,
-        last_log_line_t=probe.log_mtime, newest_ckpt_mtime=probe.newest_ckpt_mtime)
+        now=look.now, t_log=t_log, t_ckpt=t_ckpt, started_at=look.started_at,
+        liveness=classify(look, launched, t_log, t_ckpt), exit_code=look.exit_code,
+        artifacts_present=look.done if look.exit_code is not None else None,
+        last_log_line_t=look.log_mtime, newest_ckpt_mtime=look.newest_ckpt_mtime)
     return replace(base, **more)
 
 

@@ -3,7 +3,7 @@ lifecycle, record the audit, and build the view every face shows.
 
 The audit runs after every verification, on `rgt audit`, and in the dashboard whenever an input it reads changed
 (`inputs_fingerprint`: the sizes and times of every file under runs/ and splits/, EVIDENCE.json, rgt.toml and the
-probe answers). It never blocks anything: its findings are disclosed, the only gate stays teardown.
+model probe answers). It never blocks anything: its findings are disclosed, the only gate stays teardown.
 """
 
 from __future__ import annotations
@@ -234,6 +234,6 @@ def _log_lines(run_dir: Path) -> Iterable[tuple[int, str]]:
 
 def _case_insensitive(root: Path) -> bool:
     """Whether the project's file system folds case (macOS, Windows): V15 then compares files too."""
-    probe = root / "rgt.toml"
+    config = root / "rgt.toml"
     swapped = root / "RGT.TOML"
-    return probe.exists() and swapped.exists() and os.path.samefile(probe, swapped)
+    return config.exists() and swapped.exists() and os.path.samefile(config, swapped)

@@ -2,10 +2,10 @@
 cron or a jump host, and says in one plain line per run what it saw, even when nothing changed.
 
 One tick opens each project as a Session and looks through the engine the dashboard uses (services/overview.py:
-observe() then build(), the same meter, probe and idle rule), every project and every box at once: a box that has
-not answered within the wait prints `unknown` and never delays the others. Once the lines are out, the tick does
-what the runs ask for: the automatic follow-ups (services/fleet/auto_follow.py) and, with --notify, each new event sent
-once through apprise (services/fleet/notify.py). Nothing here stops, terminates or rents anything.
+observe() then build(), the same meter, liveness look and idle rule), every project and every box at once: a box
+that has not answered within the wait prints `unknown` and never delays the others. Once the lines are out, the tick
+does what the runs ask for: the automatic follow-ups (services/fleet/auto_follow.py) and, with --notify, each new
+event sent once through apprise (services/fleet/notify.py). Nothing here stops, terminates or rents anything.
 """
 
 from __future__ import annotations

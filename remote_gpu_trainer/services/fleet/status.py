@@ -3,7 +3,7 @@
 The box that bills all night belongs to a project nobody has open. This gathers every instance of the
 projects asked (the current one, or every project this user opened: services/project_registry.py) through
 the one engine the dashboard uses (a Session per project, services/overview.py's observe() and
-instance_views(): the same meter, probe and liveness), adds each box's idle time, and asks every cloud
+instance_views(): the same meter, liveness look and verdict), adds each box's idle time, and asks every cloud
 account for boxes no project knows (services/fleet/orphans.py).
 
 Every project and box is asked at once, each within its own timeout: a hung box reads `unknown` and never
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
 
 ANSWER_GRACE_S = 1.0  # past the per-box timeout, for a box's own "no answer within" to arrive
-PROJECT_ROUNDS = 3  # a project's whole look: status and probe, then the GPU sample, then the rest
+PROJECT_ROUNDS = 3  # a project's whole look: status and liveness look, then the GPU sample, then the rest
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.env_audit import (
     LOOPBACK,
-    PROBE_VERSION,
+    SURVEY_VERSION,
     RunRequirements,
     audit_environment,
     kept_checkpoints,
@@ -45,12 +45,12 @@ from remote_gpu_trainer.views import AuditRow
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
 
-PROBE_TIMEOUT_S = 120.0
+SURVEY_TIMEOUT_S = 120.0
 SAMPLE_TIMEOUT_S = 15.0
 SAMPLE_VERSION = "rgt-gpu-sample/1"
 GPU_SAMPLE_S = 10.0  # the dashboard's GPU text is sampled at most this often per instance
 
-# One query of the same fields as the probe's samples; KEY=VALUE lines, then nvidia-smi's CSV verbatim.
+# One query of the same fields as the survey's samples; KEY=VALUE lines, then nvidia-smi's CSV verbatim.
 _SAMPLER = f"""set -u
 main() {{
   echo "version={SAMPLE_VERSION}"
@@ -71,12 +71,12 @@ main </dev/null; exit 0
 """
 
 
-def probe_script() -> bytes:
-    """The probe as shipped in the package (remote/env_probe.sh)."""
-    return importlib.resources.files("remote_gpu_trainer.remote").joinpath("env_probe.sh").read_bytes()
+def survey_script() -> bytes:
+    """The environment survey as shipped in the package (remote/env_survey.sh)."""
+    return importlib.resources.files("remote_gpu_trainer.remote").joinpath("env_survey.sh").read_bytes()
 
 
-def probe_command(transport: Transport, *, scratch: str, durable: str, python: str, workdir: str,
+def survey_command(transport: Transport, *, scratch: str, durable: str, python: str, workdir: str,
                   staging_pairs: Iterable[tuple[str, str]]) -> str:
     """`bash -s -- M D PY WORKDIR [STAGING FINAL]...`, every argument quoted; paths as the box sees them."""
     paths = [transport.resolve(scratch), transport.resolve(durable)]
@@ -86,26 +86,26 @@ def probe_command(transport: Transport, *, scratch: str, durable: str, python: s
     return "bash -s -- " + " ".join(shlex.quote(a) for a in args)
 
 
-async def run_env_probe(transport: Transport, *, scratch: str, durable: str, python: str, workdir: str,
-                        staging_pairs: Iterable[tuple[str, str]] = (), timeout: float = PROBE_TIMEOUT_S,
+async def run_env_survey(transport: Transport, *, scratch: str, durable: str, python: str, workdir: str,
+                        staging_pairs: Iterable[tuple[str, str]] = (), timeout: float = SURVEY_TIMEOUT_S,
                         clock: Callable[[], float] = time.time) -> dict[str, Any]:
-    """The probe's facts, plus `client_sent_at`/`client_received_at` (local wall clock around the call)
+    """The survey's facts, plus `client_sent_at`/`client_received_at` (local wall clock around the call)
     so the audit can measure clock skew without reading a clock itself."""
-    command = probe_command(transport, scratch=scratch, durable=durable, python=python, workdir=workdir,
+    command = survey_command(transport, scratch=scratch, durable=durable, python=python, workdir=workdir,
                             staging_pairs=staging_pairs)
     sent = clock()
-    result = await _run(transport, command, probe_script(), timeout, "environment probe")
+    result = await _run(transport, command, survey_script(), timeout, "environment probe")
     received = clock()
-    facts = parse_probe_output(result.stdout)
+    facts = parse_survey_output(result.stdout)
     facts["client_sent_at"] = sent
     facts["client_received_at"] = received
     return facts
 
 
-def parse_probe_output(stdout: bytes) -> dict[str, Any]:
-    """Exactly one JSON object, first key "version" equal to PROBE_VERSION, no duplicate keys, no NaN.
+def parse_survey_output(stdout: bytes) -> dict[str, Any]:
+    """Exactly one JSON object, first key "version" equal to SURVEY_VERSION, no duplicate keys, no NaN.
 
-    Bytes are decoded with U+FFFD for invalid UTF-8: the probe passes command output through byte for byte,
+    Bytes are decoded with U+FFFD for invalid UTF-8: the survey passes command output through byte for byte,
     and a path or a log line on the box need not be UTF-8.
     """
     text = stdout.decode("utf-8", errors="replace").strip()
@@ -116,9 +116,9 @@ def parse_probe_output(stdout: bytes) -> dict[str, Any]:
                              f"output starts {text[:80]!r}") from None
     if not isinstance(facts, dict) or next(iter(facts), None) != "version":
         raise TransportError("environment probe answered badly: the first field is not the script version")
-    if facts["version"] != PROBE_VERSION:
+    if facts["version"] != SURVEY_VERSION:
         raise TransportError(f"environment probe answered with version {facts['version']!r}, "
-                             f"expected {PROBE_VERSION!r}")
+                             f"expected {SURVEY_VERSION!r}")
     if "error" in facts:
         raise TransportError(f"environment probe refused its arguments: {facts['error']}")
     return facts
@@ -176,7 +176,7 @@ def _one_line(text: str) -> str:
 
 
 async def audit_run_environment(session: Session, run_id: str, actor: str = "user") -> list[AuditRow]:
-    """Phase 0 on the run's instance: one probe, sixteen rows, stored and logged (docs/remote-ops.md §4).
+    """Phase 0 on the run's instance: one environment survey, sixteen rows, stored and logged (docs/remote-ops.md §4).
     It checks the box for the next launch, so it reads rgt.toml as it is (not the last launch's bindings)."""
     run = session.project.run(run_id)
     transport = await session.remote(run.instance)
@@ -187,7 +187,7 @@ async def audit_run_environment(session: Session, run_id: str, actor: str = "use
                          f"{made.error_text.strip()[:200]}")
     # Row 8 checks the interpreter the command runs, not a python3 that may lack the run's torch.
     python = run_interpreter(run.command, run.python, explicit=run.python_explicit, run_id=run_id)
-    facts = await run_env_probe(transport, scratch=run.workdir, durable=run.remote_root, python=python.path,
+    facts = await run_env_survey(transport, scratch=run.workdir, durable=run.remote_root, python=python.path,
                                 workdir=run.workdir)
     # with a size, row 3 weighs best + the resume anchor against the durable disk
     budget, source = checkpoint_size(session, run)

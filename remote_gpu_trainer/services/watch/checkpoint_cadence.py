@@ -5,7 +5,7 @@ checkpoint's age against it.
 μ, first found: rgt.toml `runs.<id>.mtbp_hours`, `instances.<name>.mtbp_hours`, then the profile's
 `[preemption] mtbp_hours`, which applies only to a box that can be preempted (rented interruptible, an API that
 says interruptible, or a Slurm allocation). C, first found: the save times the log states, then the newest
-checkpoint's creation-to-write gap from the liveness probe. The last C the log stated is remembered per log
+checkpoint's creation-to-write gap from the liveness look. The last C the log stated is remembered per log
 monitor, because the line that said it leaves the monitor's 200-line tail long before the next save.
 """
 

@@ -1,6 +1,6 @@
 """The live inputs of the host, GPU and save-claim run rules (docs/remote-ops.md §11).
 
-Each watcher tick ships remote/mem_monitor.py on stdin to the box's interpreter beside the liveness probe: it
+Each watcher tick ships remote/mem_monitor.py on stdin to the box's interpreter beside the liveness look: it
 answers the job's cgroup memory and OOM kills, the result root's disk, the GPU compute processes, the claimed
 saves' sizes and the memory TSV's new rows. One `HostHistory` per run (on its log monitor) keeps what the rules
 need across ticks, bounded: memory samples for S66's 60-s window, the last oom_kill count for S67's delta,
@@ -206,7 +206,7 @@ async def tick(session: Session, run: RunConfig, monitor: RunLogMonitor, launch:
                state: RunState) -> HostSignals:
     """This tick's host inputs for the run's rules: a fresh sample at most every HOST_EVERY_S, or at once when
     the run's state changed (the memory TSV fills the gaps), folded into the monitor's history. Sampled here,
-    on the watcher's path, not in every liveness probe: launch checks and waits ask for the state far more
+    on the watcher's path, not in every liveness look: launch checks and waits ask for the state far more
     often than the rules run."""
     history = monitor.host
     now = session.clock().timestamp()

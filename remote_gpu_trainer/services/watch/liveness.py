@@ -1,8 +1,8 @@
-"""Watch a launched run: one combined probe on the far side, classified by audits.liveness.
+"""Watch a launched run: one liveness look on the far side, classified by audits.liveness.
 
-The probe is a short bash script sent on stdin with its arguments quoted, answering KEY=VALUE lines.
+The look is a short bash script sent on stdin with its arguments quoted, answering KEY=VALUE lines.
 It reads the recorded pid and its start time (guarding against pid reuse), never counts processes by
-pattern (a probe's own shell would match), and treats a zombie as ended: some containers' PID 1 never
+pattern (the look's own shell would match), and treats a zombie as ended: some containers' PID 1 never
 reaps. Any transport failure becomes `unknown`, never `dead`.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits import preemption
 from remote_gpu_trainer.audits.checkpoint_cadence import write_time_from_file
-from remote_gpu_trainer.audits.liveness import Liveness, ProbeResult, classify, sentinel_state
+from remote_gpu_trainer.audits.liveness import Liveness, LivenessLook, classify, sentinel_state
 from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
@@ -27,12 +27,12 @@ from remote_gpu_trainer.services.launch.launch import ctl_dir, log_path
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
 
-PROBE_TIMEOUT_S = 30.0
+LOOK_TIMEOUT_S = 30.0
 
 # Times to the nanosecond where the box's date and stat can (GNU), whole seconds where they cannot (busybox):
 # whole seconds on both sides of an age make it up to a second short, and a stall_after of 1 s would read as
 # running for a second after the on-box sentinel (float times) said stalled.
-_PROBE = r"""set -u
+_LOOK_SCRIPT = r"""set -u
 CTL="$1"; LOG="$2"; ROOT="$3"
 mt() {
   v=$(stat -c '%.9Y' -- "$1" 2>/dev/null)
@@ -67,35 +67,35 @@ exit 0
 """
 
 
-async def probe(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> ProbeResult:
+async def look(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> LivenessLook:
     """The job's control files, log and newest checkpoint. Asked also without a launch record here: a lost or
     replaced state database must not make a running job read as never launched (docs/gate.md §7.2); a box
     that cannot be asked about a run rgt never recorded stays `not launched`."""
-    found = await _probe(run, transport)
+    found = await _look(run, transport)
     if launch is None and found.error is not None:
-        return ProbeResult(error=None, pid_state="unknown")
+        return LivenessLook(error=None, pid_state="unknown")
     return found
 
 
-def launched_here(launch: dict[str, Any] | None, probed: ProbeResult) -> bool:
+def launched_here(launch: dict[str, Any] | None, seen: LivenessLook) -> bool:
     """A launch rgt recorded, or one the box's control folder records (its launch.json): the box is the ledger."""
-    return launch is not None or (probed.error is None and probed.started_at is not None)
+    return launch is not None or (seen.error is None and seen.started_at is not None)
 
 
-async def _probe(run: RunConfig, transport: Transport) -> ProbeResult:
+async def _look(run: RunConfig, transport: Transport) -> LivenessLook:
     args = " ".join(shlex.quote(transport.resolve(p)) for p in (ctl_dir(run), log_path(run), run.remote_root))
     try:
-        result = await transport.run(f"bash -s -- {args}", stdin=_PROBE.encode(), timeout=PROBE_TIMEOUT_S)
+        result = await transport.run(f"bash -s -- {args}", stdin=_LOOK_SCRIPT.encode(), timeout=LOOK_TIMEOUT_S)
     except (TransportError, OSError, TimeoutError) as exc:
-        return ProbeResult(error=str(exc) or type(exc).__name__)
+        return LivenessLook(error=str(exc) or type(exc).__name__)
     if result.rc != 0:
-        return ProbeResult(error=f"probe exited {result.rc}: {result.error_text.strip()[:200]}")
-    return parse_probe(result.text)
+        return LivenessLook(error=f"probe exited {result.rc}: {result.error_text.strip()[:200]}")
+    return parse_look(result.text)
 
 
-def parse_probe(text: str) -> ProbeResult:
-    """The probe's KEY=value lines. A value that does not parse counts as absent, never as a crash: a file
-    deleted between the probe's test and its stat (a teardown under way) prints nothing, and a hostile box
+def parse_look(text: str) -> LivenessLook:
+    """The look's KEY=value lines. A value that does not parse counts as absent, never as a crash: a file
+    deleted between the look's test and its stat (a teardown under way) prints nothing, and a hostile box
     may print anything."""
     values: dict[str, str] = {}
     for line in text.splitlines():
@@ -104,11 +104,11 @@ def parse_probe(text: str) -> ProbeResult:
             values[key.strip()] = value.strip()
     now = _stamp(values.get("NOW"))
     if now is None:
-        return ProbeResult(error="probe answered without a time")
+        return LivenessLook(error="probe answered without a time")
     exit_code = values.get("EXIT_CODE")
     size, _, mtime = values.get("LOG", "").partition(" ")
     log_size, log_mtime = _number(size), _stamp(mtime)
-    return ProbeResult(
+    return LivenessLook(
         now=now,
         pid_state=values.get("PID_STATE", "unknown"),
         exit_code=int(exit_code) if exit_code and exit_code.lstrip("-").isdigit() else None,
@@ -148,8 +148,8 @@ def _stamp(text: str | None) -> float | None:
 
 
 async def liveness(run: RunConfig, transport: Transport, launch: dict[str, Any] | None) -> Liveness:
-    probed = await probe(run, transport, launch)
-    return classify(probed, launched=launched_here(launch, probed))
+    seen = await look(run, transport, launch)
+    return classify(seen, launched=launched_here(launch, seen))
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ class RunState:
     finished_at: datetime | None
     walltime: str | None = None  # a batch job's `elapsed / limit`, for the meter
     exit_code: int | None = None
-    started_at: float | None = None  # epoch seconds of the launch the probe saw
+    started_at: float | None = None  # epoch seconds of the launch the look saw
     sentinel: str | None = None  # the on-box sentinel's liveness (audits/liveness.sentinel_state); None: not used
     newest_ckpt_age_s: float | None = None  # age of the newest checkpoint under remote_root, on the box's clock
     ckpt_write_s: float | None = None  # its creation-to-last-write gap: one checkpoint's write time (§10)
@@ -184,21 +184,21 @@ async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> 
         # calls ended has its exit code file by the time the files are read (the other order races).
         job = await provider.job_state(transport, str(launch["slurm_job"])) if launch and \
             launch.get("slurm_job") and isinstance(provider, BatchJobs) else None
-        probed = await probe(run, transport, launch)
+        seen = await look(run, transport, launch)
     except RgtError as exc:
         return RunState(Liveness("unknown", str(exc)), None)
-    finished = datetime.fromtimestamp(probed.finished_at, UTC) if probed.finished_at else None
-    judged = classify(probed, launched=launched_here(launch, probed), t_log=run.stall_after,
+    finished = datetime.fromtimestamp(seen.finished_at, UTC) if seen.finished_at else None
+    judged = classify(seen, launched=launched_here(launch, seen), t_log=run.stall_after,
                       t_ckpt=2 * run.stall_after)
     if job is not None:
         judged = batch_liveness(job, judged)
     # on an interruptible box exit 143 is preemption (docs/remote-ops.md §10)
-    judged = preemption.refine(judged, exit_code=probed.exit_code,
+    judged = preemption.refine(judged, exit_code=seen.exit_code,
                                interruptible=session.instance(instance_name).preemptible)
     return RunState(judged, finished, job.walltime() if job is not None and job.state else None,
-                    exit_code=probed.exit_code, started_at=probed.started_at,
-                    sentinel=_sentinel(probed, launch), newest_ckpt_age_s=_age(probed.now, probed.newest_ckpt_mtime),
-                    ckpt_write_s=write_time_from_file(probed.newest_ckpt_birth, probed.newest_ckpt_mtime))
+                    exit_code=seen.exit_code, started_at=seen.started_at,
+                    sentinel=_sentinel(seen, launch), newest_ckpt_age_s=_age(seen.now, seen.newest_ckpt_mtime),
+                    ckpt_write_s=write_time_from_file(seen.newest_ckpt_birth, seen.newest_ckpt_mtime))
 
 
 async def bounded_run_state(session: Session, run_id: str) -> RunState:
@@ -210,7 +210,7 @@ async def bounded_run_state(session: Session, run_id: str) -> RunState:
         return RunState(Liveness("unknown", f"the box gave no answer within {session.provider_timeout_s:g} s"), None)
 
 
-def _sentinel(probed: ProbeResult, launch: dict[str, Any] | None) -> str | None:
+def _sentinel(seen: LivenessLook, launch: dict[str, Any] | None) -> str | None:
     """The sentinel's state when this launch started one (its record holds the poll interval)."""
     started = launch.get("sentinel") if launch else None
     if not isinstance(started, dict):
@@ -218,7 +218,7 @@ def _sentinel(probed: ProbeResult, launch: dict[str, Any] | None) -> str | None:
     if "error" in started:
         return "did not start"
     poll = started.get("poll_s")
-    return sentinel_state(probed, float(poll) if isinstance(poll, int | float) else 30.0)
+    return sentinel_state(seen, float(poll) if isinstance(poll, int | float) else 30.0)
 
 
 def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:

@@ -7,7 +7,7 @@ every minute leaves it alone while nothing happens. It lives under `.rgt/`, neve
 only the pulled evidence the manifest describes.
 
 The last state seen is kept beside the note (`<run-id>.state.json`: state, detail, since) because a pull or a
-verification does not probe the box, yet its note must still say what the run was last seen doing.
+verification does not look at the box, yet its note must still say what the run was last seen doing.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.audits.liveness import Liveness
     from remote_gpu_trainer.services.session import Session
 
-# Details that change on every probe (log and checkpoint ages) are not kept: the note would be rewritten each time.
+# Details that change on every liveness look (log and checkpoint ages) are not kept: the note would be rewritten
+# each time.
 _STABLE_DETAIL = ("finished", "dead", "unknown")
 
 
@@ -47,7 +48,7 @@ def note_path(project: ProjectConfig, run_id: str) -> Path:
 
 
 def refresh(session: Session, run_id: str, liveness: Liveness | None = None) -> Path | None:
-    """Rewrite the run's note if its text changed; `liveness` is what a probe just saw (None: keep the last
+    """Rewrite the run's note if its text changed; `liveness` is what a liveness look just saw (None: keep the last
     state seen). Nothing is written in a read-only folder, for a run never launched or no longer in rgt.toml."""
     run = session.run_config(run_id) if run_id in session.project.runs else None  # where its launch put it
     if session.folder_read_only or run is None or session.db.launch(run_id) is None:

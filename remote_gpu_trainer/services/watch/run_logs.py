@@ -54,7 +54,7 @@ def loss_chart(session: Session, run_id: str) -> ChartData | None:
 
 
 def cadence_signals(session: Session, run_id: str, state: RunState) -> dict[str, float | None]:
-    """S94's inputs: the Young/Daly W and the newest checkpoint's time on the monitor's clock (the probe
+    """S94's inputs: the Young/Daly W and the newest checkpoint's time on the monitor's clock (the liveness look
     measured its age on the box's clock, so clock skew does not age it)."""
     from remote_gpu_trainer.services.watch.checkpoint_cadence import run_cadence
 

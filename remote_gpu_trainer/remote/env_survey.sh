@@ -1,4 +1,7 @@
 # rgt environment probe (docs/remote-ops.md §4 rows 1,2,5-11,14,16,17 and the §5 GPU health inputs).
+# In rgt's code it is the environment survey (services/launch/env_audit.py); the words it prints, its version
+# "rgt-env-probe/1", RGT_PROBE_BUDGET_S and the .rgt-probe-* test file keep their names: facts stored by
+# earlier audits and users' settings carry them.
 #
 # Sent on stdin, never spliced:   bash -s -- SCRATCH DURABLE PYTHON WORKDIR [STAGING FINAL]...
 # Prints ONE JSON object whose first key is "version", then exits 0. It gathers raw facts only;
