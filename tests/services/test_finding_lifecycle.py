@@ -1,4 +1,4 @@
-"""The VERIFY findings lifecycle (docs/verify.md §3) on a real state database: the no-re-raise table row by
+"""The audit catalogue's findings lifecycle (docs/verify.md §3) on a real state database: the no-re-raise table row by
 row, check-scoped acknowledgements, the user's moves and the event written for every status change."""
 
 from __future__ import annotations

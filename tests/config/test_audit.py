@@ -1,4 +1,5 @@
-"""rgt.toml's VERIFY tables: good declarations parsed, every bad one a problem naming its key and line."""
+"""rgt.toml's audit catalogue tables (`[metrics]`, `[verify.*]`): good declarations parsed, every bad one a
+problem naming its key and line."""
 
 from __future__ import annotations
 

@@ -16,14 +16,14 @@ from remote_gpu_trainer.audits.catalogue.load import Declarations
 from remote_gpu_trainer.audits.catalogue.model import Comparison
 from support.capsules import classification_items, load, write_capsule, write_evidence, write_split
 
-VERIFY = Path(attribution.__file__).parent
+CATALOGUE = Path(attribution.__file__).parent
 
 
 def written_kinds() -> set[str]:
     """Every subject kind the catalogue's code can write: the f-strings that build a subject (`f"split:{...}"`)
     and the bare subject `"project"`."""
     kinds = set()
-    for path in sorted(VERIFY.rglob("*.py")):
+    for path in sorted(CATALOGUE.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
         kinds |= set(re.findall(r'f"([a-z_]+):\{', text))
         if re.search(r'(?:Finding\([^)]*|finish\([^)]*|merge\([^)]*)"project"', text):
