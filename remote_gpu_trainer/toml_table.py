@@ -10,7 +10,10 @@ one-line errors), its `problems` attribute lists every problem, one line each:
 
     rgt.toml:12: runs.exp1.comand: unknown key (did you mean 'command'?)
 
-Imports only the standard library and errors.py, so the pure audits may use it.
+The key check under it (`unknown_keys`, `key_problems`, `refuse_unknown_keys`) also serves the JSON objects rgt
+reads (manifests, acceptance records, table.json, figure.json), so a stray key is found and worded one way.
+
+Imports only the standard library and errors.py, so the pure audits and DELIVER may use it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import difflib
 import math
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,43 @@ def did_you_mean(word: str, allowed: Any) -> str:
     names = sorted(allowed)
     close = difflib.get_close_matches(word, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(names)})"
+
+
+# -- the keys of one object: a TOML table or a JSON object -------------------------------------------------------
+# One check for every reader that refuses a key it does not know: `Table.done` below (rgt.toml and its
+# config/ sections, profiles, networks), the JSON readers (audits/manifest.py, audits/acceptance.py,
+# deliver/tables/spec.py, deliver/figures/spec.py) and the signature rows (audits/log/signatures.py). Why one: a
+# misspelt key silently drops a fact, so every reader finds strays the same way and words them the same way.
+
+
+def unknown_keys(data: Mapping[str, Any], allowed: Collection[str]) -> list[str]:
+    """The keys of `data` that `allowed` does not list, in the object's own order (a file's order)."""
+    return [key for key in data if key not in allowed]
+
+
+def unknown_key(key: str | None = None, hint: str = "") -> str:
+    """The one wording of a stray key: `unknown key` where the caller's path already ends in the key
+    (`runs.exp1.comand: unknown key`), `unknown key 'x'` where it does not; then the hint (` (did you mean ...)`)."""
+    return f"unknown key {key!r}{hint}" if key is not None else f"unknown key{hint}"
+
+
+def key_problems(data: Mapping[str, Any], allowed: Collection[str], required: Collection[str] = (), *,
+                 suggest: bool = False) -> list[str]:
+    """Every stray key of `data` as one line: `unknown key 'x'` (sorted, so an object names its strays the same
+    way whatever order it was written in; with a did-you-mean when `suggest`), then `missing key 'y'` for each
+    `required` key it lacks, in `required`'s order (a set is sorted)."""
+    problems = [unknown_key(key, did_you_mean(key, allowed) if suggest else "")
+                for key in sorted(unknown_keys(data, allowed))]
+    order = required if isinstance(required, list | tuple) else sorted(required)
+    return problems + [f"missing key {key!r}" for key in order if key not in data]
+
+
+def refuse_unknown_keys(data: Mapping[str, Any], allowed: Collection[str], at: str, hint: str) -> None:
+    """For readers that stop at the first problem: ConfigError `{at}{key}: unknown key ({hint})` naming the first
+    stray key in sorted order (`at` is the path up to the key, `tables/t/table.json: layout.`)."""
+    unknown = sorted(unknown_keys(data, allowed))
+    if unknown:
+        raise ConfigError(f"{at}{unknown[0]}: {unknown_key(hint=f' ({hint})')}")
 
 
 # -- reading a file --------------------------------------------------------------------------------------------
@@ -377,10 +417,8 @@ class Table:
 
     def done(self) -> None:
         """Every key no read asked for is unknown: a misspelt key would otherwise silently drop a fact."""
-        allowed = self.known
-        for key in self.data:
-            if key not in allowed:
-                self.problem(key, f"unknown key{did_you_mean(key, allowed)}")
+        for key in unknown_keys(self.data, self.known):
+            self.problem(key, unknown_key(hint=did_you_mean(key, self.known)))
 
     def expect(self, allowed: Any) -> None:
         """Declare the keys this table may hold before reading them, so `done()` can run first."""

@@ -15,8 +15,10 @@ from remote_gpu_trainer.toml_table import (
     Problems,
     SourceLines,
     Table,
+    key_problems,
     parse_toml,
     read_text,
+    refuse_unknown_keys,
     table_line,
 )
 
@@ -147,3 +149,19 @@ def test_table_line_names_a_header_in_a_file(tmp_path: Path) -> None:
     assert table_line(path, ("runs", "exp1")) == 1
     assert table_line(path, ("runs", "exp1", "launch")) == 7
     assert table_line(tmp_path / "none.toml", ("runs",)) is None
+
+
+def test_a_json_object_s_stray_keys_are_found_and_worded_as_a_toml_table_s() -> None:
+    """The same check serves JSON objects: strays sorted whatever their written order, missing keys in the order
+    the reader lists them (a set sorted), a did-you-mean on request; a first-problem reader names the first."""
+    record = {"zeta": 1, "nmae": "x", "id": 2}
+    assert key_problems(record, ("id", "name", "source"), required=("source", "id", "name")) == [
+        "unknown key 'nmae'", "unknown key 'zeta'", "missing key 'source'", "missing key 'name'"]
+    assert key_problems(record, {"id", "name", "source"}, required={"source", "name"}, suggest=True) == [
+        "unknown key 'nmae' (did you mean 'name'?)", "unknown key 'zeta' (allowed: id, name, source)",
+        "missing key 'name'", "missing key 'source'"]
+    assert key_problems({"id": 1}, ("id",), required=("id",)) == []
+    with pytest.raises(ConfigError) as caught:
+        refuse_unknown_keys(record, ("id",), "t.json: rows[0].", "a row has id")
+    assert str(caught.value) == "t.json: rows[0].nmae: unknown key (a row has id)"
+    refuse_unknown_keys({"id": 1}, ("id",), "t.json: ", "a row has id")

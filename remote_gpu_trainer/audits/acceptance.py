@@ -36,6 +36,7 @@ from typing import Any
 from remote_gpu_trainer.audits.catalogue.readers.best_metrics import BOOKKEEPING_KEYS, EPOCH_KEYS, STEP_KEYS
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, Manifest, Problem
 from remote_gpu_trainer.strict_json import loads_strict
+from remote_gpu_trainer.toml_table import key_problems
 
 ACCEPTANCE_SCHEMA = "remote-gpu-trainer/ACCEPTANCE/v1"
 RECORD_PREFIX = "ACCEPTANCE-"
@@ -314,8 +315,7 @@ def parse_record(data: bytes, where: str) -> tuple[AcceptanceRecord | None, list
         return None, [f"not JSON ({exc})"]
     if not isinstance(raw, dict):
         return None, ["not a JSON object"]
-    problems = [f"unknown key {k!r}" for k in sorted(set(raw) - _RECORD_KEYS)]
-    problems += [f"missing key {k!r}" for k in sorted(_RECORD_KEYS - set(raw))]
+    problems = key_problems(raw, _RECORD_KEYS, required=_RECORD_KEYS)
     if raw.get("schema") != ACCEPTANCE_SCHEMA:
         problems.append(f"schema is not {ACCEPTANCE_SCHEMA}")
     identity = _record_identity(raw.get("identity"), problems)

@@ -21,6 +21,7 @@ from remote_gpu_trainer.config.project import SAFE_NAME
 from remote_gpu_trainer.remote.build_manifest import CONTROL, name_problem
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.toml_table import key_problems
 
 MANIFEST_SCHEMA = "remote-gpu-trainer/PULL/v1"
 MARKER_SCHEMA = "remote-gpu-trainer/VERIFIED/v1"
@@ -237,9 +238,8 @@ def _load_object(data: bytes, name: str) -> tuple[dict[str, Any] | None, list[Pr
 
 
 def _key_problems(obj: dict[str, Any], allowed: set[str], where: str) -> list[Problem]:
-    problems = [Problem("schema", where, f"unknown key {key!r}") for key in sorted(set(obj) - allowed)]
-    problems += [Problem("schema", where, f"missing key {key!r}") for key in sorted(allowed - set(obj))]
-    return problems
+    """Exactly `allowed`: each stray or missing key is a schema problem at `where` (toml_table.key_problems)."""
+    return [Problem("schema", where, detail) for detail in key_problems(obj, allowed, required=allowed)]
 
 
 def parse_manifest(data: bytes, *, roster: Sequence[str], run_id: str,

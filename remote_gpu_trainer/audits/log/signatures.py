@@ -17,7 +17,15 @@ from types import MappingProxyType
 
 from remote_gpu_trainer.audits.log.samples import SEVERITIES, Signature
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.toml_table import Problem, Problems, SourceLines, did_you_mean, parse_toml, read_text
+from remote_gpu_trainer.toml_table import (
+    Problem,
+    Problems,
+    SourceLines,
+    key_problems,
+    parse_toml,
+    read_text,
+    unknown_keys,
+)
 
 SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "signatures.toml"
 
@@ -102,7 +110,7 @@ class _CatalogueBuilder:
             self.problems.add(Problem(str(path), "", str(error).removeprefix(f"{path}: ")))
             return
         lines = SourceLines(text)
-        for key in sorted(set(data) - {"signature"}):
+        for key in sorted(unknown_keys(data, ("signature",))):
             self.problems.add(Problem(str(path), "", f"unknown top-level key {key!r} (expected [[signature]] "
                                       "tables)", lines.line_of((key,), None) or lines.line_of((), key)))
         tables = data.get("signature", [])
@@ -170,11 +178,8 @@ def _parse_row(raw: Mapping[str, object], origin: str, index: int, line: int | N
 
 def _check_keys(raw: Mapping[str, object], report: _Report) -> None:
     """Every key known, every required key there, each of the right type."""
-    for key in sorted(set(raw) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS)):
-        report(f"unknown key {key!r}{did_you_mean(key, REQUIRED_KEYS + OPTIONAL_KEYS)}")
-    for key in REQUIRED_KEYS:
-        if key not in raw:
-            report(f"missing key {key!r}")
+    for problem in key_problems(raw, REQUIRED_KEYS + OPTIONAL_KEYS, required=REQUIRED_KEYS, suggest=True):
+        report(problem)
     for key in _STRING_KEYS:
         if key in raw and not isinstance(raw[key], str):
             report(f"{key!r} must be a string")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.toml_table import unknown_keys
 
 FIGURE_SCHEMA = "remote-gpu-trainer/FIGURE/v1"
 KINDS = ("line", "bar", "scatter", "custom")
@@ -127,7 +128,7 @@ def _expect(read: _Reader) -> dict[str, Any]:
     value = read.document.get("expect", {})
     if not isinstance(value, Mapping):
         raise read.fail("expect", "is not an object")
-    unknown = sorted(set(value) - set(EXPECT_KEYS))
+    unknown = sorted(unknown_keys(value, EXPECT_KEYS))
     if unknown:
         raise read.fail(f"expect.{unknown[0]}", f"unknown (one of {', '.join(EXPECT_KEYS)})")
     rows = value.get("rows")

@@ -21,6 +21,7 @@ from remote_gpu_trainer.deliver.document import GENERATED_KEYS
 from remote_gpu_trainer.deliver.tables.render import ARROWS, BOLD_RULES, CELL_KINDS, FORMATS, TEX_N, Layout
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.text import has_control
+from remote_gpu_trainer.toml_table import refuse_unknown_keys, unknown_keys
 
 SCHEMA = "remote-gpu-trainer/TABLE/v1"
 USER_KEYS = ("schema", "table_id", "supports_claims", "test_id", "rows", "layout", "caption")
@@ -51,10 +52,8 @@ class TableSpec:
 
 def parse_spec(document: Mapping[str, Any], root: Path, where: str) -> TableSpec:
     """The user's part of a table.json (generated keys are ignored here: the build rewrites them)."""
-    unknown = sorted(set(document) - set(USER_KEYS) - set(GENERATED_KEYS))
-    if unknown:
-        raise ConfigError(f"{where}: {unknown[0]}: unknown key (a table.json has {', '.join(USER_KEYS)}; rgt "
-                          f"writes {', '.join(GENERATED_KEYS)})")
+    refuse_unknown_keys(document, USER_KEYS + GENERATED_KEYS, f"{where}: ",
+                        f"a table.json has {', '.join(USER_KEYS)}; rgt writes {', '.join(GENERATED_KEYS)}")
     claims = document.get("supports_claims", [])
     if not isinstance(claims, list) or not all(isinstance(c, str) and c for c in claims):
         raise ConfigError(f"{where}: supports_claims: a list of claim ids (strings) is expected")
@@ -99,9 +98,7 @@ def _rows(raw: Any, test_id: str | None, root: Path, where: str) -> tuple[TableR
         at = f"{where}: rows[{index}]"
         if not isinstance(entry, dict):
             raise ConfigError(f"{at}: an object {{\"method\": label, \"capsules\": [...]}} is expected")
-        extra = sorted(set(entry) - set(ROW_KEYS))
-        if extra:
-            raise ConfigError(f"{at}.{extra[0]}: unknown key (a row has {', '.join(ROW_KEYS)})")
+        refuse_unknown_keys(entry, ROW_KEYS, f"{at}.", f"a row has {', '.join(ROW_KEYS)}")
         method = label(entry.get("method"), f"{at}.method")
         if any(r.method == method for r in rows):
             raise ConfigError(f"{at}.method: {method!r} names two rows")
@@ -154,9 +151,7 @@ def _layout(raw: Any, methods: tuple[str, ...], where: str) -> Layout:
     at = f"{where}: layout"
     if not isinstance(raw, dict):
         raise ConfigError(f"{at}: an object is expected")
-    extra = sorted(set(raw) - set(LAYOUT_KEYS))
-    if extra:
-        raise ConfigError(f"{at}.{extra[0]}: unknown key (layout has {', '.join(LAYOUT_KEYS)})")
+    refuse_unknown_keys(raw, LAYOUT_KEYS, f"{at}.", f"layout has {', '.join(LAYOUT_KEYS)}")
     if raw.get("rows", "method") != "method":
         raise ConfigError(f"{at}.rows: {raw.get('rows')!r}: only \"method\" (each row's label) is supported")
     columns = _columns(raw.get("columns"), f"{at}.columns")
@@ -183,10 +178,16 @@ def _precision(raw: Any, columns: tuple[str, ...], at: str) -> dict[str, int]:
     """One number of decimals for every column, or a map metric → decimals (others: the default)."""
     if not isinstance(raw, dict):
         return {m: _decimals(raw, at) for m in columns}
-    unknown = sorted(set(raw) - set(columns))
+    _only_columns(raw, columns, at)
+    return {m: _decimals(raw.get(m, DEFAULT_PRECISION), f"{at}.{m}") for m in columns}
+
+
+def _only_columns(raw: Mapping[str, Any], columns: tuple[str, ...], at: str) -> None:
+    """A map metric → setting (precision, labels) names only columns: its keys are metrics, not layout keys, so
+    a stray one is worded as a metric that is not a column."""
+    unknown = sorted(unknown_keys(raw, columns))
     if unknown:
         raise ConfigError(f"{at}.{unknown[0]}: not a column of layout.columns")
-    return {m: _decimals(raw.get(m, DEFAULT_PRECISION), f"{at}.{m}") for m in columns}
 
 
 def _decimals(value: Any, at: str) -> int:
@@ -219,9 +220,7 @@ def _formats(raw: Any, at: str) -> tuple[str, ...]:
 def _labels(raw: Any, columns: tuple[str, ...], at: str) -> dict[str, str]:
     if not isinstance(raw, dict):
         raise ConfigError(f"{at}: an object metric → header text is expected")
-    unknown = sorted(set(raw) - set(columns))
-    if unknown:
-        raise ConfigError(f"{at}.{unknown[0]}: not a column of layout.columns")
+    _only_columns(raw, columns, at)
     labels = {m: label(raw[m], f"{at}.{m}") for m in columns if m in raw}
     shown = [labels.get(m, m) for m in columns]
     clash = next((s for s in shown if s in _RESERVED_LABELS or shown.count(s) > 1), None)
