@@ -111,20 +111,20 @@ def demo_project(folder: Path) -> tuple[Path, Path]:
     """The demo project with a recorded launch; returns (rgt.toml, the log path on the simulated disk)."""
     from remote_gpu_trainer.config.project import load_project
     from remote_gpu_trainer.providers.transports.local import LocalTransport
+    from remote_gpu_trainer.services import box_layout
     from remote_gpu_trainer.services.demo_project import DEMO_RUN, create_demo
-    from remote_gpu_trainer.services.launch import launch as runner
     from remote_gpu_trainer.state.db import StateDB
 
     toml = create_demo(folder, quick=True)
     project = load_project(toml)
     run = project.run(DEMO_RUN)
     db = StateDB(project.state_db)
-    db.record_launch(run.id, run.instance, {"ctl_dir": runner.ctl_dir(run), "log": runner.log_path(run),
+    db.record_launch(run.id, run.instance, {"ctl_dir": box_layout.ctl_dir(run), "log": box_layout.log_path(run),
                                             "started_at": "2026-11-29T10:00:00+00:00", "pid": None,
                                             "log_offset": 0})
     db.close()
     disk = project.state_dir / "sim" / run.instance
-    log = Path(LocalTransport(disk).resolve(runner.log_path(run)))
+    log = Path(LocalTransport(disk).resolve(box_layout.log_path(run)))
     log.parent.mkdir(parents=True, exist_ok=True)
     return toml, log
 

@@ -72,7 +72,7 @@ def adopt(args: argparse.Namespace) -> int:
 
 async def _adopt(session: Session, name: str, output: str) -> int:
     """`rgt adopt INSTANCE`: the box's ledger back into this project's launch log (docs/gate.md §7.2)."""
-    from remote_gpu_trainer.services.box_ledger import adopt as adopt_ledger
+    from remote_gpu_trainer.services.adopt import adopt as adopt_ledger
 
     if name not in session.project.instances:
         raise ConfigError(f"{session.project.file}: no instance named {name!r}")

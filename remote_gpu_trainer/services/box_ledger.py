@@ -4,8 +4,8 @@ rgt's own memory (rgt.toml, the state database, instance names) can be edited, l
 cannot be talked out of what it holds. So every launch writes, on the box and before the job starts, one
 small JSON record per run in a fixed place: `~/.rgt-ledger/<project-id>/<run-id>.json` in the login's home,
 plus a copy in the run's control folder. Teardown reads every entry there, of every project, and an entry
-not verified home keeps the gate closed (services/gate.py). `rgt adopt` rebuilds the local launch records
-from it when the state database is gone.
+not verified home keeps the gate closed (services/gate.py). `rgt adopt` (services/adopt.py) rebuilds the local
+launch records from it when the state database is gone.
 
 A ledger is written only on boxes whose profile has an action that destroys a disk (a cloud or simulated
 box, a generic SSH box): a Slurm job's cancel or the own workstation destroy no storage, so there is
@@ -21,7 +21,7 @@ import shlex
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import RgtError
@@ -29,12 +29,8 @@ from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.profile_facts import Profile
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.run_records import run_config_from_record, run_config_record
-from remote_gpu_trainer.state import events
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.text import escape_control
-
-if TYPE_CHECKING:
-    from remote_gpu_trainer.services.session import Session
 
 SCHEMA = "rgt-ledger/v1"
 LEDGER_DIR = ".rgt-ledger"
@@ -238,45 +234,3 @@ def cached_ledger(project: ProjectConfig, instance: str) -> tuple[LedgerEntry, .
     except (OSError, ValueError, TypeError, LedgerUnreadable):
         return ()
 
-
-@dataclass(frozen=True)
-class Adoption:
-    """What `rgt adopt` found on a box: launches recorded now, launches already known, other projects' runs."""
-
-    adopted: tuple[LedgerEntry, ...]
-    known: tuple[LedgerEntry, ...]
-    foreign: tuple[LedgerEntry, ...]
-
-
-async def adopt(session: Session, name: str, actor: str = "user") -> Adoption:
-    """Rebuild this project's launch records from the box's ledger (a lost or replaced state database): every
-    entry of this project whose launch id the launch log does not hold is recorded as a launch, with the table
-    the box recorded, so liveness, pull and verify find the run where its launch put it. The record is stamped
-    now, so the gate wants a verification after it: nothing adopted opens anything by itself."""
-    from remote_gpu_trainer.services.gate import session_box_key
-    from remote_gpu_trainer.services.launch.launch import ctl_dir, log_path
-
-    session.require_writable("adopting the box's ledger")
-    entries = await read_ledger(await session.remote(name))
-    own = project_id(session.project)
-    known_ids = {str(record.detail.get("launch_id")) for record in session.db.launch_history()}
-    box = await session_box_key(session, name)
-    adopted: list[LedgerEntry] = []
-    known: list[LedgerEntry] = []
-    foreign: list[LedgerEntry] = []
-    for entry in entries:
-        run = entry.run_config()
-        if not is_ours(entry, session.project, own) or run is None:
-            foreign.append(entry)
-            continue
-        if entry.launch_id in known_ids:
-            known.append(entry)
-            continue
-        detail: dict[str, object] = {
-            "ctl_dir": ctl_dir(run), "log": log_path(run), "started_at": entry.started_at, "method": "adopted",
-            "pushed": [], "log_offset": 0, "pid": None, "launch_id": entry.launch_id,
-            "ledger": entry_path(await box_home(await session.remote(name)), entry)}
-        session.db.record_launch(run.id, name, detail, box=box, config=entry.config)
-        events.launch_adopted(session.db, run_id=run.id, instance=name, detail=detail, actor=actor)
-        adopted.append(entry)
-    return Adoption(tuple(adopted), tuple(known), tuple(foreign))

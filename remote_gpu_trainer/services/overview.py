@@ -24,11 +24,10 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus
-from remote_gpu_trainer.services import actions, gate, instances, meter
+from remote_gpu_trainer.services import actions, box_layout, gate, instances, meter
 from remote_gpu_trainer.services.audit import audit, checklist, findings
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.launch import env_audit as env
-from remote_gpu_trainer.services.launch import launch as runner
 from remote_gpu_trainer.services.launch.resume import with_provider_word
 from remote_gpu_trainer.services.meter import MeterReading
 from remote_gpu_trainer.services.watch import recovery, run_logs

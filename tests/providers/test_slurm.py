@@ -41,7 +41,8 @@ from remote_gpu_trainer.providers.slurm.commands import (
     submit,
 )
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.services.launch.launch import ctl_dir, wrapper_script
+from remote_gpu_trainer.services.box_layout import ctl_dir
+from remote_gpu_trainer.services.launch.launch import wrapper_script
 from support.slurm_fixtures import Cluster
 
 REPO = Path(__file__).resolve().parents[2]

@@ -17,7 +17,8 @@ import pytest
 
 from remote_gpu_trainer.audits.gpu_health import SAMPLE_FIELDS
 from remote_gpu_trainer.audits.rules.signals import ClaimedSave
-from remote_gpu_trainer.services.launch.launch import ctl_dir, launch_run
+from remote_gpu_trainer.services.box_layout import ctl_dir
+from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch.log_monitor import Alert
 from remote_gpu_trainer.text import size_iec, span

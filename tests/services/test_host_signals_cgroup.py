@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.services.launch.launch import ctl_dir
+from remote_gpu_trainer.services.box_layout import ctl_dir
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch.log_monitor import Alert
 from remote_gpu_trainer.text import gib

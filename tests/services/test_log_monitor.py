@@ -14,7 +14,7 @@ import pytest
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.services.launch import launch as runner
+from remote_gpu_trainer.services import box_layout
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch.log_monitor import LogUpdate
 from support.helpers import FIXTURES, INSTANCE, RUN, wait_for_liveness, write_project
@@ -47,7 +47,7 @@ async def follow_all(session: Session) -> list[LogUpdate]:
 
 def log_on_box(root: Path, session: Session) -> Path:
     run = session.run_config(RUN)
-    return Path(LocalTransport(root / ".rgt" / "sim" / INSTANCE).resolve(runner.log_path(run)))
+    return Path(LocalTransport(root / ".rgt" / "sim" / INSTANCE).resolve(box_layout.log_path(run)))
 
 
 async def test_oom_run_alerts_once_stores_the_series_and_reports_the_fix(tmp_path: Path) -> None:

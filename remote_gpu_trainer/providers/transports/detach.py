@@ -14,6 +14,8 @@ from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.base import Transport
 
 PID_WAIT_S = 10.0
+WRAPPER = "wrapper.sh"  # the job wrapper, in the run's control folder (services/box_layout.py)
+LAUNCH_LOG = "launch.log"  # what setsid's own descriptors write there: why a wrapper never wrote its pid
 
 
 def detached_command(transport: Transport, argv: list[str], ctl_dir: str, log_name: str) -> str:
@@ -25,9 +27,9 @@ def detached_command(transport: Transport, argv: list[str], ctl_dir: str, log_na
 
 
 async def launch_with_setsid(transport: Transport, script: str, ctl_dir: str) -> int:
-    wrapper = f"{ctl_dir}/wrapper.sh"
+    wrapper = f"{ctl_dir}/{WRAPPER}"
     await transport.put_bytes(script.encode(), wrapper, mode=0o700)
-    command = detached_command(transport, ["bash", transport.resolve(wrapper)], ctl_dir, "launch.log")
+    command = detached_command(transport, ["bash", transport.resolve(wrapper)], ctl_dir, LAUNCH_LOG)
     result = await transport.run(command, timeout=30)
     if result.rc != 0:
         raise TransportError(f"detached launch failed in {ctl_dir}: {result.error_text.strip()[:200]}")
@@ -38,4 +40,4 @@ async def launch_with_setsid(transport: Transport, script: str, ctl_dir: str) ->
         if text.isdigit():
             return int(text)
         await asyncio.sleep(0.05)
-    raise TransportError(f"the job wrapper in {ctl_dir} never wrote its pid: see {ctl_dir}/launch.log")
+    raise TransportError(f"the job wrapper in {ctl_dir} never wrote its pid: see {ctl_dir}/{LAUNCH_LOG}")

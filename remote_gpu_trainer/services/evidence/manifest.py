@@ -35,6 +35,7 @@ from remote_gpu_trainer.errors import TransportError, VerbFailed
 from remote_gpu_trainer.fsutil import lstat_or_none
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.remote import program_stdin
+from remote_gpu_trainer.services.box_layout import ctl_dir  # the wrapper's control folder: cells' exit codes
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import size
 
@@ -51,8 +52,6 @@ def builder_stdin(params: dict[str, Any]) -> bytes:
 async def build_manifest(transport: Transport, run: RunConfig, db: StateDB, *,
                          timeout: float = BUILDER_TIMEOUT_S) -> str:
     """Run the builder on the box and record the manifest's hash (trust boundary 1). Returns the hash."""
-    from remote_gpu_trainer.services.launch.launch import ctl_dir  # the wrapper's control folder: cells' exit codes
-
     params = {"root": transport.resolve(run.remote_root), "run_id": run.id, "roster": list(run.roster),
               "required": list(run.required), "ctl": transport.resolve(ctl_dir(run))}
     where = f"{run.remote_root}/{MANIFEST_NAME}"

@@ -4,6 +4,7 @@ One wrapper per run runs the roster's cells in order, appends their output to th
 the exit code of each cell and of the whole run to files: detached jobs are orphaned, so without those
 files nobody could learn how the job ended. `DONE` appears only when every cell exited 0 and every
 required artifact exists. What is needed to re-attach (control folder, pid, log) goes into the state db.
+Where those files live on the box is services/box_layout.py's, which the watchers read without this verb.
 """
 
 from __future__ import annotations
@@ -13,45 +14,35 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from remote_gpu_trainer.audits.liveness import Liveness
 from remote_gpu_trainer.clock import Clock, iso_offset, utc_now
 from remote_gpu_trainer.config.project import ProjectConfig, RunConfig, load_project
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
+from remote_gpu_trainer.providers.box_identity import refuse_second_name
 from remote_gpu_trainer.run_records import run_config_from_record, run_config_record
 from remote_gpu_trainer.services import box_ledger
+from remote_gpu_trainer.services.box_layout import (
+    CELL_STARTED,
+    LAUNCH_JSON,
+    SLURM_OUT,
+    cell_command,
+    cell_root,
+    ctl_dir,
+    log_path,
+    wrapper_path,
+)
+from remote_gpu_trainer.services.gate import session_box_key
 from remote_gpu_trainer.services.launch import guards, network_env, sentinel
+from remote_gpu_trainer.services.project_files import add_rerun as copy_run_table
+from remote_gpu_trainer.services.watch import recovery
+from remote_gpu_trainer.services.watch.liveness import run_state
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
-
-
-def ctl_dir(run: RunConfig) -> str:
-    """Control files live beside the work, never inside remote_root (the manifest must stay clean)."""
-    return f"{run.workdir.rstrip('/')}/.rgt/{run.id}"
-
-
-CELL_STARTED = "== rgt: cell {cell} started"  # the wrapper's marker line: the log monitor starts a new series
-
-
-def log_path(run: RunConfig) -> str:
-    return f"{run.workdir.rstrip('/')}/{run.log}"
-
-
-def cell_command(run: RunConfig, transport: Transport, cell: str) -> str:
-    """The run's command for one cell: `{cell}` the cell id, `{out}` the quoted `remote_root/<cell>`, and
-    `{workdir}` the quoted workdir (for tools that write under their current folder: `cd {out} && python
-    {workdir}/train.py` keeps Lightning's `lightning_logs/` inside the cell)."""
-    out = transport.resolve(f"{run.remote_root.rstrip('/')}/{cell}")
-    workdir = transport.resolve(run.workdir)
-    try:
-        return run.command.format(cell=cell, out=shlex.quote(out), workdir=shlex.quote(workdir))
-    except (KeyError, IndexError, ValueError) as exc:
-        raise ConfigError(
-            f"runs.{run.id}.command: bad placeholder {exc}: only {{cell}}, {{out}} and {{workdir}} are filled in"
-        ) from None
 
 
 def wrapper_script(run: RunConfig, transport: Transport) -> str:
@@ -77,7 +68,7 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
         *guards.mem_monitor_start(run),
     ]
     for cell in run.roster:
-        out = q(transport.resolve(f"{run.remote_root.rstrip('/')}/{cell}"))
+        out = q(transport.resolve(cell_root(run, cell)))
         lines += guards.disk_gate(run, transport, cell)
         lines += [
             'if [ "$rc" -eq 0 ]; then',
@@ -93,7 +84,7 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
             "fi",
         ]
     artifacts = " ".join(
-        q(transport.resolve(f"{run.remote_root.rstrip('/')}/{cell}/{name}"))
+        q(transport.resolve(f"{cell_root(run, cell)}/{name}"))
         for cell in run.roster for name in run.required
     )
     lines += [
@@ -168,7 +159,7 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
         "run_id": run.id, "cells": list(run.roster),
         "command": run.command, "started_at": iso_offset(started), "method": method,
     }
-    await transport.put_bytes((json.dumps(launch_json, indent=2) + "\n").encode(), f"{ctl}/launch.json")
+    await transport.put_bytes((json.dumps(launch_json, indent=2) + "\n").encode(), f"{ctl}/{LAUNCH_JSON}")
     await transport.put_bytes(guards.mem_monitor_source(), f"{ctl}/{guards.MEM_MONITOR}")
     detail: dict[str, object] = {"ctl_dir": ctl, "log": log_path(run), "started_at": iso_offset(started),
                                  "method": method, "pushed": pushed,
@@ -184,11 +175,11 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
                              f"{escape_control(str(exc))}") from None
         detail["launch_id"] = entry.launch_id
     if method == "sbatch" and batch is not None:
-        wrapper = f"{ctl}/wrapper.sh"
+        wrapper = wrapper_path(run)
         await transport.put_bytes(wrapper_script(run, transport).encode(), wrapper, mode=0o700)
         detail["slurm_job"] = await batch.submit_job(
             transport, transport.resolve(wrapper), job_name=f"rgt-{run.id}", workdir=transport.resolve(run.workdir),
-            output=transport.resolve(f"{ctl}/slurm.out"))
+            output=transport.resolve(f"{ctl}/{SLURM_OUT}"))
         detail["pid"] = None
     else:
         detail["pid"] = await transport.launch_detached(wrapper_script(run, transport), ctl)
@@ -225,13 +216,6 @@ async def launch_run(session: Session, run_id: str, actor: str = "user", *, resu
     """`rgt run`: refuse a run that is still running or whose id already holds results, then launch it
     detached and start its log where this launch's lines begin. `resume` (services/launch/resume.py, which has
     checked preemption and auto_resume) relaunches on the results already there."""
-    # liveness.py reads this module's control-file layout, so its names are imported here, not at the top
-    from remote_gpu_trainer.audits.liveness import Liveness
-    from remote_gpu_trainer.providers.box_identity import refuse_second_name
-    from remote_gpu_trainer.services.gate import session_box_key
-    from remote_gpu_trainer.services.watch import recovery
-    from remote_gpu_trainer.services.watch.liveness import run_state
-
     session.require_writable("launching a run")
     run = session.project.run(run_id)  # a new launch binds the next job to rgt.toml as it is
     notify = sentinel.plan(session, run)  # a bad [notify] webhook_file stops the launch before anything runs
@@ -262,8 +246,6 @@ async def launch_run(session: Session, run_id: str, actor: str = "user", *, resu
 
 def add_rerun(session: Session, run_id: str, actor: str = "user") -> str:
     """Copy the run's table to a new id (`rgt run --rerun`) and reload rgt.toml; returns the new id."""
-    from remote_gpu_trainer.services.project_files import add_rerun as copy_run_table
-
     session.require_writable("a re-run")
     taken = {record.run_id for record in session.db.launch_history()}
     new_id = copy_run_table(session.project, run_id, taken)

@@ -29,16 +29,16 @@ from remote_gpu_trainer.audits.rules.signals import (
     GpuReading,
     MemorySample,
 )
+from remote_gpu_trainer.clock import parse_iso
 from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.remote import program_stdin
-from remote_gpu_trainer.services.launch.launch import ctl_dir
+from remote_gpu_trainer.services.box_layout import ctl_dir
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
     from remote_gpu_trainer.services.watch.liveness import RunState
-    from remote_gpu_trainer.services.watch.log_monitor import RunLogMonitor
 
 HOST_EVERY_S = 15.0  # at most one host sample per run this often (the dashboard refreshes faster)
 HOST_TIMEOUT_S = 20.0  # nvidia-smi gets 10 s on the box; a hung disk must not hold the tick longer
@@ -202,13 +202,14 @@ def _candidates(path: str, run: RunConfig, cell: str | None, transport: Transpor
     return tuple(out)
 
 
-async def tick(session: Session, run: RunConfig, monitor: RunLogMonitor, launch: dict[str, Any] | None,
-               state: RunState) -> HostSignals:
+async def tick(session: Session, run: RunConfig, history: HostHistory, log: Iterable[str], cell: str | None,
+               launch: dict[str, Any] | None, state: RunState) -> HostSignals:
     """This tick's host inputs for the run's rules: a fresh sample at most every HOST_EVERY_S, or at once when
-    the run's state changed (the memory TSV fills the gaps), folded into the monitor's history. Sampled here,
+    the run's state changed (the memory TSV fills the gaps), folded into `history`, the run's log monitor's.
+    `log` is the monitor's tail (the saves it claims) and `cell` the cell it is at: passed in, since the log
+    monitor (services/watch/log_monitor.py) holds a HostHistory and so imports this module. Sampled here,
     on the watcher's path, not in every liveness look: launch checks and waits ask for the state far more
     often than the rules run."""
-    history = monitor.host
     now = session.clock().timestamp()
     changed = state.liveness.state != history.sampled_state
     if launch is not None and (history.sampled_at is None or changed or now - history.sampled_at >= HOST_EVERY_S):
@@ -218,7 +219,7 @@ async def tick(session: Session, run: RunConfig, monitor: RunLogMonitor, launch:
         except RgtError:
             transport = None
         if transport is not None:
-            history.note_claims(monitor.tail, run, monitor.cell, transport)
+            history.note_claims(log, run, cell, transport)
             await sample_host(run, transport, history, now)
     return history.signals(run, relaunch_of(launch), state.started_at)
 
@@ -250,8 +251,6 @@ async def sample_host(run: RunConfig, transport: Transport, history: HostHistory
 def relaunch_of(launch: dict[str, Any] | None) -> tuple[float | None, int | None]:
     """(relaunch time, last step before it) from the launch record: a launch of a run id that had one
     before records the step its series had reached (services/launch/launch.py)."""
-    from remote_gpu_trainer.clock import parse_iso
-
     if not launch or not isinstance(launch.get("step_before"), int):
         return None, None
     try:

@@ -22,7 +22,7 @@ from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
 from remote_gpu_trainer.providers.slurm import commands as slurm
-from remote_gpu_trainer.services.launch.launch import ctl_dir, log_path
+from remote_gpu_trainer.services.box_layout import ctl_dir, log_path
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session

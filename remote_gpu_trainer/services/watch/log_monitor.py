@@ -34,7 +34,7 @@ from remote_gpu_trainer.audits.log.signatures import Catalogue
 from remote_gpu_trainer.audits.log.thinning import SeriesThinner, by_key
 from remote_gpu_trainer.audits.rules.signals import GpuReading
 from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys
-from remote_gpu_trainer.services.launch.launch import CELL_STARTED
+from remote_gpu_trainer.services.box_layout import CELL_STARTED
 from remote_gpu_trainer.services.watch.host_signals import HostHistory
 from remote_gpu_trainer.services.watch.log_follow import (
     MAX_READS_PER_POLL,

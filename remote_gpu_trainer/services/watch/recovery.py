@@ -24,7 +24,7 @@ from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import atomic_write, read_regular
 from remote_gpu_trainer.providers.transports.detach import detached_command
 from remote_gpu_trainer.recovery_note import RecoveryFacts, render
-from remote_gpu_trainer.services.launch.launch import ctl_dir, log_path
+from remote_gpu_trainer.services.box_layout import LAUNCH_LOG, ctl_dir, log_path, wrapper_path
 from remote_gpu_trainer.state.events import EventKind
 
 if TYPE_CHECKING:
@@ -122,11 +122,11 @@ def _launch_command(session: Session, run: RunConfig, launch: dict[str, Any] | N
         transport = session.transport(run.instance)
     except RgtError:  # a cloud box with no SSH address yet: the note says what it can, never fails observe()
         return None
-    wrapper = transport.resolve(f"{ctl_dir(run)}/wrapper.sh")
+    wrapper = transport.resolve(wrapper_path(run))
     if launch.get("method") == "sbatch":
         chdir = shlex.quote(f"--chdir={transport.resolve(run.workdir)}")
         return f"sbatch --parsable --job-name=rgt-{run.id} {chdir} {shlex.quote(wrapper)}"
-    return detached_command(transport, ["bash", wrapper], ctl_dir(run), "launch.log")
+    return detached_command(transport, ["bash", wrapper], ctl_dir(run), LAUNCH_LOG)
 
 
 def evidence_lines(session: Session, run_id: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.services.watch import host_signals
+from remote_gpu_trainer.services.watch.checkpoint_cadence import run_cadence
 from remote_gpu_trainer.services.watch.log_monitor import Alert, ChartData, LogUpdate, open_alerts
 from remote_gpu_trainer.views import LogLineView
 
@@ -56,8 +57,6 @@ def loss_chart(session: Session, run_id: str) -> ChartData | None:
 def cadence_signals(session: Session, run_id: str, state: RunState) -> dict[str, float | None]:
     """S94's inputs: the Young/Daly W and the newest checkpoint's time on the monitor's clock (the liveness look
     measured its age on the box's clock, so clock skew does not age it)."""
-    from remote_gpu_trainer.services.watch.checkpoint_cadence import run_cadence
-
     found = run_cadence(session, run_id, state)
     age = state.newest_ckpt_age_s
     return {"ckpt_interval_s": found.interval_s if found else None,
@@ -85,7 +84,8 @@ async def evaluate_rules(session: Session, run_id: str, state: RunState) -> None
     if monitor is None:
         return
     run = session.run_config(run_id)
-    host = await host_signals.tick(session, run, monitor, session.db.launch(run_id), state)
+    host = await host_signals.tick(session, run, monitor.host, monitor.tail, monitor.cell,
+                                   session.db.launch(run_id), state)
     gpu = host.gpu_readings or session.gpu_samples.get(run.instance, [])  # timed readings when the box gave them
     monitor.pending_alerts.extend(await monitor.evaluate(
         state.liveness, gpu, t_log=run.stall_after, started_at=host.started_at, exit_code=state.exit_code,

@@ -16,10 +16,10 @@ from remote_gpu_trainer.audits.gate import Approval, evaluate_gate
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, parse_manifest
 from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.services.box_layout import ctl_dir
 from remote_gpu_trainer.services.evidence.pull import pull
 from remote_gpu_trainer.services.evidence.verify import verify
 from remote_gpu_trainer.services.gate import gather_gate_inputs
-from remote_gpu_trainer.services.launch.launch import ctl_dir
 from support.evidence_helpers import INSTANCE_ID, Env, make_env, write_cell
 
 ROSTER = ("seed0", "seed1", "seed2")
