@@ -26,7 +26,7 @@ from remote_gpu_trainer.services.fleet import patrol
 from remote_gpu_trainer.services.fleet import status as fleet
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch import recovery
-from remote_gpu_trainer.services.watch.liveness import RunState, parse_look, run_state
+from remote_gpu_trainer.services.watch.liveness import RunState, parse_look
 from remote_gpu_trainer.state.events import EventKind
 from support.helpers import (
     FIXED_NOW,
