@@ -28,7 +28,7 @@ def test_each_provider_declares_exactly_what_it_can_do(tmp_path: Path) -> None:
     assert capabilities(LocalProvider()) == set()
     assert capabilities(SSHProvider(tmp_path)) == set()
     assert capabilities(SlurmProvider(tmp_path)) == {"batch"}
-    assert capabilities(CloudProvider("runpod", tmp_path, probe_ssh=False)) == {"wait_gone"}
+    assert capabilities(CloudProvider("runpod", tmp_path, check_ssh=False)) == {"wait_gone"}
 
 
 def test_only_clients_with_a_create_call_launch() -> None:

@@ -55,7 +55,7 @@ async def make(tmp_path: Path, vtime: VirtualTime) -> AsyncIterator[Make]:
     made: list[CloudProvider] = []
 
     def build(provider: str, url: str, **kwargs: Any) -> CloudProvider:
-        options: dict[str, Any] = {"api_base": url, "probe_ssh": False, "client_options": {
+        options: dict[str, Any] = {"api_base": url, "check_ssh": False, "client_options": {
             "sleep": vtime.sleep, "clock": vtime.clock, "jitter": lambda: 1.0}}
         options.update(kwargs)
         adapter = CloudProvider(provider, tmp_path / ".rgt", **options)
@@ -229,7 +229,7 @@ def add_instance(fake: Any, ident: str) -> None:
 async def test_list_names_each_instance_by_its_label(make: Make, runpod_fake: FakeRunPod) -> None:
     runpod_fake.add_pod("p1")
     runpod_fake.add_pod("p2", "EXITED")
-    listed = {s.name: s for s in await make("runpod", runpod_fake.url, probe_ssh=True).list_instances()}
+    listed = {s.name: s for s in await make("runpod", runpod_fake.url, check_ssh=True).list_instances()}
     assert {name: s.state for name, s in listed.items()} == {"pod-p1": "running", "pod-p2": "stopped"}
     assert "ssh_reachable" not in listed["pod-p1"].detail  # listing never dials every box
 
@@ -276,7 +276,7 @@ async def test_the_users_host_overrides_the_api_address(make: Make, runpod_fake:
 async def test_commands_run_on_the_box_the_api_points_at(make: Make, runpod_fake: FakeRunPod, sshd: Sshd,
                                                          tmp_path: Path) -> None:
     runpod_fake.add_pod("p1", host=sshd.host, port=sshd.port)
-    adapter = make("runpod", runpod_fake.url, probe_ssh=True, settings=settings_for(sshd, tmp_path / "ssh"))
+    adapter = make("runpod", runpod_fake.url, check_ssh=True, settings=settings_for(sshd, tmp_path / "ssh"))
     status = await adapter.get(box("runpod"))
     assert status.detail["ssh_reachable"] is True and "ssh_error" not in status.detail
     result = await adapter.transport(box("runpod")).run("echo reached")

@@ -151,7 +151,7 @@ async def test_preempted_reads_as_a_preemption_through_the_provider(lambda_fake:
     """The preemption audit (audits/preemption.py) reads the raw state the provider keeps: a Lambda `preempted`
     is a preemption wherever rgt has that notion (resume, the watch), priced, never `terminated`."""
     serve(lambda_fake, "get_instance_preempted")
-    adapter = CloudProvider("lambda", tmp_path / ".rgt", api_base=lambda_fake.url, probe_ssh=False)
+    adapter = CloudProvider("lambda", tmp_path / ".rgt", api_base=lambda_fake.url, check_ssh=False)
     try:
         status = await adapter.get(InstanceConfig(name="gpu", provider="lambda", id=LAMBDA_ID))
     finally:

@@ -180,7 +180,7 @@ async def test_recorded_429_is_retried(client: PaperspaceClient, paperspace_fake
 
 async def test_the_users_rate_is_the_price(paperspace_fake: FakePaperspace, cloud_env: Path, tmp_path: Path) -> None:
     serve(paperspace_fake, "get_machine_ready")
-    adapter = CloudProvider("paperspace", tmp_path / ".rgt", api_base=paperspace_fake.url, probe_ssh=False)
+    adapter = CloudProvider("paperspace", tmp_path / ".rgt", api_base=paperspace_fake.url, check_ssh=False)
     try:
         status = await adapter.get(InstanceConfig(name="gpu", provider="paperspace", id=MACHINE, price_per_hour=2.3))
     finally:

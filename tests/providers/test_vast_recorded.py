@@ -62,7 +62,7 @@ async def adapter(vast_fake: FakeVast, vtime: VirtualTime, tmp_path: Path,
                   monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[CloudProvider]:
     monkeypatch.setenv("VAST_API_KEY", FAKE_KEY)
     monkeypatch.delenv("VAST_URL", raising=False)
-    provider = CloudProvider("vastai", tmp_path / ".rgt", api_base=vast_fake.url, probe_ssh=False,
+    provider = CloudProvider("vastai", tmp_path / ".rgt", api_base=vast_fake.url, check_ssh=False,
                              client_options={"sleep": vtime.sleep, "clock": vtime.clock})
     yield provider
     await provider.close()

@@ -101,7 +101,7 @@ async def open_session(vtime: VirtualTime) -> AsyncIterator[Callable[[Path], Ses
         provider = session.provider("gpu")
         assert isinstance(provider, CloudProvider)
         provider.client_options.update(sleep=vtime.sleep, clock=vtime.clock, jitter=lambda: 1.0)
-        provider.probe_ssh = False
+        provider.check_ssh = False
         opened.append(session)
         return session
 

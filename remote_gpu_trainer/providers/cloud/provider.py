@@ -56,19 +56,20 @@ CLIENTS: Mapping[str, tuple[str, str, Mapping[str, Any]]] = {
 # Placeholders of `[ssh] flavors.host_template` → the CloudInstance field that fills them.
 TEMPLATE_FIELDS = {"public_ip": "public_ip", "ip": "public_ip", "public_ipaddr": "public_ip",
                    "ssh_host": "ssh_host", "region": "region"}
-SSH_PROBE_TIMEOUT_S = 8.0  # leaves room for the API read inside the session's 20 s budget per get
+SSH_REACH_TIMEOUT_S = 8.0  # reach check: leaves room for the API read inside the session's 20 s budget per get
 
 
 class CloudProvider(Provider, WaitsGone):
     """The Provider protocol over one cloud API client; one adapter per configured instance.
 
     `api_base` is the instance's override of the API base URL; `client_options` reach the client's
-    constructor (tests inject sleep/clock there); `probe_ssh` turns off the SSH check in `get`.
+    constructor (tests inject sleep/clock there); `check_ssh=False` turns off the SSH reach
+    check in `get`.
     """
 
     def __init__(self, provider: str, state_dir: Path, clock: Clock = utc_now, *, api_base: str | None = None,
                  settings: SSHSettings | None = None, pool: SSHPool | None = None,
-                 client_options: Mapping[str, Any] | None = None, probe_ssh: bool = True) -> None:
+                 client_options: Mapping[str, Any] | None = None, check_ssh: bool = True) -> None:
         if provider not in CLIENTS:
             raise ConfigError(f"no cloud API client for provider {provider!r} (known: {', '.join(CLIENTS)})")
         self.name = provider
@@ -78,7 +79,7 @@ class CloudProvider(Provider, WaitsGone):
         self.settings = settings or SSHSettings(known_hosts_file=state_dir / "known_hosts")
         self.pool = pool if pool is not None else SSHPool()
         self.client_options = dict(client_options or {})
-        self.probe_ssh = probe_ssh
+        self.check_ssh = check_ssh
         self._client: CloudClient | None = None
         self._ssh: SSHProvider | None = None
         if self._console_only_without_key():
@@ -222,15 +223,15 @@ class CloudProvider(Provider, WaitsGone):
     async def _ssh_check(self, target: str | None) -> dict[str, Any]:
         """One bounded SFTP request over the pooled connection (`SSHTransport.ping`, no shell started on
         the box): reachability and, above all, an unknown host key for the user to trust."""
-        if not self.probe_ssh or not target:
+        if not self.check_ssh or not target:
             return {}
         try:
-            await asyncio.wait_for(SSHTransport(target, self.settings, self.pool).ping(SSH_PROBE_TIMEOUT_S),
-                                   SSH_PROBE_TIMEOUT_S)
+            await asyncio.wait_for(SSHTransport(target, self.settings, self.pool).ping(SSH_REACH_TIMEOUT_S),
+                                   SSH_REACH_TIMEOUT_S)
         except HostKeyUnknown as exc:
             return {"ssh_reachable": False, "ssh_error": str(exc), "host_key_unknown": exc}
         except TimeoutError:
-            return {"ssh_reachable": False, "ssh_error": f"{target}: no SSH answer in {SSH_PROBE_TIMEOUT_S:g} s"}
+            return {"ssh_reachable": False, "ssh_error": f"{target}: no SSH answer in {SSH_REACH_TIMEOUT_S:g} s"}
         except (RgtError, OSError) as exc:
             return {"ssh_reachable": False, "ssh_error": str(exc)}
         return {"ssh_reachable": True}
