@@ -18,8 +18,8 @@ from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, RgtErro
 from remote_gpu_trainer.providers.base import Creatable
 from remote_gpu_trainer.services.fleet import auto_follow
 from remote_gpu_trainer.services.fleet.progress_line import ProgressTicker, progress_line
-from remote_gpu_trainer.services.launch import env_audit, resume
-from remote_gpu_trainer.services.watch import recovery, run_logs
+from remote_gpu_trainer.services.launch import env_audit
+from remote_gpu_trainer.services.watch import recovery, run_logs, watched_state
 from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
         held = {alert.signature for alert in shown}
         shown += [alert for alert in alerts if alert.signature not in held]
         printers.print_json(schemas.watch_document(run_id, iso_z(session.clock()), state.liveness, shown))
-        return EXIT_FAILED if resume.unanswered(state) else EXIT_OK
+        return EXIT_FAILED if watched_state.unanswered(state) else EXIT_OK
     last: tuple[str, str] | None = None
     ticker = ProgressTicker(args.progress_every)
     while True:
@@ -107,8 +107,8 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
             last = current
         followed = await _progress_or_follow_up(session, run_id, state, ticker)
         if args.once:
-            return EXIT_OK if followed and not resume.unanswered(state) else EXIT_FAILED
-        if resume.ended_here(state):
+            return EXIT_OK if followed and not watched_state.unanswered(state) else EXIT_FAILED
+        if watched_state.ended_here(state):
             return EXIT_OK if state.liveness.state == "finished" and followed else EXIT_FAILED
         if state.liveness.detail == "not launched":
             raise VerbFailed(f"run {run_id} was never launched: `rgt run {run_id}` first")
@@ -143,7 +143,7 @@ async def _progress_or_follow_up(session: Session, run_id: str, state: RunState,
 
 async def _watch_pass(session: Session, run_id: str) -> tuple[RunState, list[Alert]]:
     """One status pass: the log followed (its alerts first), the run's state (with the provider's word when the
-    job reads dead or unknown: services/launch/resume.py), then the rules' alerts. A box that cannot be reached
+    job reads dead or unknown: services/watch/watched_state.py), then the rules' alerts. A box that cannot be reached
     skips the log; its state then says why."""
     alerts: list[Alert] = []
     try:
@@ -152,7 +152,7 @@ async def _watch_pass(session: Session, run_id: str) -> tuple[RunState, list[Ale
         update = None
     if update is not None:
         alerts.extend(update.alerts)
-    state = await resume.watched_run_state(session, run_id)
+    state = await watched_state.watched_run_state(session, run_id)
     await session.evaluate_rules(run_id, state)
     recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when the state changed
     alerts.extend(session.take_alerts())

@@ -28,11 +28,11 @@ from remote_gpu_trainer.services import actions, box_layout, gate, instances, me
 from remote_gpu_trainer.services.audit import audit, checklist, findings
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.launch import env_audit as env
-from remote_gpu_trainer.services.launch.resume import with_provider_word
 from remote_gpu_trainer.services.meter import MeterReading
 from remote_gpu_trainer.services.watch import recovery, run_logs
 from remote_gpu_trainer.services.watch.checkpoint_cadence import cadence_view, run_cadence
 from remote_gpu_trainer.services.watch.liveness import WAITING_RUN, RunState, bounded_run_state
+from remote_gpu_trainer.services.watch.watched_state import with_provider_word
 from remote_gpu_trainer.text import money
 from remote_gpu_trainer.views import (
     NO_AUDIT,
