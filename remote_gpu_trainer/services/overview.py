@@ -189,7 +189,7 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         checkpoints=tuple(CheckpointView(f.path, f.bytes if f.sha256 else None, f.sha256 or None, f.status,
                                          f.detail) for f in files),
         gate=view, findings=findings.checklist_findings(run_id, items) + findings.log_findings(session, run_id)
-        + findings.catalogue_findings(run_id, audited),
+        + audit.catalogue_findings(run_id, audited),
         checklist=tuple(items), log=box_layout.log_path(run),
         metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
         environment=env.last_audit(session.db, run_id),

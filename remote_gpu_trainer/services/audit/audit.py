@@ -27,7 +27,7 @@ from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.audit import FindingRecord
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import span
-from remote_gpu_trainer.views import AuditFindingView, AuditView, CheckView
+from remote_gpu_trainer.views import AuditFindingView, AuditView, CheckView, FindingView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.config.project import ProjectConfig
@@ -147,6 +147,16 @@ def for_run(audit: AuditView, run_id: str) -> AuditView:
         live = sum(1 for f in own if f.status in ("open", "acknowledged"))
         checks.append(replace(check, status=status, note=note, findings=live))
     return replace(audit, checks=tuple(checks), findings=mine)
+
+
+def catalogue_findings(run_id: str, audit: AuditView) -> tuple[FindingView, ...]:
+    """The VERIFY finding records about this run (audits/catalogue/attribution.py: its capsules and numbers, the
+    splits it trained on, the claims over its cells, project-wide findings), in the report's run shape
+    (services/audit/findings.py lists the other kinds; this one needs for_run, and the audit imports findings)."""
+    return tuple(FindingView(id=f.id, check=f.check, severity=f.severity, status=f.status,
+                             message=f"{f.subject}: {f.message}", fix=f.fix,
+                             evidence=", ".join(path for path, _ in f.evidence[:3]))
+                 for f in for_run(audit, run_id).findings if f.status != "fixed")
 
 
 def audit_caption(at: datetime | None, stale: bool, now: datetime | None) -> str:

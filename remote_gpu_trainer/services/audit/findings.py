@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.catalogue.model import SEVERITY_RANK, CheckResult, Finding
+from remote_gpu_trainer.audits.catalogue.runner import specs
 from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.audit import FindingRecord, FindingWrite
 from remote_gpu_trainer.state.db import StateDB
-from remote_gpu_trainer.views import AuditView, ChecklistItem, FindingView
+from remote_gpu_trainer.views import ChecklistItem, FindingView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
@@ -32,17 +33,6 @@ def checklist_findings(run_id: str, items: Iterable[ChecklistItem]) -> tuple[Fin
                     message=f"{item.title}: {item.note}")
         for item in items if item.kind == "auto" and item.status == "findings" and item.id.startswith("A")
     )
-
-
-def catalogue_findings(run_id: str, audit: AuditView) -> tuple[FindingView, ...]:
-    """The VERIFY finding records about this run (audits/catalogue/attribution.py: its capsules and numbers, the
-    splits it trained on, the claims over its cells, project-wide findings), in the report's run shape."""
-    from remote_gpu_trainer.services.audit.audit import for_run
-
-    return tuple(FindingView(id=f.id, check=f.check, severity=f.severity, status=f.status,
-                             message=f"{f.subject}: {f.message}", fix=f.fix,
-                             evidence=", ".join(path for path, _ in f.evidence[:3]))
-                 for f in for_run(audit, run_id).findings if f.status != "fixed")
 
 
 def log_findings(session: Session, run_id: str) -> tuple[FindingView, ...]:
@@ -124,8 +114,6 @@ def _check_scope_ack(records: Iterable[FindingRecord], check: str) -> FindingRec
 
 
 def _body(finding: Finding, check: CheckResult) -> dict[str, Any]:
-    from remote_gpu_trainer.audits.catalogue.runner import specs
-
     spec = specs().get(finding.check)
     return {
         "check_name": check.name, "kind": check.kind, "values": dict(finding.values),

@@ -32,10 +32,12 @@ from remote_gpu_trainer.audits.gpu_health import (
     GpuSample,
     parse_gpu_samples,
 )
+from remote_gpu_trainer.audits.manifest import is_checkpoint
 from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError, VerbFailed
 from remote_gpu_trainer.networks import load_network
 from remote_gpu_trainer.providers.base import CommandResult, InstanceStatus, Transport
+from remote_gpu_trainer.services.evidence.manifest import local_manifest
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.strict_json import loads_strict
@@ -209,9 +211,6 @@ def checkpoint_size(session: Session, run: RunConfig) -> tuple[int | None, str]:
     checkpoints rgt has seen of this training); (None, "") when neither says."""
     if run.checkpoint_bytes is not None:
         return run.checkpoint_bytes, f"runs.{run.id}.checkpoint_bytes"
-    from remote_gpu_trainer.audits.manifest import is_checkpoint
-    from remote_gpu_trainer.services.evidence.manifest import local_manifest
-
     same = [run] + [other for other in session.project.runs.values()
                     if other.id != run.id and other.command == run.command]
     for other in same:

@@ -25,6 +25,7 @@ from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.providers.transports.detach import detached_command
 from remote_gpu_trainer.remote.rgt_sentinel import DETAIL, VERSION
+from remote_gpu_trainer.services.meter import meter_reading
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
@@ -96,8 +97,6 @@ def instance_id_of(session: Session, name: str) -> str:
 def burn_rate(session: Session, name: str) -> tuple[float, str]:
     """What the box bills per hour at launch, by the meter; before the meter has a sample, the price the
     provider last stated or the user's quote."""
-    from remote_gpu_trainer.services.meter import meter_reading
-
     currency = session.profile(name).pricing.currency
     burn = meter_reading(session, name).burn_per_hour
     if burn > 0:
