@@ -132,16 +132,17 @@ def demo_project(folder: Path) -> tuple[Path, Path]:
 async def service_pipeline(source: Path) -> tuple[float, int, int]:
     """(lines/s, lines shown, sample rows stored) through the whole service."""
     from remote_gpu_trainer.services.demo_project import DEMO_RUN
-    from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.services.opening import open_session
+    from remote_gpu_trainer.services.watch.run_logs import follow_log
 
     with tempfile.TemporaryDirectory() as tmp:
         toml, log = demo_project(Path(tmp) / "demo")
         shutil.copyfile(source, log)
-        session = Session.open(str(toml))
+        session = open_session(str(toml))
         start = time.perf_counter()
         lines = 0
         while True:
-            update = await session.follow_log(DEMO_RUN, max_reads=1)  # as the TUI reads
+            update = await follow_log(session, DEMO_RUN, max_reads=1)  # as the TUI reads
             assert update is not None
             lines += len(update.lines)
             if not update.more:
@@ -159,13 +160,13 @@ async def frame_delays(source: Path | None, seconds: float) -> tuple[float, int,
     many were later than the budget, how many ticks)."""
     from remote_gpu_trainer.app import RgtApp
     from remote_gpu_trainer.screens.dashboard import DashboardScreen
-    from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.services.opening import open_session
 
     with tempfile.TemporaryDirectory() as tmp:
         toml, log = demo_project(Path(tmp) / "demo")
         if source is not None:
             shutil.copyfile(source, log)
-        app = RgtApp(Session.open(str(toml), read_only=True))
+        app = RgtApp(open_session(str(toml), read_only=True))
         late: list[float] = []
         async with app.run_test(size=(120, 40)) as pilot:
             while not isinstance(app.screen, DashboardScreen):

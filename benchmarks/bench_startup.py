@@ -39,7 +39,7 @@ RGT_APP = """
 import json, sys
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 MODE = sys.argv[2]
 
 class Timed(RgtApp):
@@ -54,7 +54,7 @@ class Timed(RgtApp):
         if isinstance(self.screen, DashboardScreen) and self.screen.overview is not None:
             self.call_after_refresh(self.exit)
 
-Timed(Session.open(sys.argv[1], read_only=True)).run(headless=True, size=(120, 40))
+Timed(open_session(sys.argv[1], read_only=True)).run(headless=True, size=(120, 40))
 print(json.dumps({"torch": "torch" in sys.modules}))
 """
 
@@ -79,19 +79,21 @@ def median_of(runs: int, command: list[str], env: dict[str, str]) -> tuple[float
 def prepare_demo(folder: Path) -> None:
     """A finished, pulled and verified demo project: the state the report is most often asked about."""
     from remote_gpu_trainer.services.demo_project import DEMO_RUN, create_demo
-    from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+    from remote_gpu_trainer.services.opening import open_session
+    from remote_gpu_trainer.services.watch.liveness import run_state
 
     create_demo(folder, quick=True)
-    session = Session.open(str(folder))
+    session = open_session(str(folder))
 
     async def arc() -> None:
         from remote_gpu_trainer.cli.project_verbs import start_demo as _start_demo
 
         await _start_demo(session)
-        while (await session.run_state(DEMO_RUN)).liveness.state not in ("finished", "dead"):
+        while (await run_state(session, DEMO_RUN)).liveness.state not in ("finished", "dead"):
             await asyncio.sleep(0.2)
-        await session.pull(DEMO_RUN)
-        if not (await session.verify(DEMO_RUN)).ok:
+        await pull_run(session, DEMO_RUN)
+        if not (await verify_run(session, DEMO_RUN)).ok:
             raise SystemExit("demo verification failed")
 
     asyncio.run(arc())

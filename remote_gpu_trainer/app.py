@@ -30,7 +30,7 @@ class RgtApp(App[None]):
         tune_process()  # a no-op when the CLI already did (runtime.py); an app opened another way gets the same
 
     def on_mount(self) -> None:
-        dashboard = DashboardScreen()
+        dashboard = DashboardScreen(self.session)
         self.push_screen(dashboard)
         watch_follow_ups(dashboard)  # finished runs with `auto` are pulled and verified (screens/auto_follow.py)
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.cli.terminal import ask, interactive
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, GateRefused, VerbFailed
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.evidence import verbs as evidence_verbs
 from remote_gpu_trainer.text import escape_control
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 async def pull(session: Session, args: argparse.Namespace) -> int:
     where = session.project.run_dir(args.run)
     with printers.pull_progress(args.run, lambda: evidence_verbs.manifest_sizes(session, args.run)) as progress:
-        result = await session.pull(args.run, progress=progress, actor="cli")
+        result = await evidence_verbs.pull_run(session, args.run, progress=progress, actor="cli")
     if args.format == "json":
         printers.print_json(schemas.pull_document(args.run, where, result))
     if not result.ok:
@@ -49,7 +50,7 @@ def _adopted_line(run_id: str, adopted_run_id: str | None) -> None:
 
 async def verify(session: Session, args: argparse.Namespace) -> int:
     with printers.verify_progress() as progress:
-        outcome = await session.verify(args.run, progress=progress, actor="cli")
+        outcome = await evidence_verbs.verify_run(session, args.run, progress=progress, actor="cli")
     if args.format == "json":
         printers.print_json(schemas.verify_document(args.run, session.project.run_dir(args.run), outcome))
     else:
@@ -85,7 +86,7 @@ async def down(session: Session, args: argparse.Namespace) -> int:
     is shown and the id asked for; the service refuses a wrong id, or a closed gate, with exit 3."""
     from remote_gpu_trainer.services import teardown
 
-    run = session.run_config(args.run)
+    run = run_config(session, args.run)
     action = "stop" if args.stop else "terminate"
     accepted = tuple(name.strip() for name in args.accept_loss.split(",") if name.strip())
     plan = await teardown.plan(session, run.instance, action, accepted)

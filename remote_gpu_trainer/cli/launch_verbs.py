@@ -16,9 +16,14 @@ from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
+from remote_gpu_trainer.services import instances
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.fleet import auto_follow
 from remote_gpu_trainer.services.fleet.progress_line import ProgressTicker, progress_line
+from remote_gpu_trainer.services.instances import create_instance, instance_status
 from remote_gpu_trainer.services.launch import env_audit
+from remote_gpu_trainer.services.launch.env_audit import audit_run_environment
+from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.watch import recovery, run_logs, watched_state
 from remote_gpu_trainer.text import escape_control
 
@@ -36,10 +41,10 @@ async def up(session: Session, args: argparse.Namespace) -> int:
 
         if await launcher.wants_launch(session, run.instance):
             return await _up_launch(session, args.run, args.approve_price)
-    status = (await session.create_instance(run.instance, actor="cli") if isinstance(provider, Creatable)
-              else await session.instance_status(run.instance))
+    status = (await create_instance(session, run.instance, actor="cli") if isinstance(provider, Creatable)
+              else await instance_status(session, run.instance))
     print(f"{run.instance}: {status.state} ({status.provider_id})")
-    rows = await session.env_audit(args.run, actor="cli")
+    rows = await audit_run_environment(session, args.run, actor="cli")
     printers.print_audit(rows)
     return EXIT_FAILED if any(r.status == "fail" for r in rows) else EXIT_OK
 
@@ -49,7 +54,7 @@ async def push(session: Session, args: argparse.Namespace) -> int:
 
     run = session.project.run(args.run)
     session.require_writable("push")
-    written = await push_files(session.project, run, await session.remote(run.instance))
+    written = await push_files(session.project, run, await instances.remote(session, run.instance))
     print("\n".join(f"pushed {path}" for path in written) or "nothing to push")
     return EXIT_OK
 
@@ -65,7 +70,7 @@ async def run(session: Session, args: argparse.Namespace) -> int:
         run = session.project.run(args.run)
         print(f"added [runs.{args.run}] to {session.project.file} (remote_root {run.remote_root})")
     await runner.refuse_reused_id(session, run)  # before the audit: a reused id is refused at once
-    rows = await session.env_audit(args.run, actor="cli")
+    rows = await audit_run_environment(session, args.run, actor="cli")
     printers.print_audit(rows)
     failed = [r for r in rows if r.status == "fail"]
     if failed and not args.ack:
@@ -73,7 +78,7 @@ async def run(session: Session, args: argparse.Namespace) -> int:
                          f"{failed[0].detail}; fix it, or launch anyway with --ack \"why\"")
     if failed:
         env_audit.acknowledge_failed_rows(session, args.run, failed, args.ack, actor="cli")
-    detail = await session.launch(args.run, actor="cli")
+    detail = await launch_run(session, args.run, actor="cli")
     print(f"launched {args.run} on {run.instance}: pid {detail['pid']}, log {detail['log']}")
     return EXIT_OK
 
@@ -82,7 +87,7 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
     """Print the run's state changes and alerts until the job is over (finished, dead or preempted; exit 0
     only for finished with its follow-ups done); `--once`: one pass, exit 1 when the box could not be asked or
     a follow-up failed."""
-    run_id = session.run_config(args.run).id
+    run_id = run_config(session, args.run).id
     if args.format == "json":  # the parser allows it with --once only
         state, alerts = await _watch_pass(session, run_id)
         # one document stands alone: every open alert of the run (a stall raised at an earlier pass included),
@@ -122,7 +127,7 @@ async def _resume(session: Session, args: argparse.Namespace) -> int:
     if args.rerun:
         raise ConfigError("--resume relaunches RUN under its own id and --rerun under a new one: pick one")
     detail = await resume_run(session, args.run, actor="cli")
-    print(f"resumed {args.run} on {session.run_config(args.run).instance}: pid {detail['pid']}, log {detail['log']}")
+    print(f"resumed {args.run} on {run_config(session, args.run).instance}: pid {detail['pid']}, log {detail['log']}")
     return EXIT_OK
 
 
@@ -147,15 +152,15 @@ async def _watch_pass(session: Session, run_id: str) -> tuple[RunState, list[Ale
     skips the log; its state then says why."""
     alerts: list[Alert] = []
     try:
-        update = await session.follow_log(run_id)
+        update = await run_logs.follow_log(session, run_id)
     except RgtError:
         update = None
     if update is not None:
         alerts.extend(update.alerts)
     state = await watched_state.watched_run_state(session, run_id)
-    await session.evaluate_rules(run_id, state)
+    await run_logs.evaluate_rules(session, run_id, state)
     recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when the state changed
-    alerts.extend(session.take_alerts())
+    alerts.extend(run_logs.take_alerts(session))
     return state, alerts
 
 

@@ -143,25 +143,30 @@ async def start_demo(session: Session) -> None:
     """Rent the sim box and launch the demo's runs (the flawed twin too when the project has it), unless they
     already ran: re-opening re-attaches instead."""
     from remote_gpu_trainer.services.demo_project import DEMO_FLAWED_RUN, DEMO_INSTANCE, DEMO_RUN
+    from remote_gpu_trainer.services.instances import create_instance, instance_status
+    from remote_gpu_trainer.services.launch.env_audit import audit_run_environment
+    from remote_gpu_trainer.services.launch.launch import launch_run
 
-    status = await session.instance_status(DEMO_INSTANCE)
+    status = await instance_status(session, DEMO_INSTANCE)
     if status.state == "terminated":
         return
     runs = [run for run in (DEMO_RUN, DEMO_FLAWED_RUN) if run in session.project.runs]
     if all(session.db.launch(run) is not None for run in runs):
         return
     if status.state != "running":
-        await session.create_instance(DEMO_INSTANCE, actor="demo")
+        await create_instance(session, DEMO_INSTANCE, actor="demo")
     for run in runs:
         if session.db.launch(run) is None:
-            await session.env_audit(run, actor="demo")  # shown in the checklist panel; the demo never blocks on it
-            await session.launch(run, actor="demo")
+            # shown in the checklist panel; the demo never blocks on it
+            await audit_run_environment(session, run, actor="demo")
+            await launch_run(session, run, actor="demo")
 
 
 def _tick(session: Session, run_id: str, item: str, status: str, note: str) -> int:
     from remote_gpu_trainer.services.audit import checklist
+    from remote_gpu_trainer.services.bindings import run_config
 
-    session.run_config(run_id)
+    run_config(session, run_id)
     checklist.set_tick(session.db, run_id, item, status, note)
     print(f"{item}: {status}")
     return EXIT_OK
@@ -169,11 +174,13 @@ def _tick(session: Session, run_id: str, item: str, status: str, note: str) -> i
 
 async def _trust(session: Session, name: str, fingerprint: str | None) -> int:
     """Trust a first-contact host key: the user states the fingerprint they compared, or confirms at a tty."""
+    from remote_gpu_trainer.services.instances import host_key_prompts, instance_status, trust_host_key
+
     if name not in session.project.instances:
         raise ConfigError(f"{session.project.file}: no instance named {name!r}")
     try:
-        await session.instance_status(name)
-        presented = session.host_key_prompts.get(name)
+        await instance_status(session, name)
+        presented = host_key_prompts(session).get(name)
         if presented is None:
             raise VerbFailed(f"{name}: no unknown host key to trust (already trusted, changed, or unreachable: "
                              "see `rgt --report`)")
@@ -187,7 +194,7 @@ async def _trust(session: Session, name: str, fingerprint: str | None) -> int:
                 print("not trusted")
                 return EXIT_FAILED
             fingerprint = presented.fingerprint_sha256
-        receipt = await session.trust_host_key(name, fingerprint, actor="cli")
+        receipt = await trust_host_key(session, name, fingerprint, actor="cli")
         print(f"trusted {receipt['key_type']} {receipt['fingerprint_sha256']} for {name}")
         return EXIT_OK
     finally:

@@ -17,11 +17,12 @@ RunVerb = Callable[["Session", argparse.Namespace], Awaitable[int]]
 
 
 def open_session(project: str | None, read_only: bool = False) -> Session:
-    """Session.open, then the check that needs ssh config: two entries naming one box are refused (exit 2)."""
+    """services/opening.py's open_session, then the check that needs ssh config: two entries naming one box are
+    refused (exit 2)."""
     from remote_gpu_trainer.providers.box_identity import check_distinct_boxes
-    from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.services import opening
 
-    session = Session.open(project, read_only=read_only)
+    session = opening.open_session(project, read_only=read_only)
     try:
         check_distinct_boxes(session.project)
     except ConfigError:
@@ -59,7 +60,7 @@ def on_run(verb: str, args: argparse.Namespace, action: RunVerb) -> int:
     project = load_project(resolve_project_file(args.project))
     check_distinct_boxes(project)
     project.run(args.run)  # an unknown run is refused before anything is created
-    project_registry.remember(project.root)  # as Session.open does: so `rgt status --all` finds it later
+    project_registry.remember(project.root)  # as opening.open_session does: so `rgt status --all` finds it later
     session = Session(project)
     if session.folder_read_only and verb != "watch":
         session.close()
@@ -74,11 +75,12 @@ async def _closing_transports(session: Session, args: argparse.Namespace, action
     try:
         return await action(session, args)
     except HostKeyNotTrusted as exc:  # the transport's refusal, worded with the instance it was reaching
-        from remote_gpu_trainer.services.instances import trust_refusal
+        from remote_gpu_trainer.services.bindings import run_config
+        from remote_gpu_trainer.services.instances import host_key_prompts, trust_refusal
 
-        presented = session.host_key_prompts.items()
+        presented = host_key_prompts(session).items()
         name = next((n for n, key in presented if key.fingerprint_sha256 == exc.fingerprint_sha256),
-                    session.run_config(args.run).instance)
+                    run_config(session, args.run).instance)
         exc.args = (trust_refusal(session, name, exc),)
         raise
     finally:

@@ -25,7 +25,7 @@ def watch_follow_ups(screen: DashboardScreen) -> None:
 def start_follow_ups(screen: DashboardScreen, overview: Overview | None) -> None:
     if overview is None or overview.read_only:
         return
-    session = screen.rgt.session
+    session = screen.session
     for run in overview.runs:
         name = f"{WORKER_PREFIX}{run.id}"
         if run.liveness != "finished" or auto_follow.status(session, run.id) != "waiting":
@@ -36,7 +36,7 @@ def start_follow_ups(screen: DashboardScreen, overview: Overview | None) -> None
 
 
 async def _follow(screen: DashboardScreen, run_id: str) -> None:
-    done = await auto_follow.follow_up(screen.rgt.session, run_id, "finished")
+    done = await auto_follow.follow_up(screen.session, run_id, "finished")
     if done is None:
         return
     screen.notify(f"run {run_id}: {done.summary}", title=f"auto follow-up {done.outcome}",

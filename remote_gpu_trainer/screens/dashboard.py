@@ -17,13 +17,14 @@ from textual.binding import Binding
 from textual.containers import Container
 from textual.notifications import SeverityLevel
 from textual.reactive import reactive
+from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Input, Static, Tab, Tabs
+from textual.widgets import Button, DataTable, Footer, Input, Static, Tab, Tabs
 
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.screens.box_actions import BoxActions
 from remote_gpu_trainer.screens.confirm import ConfirmScreen
-from remote_gpu_trainer.screens.deliver_actions import DELIVER_PANEL
+from remote_gpu_trainer.screens.deliver_actions import DELIVER_PANEL, DeliverActions
 from remote_gpu_trainer.screens.finding import FindingScreen
 from remote_gpu_trainer.screens.note import NoteScreen
 from remote_gpu_trainer.services import instances
@@ -31,11 +32,12 @@ from remote_gpu_trainer.services.audit import audit, checklist, findings
 from remote_gpu_trainer.services.evidence.pull import PullProgress
 from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.evidence.verify import VerifyStep
+from remote_gpu_trainer.services.instances import host_key_prompts
 from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.watch import run_logs
 from remote_gpu_trainer.services.watch.log_monitor import Alert
 from remote_gpu_trainer.text import escape_control, money
-from remote_gpu_trainer.views import Overview, RunView
+from remote_gpu_trainer.views import DeliverView, Overview, RunView
 from remote_gpu_trainer.widgets.checklist_panel import ChecklistPanel
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
@@ -45,7 +47,7 @@ from remote_gpu_trainer.widgets.log_panel import LogPanel
 from remote_gpu_trainer.widgets.loss_chart import EMPTY_TEXT, LossChart
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.app import RgtApp
+    from remote_gpu_trainer.services.session import Session
 
 PANELS = ("panel-instances", "panel-checkpoints", "panel-log", "panel-checklist", DELIVER_PANEL)
 TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log · loss", "4 Checklist · findings", "5 Deliver")
@@ -56,7 +58,7 @@ LOG_POLL_S = 0.5
 AUDIT_POLL_S = 10.0  # how often the dashboard looks whether an input of the VERIFY audits changed
 
 
-class DashboardScreen(BoxActions):
+class DashboardScreen(Screen[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
         Binding("p", "pull", "Pull"),
@@ -85,8 +87,9 @@ class DashboardScreen(BoxActions):
     overview: reactive[Overview | None] = reactive(None, always_update=True, init=False)
     run_id: reactive[str | None] = reactive(None, init=False)
 
-    def __init__(self) -> None:
+    def __init__(self, session: Session) -> None:
         super().__init__()
+        self.session = session
         self.busy: set[str] = set()
         self.log_backfilled = False
         self.log_polling = False
@@ -94,13 +97,14 @@ class DashboardScreen(BoxActions):
         self.refresh_again = False
         self.refresh_timer: Timer | None = None
         self.asked_host_keys: set[tuple[str, str]] = set()  # asked once per key per session
+        self.deliver = DeliverActions(self, session, busy=self.busy_with, set_busy=self.set_busy)
+        self.box = BoxActions(self, session, current_run=self.current_run, busy=self.busy_with,
+                              set_busy=self.set_busy, refresh_overview=self.refresh_overview)
 
     @property
-    def rgt(self) -> RgtApp:
-        from remote_gpu_trainer.app import RgtApp
-
-        assert isinstance(self.app, RgtApp)
-        return self.app
+    def deliver_view(self) -> DeliverView | None:
+        """What the Deliver panel shows; None until it was first read."""
+        return self.deliver.view
 
     def compose(self) -> ComposeResult:
         yield Static("rgt · loading…", id="topbar")
@@ -118,7 +122,7 @@ class DashboardScreen(BoxActions):
     def on_mount(self) -> None:
         for panel_id, title in zip(PANELS, TITLES, strict=True):
             self.query_one(f"#{panel_id}").border_title = title
-        runs = sorted(self.rgt.session.project.runs)
+        runs = sorted(self.session.project.runs)
         self.run_id = runs[0] if runs else None
         self.refresh_overview()  # re-arms itself when it finishes: a slow box never cancels a refresh
         self.poll_log()
@@ -128,7 +132,8 @@ class DashboardScreen(BoxActions):
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = False) -> None:
         """Every toast here can quote the box (a log line, a file name, a provider's error): never markup
-        (`[bold red]x` shows as typed), and control characters escaped."""
+        (`[bold red]x` shows as typed), and control characters escaped, newlines kept. The one escaping rule of
+        the dashboard's toasts (its Deliver and box actions' included): callers pass the raw text."""
         super().notify(escape_control(message, keep_newlines=True), title=escape_control(title),
                        severity=severity, timeout=timeout, markup=markup)
 
@@ -157,14 +162,14 @@ class DashboardScreen(BoxActions):
             while True:
                 self.refresh_again = False
                 try:
-                    overview = await observe_and_build(self.rgt.session, wait_s=OVERVIEW_WAIT_S)
+                    overview = await observe_and_build(self.session, wait_s=OVERVIEW_WAIT_S)
                 except RgtError as exc:
                     self.notify(str(exc), severity="error", timeout=10)
                 else:
                     if not self.showing():  # removed meanwhile (or the app is exiting): nothing to draw on
                         return
                     self.overview = overview  # watch_overview and the panels bound to it redraw
-                    self.show_alerts(run_logs.take_alerts(self.rgt.session))
+                    self.show_alerts(run_logs.take_alerts(self.session))
                 if not self.refresh_again:
                     break
         finally:
@@ -189,11 +194,11 @@ class DashboardScreen(BoxActions):
             self.query_one("#instances", DataTable).focus()
         self.refresh_bindings()
         self.ask_host_keys()
-        if self.deliver_active():
-            self.refresh_deliver()
+        if self.deliver.active():
+            self.deliver.refresh()
 
     def ask_host_keys(self) -> None:
-        for name, presented in self.rgt.session.host_key_prompts.items():
+        for name, presented in host_key_prompts(self.session).items():
             key = (name, presented.fingerprint_sha256)
             if key not in self.asked_host_keys and not self.read_only_or_modal():
                 self.asked_host_keys.add(key)
@@ -217,7 +222,7 @@ class DashboardScreen(BoxActions):
             self.notify(f"{name}: host key not trusted; the box stays unknown", severity="warning")
             return
         try:
-            await instances.trust_host_key(self.rgt.session, name, fingerprint)
+            await instances.trust_host_key(self.session, name, fingerprint)
         except RgtError as exc:
             self.notify(str(exc), severity="error", timeout=15)
             return
@@ -233,7 +238,7 @@ class DashboardScreen(BoxActions):
         gate = "—"
         if run is not None:
             gate = "GATE OPEN" if run.gate.open else f"GATE CLOSED {len(run.gate.reasons)}"
-        age = max(0, int((self.rgt.session.clock() - overview.generated_at).total_seconds()))
+        age = max(0, int((self.session.clock() - overview.generated_at).total_seconds()))
         parts = [f"rgt · {overview.project}", f"burn {money(overview.burn_per_hour)}/h",
                  f"spent {money(overview.total)}", gate]
         if run is not None:
@@ -260,12 +265,12 @@ class DashboardScreen(BoxActions):
         panel = self.query_one(LogPanel)
         try:
             if not self.log_backfilled:
-                backfill = await run_logs.log_backfill(self.rgt.session, run_id)
+                backfill = await run_logs.log_backfill(self.session, run_id)
                 if not self.showing() or self.run_id != run_id:  # removed, or another run is shown now
                     return
                 panel.append(backfill)
                 self.log_backfilled = True
-            update = await run_logs.follow_log(self.rgt.session, run_id, max_reads=1)
+            update = await run_logs.follow_log(self.session, run_id, max_reads=1)
         except RgtError:
             return  # the box is unreachable or gone; the overview says so
         if update is None or not self.showing() or self.run_id != run_id:
@@ -275,7 +280,7 @@ class DashboardScreen(BoxActions):
         panel.append(update.lines)
         panel.set_progress(update.partial)
         self.show_alerts(update.alerts)
-        chart = run_logs.loss_chart(self.rgt.session, self.run_id)
+        chart = run_logs.loss_chart(self.session, self.run_id)
         if chart is not None:
             panel.query_one(LossChart).set_series(chart.steps, chart.values, chart.title, chart.x)
         if update.more:
@@ -292,10 +297,10 @@ class DashboardScreen(BoxActions):
     # -- actions -----------------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("build", "reconcile"):
-            return self.deliver_allowed(action)
-        if action == "filter" and self.deliver_active():
+            return self.deliver.allowed(action)
+        if action == "filter" and self.deliver.active():
             return False  # the log's filter: its footer room goes to b and r, so q and ? still show at 80 columns
-        if action in ("teardown", "stop") and self.rgt.session.read_only:
+        if action in ("teardown", "stop") and self.session.read_only:
             return False
         if self.busy_with(action):
             return None  # shown greyed while it runs: pressing it again must not start (or cancel) anything
@@ -337,8 +342,32 @@ class DashboardScreen(BoxActions):
         deliver = PANELS[index] == DELIVER_PANEL
         self.set_class(deliver, "-deliver")
         if deliver:
-            self.refresh_deliver()
+            self.deliver.refresh()
         self.refresh_bindings()
+
+    def action_build(self) -> None:
+        self.deliver.build()
+
+    def action_reconcile(self) -> None:
+        self.deliver.reconcile()
+
+    @on(DataTable.RowSelected, "#deliver")
+    def _deliver_selected(self, event: DataTable.RowSelected) -> None:
+        self.deliver.open_output(str(event.row_key.value))
+
+    @on(Button.Pressed, "#teardown")
+    def _teardown_clicked(self) -> None:
+        """The Terminate button, clicked or pressed: the same path as `t`."""
+        if self.check_action("teardown", ()):
+            self.action_teardown()
+
+    @work(group="teardown")  # never exclusive: a second press must not cancel a teardown under way
+    async def action_teardown(self) -> None:
+        await self.box.teardown()
+
+    @work(group="teardown")
+    async def action_stop(self) -> None:
+        await self.box.stop()
 
     def action_refresh(self) -> None:
         self.refresh_overview()
@@ -393,7 +422,7 @@ class DashboardScreen(BoxActions):
         if note is None:
             return
         try:
-            findings.acknowledge(self.rgt.session, run.id, finding.id, note)
+            findings.acknowledge(self.session, run.id, finding.id, note)
         except RgtError as exc:
             self.notify(str(exc), severity="error")
             return
@@ -411,10 +440,10 @@ class DashboardScreen(BoxActions):
         if view is None:
             return
         decision = await self.app.push_screen_wait(FindingScreen(view, audit.finding_detail(view)))
-        if decision is None or self.rgt.session.read_only:
+        if decision is None or self.session.read_only:
             return
         try:
-            findings.set_status(self.rgt.session.db, finding_id, decision.status, note=decision.note,
+            findings.set_status(self.session.db, finding_id, decision.status, note=decision.note,
                                 disclosure=decision.disclosure, scope=decision.scope)
         except RgtError as exc:
             self.notify(str(exc), severity="error", timeout=10)
@@ -425,7 +454,7 @@ class DashboardScreen(BoxActions):
     @work(group="audit", exclusive=True, thread=True)
     def action_audit(self) -> None:
         """Run the VERIFY audits now (they also run after every verification and when an input changes)."""
-        outcome = audit.run_audit(self.rgt.session.project, self.rgt.session.db, actor="user")
+        outcome = audit.run_audit(self.session.project, self.session.db, actor="user")
         self.app.call_from_thread(self.notify, f"audit: {len(outcome.raised)} raised, {len(outcome.fixed)} fixed")
         self.app.call_from_thread(self.refresh_overview)
 
@@ -433,15 +462,15 @@ class DashboardScreen(BoxActions):
     def audit_if_changed(self) -> None:
         """A changed input (a pulled file, an edited EVIDENCE.json) re-runs the audits in a thread. The first
         audit of a project comes with its first verification (or `u`, or `rgt audit`), not from opening it."""
-        if self.rgt.session.read_only:
+        if self.session.read_only:
             return
-        if audit.audit_if_changed(self.rgt.session.project, self.rgt.session.db) is not None:
+        if audit.audit_if_changed(self.session.project, self.session.db) is not None:
             self.app.call_from_thread(self.refresh_overview)
 
     def action_next_run(self) -> None:
         """Show the project's next run (its checkpoints, log, gate and checklist); the VERIFY findings are the
         whole project's and stay listed."""
-        runs = sorted(self.rgt.session.project.runs)
+        runs = sorted(self.session.project.runs)
         if len(runs) < 2:
             self.notify("this project has one run")
             return
@@ -473,17 +502,16 @@ class DashboardScreen(BoxActions):
 
         try:
             self.notify(f"pulling {self.run_id}…")
-            result = await pull_run(self.rgt.session, self.run_id, progress=progress)
+            result = await pull_run(self.session, self.run_id, progress=progress)
             if result.ok:
                 self.notify(f"pulled {len(result.files)} file(s) into runs/{self.run_id}/: verify with v")
             else:
                 shown = "; ".join(f"{p.path}: {p.detail}" for p in result.failed[:3])
                 more = f" (+{len(result.failed) - 3} more)" if len(result.failed) > 3 else ""
-                self.notify(escape_control(f"✖ pull incomplete: {len(result.failed)} of {len(result.files)} file(s) "
-                                           f"not fetched: {shown}{more}; fix that, then p again"),
-                            severity="error", timeout=20, markup=False)
+                self.notify(f"✖ pull incomplete: {len(result.failed)} of {len(result.files)} file(s) not fetched: "
+                            f"{shown}{more}; fix that, then p again", severity="error", timeout=20)
         except RgtError as exc:
-            self.notify(escape_control(f"pull failed: {exc}"), severity="error", timeout=15, markup=False)
+            self.notify(f"pull failed: {exc}", severity="error", timeout=15)
         finally:
             self.set_busy("pull", False)
             if self.showing():
@@ -504,16 +532,15 @@ class DashboardScreen(BoxActions):
 
         try:
             self.notify(f"verifying {self.run_id}…")
-            result = await verify_run(self.rgt.session, self.run_id, progress=progress)
+            result = await verify_run(self.session, self.run_id, progress=progress)
             if result.ok:
                 self.notify("✔ verified: every file matches and every checkpoint loads", timeout=8)
             else:
                 first = result.errors[0]
-                self.notify(escape_control(f"✖ verification failed: {first.code} {first.path} "
-                                           f"({len(result.errors)} problem(s))"), severity="error", timeout=15,
-                            markup=False)
+                self.notify(f"✖ verification failed: {first.code} {first.path} ({len(result.errors)} problem(s))",
+                            severity="error", timeout=15)
         except RgtError as exc:
-            self.notify(escape_control(f"verify failed: {exc}"), severity="error", timeout=15, markup=False)
+            self.notify(f"verify failed: {exc}", severity="error", timeout=15)
         finally:
             self.set_busy("verify", False)
             if self.showing():
@@ -537,5 +564,5 @@ class DashboardScreen(BoxActions):
             note = await self.app.push_screen_wait(NoteScreen(toggle.prompt))
         if note is None:
             return
-        checklist.set_tick(self.rgt.session.db, run.id, item, toggle.status, note)
+        checklist.set_tick(self.session.db, run.id, item, toggle.status, note)
         self.refresh_overview()

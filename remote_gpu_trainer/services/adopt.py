@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from remote_gpu_trainer.services import instances
 from remote_gpu_trainer.services.box_layout import ctl_dir, log_path
 from remote_gpu_trainer.services.box_ledger import (
     LedgerEntry,
@@ -42,7 +43,7 @@ async def adopt(session: Session, name: str, actor: str = "user") -> Adoption:
     the box recorded, so liveness, pull and verify find the run where its launch put it. The record is stamped
     now, so the gate wants a verification after it: nothing adopted opens anything by itself."""
     session.require_writable("adopting the box's ledger")
-    entries = await read_ledger(await session.remote(name))
+    entries = await read_ledger(await instances.remote(session, name))
     own = project_id(session.project)
     known_ids = {str(record.detail.get("launch_id")) for record in session.db.launch_history()}
     box = await session_box_key(session, name)
@@ -60,7 +61,7 @@ async def adopt(session: Session, name: str, actor: str = "user") -> Adoption:
         detail: dict[str, object] = {
             "ctl_dir": ctl_dir(run), "log": log_path(run), "started_at": entry.started_at, "method": "adopted",
             "pushed": [], "log_offset": 0, "pid": None, "launch_id": entry.launch_id,
-            "ledger": entry_path(await box_home(await session.remote(name)), entry)}
+            "ledger": entry_path(await box_home(await instances.remote(session, name)), entry)}
         session.db.record_launch(run.id, name, detail, box=box, config=entry.config)
         events.launch_adopted(session.db, run_id=run.id, instance=name, detail=detail, actor=actor)
         adopted.append(entry)

@@ -10,10 +10,21 @@ rgt.toml now says otherwise is the run's `location_drift`, shown to the user, an
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
 from remote_gpu_trainer.run_records import bind_to_launch, run_config_from_record
 from remote_gpu_trainer.state.db import StateDB
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.services.session import Session
+
+
+def run_config(session: Session, run_id: str) -> RunConfig:
+    """Where the run's files and processes are: rgt.toml's table with the location keys its latest launch
+    bound; what rgt.toml now says otherwise is its `location_drift`. Launching reads `project.run` (rgt.toml
+    as it is) instead: a new launch binds the next job."""
+    return bound_run_config(session.project, session.db, run_id)
 
 
 def bound_run_config(project: ProjectConfig, db: StateDB, run_id: str) -> RunConfig:

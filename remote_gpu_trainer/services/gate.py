@@ -38,7 +38,8 @@ from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
 from remote_gpu_trainer.profile_facts import Action
 from remote_gpu_trainer.run_records import bind_to_launch, run_config_from_record
-from remote_gpu_trainer.services import box_ledger
+from remote_gpu_trainer.services import box_ledger, instances
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.box_ledger import LedgerEntry
 from remote_gpu_trainer.services.evidence.local_root import (
     box_folders,
@@ -48,6 +49,7 @@ from remote_gpu_trainer.services.evidence.local_root import (
     walk_local_root,
 )
 from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, recorded_adoption, remote_manifest
+from remote_gpu_trainer.services.meter import last_status
 from remote_gpu_trainer.services.watch.liveness import run_state_of
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import escape_control
@@ -97,7 +99,7 @@ async def session_box_key(session: Session, name: str) -> str:
     keys: a rented box's address and port go to the next box, its host key does not."""
     instance = session.instance(name)
     key = await box_key(instance, session.provider(name).provider_id(instance), session.project.state_dir)
-    status = session.last_status.get(name)
+    status = last_status(session, name)
     target = status.detail.get("ssh_target") if status is not None else None
     if instance.provider in SSH_PROVIDERS or not isinstance(target, str) or not target:
         return key
@@ -122,7 +124,7 @@ async def box_runs(session: Session, name: str) -> list[BoxRun]:
     for run_id, run in sorted(session.project.runs.items()):
         if run.instance == name or run_id in launched:
             # where its launch put its files and job (docs/gate.md §7, "Launch-time bindings")
-            result[run_id] = BoxRun(session.run_config(run_id), True, run_id in launched)
+            result[run_id] = BoxRun(run_config(session, run_id), True, run_id in launched)
     for run_id, recorded in sorted(launched.items()):
         if run_id in result:
             continue
@@ -153,7 +155,7 @@ async def decide(session: Session, name: str, box_run: BoxRun, provider_id: str,
     liveness = None
     if check_box:
         try:
-            transport = await session.remote(name)
+            transport = await instances.remote(session, name)
             remote = await remote_manifest(transport, run)
             liveness = (await run_state_of(session, run, name)).liveness.state
         except RgtError:
@@ -235,7 +237,7 @@ async def may_hold_results(session: Session, name: str, box_run: BoxRun) -> tupl
     if box_run.launched or session.project.run_dir(box_run.run.id).exists():
         return True, None
     try:
-        transport = await session.remote(name)
+        transport = await instances.remote(session, name)
         return bool(await transport.listdir(box_run.run.remote_root)), None
     except (RgtError, OSError, TimeoutError) as exc:
         return True, (f"the box could not be asked whether {box_run.run.remote_root} holds results of run "
@@ -292,7 +294,7 @@ async def _with_ledger(session: Session, name: str, known: list[BoxRun]
     leaves the last copy rgt read of it (`.rgt/ledgers/`) as the best knowledge, and a warning."""
     own_id = box_ledger.project_id(session.project)
     try:
-        transport = await session.remote(name)
+        transport = await instances.remote(session, name)
         entries = await box_ledger.read_ledger(transport)
     except (RgtError, OSError, TimeoutError) as exc:
         entries = box_ledger.cached_ledger(session.project, name)
@@ -398,7 +400,7 @@ def gate_view(session: Session, run_id: str, provider_id: str, liveness: str | N
     """The gate as the dashboard shows it: the evidence conditions always; `open` also needs a teardown
     action the profile names. The box's manifest is not re-read here (the teardown plan does that), so the
     view carries that warning."""
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     profile = session.profile(run.instance)
     action = profile.action("terminate")
     inputs = gather_gate_inputs(session.project, run, session.db, provider_id, None, liveness=liveness)

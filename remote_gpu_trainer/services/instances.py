@@ -1,5 +1,6 @@
 """Asking a provider about a box: its status (recorded for the meter), the row shown while it has not
-answered, trusting its host key on first contact, and creating a sim box.
+answered, the transport an async verb reaches the box by, trusting its host key on first contact, and creating
+a sim box.
 
 A provider's failure reads as `unknown`, never as a state it did not report; every answer passes through
 services/meter.py's record_snapshot, so the meter sees what the faces see.
@@ -13,12 +14,31 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.notice import rgt_command
 from remote_gpu_trainer.errors import ConfigError, HostKeyNotTrusted, RgtError
-from remote_gpu_trainer.providers.base import Creatable, InstanceStatus
-from remote_gpu_trainer.services.meter import record_snapshot
+from remote_gpu_trainer.providers.base import Creatable, InstanceStatus, Transport
+from remote_gpu_trainer.services.meter import last_status, record_snapshot
 from remote_gpu_trainer.state import events
 
 if TYPE_CHECKING:
+    from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
     from remote_gpu_trainer.services.session import Session
+
+
+def host_key_prompts(session: Session) -> dict[str, HostKeyUnknown]:
+    """Instance -> the unknown host key it presented at its last answer (first contact, not yet trusted), for
+    the faces to offer to the user: a copy, since only instance_status and trust_host_key change them."""
+    return dict(_prompts(session))
+
+
+def _prompts(session: Session) -> dict[str, HostKeyUnknown]:
+    return session.cache(__name__, dict)
+
+
+async def remote(session: Session, name: str) -> Transport:
+    """The transport for async work: a cloud box's SSH address comes from its provider, so the provider is
+    asked once first when this process has not asked yet."""
+    if last_status(session, name) is None and not session.has_transport(name):
+        await session.asked(f"status:{name}", lambda: instance_status(session, name))
+    return session.transport(name)
 
 
 async def instance_status(session: Session, name: str) -> InstanceStatus:
@@ -41,18 +61,17 @@ async def instance_status(session: Session, name: str) -> InstanceStatus:
         )
     unknown_key = status.detail.get("host_key_unknown")  # set only by SSH-based providers
     if unknown_key is not None:
-        session.host_key_prompts[name] = unknown_key
+        _prompts(session)[name] = unknown_key
         status = dataclasses.replace(status, detail={**status.detail, "error": trust_refusal(session, name,
                                                                                             unknown_key)})
     else:
-        session.host_key_prompts.pop(name, None)
+        _prompts(session).pop(name, None)
     if instance.price_per_hour is not None and status.price_source != "api" and exists:
         # the user's price fills in where the provider has none; an API price stays, and the user's
         # becomes the quote it is compared with (drift)
         status = InstanceStatus(**{**status.__dict__, "price_per_hour": instance.price_per_hour,
                                    "price_source": "user"})
-    record_snapshot(session, status)
-    session.last_status[name] = status
+    record_snapshot(session, status)  # and the meter keeps it as the box's last_status
     return status
 
 
@@ -64,7 +83,7 @@ def trust_refusal(session: Session, name: str, unknown: HostKeyNotTrusted) -> st
 
 def waiting_status(session: Session, name: str) -> InstanceStatus:
     """What a row shows while its box has not answered this refresh: the last known facts, marked."""
-    last = session.last_status.get(name)
+    last = last_status(session, name)
     note = "waiting for the provider's answer"
     if last is not None:  # the last answer stands, and so does what went wrong with it
         previous = last.detail.get("error")
@@ -82,7 +101,7 @@ def waiting_status(session: Session, name: str) -> InstanceStatus:
 async def trust_host_key(session: Session, name: str, fingerprint: str, actor: str = "user") -> dict[str, Any]:
     """Trust on first use, once, by the user: the fingerprint they compared must be the one presented."""
     await instance_status(session, name)
-    presented = session.host_key_prompts.get(name)
+    presented = _prompts(session).get(name)
     if presented is None:
         raise RgtError(f"instances.{name}: no unknown host key to trust (already trusted, or unreachable)")
     if fingerprint.strip() != presented.fingerprint_sha256:
@@ -99,7 +118,7 @@ async def trust_host_key(session: Session, name: str, fingerprint: str, actor: s
                               instance_id=session.provider(name).provider_id(session.instance(name)),
                               now=session.clock())
     events.host_key_trusted(session.db, instance=name, receipt=receipt, actor=actor)
-    session.host_key_prompts.pop(name, None)
+    _prompts(session).pop(name, None)
     return receipt
 
 

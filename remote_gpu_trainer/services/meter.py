@@ -1,9 +1,9 @@
 """The cost meter's gathering: what a provider says an instance holds, turned into the inputs of the billing
 arithmetic in audits/meter.py (which holds the rules and is pure).
 
-record_snapshot and sample_meter keep the meter's record of what the providers said in the state database,
-and meter_reading asks audits/meter.py for the figures; this module reads the provider's answer so the audit
-never sees a provider type.
+record_snapshot and sample_meter keep the meter's record of what the providers said in the state database
+(and, for this session, each box's last answer: last_status), and meter_reading asks audits/meter.py for the
+figures; this module reads the provider's answer so the audit never sees a provider type.
 """
 
 from __future__ import annotations
@@ -77,16 +77,28 @@ def window_cost(session: Session, name: str, start: datetime, end: datetime) -> 
 def _billing(session: Session, name: str) -> tuple[BillingModel, list[Interval]]:
     """The instance's billing model and the stretches nobody watched (recorded METER_GAP events)."""
     quoted = session.instance(name).price_per_hour
-    model = billing_model(session.profile(name), held_storage(session.profile(name), session.last_status.get(name)),
+    model = billing_model(session.profile(name), held_storage(session.profile(name), last_status(session, name)),
                           quoted)
     gaps = [Interval(parse_iso(str(e.detail["start"])), parse_iso(str(e.detail["end"])))
             for e in session.db.events(kind=EventKind.METER_GAP) if e.instance == name]
     return model, gaps
 
 
+def last_status(session: Session, name: str) -> InstanceStatus | None:
+    """What the provider last said of the box in this session (None before it was asked): every answer passes
+    through record_snapshot, so this module keeps the last one for whoever needs the box's latest word."""
+    return _last_statuses(session).get(name)
+
+
+def _last_statuses(session: Session) -> dict[str, InstanceStatus]:
+    return session.cache(__name__, dict)
+
+
 def record_snapshot(session: Session, status: InstanceStatus) -> None:
     """A snapshot when something changed, or after a stretch nobody watched: that stretch is then
-    explained from the provider's own clock (uptime, start stamp) or recorded as an estimate."""
+    explained from the provider's own clock (uptime, start stamp) or recorded as an estimate. The answer
+    becomes the box's last_status either way."""
+    _last_statuses(session)[status.name] = status
     db = session.db
     last = db.last_snapshot(status.name)
     if last is None and status.state == "unknown" and valid_price(status.price_per_hour) is None:

@@ -26,12 +26,14 @@ from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus
 from remote_gpu_trainer.services import actions, box_layout, gate, instances, meter
 from remote_gpu_trainer.services.audit import audit, checklist, findings
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.launch import env_audit as env
 from remote_gpu_trainer.services.meter import MeterReading
 from remote_gpu_trainer.services.watch import recovery, run_logs
 from remote_gpu_trainer.services.watch.checkpoint_cadence import cadence_view, run_cadence
 from remote_gpu_trainer.services.watch.liveness import WAITING_RUN, RunState, bounded_run_state
+from remote_gpu_trainer.services.watch.monitors import opened_monitor
 from remote_gpu_trainer.services.watch.watched_state import with_provider_word
 from remote_gpu_trainer.text import money
 from remote_gpu_trainer.views import (
@@ -95,7 +97,7 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
     readings = await asyncio.to_thread(meter_readings, session, statuses, run_states)
     for run_id, state in run_states.items():
         if state is not WAITING_RUN:  # rules judge fresh answers only
-            state = run_states[run_id] = with_provider_word(state, statuses.get(session.run_config(run_id).instance))
+            state = run_states[run_id] = with_provider_word(state, statuses.get(run_config(session, run_id).instance))
             await run_logs.evaluate_rules(session, run_id, state)
             recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when it changed
     return Observation(now, statuses, run_states, gpus, readings, boxes)
@@ -165,20 +167,20 @@ def _instance_view(session: Session, name: str, status: InstanceStatus, seen: Ob
 
 def walltime(session: Session, name: str, run_states: dict[str, RunState]) -> str | None:
     times = [s.walltime for rid, s in sorted(run_states.items())
-             if session.run_config(rid).instance == name and s.walltime]
+             if run_config(session, rid).instance == name and s.walltime]
     return times[-1] if times else None
 
 
 def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str, InstanceStatus],
              audited: AuditView = NO_AUDIT) -> RunView:
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     status = statuses[run.instance]
     files = checkpoint_statuses(session.project, run, session.db)
     view = gate.gate_view(session, run_id, status.provider_id, state.liveness.state)
     if view.open and not status.actable:  # nothing to act on: the plan agrees
         view = dataclasses.replace(view, open=False, reasons=(actions.state_reason(status.state),))
     items = checklist.evaluate(run_id, checklist.checklist_facts(run, view), session.db, audited)
-    monitor = session.monitors.get(run_id)
+    monitor = opened_monitor(session, run_id)
     progress = monitor.snapshot if monitor is not None else None
     running = state.liveness.state in ("running", "stalled")
     return RunView(
@@ -332,7 +334,7 @@ def idle_billing(instances: list[InstanceView], runs: list[RunView]) -> list[tup
 def states_on(session: Session, instance: str, run_states: dict[str, RunState]) -> list[RunState]:
     """The observed states of the runs on `instance` (where their launch put them, else rgt.toml)."""
     return [state for run_id, state in sorted(run_states.items())
-            if run_id in session.project.runs and session.run_config(run_id).instance == instance]
+            if run_id in session.project.runs and run_config(session, run_id).instance == instance]
 
 
 def latest_finish(states: Sequence[RunState]) -> datetime | None:

@@ -1,10 +1,13 @@
-"""A project opened for work: config, state database, and the provider, transport and log-monitor caches.
+"""A project opened for work, the floor every service stands on: its config, its state database, the provider
+and transport caches, the read-only mode, and one question per box in flight.
 
-The TUI, the CLI verbs and `--report` all go through a Session, so a number or a refusal is computed in
-one place: the verbs live in the services that own them (instances, launch, liveness, run_logs,
-evidence/verbs, overview, ...), each taking the session; the methods at the end of the class forward to
-them for callers that hold only a session. A Session never imports Textual; long work is async and bounded
-by timeouts, and one question per box is in flight at a time (asked()).
+The TUI, the CLI verbs and `--report` all go through a Session, so a number or a refusal is computed in one
+place: the verbs live in the services that own them (instances, launch, liveness, run_logs, evidence/verbs,
+overview, ...), each taking the session, and every face calls them there. A Session imports no service (the
+import graph of services/ starts here) and forwards to none (tests/services/test_session_floor.py); what a
+service keeps between calls (the log monitors, the providers' last answers, the host keys awaiting trust)
+it keeps in its own cache(), which only its own functions touch. A Session never imports Textual; long work
+is async and bounded by timeouts, and one question per box is in flight at a time (asked()).
 """
 
 from __future__ import annotations
@@ -12,42 +15,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from remote_gpu_trainer.audits.gpu_health import GpuSample
-from remote_gpu_trainer.audits.log.signatures import Catalogue, load_catalogue
 from remote_gpu_trainer.clock import Clock, utc_now
-from remote_gpu_trainer.config.project import (
-    InstanceConfig,
-    ProjectConfig,
-    RunConfig,
-    load_project,
-    resolve_project_file,
-    user_config_dir,
-)
+from remote_gpu_trainer.config.project import InstanceConfig, ProjectConfig
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.profiles import Profile
-from remote_gpu_trainer.providers.base import InstanceStatus, Transport
+from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.providers.registry import provider_for
-from remote_gpu_trainer.services import instances, project_registry
-from remote_gpu_trainer.services.bindings import bound_run_config
-from remote_gpu_trainer.services.evidence import verbs as evidence_verbs
-from remote_gpu_trainer.services.evidence.pull import PullProgress, PullResult
-from remote_gpu_trainer.services.evidence.verify import VerifyResult, VerifyStep
-from remote_gpu_trainer.services.launch import env_audit as env
-from remote_gpu_trainer.services.launch import launch as runner
-from remote_gpu_trainer.services.overview import observe_and_build
-from remote_gpu_trainer.services.watch import liveness as watcher
-from remote_gpu_trainer.services.watch import run_logs
-from remote_gpu_trainer.services.watch.log_monitor import Alert, ChartData, LogUpdate, RunLogMonitor
 from remote_gpu_trainer.state.db import StateDB
-from remote_gpu_trainer.views import AuditRow, LogLineView, Overview
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.providers.base import Provider
-    from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
 
 T = TypeVar("T")
+C = TypeVar("C")
 PROVIDER_TIMEOUT_S = 20.0
 
 
@@ -63,30 +45,14 @@ class Session:
         self.read_only = read_only or self.folder_read_only
         self.db = StateDB(project.state_db, clock, read_only=self.folder_read_only)
         self._providers: dict[str, Provider] = {}
-        self.host_key_prompts: dict[str, HostKeyUnknown] = {}  # instance -> the unknown key it presented
-        self.gpu_text_cache: dict[str, tuple[float, str]] = {}  # instance -> (monotonic time, panel text)
         self._transports: dict[str, Transport] = {}
-        self.monitors: dict[str, RunLogMonitor] = {}
-        self._catalogue: Catalogue | None = None
-        self.gpu_samples: dict[str, list[GpuSample]] = {}  # instance -> the last sampled GPUs
-        self.last_status: dict[str, InstanceStatus] = {}
+        self._caches: dict[str, Any] = {}  # owner module -> the cache it keeps (see cache)
+        self._closers: list[Callable[[], None]] = []
         self._inflight: dict[str, asyncio.Future[Any]] = {}  # one question per box at a time (see asked)
 
-    @classmethod
-    def open(cls, project_arg: str | None, *, clock: Clock = utc_now, read_only: bool = False) -> Session:
-        session = cls(load_project(resolve_project_file(project_arg)), clock=clock, read_only=read_only)
-        project_registry.remember(session.project.root, clock)  # so `rgt status --all` finds it later
-        if session.project.signatures or (user_config_dir() / "signatures.d").is_dir():
-            try:
-                session.catalogue()  # a bad user signature is a configuration error now, not a silent miss later
-            except RgtError:
-                session.close()
-                raise
-        return session
-
     def close(self) -> None:
-        for monitor in self.monitors.values():
-            monitor.close()
+        for close in self._closers:
+            close()
         self.db.close()
 
     async def close_transports(self) -> None:
@@ -101,6 +67,18 @@ class Session:
                 await close()
             except (RgtError, OSError):
                 pass
+
+    def cache(self, owner: str, make: Callable[[], C], close: Callable[[C], None] | None = None) -> C:
+        """What the service module `owner` keeps between calls on this session, made by `make` on first use
+        and closed by `close` with the session. The owner passes its own `__name__` and reads and writes the
+        cache through its own functions only, so each cache has one home (tests/services/test_session_floor.py
+        holds every caller to `__name__`); the Session keeps it without knowing its type, so it imports no
+        service."""
+        if owner not in self._caches:
+            made = self._caches[owner] = make()
+            if close is not None:
+                self._closers.append(lambda: close(made))
+        return cast(C, self._caches[owner])
 
     # -- plumbing ------------------------------------------------------------------------------------
     def instance(self, name: str) -> InstanceConfig:
@@ -119,13 +97,6 @@ class Session:
 
     def profile(self, name: str) -> Profile:
         return self.provider(name).profile
-
-    async def remote(self, name: str) -> Transport:
-        """The transport for async work: a cloud box's SSH address comes from its provider, so the
-        provider is asked once first when this process has not asked yet."""
-        if name not in self.last_status and name not in self._transports:
-            await self.asked(f"status:{name}", lambda: self.instance_status(name))
-        return self.transport(name)
 
     def asked(self, key: str, ask: Callable[[], Awaitable[T]]) -> asyncio.Future[T]:
         """The one question `key` in flight to a box (started by `ask` when none is): a slow box is asked
@@ -159,15 +130,14 @@ class Session:
         return answers
 
     def transport(self, name: str) -> Transport:
+        """The transport to the box (made once per session); an async verb reaches it through
+        services/instances.py's remote(), which first asks a cloud provider for the box's address."""
         if name not in self._transports:
             self._transports[name] = self.provider(name).transport(self.instance(name))
         return self._transports[name]
 
-    def run_config(self, run_id: str) -> RunConfig:
-        """Where the run's files and processes are: rgt.toml's table with the location keys its latest launch
-        bound (services/bindings.py); what rgt.toml now says otherwise is its `location_drift`. Launching reads
-        `project.run` (rgt.toml as it is) instead: a new launch binds the next job."""
-        return bound_run_config(self.project, self.db, run_id)
+    def has_transport(self, name: str) -> bool:
+        return name in self._transports
 
     def require_writable(self, what: str) -> None:
         if self.folder_read_only:
@@ -175,76 +145,6 @@ class Session:
                            "events and --read-only work there")
         if self.read_only:
             raise RgtError(f"{what} is a cost-affecting action and rgt is in --read-only mode")
-
-    def catalogue(self) -> Catalogue:
-        """Shipped signatures plus the user's (signatures.d and rgt.toml), checked once per session."""
-        if self._catalogue is None:
-            self._catalogue = load_catalogue(user_dirs=(user_config_dir() / "signatures.d",),
-                                             user_rows=self.project.signatures, user_origin=str(self.project.file))
-        return self._catalogue
-
-    def log_monitor(self, run_id: str) -> RunLogMonitor | None:
-        """The run's log pipeline, once the run was launched (before that there is no log to follow)."""
-        if run_id not in self.monitors:
-            if self.db.launch(run_id) is None:
-                return None
-            run = self.run_config(run_id)
-            self.monitors[run_id] = RunLogMonitor(
-                run_id, lambda offset, limit: self.tail_log(run_id, offset, limit), self.db, self.catalogue(),
-                now=lambda: self.clock().timestamp(), total_steps=run.total_steps or None)
-        return self.monitors[run_id]
-
-    async def tail_log(self, run_id: str, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
-        run = self.run_config(run_id)
-        return await (await self.remote(run.instance)).tail(runner.log_path(run), offset, limit)
-
-    # -- the verbs: each lives in the service that owns it; these forward for callers holding a session ----
-    async def instance_status(self, name: str) -> InstanceStatus:
-        return await instances.instance_status(self, name)
-
-    async def trust_host_key(self, name: str, fingerprint: str, actor: str = "user") -> dict[str, Any]:
-        return await instances.trust_host_key(self, name, fingerprint, actor)
-
-    async def create_instance(self, name: str, actor: str = "user") -> InstanceStatus:
-        return await instances.create_instance(self, name, actor)
-
-    async def env_audit(self, run_id: str, actor: str = "user") -> list[AuditRow]:
-        return await env.audit_run_environment(self, run_id, actor)
-
-    async def launch(self, run_id: str, actor: str = "user") -> dict[str, Any]:
-        return await runner.launch_run(self, run_id, actor)
-
-    async def run_state(self, run_id: str) -> watcher.RunState:
-        return await watcher.run_state(self, run_id)
-
-    async def follow_log(self, run_id: str, max_reads: int = 8) -> LogUpdate | None:
-        return await run_logs.follow_log(self, run_id, max_reads)
-
-    async def log_backfill(self, run_id: str) -> list[LogLineView]:
-        return await run_logs.log_backfill(self, run_id)
-
-    def loss_chart(self, run_id: str) -> ChartData | None:
-        return run_logs.loss_chart(self, run_id)
-
-    def take_alerts(self) -> list[Alert]:
-        return run_logs.take_alerts(self)
-
-    async def evaluate_rules(self, run_id: str, state: watcher.RunState) -> None:
-        await run_logs.evaluate_rules(self, run_id, state)
-
-    async def pull(self, run_id: str, progress: Callable[[PullProgress], None] | None = None,
-                   actor: str = "user") -> PullResult:
-        return await evidence_verbs.pull_run(self, run_id, progress, actor)
-
-    async def verify(self, run_id: str, progress: Callable[[VerifyStep], None] | None = None,
-                     actor: str = "user") -> VerifyResult:
-        return await evidence_verbs.verify_run(self, run_id, progress, actor)
-
-    async def overview(self, wait_s: float | None = None) -> Overview:
-        """Observe every box (recording snapshots, meter samples and rule findings), then build the
-        Overview: services/overview.py's observe() and build() in one call."""
-        return await observe_and_build(self, wait_s)
-
 
 
 def project_writable(project: ProjectConfig) -> bool:

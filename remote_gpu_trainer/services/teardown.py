@@ -24,6 +24,7 @@ from remote_gpu_trainer.services import gate as box_gate
 from remote_gpu_trainer.services.evidence.local_root import local_link_target
 from remote_gpu_trainer.services.evidence.manifest import local_manifest, recorded_adoption
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
+from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.meter import meter_reading
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state import events
@@ -67,7 +68,7 @@ async def plan(session: Session, instance_name: str, action_id: str = "terminate
     asked now whether each job still runs and whether its manifest is still there; for an action that
     destroys a disk the box's ledger is read too (docs/gate.md §7.2). `accept_loss` names the runs whose
     results the user accepts to lose: only their reasons are waived."""
-    status = await session.instance_status(instance_name)
+    status = await instance_status(session, instance_name)
     profile = session.profile(instance_name)
     action = profile.action(action_id)
     fixed: list[str] = []
@@ -292,7 +293,7 @@ async def _confirm(session: Session, instance_name: str, action_id: str,
     began = time.monotonic()
     asked = f"{session.profile(instance_name).display_name}'s state of {instance_name}"
     while True:
-        status = await session.instance_status(instance_name)
+        status = await instance_status(session, instance_name)
         if progress is not None and status.state != wanted:
             elapsed = time.monotonic() - began
             progress(WaitStep(elapsed, POLL_GIVE_UP_S, status.state,

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.instances import instance_status, trust_host_key
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from support import fake_clouds
 from support.fake_clouds import FakeVast
 from support.helpers import RUN, toml_string, write_project
@@ -47,11 +49,11 @@ def vast_project(root: Path, box: Path, api: str) -> Path:
 def launch(root: Path, server: Sshd) -> int:
     """Trust the box's host key as a user would, launch the run, close everything; returns the job's pid."""
     async def go() -> int:
-        session = Session.open(str(root))
+        session = open_session(str(root))
         try:
-            await session.instance_status(INSTANCE)  # first contact: rgt asks before it trusts
-            await session.trust_host_key(INSTANCE, server.host_public_key().get_fingerprint("sha256"))
-            detail = await session.launch(RUN)
+            await instance_status(session, INSTANCE)  # first contact: rgt asks before it trusts
+            await trust_host_key(session, INSTANCE, server.host_public_key().get_fingerprint("sha256"))
+            detail = await launch_run(session, RUN)
             return int(str(detail["pid"]))
         finally:
             await session.close_transports()

@@ -16,7 +16,10 @@ import pytest
 from remote_gpu_trainer.cli import launch_verbs
 from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import EXIT_OK
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.monitors import opened_monitor
 from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, copy_command, write_project
 
 PROGRESS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ run r1: progress step (\d+)/100000 · loss 0\.\d+ · "
@@ -50,8 +53,9 @@ async def passes_ran(session: Session, count: int = 2) -> None:
     """Wait until the watch read new steps `count` more times: at least one whole pass ran at the clock's
     present instant."""
     for _ in range(count):
-        before = session.monitors[RUN].snapshot.step
-        await until(lambda seen=before: session.monitors[RUN].snapshot.step != seen, "the watch to read a new step")
+        before = opened_monitor(session, RUN).snapshot.step
+        await until(lambda seen=before: opened_monitor(session, RUN).snapshot.step != seen,
+                    "the watch to read a new step")
 
 
 async def watch_with_clock(root: Path, every: float, advances: list[float],
@@ -62,8 +66,8 @@ async def watch_with_clock(root: Path, every: float, advances: list[float],
     session = Session(load_project(root / "rgt.toml"), clock=clock)
     counts: list[int] = []
     try:
-        await session.create_instance(INSTANCE)
-        await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        await launch_run(session, RUN)
         args = argparse.Namespace(run=RUN, format="text", once=False, interval=0.05, progress_every=every)
         watching = asyncio.create_task(launch_verbs.watch(session, args))
         await until(lambda: len(printed.progress()) == 1, "the first progress line")

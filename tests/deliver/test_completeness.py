@@ -19,7 +19,10 @@ import pytest
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.remote.build_manifest import build
 from remote_gpu_trainer.services import teardown
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.evidence.verbs import pull_run
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from support.capsules import sha256_file, write_capsule, write_split
 from support.helpers import FIXTURES, toml_string, wait_for_liveness
 
@@ -85,10 +88,10 @@ def grid_project(tmp_path: Path) -> Iterator[Path]:
 
 
 async def launch_ours(root: Path) -> None:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.create_instance("box")
-        await session.launch("ours")
+        await create_instance(session, "box")
+        await launch_run(session, "ours")
         await wait_for_liveness(session, "ours")
     finally:
         await session.close_transports()
@@ -96,9 +99,9 @@ async def launch_ours(root: Path) -> None:
 
 
 async def pull(root: Path, run_id: str) -> None:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        pulled = await session.pull(run_id)
+        pulled = await pull_run(session, run_id)
         assert pulled.ok, pulled.failed
     finally:
         await session.close_transports()
@@ -180,7 +183,7 @@ def test_pulling_closes_the_remote_only_points(grid_project: Path, capsys: pytes
 
 async def test_the_teardown_plan_names_the_points_whose_checkpoint_is_only_on_the_box(grid_project: Path) -> None:
     await launch_ours(grid_project)
-    session = Session.open(str(grid_project))
+    session = open_session(str(grid_project))
     try:
         plan = await teardown.plan(session, "box")
     finally:
@@ -193,7 +196,7 @@ async def test_the_teardown_plan_names_the_points_whose_checkpoint_is_only_on_th
         "Grid:      method=ours seed=1 (ours/seed1): checkpoint only on this box, 2.5 KiB: pull it before teardown "
         "(rgt completeness lists the pull list)"]
     (grid_project / "rgt.toml").write_text(rgt_toml(grid_project.parent / "stage", grid=""), encoding="utf-8")
-    session = Session.open(str(grid_project))
+    session = open_session(str(grid_project))
     try:
         without = await teardown.plan(session, "box")
     finally:
@@ -228,7 +231,7 @@ async def test_the_teardown_modal_names_a_seed_the_grid_expects_that_is_only_on_
     late = box_root(root) / "seed2"
     late.mkdir()
     shutil.copyfile(CKPT, late / "best.pth")
-    session = Session.open(str(root))
+    session = open_session(str(root))
     app = RgtApp(session)
     try:
         async with app.run_test(size=(140, 48)) as pilot:

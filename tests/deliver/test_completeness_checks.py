@@ -17,7 +17,7 @@ import pytest
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.remote.build_manifest import build
 from remote_gpu_trainer.services.deliver.completeness import box_checkpoint_lines, run_completeness
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.capsules import sha256_file, write_capsule, write_json, write_split
 from support.helpers import FIXTURES, HUNG
 
@@ -233,7 +233,7 @@ roster = ["seed0"]
                                    encoding="utf-8")
 
     async def ask() -> tuple[Any, list[str]]:
-        session = Session.open(str(root))
+        session = open_session(str(root))
         try:
             return await run_completeness(session, timeout_s=2.0), await box_checkpoint_lines(
                 session, ("far",), timeout_s=2.0)

@@ -14,7 +14,7 @@ import pytest
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.services.deliver.build import deliver_view
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.views import DeliverRow
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
 from support.capsules import write_evidence
@@ -229,7 +229,7 @@ def claim_row(app: RgtApp) -> DeliverRow:
 async def test_the_panel_shows_the_hand_written_number_planned_with_its_disclosure(
         verified: Path, tmp_path: Path) -> None:
     root = with_hand_written_cell(verified, tmp_path / "project")
-    session = Session.open(str(root))
+    session = open_session(str(root))
     app = RgtApp(session)
     async with app.run_test(size=(160, 40)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).overview is not None)

@@ -14,7 +14,10 @@ import pytest
 
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.services.demo_project import DEMO_INSTANCE, DEMO_RUN, create_demo
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from support.cpu_capability import assert_trained_under
 from support.helpers import FIXED_NOW, FixedClock, wait_for_liveness
 
@@ -26,14 +29,14 @@ def verified_demo(tmp_path_factory: pytest.TempPathFactory, demo_capability: str
     """The demo trained for real, once per ATen CPU capability (support/cpu_capability.py): every number
     below is read from what it trained, never expected as committed bytes."""
     folder = tmp_path_factory.mktemp("demo") / "rgt-demo"
-    session = Session.open(str(create_demo(folder, quick=True)), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(create_demo(folder, quick=True)), clock=FixedClock(FIXED_NOW))
 
     async def prepare() -> None:
-        await session.create_instance(DEMO_INSTANCE)
-        await session.launch(DEMO_RUN)
+        await create_instance(session, DEMO_INSTANCE)
+        await launch_run(session, DEMO_RUN)
         await wait_for_liveness(session, DEMO_RUN, timeout=180)
-        await session.pull(DEMO_RUN)
-        assert (await session.verify(DEMO_RUN)).ok
+        await pull_run(session, DEMO_RUN)
+        assert (await verify_run(session, DEMO_RUN)).ok
 
     asyncio.run(prepare())
     session.close()

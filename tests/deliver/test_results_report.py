@@ -19,6 +19,7 @@ from remote_gpu_trainer.cli.main import main
 from remote_gpu_trainer.report import render
 from remote_gpu_trainer.services.deliver.build import claim_views
 from remote_gpu_trainer.services.deliver.results import results_view
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.overview import Observation
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch.liveness import RunState
@@ -181,7 +182,7 @@ def metered(root: Path, launches: dict[str, float], states: dict[str, RunState],
     """A session whose box ran at 2.00/h from T0 and was terminated at 4 h, with each run launched at its
     hour (recorded through the state database at the session's clock), looked at `now` hours after T0."""
     clock = FixedClock(T0)
-    session = Session.open(str(root), clock=clock)
+    session = open_session(str(root), clock=clock)
     for hours, state in ((0.0, "running"), (4.0, "terminated")) if not session.db.snapshots("box") else ():
         session.db.add_snapshot(Snapshot(at(hours), "box", "sim", "sim-box", state, 2.0, "user", None))
     for run_id, hours in sorted(launches.items(), key=lambda item: item[1]):

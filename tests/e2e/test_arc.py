@@ -11,12 +11,17 @@ import pytest
 
 from remote_gpu_trainer.errors import GateRefused
 from remote_gpu_trainer.services import teardown
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import create_instance, instance_status
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
+from remote_gpu_trainer.services.watch.liveness import run_state
 from support.helpers import INSTANCE, RUN, launched_and_finished, wait_for_liveness, write_project
 
 
 async def test_arc_gate_opens_only_after_verify_and_the_typed_id(project_dir: Path) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     disk = project_dir / ".rgt" / "sim" / INSTANCE
     assert (disk / "workspace" / "rgt" / RUN / "seed0" / "best.pth").is_file()
@@ -28,13 +33,13 @@ async def test_arc_gate_opens_only_after_verify_and_the_typed_id(project_dir: Pa
         await teardown.execute(session, INSTANCE, plan.provider_id, plan.lines)
     assert disk.is_dir()
 
-    await session.pull(RUN)
+    await pull_run(session, RUN)
     plan = await teardown.plan(session, INSTANCE)
     assert not plan.gate_open, "pulled but not verified must keep the gate closed"
 
-    result = await session.verify(RUN)
+    result = await verify_run(session, RUN)
     assert result.ok, result.errors
-    overview = await session.overview()
+    overview = await observe_and_build(session)
     run = overview.run(RUN)
     assert run is not None and run.gate.open and run.evidence_state == "pull_verified"
     assert {c.status for c in run.checkpoints} == {"verified"}
@@ -56,17 +61,17 @@ async def test_arc_gate_opens_only_after_verify_and_the_typed_id(project_dir: Pa
     assert approval.detail["typed_id"] == plan.provider_id
     assert approval.detail["shown"] == list(plan.lines)
     assert kinds.index("approval", kinds.index("verify")) < kinds.index("action") < kinds.index("torn_down")
-    overview = await session.overview()
+    overview = await observe_and_build(session)
     instance = overview.instance(INSTANCE)
     assert instance is not None and instance.state == "terminated" and instance.burn_per_hour == 0
     session.close()
 
 
 async def test_damage_after_verification_closes_the_gate(project_dir: Path) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
-    await session.pull(RUN)
-    assert (await session.verify(RUN)).ok
+    await pull_run(session, RUN)
+    assert (await verify_run(session, RUN)).ok
     target = project_dir / "runs" / RUN / "seed1" / "best.pth"
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -79,47 +84,47 @@ async def test_damage_after_verification_closes_the_gate(project_dir: Path) -> N
 
 async def test_killed_job_is_dead_and_reopening_reattaches(project_dir: Path) -> None:
     write_project(project_dir, command="sleep 30")
-    session = Session.open(str(project_dir))
-    await session.create_instance(INSTANCE)
-    detail = await session.launch(RUN)
+    session = open_session(str(project_dir))
+    await create_instance(session, INSTANCE)
+    detail = await launch_run(session, RUN)
     assert await wait_for_liveness(session, states=("running",)) == "running"
     session.close()
 
-    reopened = Session.open(str(project_dir))  # a new TUI or CLI process re-attaches from the state db
-    assert (await reopened.run_state(RUN)).liveness.state == "running"
+    reopened = open_session(str(project_dir))  # a new TUI or CLI process re-attaches from the state db
+    assert (await run_state(reopened, RUN)).liveness.state == "running"
     ctl = project_dir / ".rgt" / "sim" / INSTANCE / "workspace" / "job" / ".rgt" / RUN
     pgid = int((ctl / "pgid").read_text())
     assert pgid == detail["pid"]
     os.killpg(pgid, signal.SIGKILL)
     state = await wait_for_liveness(reopened, states=("dead",))
     assert state == "dead"
-    assert (await reopened.run_state(RUN)).liveness.detail.startswith("no exit code")
+    assert (await run_state(reopened, RUN)).liveness.detail.startswith("no exit code")
     reopened.close()
 
 
 async def test_failing_job_reports_its_exit_code(project_dir: Path) -> None:
     write_project(project_dir, command="echo boom; exit 7")
-    session = Session.open(str(project_dir))
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(project_dir))
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     await wait_for_liveness(session, states=("dead",))
-    state = await session.run_state(RUN)
+    state = await run_state(session, RUN)
     assert state.liveness.detail == "exit 7"
-    overview = await session.overview()
+    overview = await observe_and_build(session)
     run = overview.run(RUN)
     assert run is not None and run.evidence_state == "failed"
     session.close()
 
 
 async def test_unreachable_box_is_unknown_never_dead(project_dir: Path) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     import shutil
 
     shutil.rmtree(project_dir / ".rgt" / "sim" / INSTANCE)  # the disk vanished behind rgt's back
-    state = await session.run_state(RUN)
+    state = await run_state(session, RUN)
     assert state.liveness.state == "unknown"
-    status = await session.instance_status(INSTANCE)
+    status = await instance_status(session, INSTANCE)
     assert status.state == "unknown"
     session.close()
 
@@ -127,9 +132,9 @@ async def test_unreachable_box_is_unknown_never_dead(project_dir: Path) -> None:
 async def test_report_json_has_the_contract_keys(project_dir: Path) -> None:
     from remote_gpu_trainer.report import render
 
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
-    data = json.loads(render(await session.overview(), "json"))
+    data = json.loads(render(await observe_and_build(session), "json"))
     contract = ["schema", "generated_at", "project", "meter", "instances", "runs"]
     assert [key for key in data if key in contract] == contract  # in the contract's order, keys added between
     assert list(data).index("results") < list(data).index("instances")  # results first (docs/deliver.md §8)
@@ -150,10 +155,10 @@ async def test_report_json_has_the_contract_keys(project_dir: Path) -> None:
 
 async def test_a_changed_manifest_on_the_box_refuses_at_call_time(project_dir: Path) -> None:
     """G2 re-reads the box's manifest right before the call: evidence for other bytes never counts."""
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
-    await session.pull(RUN)
-    assert (await session.verify(RUN)).ok
+    await pull_run(session, RUN)
+    assert (await verify_run(session, RUN)).ok
     plan = await teardown.plan(session, INSTANCE)
     assert plan.gate_open
     remote = project_dir / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt" / RUN / "PULL_MANIFEST.json"
@@ -190,8 +195,8 @@ async def test_gpu_samples_feed_the_instances_panel(tmp_path: Path, monkeypatch:
     write_project(root)
     config = root / "rgt.toml"
     config.write_text(config.read_text().replace('provider = "sim"', 'provider = "local"'))
-    session = Session.open(str(root))
-    overview = await session.overview()
+    session = open_session(str(root))
+    overview = await observe_and_build(session)
     instance = overview.instance(INSTANCE)
     samples = gpu_health.parse_gpu_samples("".join(first_sample))
     hottest = max(s.temperature_c for s in samples if s.temperature_c is not None)

@@ -15,7 +15,7 @@ import pytest
 from test_one_box_one_gate import _launch
 from test_one_box_two_names import ALIAS, write_project, write_ssh_config
 
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.gate_helpers import keep_verdicts, rgt, seed_verdicts
 from support.sshd_fixtures import Sshd
 
@@ -35,7 +35,7 @@ async def verified_r1_with_r2_declared(sshd: Sshd, home: Path, tmp_path: Path) -
 
 
 def waived(root: Path) -> dict[str, list[str]]:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         return dict(session.db.events(kind="approval")[-1].detail["accepted_loss"])
     finally:

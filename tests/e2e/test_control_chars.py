@@ -23,7 +23,11 @@ from textual.widgets import DataTable
 from remote_gpu_trainer.audits.log.lines import LineSplitter
 from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.report import render
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
+from remote_gpu_trainer.services.watch.run_logs import follow_log
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import escape_control, has_control
 from remote_gpu_trainer.views import (
@@ -157,18 +161,18 @@ async def test_a_hostile_log_line_reaches_the_findings_and_the_report_escaped(tm
                      " " + MARKUP + "\n").encode("utf-8"))
     root = tmp_path / "p"
     write_project(root, f"cat {shlex.quote(str(log))}; exit 1", roster=("seed0",))
-    session = Session.open(str(root))
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(root))
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     await wait_for_liveness(session, states=("finished", "dead"))
-    update = await session.follow_log(RUN)
+    update = await follow_log(session, RUN)
     assert update is not None
     assert any("CUDA out of memory" in line.text for line in update.lines)
     assert all(raw_controls(line.text) == [] for line in update.lines)
     evidence = [f.evidence for f in session.db.log_findings(RUN)]
     assert any("\\x08" in e and "\\u202e" in e and "\\x9b" in e and "pwned" not in e for e in evidence)
     assert all(raw_controls(e) == [] for e in evidence)
-    overview = await session.overview()
+    overview = await observe_and_build(session)
     await session.close_transports()
     session.close()
     for fmt in ("text", "markdown", "json"):

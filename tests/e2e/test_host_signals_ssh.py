@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 from test_ssh_arc import INSTANCE, RUN, ssh_project, trusted_session, wait_for
 
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.overview import observe_and_build
+from remote_gpu_trainer.services.watch.monitors import opened_monitor
+from remote_gpu_trainer.services.watch.run_logs import follow_log, take_alerts
 from support.sshd_fixtures import Sshd
 
 pytestmark = pytest.mark.sshd
@@ -29,12 +33,12 @@ async def test_s68_and_the_disk_gate_over_ssh(sshd: Sshd, ssh_home: Path, tmp_pa
         ssh_project(root, box, sshd, ssh_home, "head -c 4050000 /dev/zero > {out}/fill.bin")
         session = await trusted_session(root, sshd)
         try:
-            await session.launch(RUN)
+            await launch_run(session, RUN)
             assert await wait_for(session, ("dead", "finished")) == "dead"
-            await session.follow_log(RUN)  # the dashboard follows the run's log; its monitor keeps the history
-            overview = await session.overview()
-            alerts = {a.signature: a for a in session.take_alerts()}
-            history = session.monitors[RUN].host
+            await follow_log(session, RUN)  # the dashboard follows the run's log; its monitor keeps the history
+            overview = await observe_and_build(session)
+            alerts = {a.signature: a for a in take_alerts(session)}
+            history = opened_monitor(session, RUN).host
         finally:
             await session.close_transports()
             session.close()

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from test_one_box_two_names import ALIAS, fingerprint, run_table, twin_sshd, write_project, write_ssh_config
 
+from remote_gpu_trainer.services.instances import host_key_prompts, instance_status, trust_host_key
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from support import fake_clouds
 from support.fake_clouds import FakeRunPod
 from support.gate_helpers import keep_verdicts, rgt, seed_verdicts
@@ -38,11 +41,10 @@ async def launch_log_covers(root: Path, instance: str) -> set[str]:
     """The runs the launch log puts on the instance's box (the gate's own box_runs, after the provider was
     asked, as the teardown plan asks it): the box's ledger may cover them too, this is the launch log's word."""
     from remote_gpu_trainer.services.gate import box_runs
-    from remote_gpu_trainer.services.session import Session
 
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.instance_status(instance)
+        await instance_status(session, instance)
         return {box_run.run.id for box_run in await box_runs(session, instance) if box_run.launched}
     finally:
         await session.close_transports()
@@ -50,16 +52,15 @@ async def launch_log_covers(root: Path, instance: str) -> set[str]:
 
 
 async def _launch(root: Path, run_id: str, instance: str, server: Sshd) -> None:
-    from remote_gpu_trainer.services.session import Session
 
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        status = await session.instance_status(instance)
-        if instance in session.host_key_prompts:
-            await session.trust_host_key(instance, fingerprint(server))
+        status = await instance_status(session, instance)
+        if instance in host_key_prompts(session):
+            await trust_host_key(session, instance, fingerprint(server))
         else:
             assert status.state == "running", status
-        await session.launch(run_id)
+        await launch_run(session, run_id)
         assert await wait_for_liveness(session, run_id) == "finished"
     finally:
         await session.close_transports()

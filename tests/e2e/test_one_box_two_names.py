@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from support import fake_clouds
 from support.fake_clouds import FakeCloud, FakeRunPod, FakeVast
 from support.gate_helpers import rgt, small_command
@@ -179,21 +181,20 @@ async def test_a_key_trusted_while_the_project_is_open_stops_the_launch(sshd: Ss
     """The TUI stays open while the user ssh's to both ports by hand: the next launch through `b` is refused
     before anything starts, as opening the project would now refuse it."""
     from remote_gpu_trainer.errors import ConfigError
-    from remote_gpu_trainer.services.session import Session
 
     twin = twin_sshd(sshd, tmp_path / "twin", free_port())
     try:
         write_ssh_config(ssh_home, sshd, alias_port=twin.port)
         root = write_project(tmp_path / "proj", {"a": f"127.0.0.1:{sshd.port}", "b": ALIAS}, {"r1": "b"},
                              tmp_path / "box")
-        session = Session.open(str(root))
+        session = open_session(str(root))
         try:
             line = sshd.known_hosts_line()
             (ssh_home / ".ssh" / "known_hosts").write_text(
                 line + line.replace(f"]:{sshd.port} ", f"]:{twin.port} "))
             with pytest.raises(ConfigError, match=r"instances\.b: names the same box as instances\.a .*"
                                r"both present host key .*nothing was launched"):
-                await session.launch("r1")
+                await launch_run(session, "r1")
             assert session.db.launch_history() == []
         finally:
             await session.close_transports()

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.services import project_registry
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.helpers import INSTANCE, RUN, launched_and_finished, write_project
 from support.webhook_receiver import Receiver, receiver  # noqa: F401 - the fixture
 
@@ -42,7 +42,7 @@ def finished_project(root: Path, name: str, extra_run: str = "", extra: str = ""
     (root / "rgt.toml").write_text(text + extra)
 
     async def launch() -> None:
-        session = Session.open(str(root))
+        session = open_session(str(root))
         try:
             await launched_and_finished(session)
         finally:

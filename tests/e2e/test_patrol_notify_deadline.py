@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_patrol import finished_project, parsed
 
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.state.events import EventKind
 from support.helpers import RUN
 from support.hostile_receivers import Hostile, hostile_receiver  # noqa: F401 (the fixture)
@@ -43,7 +43,7 @@ def cron_closed_stdin(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]
 
 
 def notified_events(root: Path) -> list[dict[str, object]]:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         return [dict(e.detail) for e in session.db.events(run_id=RUN, kind=EventKind.NOTIFIED)]
     finally:

@@ -12,7 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from support.helpers import RUN, copy_command, wait_file, write_project
 from support.slurm_fixtures import Cluster
 from support.webhook_receiver import Receiver, receiver  # noqa: F401 (the fixture)
@@ -31,9 +32,9 @@ def notify_project(root: Path, box: Path, url: str, command: str) -> Path:
 
 def launch_and_close(root: Path) -> dict[str, object]:
     async def go() -> dict[str, object]:
-        session = Session.open(str(root))
+        session = open_session(str(root))
         try:
-            return await session.launch(RUN)
+            return await launch_run(session, RUN)
         finally:
             await session.close_transports()
             session.close()

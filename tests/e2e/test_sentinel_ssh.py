@@ -19,6 +19,7 @@ import pytest
 from test_ssh_arc import ALIAS, ssh_project, trusted_session
 
 from remote_gpu_trainer.cli.main import main
+from remote_gpu_trainer.services.launch.launch import launch_run
 from support.helpers import RUN, copy_command, wait_file, wait_gone
 from support.sshd_fixtures import Sshd
 from support.webhook_receiver import Receiver, receiver  # noqa: F401 (the fixture)
@@ -42,7 +43,7 @@ def launch_and_close(root: Path, server: Sshd) -> dict[str, object]:
     async def go() -> dict[str, object]:
         session = await trusted_session(root, server)
         try:
-            return await session.launch(RUN)
+            return await launch_run(session, RUN)
         finally:
             await session.close_transports()
             session.close()

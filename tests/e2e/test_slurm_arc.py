@@ -11,7 +11,13 @@ import pytest
 
 from remote_gpu_trainer.errors import GateRefused
 from remote_gpu_trainer.services import teardown
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import instance_status
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.liveness import run_state
 from support.helpers import copy_command, write_project
 from support.slurm_fixtures import Cluster
 
@@ -26,7 +32,7 @@ async def liveness_until(session: Session, states: tuple[str, ...], timeout: flo
     deadline = asyncio.get_running_loop().time() + timeout
     seen = []
     while True:
-        state = (await session.run_state(RUN)).liveness
+        state = (await run_state(session, RUN)).liveness
         seen.append((state.state, state.detail))
         if state.state in states:
             return state.state, state.detail
@@ -37,20 +43,20 @@ async def liveness_until(session: Session, states: tuple[str, ...], timeout: flo
 async def test_a_batch_run_is_watched_pulled_and_verified(cluster: Cluster, tmp_path: Path) -> None:
     root, box = tmp_path / "proj", tmp_path / "box"
     slurm_project(root, box, "sleep 1 && " + copy_command())
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        assert (await session.instance_status(INSTANCE)).state == "running"  # the login node answers sinfo
-        detail = await session.launch(RUN)
+        assert (await instance_status(session, INSTANCE)).state == "running"  # the login node answers sinfo
+        detail = await launch_run(session, RUN)
         assert detail["method"] == "sbatch" and str(detail["slurm_job"]).isdigit()
         state, text = await liveness_until(session, ("running",))
         assert text.startswith(f"Slurm job {detail['slurm_job']}")
-        meter = (await session.overview()).instance(INSTANCE)
+        meter = (await observe_and_build(session)).instance(INSTANCE)
         assert meter is not None and meter.billing.startswith("allocation · walltime ")
         assert meter.billing.endswith("/ unlimited")  # the walltime the meter shows for a batch job
         assert await liveness_until(session, ("finished",)) == ("finished", "exit 0, artifacts present")
-        await session.pull(RUN)
-        assert (await session.verify(RUN)).ok
-        overview = await session.overview()
+        await pull_run(session, RUN)
+        assert (await verify_run(session, RUN)).ok
+        overview = await observe_and_build(session)
         run = overview.run(RUN)
         assert run is not None and run.evidence_state == "pull_verified"
         plan = await teardown.plan(session, INSTANCE)
@@ -65,9 +71,9 @@ async def test_a_batch_run_is_watched_pulled_and_verified(cluster: Cluster, tmp_
 async def test_a_failing_batch_run_is_dead_with_its_exit_code(cluster: Cluster, tmp_path: Path) -> None:
     root, box = tmp_path / "proj", tmp_path / "box"
     slurm_project(root, box, "echo boom; exit 5")
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.launch(RUN)
+        await launch_run(session, RUN)
         assert await liveness_until(session, ("dead",)) == ("dead", "exit 5")
     finally:
         await session.close_transports()

@@ -18,7 +18,14 @@ import pytest
 from remote_gpu_trainer.errors import GateRefused
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.services import teardown
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import host_key_prompts, instance_status, trust_host_key
+from remote_gpu_trainer.services.launch.env_audit import audit_run_environment
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.liveness import run_state
 from support.helpers import copy_command, toml_string, write_project
 from support.sshd_fixtures import Sshd, session_pid
 
@@ -42,20 +49,20 @@ def ssh_project(root: Path, box: Path, server: Sshd, home: Path, command: str, s
 
 
 async def trusted_session(root: Path, server: Sshd) -> Session:
-    session = Session.open(str(root))
-    status = await session.instance_status(INSTANCE)
-    assert status.state == "unknown" and INSTANCE in session.host_key_prompts  # first contact: ask
+    session = open_session(str(root))
+    status = await instance_status(session, INSTANCE)
+    assert status.state == "unknown" and INSTANCE in host_key_prompts(session)  # first contact: ask
     fingerprint = server.host_public_key().get_fingerprint("sha256")
-    receipt = await session.trust_host_key(INSTANCE, fingerprint)
+    receipt = await trust_host_key(session, INSTANCE, fingerprint)
     assert receipt["fingerprint_sha256"] == fingerprint and receipt["first_contact_authenticated"] is False
-    assert (await session.instance_status(INSTANCE)).state == "running"
+    assert (await instance_status(session, INSTANCE)).state == "running"
     return session
 
 
 async def wait_for(session: Session, states: tuple[str, ...], timeout: float = 60) -> str:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        state = (await session.run_state(RUN)).liveness
+        state = (await run_state(session, RUN)).liveness
         if state.state in states:
             return state.state
         assert asyncio.get_running_loop().time() < deadline, f"still {state}"
@@ -67,10 +74,10 @@ async def test_arc_over_ssh_with_a_dropped_connection(sshd: Sshd, ssh_home: Path
     ssh_project(root, box, sshd, ssh_home, "sleep 2 && " + copy_command())
     session = await trusted_session(root, sshd)
     try:
-        rows = {row.check: row for row in await session.env_audit(RUN)}  # phase 0, over SSH
+        rows = {row.check: row for row in await audit_run_environment(session, RUN)}  # phase 0, over SSH
         assert len(rows) == 17 and rows["disk_bytes"].status == "pass" and rows["durable_mount"].status == "pass"
         assert rows["gpus"].detail.startswith("no GPU") and rows["torch"].status == "pass"
-        await session.launch(RUN)
+        await launch_run(session, RUN)
         assert await wait_for(session, ("running",)) == "running"
         transport = session.transport(INSTANCE)
         assert isinstance(transport, SSHTransport)
@@ -79,10 +86,10 @@ async def test_arc_over_ssh_with_a_dropped_connection(sshd: Sshd, ssh_home: Path
 
         with pytest.raises(GateRefused):
             await teardown.execute(session, INSTANCE, ALIAS, ["test"])
-        await session.pull(RUN)
-        result = await session.verify(RUN)
+        await pull_run(session, RUN)
+        result = await verify_run(session, RUN)
         assert result.ok, result.errors
-        overview = await session.overview()
+        overview = await observe_and_build(session)
         run = overview.run(RUN)
         instance = overview.instance(INSTANCE)
         assert run is not None and run.gate.open and {c.status for c in run.checkpoints} == {"verified"}
@@ -106,11 +113,11 @@ async def test_killed_and_frozen_jobs_over_ssh(sshd: Sshd, ssh_home: Path, tmp_p
     ssh_project(root, box, sshd, ssh_home, "echo started && sleep 60", stall_after=1)
     session = await trusted_session(root, sshd)
     try:
-        detail = await session.launch(RUN)
+        detail = await launch_run(session, RUN)
         assert await wait_for(session, ("stalled",), timeout=30) == "stalled"  # alive, log frozen, no checkpoint
         os.killpg(int(detail["pid"]), signal.SIGKILL)
         assert await wait_for(session, ("dead",)) == "dead"
-        assert (await session.run_state(RUN)).liveness.detail.startswith("no exit code")
+        assert (await run_state(session, RUN)).liveness.detail.startswith("no exit code")
     finally:
         await session.close_transports()
         session.close()
@@ -129,10 +136,10 @@ async def test_a_changed_host_key_is_refused_and_reads_as_unknown(sshd_factory: 
 
         write_key(server.host_key)  # the box was re-created: same host:port, new key
         server.start()
-        status = await session.instance_status(INSTANCE)
+        status = await instance_status(session, INSTANCE)
         assert status.state == "unknown"
         assert "HOST KEY CHANGED" in status.detail["error"]
-        assert INSTANCE not in session.host_key_prompts  # a mismatch is never offered as a first contact
+        assert INSTANCE not in host_key_prompts(session)  # a mismatch is never offered as a first contact
     finally:
         await session.close_transports()
         session.close()
@@ -147,7 +154,7 @@ async def test_the_tui_asks_once_for_an_unknown_host_key(sshd: Sshd, ssh_home: P
     root, box = tmp_path / "proj", tmp_path / "box"
     ssh_project(root, box, sshd, ssh_home, copy_command())
     fingerprint = sshd.host_public_key().get_fingerprint("sha256")
-    session = Session.open(str(root))
+    session = open_session(str(root))
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:
         for _ in range(200):
@@ -201,7 +208,7 @@ async def test_no_gpu_is_a_state_on_the_instances_panel(
     ssh_project(root, box, sshd, ssh_home, copy_command())
     session = await trusted_session(root, sshd)
     try:
-        overview = await session.overview()
+        overview = await observe_and_build(session)
         instance = overview.instance(INSTANCE)
         assert instance is not None and instance.gpu == "no GPU"  # this machine has no nvidia-smi
     finally:
@@ -217,20 +224,20 @@ async def test_a_configured_teardown_command_runs_only_after_the_gate(
     ssh_project(root, box, sshd, ssh_home, copy_command(), instance_extra=f"teardown_command = {toml_string(command)}")
     session = await trusted_session(root, sshd)
     try:
-        await session.launch(RUN)
+        await launch_run(session, RUN)
         assert await wait_for(session, ("finished",)) == "finished"
         with pytest.raises(GateRefused):
             await teardown.execute(session, INSTANCE, ALIAS, ["test"])
         assert not marker.exists()  # the gate refused before the command could run
-        await session.pull(RUN)
-        assert (await session.verify(RUN)).ok
+        await pull_run(session, RUN)
+        assert (await verify_run(session, RUN)).ok
         plan = await teardown.plan(session, INSTANCE)
         assert any(line.startswith("Command:") and command in line for line in plan.lines)
         from remote_gpu_trainer.errors import RgtError
 
         with pytest.raises(RgtError, match="teardown_command exited 1"):
             await teardown.execute(session, INSTANCE, ALIAS, plan.lines)
-        assert (await session.instance_status(INSTANCE)).state == "running"  # a failed command ends nothing
+        assert (await instance_status(session, INSTANCE)).state == "running"  # a failed command ends nothing
         flag.touch()
         outcome = await teardown.execute(session, INSTANCE, ALIAS, plan.lines)
         assert outcome.final_state == "terminated" and marker.exists()

@@ -19,7 +19,11 @@ from test_ssh_arc import INSTANCE, ssh_project, trusted_session, wait_for
 
 from remote_gpu_trainer.errors import GateRefused
 from remote_gpu_trainer.services import teardown
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.watch.liveness import run_state
 from support.helpers import FIXTURES, write_project
 from support.sshd_fixtures import Sshd
 
@@ -122,12 +126,12 @@ async def test_the_names_tools_write_over_a_real_sshd(sshd: Sshd, ssh_home: Path
     ssh_project(root, box, sshd, ssh_home, tool_job())
     session = await trusted_session(root, sshd)
     try:
-        await session.launch("r1")
+        await launch_run(session, "r1")
         assert await wait_for(session, ("finished",)) == "finished"
-        await session.pull("r1")
+        await pull_run(session, "r1")
         with pytest.raises(GateRefused):
             await teardown.execute(session, INSTANCE, "gpu-box", ["test"])
-        result = await session.verify("r1")
+        result = await verify_run(session, "r1")
         assert result.ok, result.errors
         listed = {p.relative_to(root / "runs" / "r1").as_posix() for p in (root / "runs" / "r1").rglob("*")
                   if p.is_file()}
@@ -155,18 +159,18 @@ async def test_links_are_listed_pulled_as_nothing_and_named_in_the_teardown_plan
     outside.write_bytes(b"the box's own data, outside the results")
     root = tmp_path / "proj"
     write_project(root, wandb_job(outside), roster=("seed0",))
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.create_instance("box")
-        await session.launch("r1")
+        await create_instance(session, "box")
+        await launch_run(session, "r1")
         for _ in range(600):
-            if (await session.run_state("r1")).liveness.state == "finished":
+            if (await run_state(session, "r1")).liveness.state == "finished":
                 break
             await asyncio.sleep(0.1)
-        await session.pull("r1")
+        await pull_run(session, "r1")
         with pytest.raises(GateRefused):
             await teardown.execute(session, "box", "sim-box", ["test"])
-        assert (await session.verify("r1")).ok
+        assert (await verify_run(session, "r1")).ok
         local = root / "runs" / "r1" / "seed0"
         made = sorted(str(p.relative_to(local)) for p in local.rglob("*") if p.is_symlink())
         assert made == ["wandb/debug.log", "wandb/latest-run"]  # the links to results, made again locally

@@ -22,6 +22,9 @@ from remote_gpu_trainer.providers.cloud.types import GpuRequest
 from remote_gpu_trainer.providers.registry import CLOUD_PROVIDERS, provider_for
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown, accept_host_key
+from remote_gpu_trainer.services.instances import instance_status
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
 from support import fake_clouds
 from support.fake_clouds import (
     FAKE_KEY,
@@ -369,7 +372,6 @@ async def test_autodl_without_a_key_is_an_ssh_box(make: Make, sshd: Sshd, monkey
 async def test_an_api_price_above_the_quote_raises_a_drift_alert(tmp_path: Path, runpod_fake: FakeRunPod) -> None:
     """The user quoted $0.40/h in rgt.toml; the API bills $0.44/h: the API price is kept (source api) and the
     dashboard's alert line names the drift; at $0.41 (within 5 %) it stays quiet."""
-    from remote_gpu_trainer.services.session import Session
     from support.helpers import write_project
 
     runpod_fake.add_pod("p1", host="127.0.0.1", port=free_port())  # SSH refused at once
@@ -377,11 +379,11 @@ async def test_an_api_price_above_the_quote_raises_a_drift_alert(tmp_path: Path,
         root = tmp_path / f"q{quote}"
         body = f'provider = "runpod"\nid = "p1"\napi_base = "{runpod_fake.url}"\nprice_per_hour = {quote}'
         write_project(root, "true", roster=("seed0",), instance="gpu", instance_body=body)
-        session = Session.open(str(root))
+        session = open_session(str(root))
         try:
-            status = await session.instance_status("gpu")
+            status = await instance_status(session, "gpu")
             assert (status.price_per_hour, status.price_source) == (0.44, "api")
-            overview = await session.overview()
+            overview = await observe_and_build(session)
             drift = [a for a in overview.alerts if "PRICE DRIFT" in a]
             assert bool(drift) is drifts
             if drifts:

@@ -9,6 +9,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from remote_gpu_trainer.services.audit import audit
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state.events import EventKind
 from support.capsules import classification_items, write_capsule
@@ -18,7 +22,7 @@ from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liven
 def project(root: Path) -> Session:
     write_project(root)
     write_capsule(root, RUN, "seed0", metrics={"acc": 0.8}, items=classification_items(100, correct=80))
-    return Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    return open_session(str(root), clock=FixedClock(FIXED_NOW))
 
 
 def test_gather_carries_probe_answers_and_the_pulled_logs(tmp_path: Path) -> None:
@@ -51,16 +55,16 @@ def test_a_re_audit_happens_only_when_an_input_changed(tmp_path: Path) -> None:
 
 def test_every_verification_is_followed_by_an_audit(tmp_path: Path) -> None:
     write_project(tmp_path / "p")
-    session = Session.open(str(tmp_path / "p"), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(tmp_path / "p"), clock=FixedClock(FIXED_NOW))
 
     async def arc() -> None:
-        await session.create_instance(INSTANCE)
-        await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        await launch_run(session, RUN)
         await wait_for_liveness(session)
-        await session.verify(RUN)  # before the pull: fails, and the audit still runs
+        await verify_run(session, RUN)  # before the pull: fails, and the audit still runs
         assert session.db.last_catalogue_audit() is not None
-        await session.pull(RUN)
-        assert (await session.verify(RUN)).ok
+        await pull_run(session, RUN)
+        assert (await verify_run(session, RUN)).ok
 
     asyncio.run(arc())
     kinds = [e.kind for e in session.db.events() if e.kind in (EventKind.VERIFY, EventKind.VERIFY_AUDIT)]
@@ -76,7 +80,7 @@ def test_a_negative_loss_read_from_train_csv_is_a_stored_v24_finding(tmp_path: P
     rows[4]["loss"] = -2.0
     write_capsule(tmp_path / "p", RUN, "seed0", metrics={"acc": 0.8}, items=classification_items(100, correct=80),
                   config={"loss": "ce", "seed": 0}, train=rows)
-    session = Session.open(str(tmp_path / "p"), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(tmp_path / "p"), clock=FixedClock(FIXED_NOW))
     audit.run_audit(session.project, session.db)
     [record] = [r for r in session.db.finding_records() if r.check == "V24"]
     assert record.severity == "error" and record.body["values"]["loss.step"] == 50

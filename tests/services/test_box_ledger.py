@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.gate_helpers import (
     SIM_ID,
     approvals,
@@ -90,7 +90,7 @@ async def test_a_launch_writes_its_bindings_into_the_box_ledger_and_a_copy_besid
     assert isinstance(config, dict) and config["remote_root"] == "/workspace/rgt/r1"
     copy = Path(str(entry["control_folder"])) / "ledger.json"
     assert json.loads(copy.read_bytes()) == entry
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert session.db.launch_history(RUN)[-1].detail["launch_id"] == entry["launch_id"]
     finally:
@@ -172,7 +172,7 @@ async def test_accepting_the_loss_by_name_proceeds_and_the_waiver_is_logged_befo
     approval = approvals(root)[-1]
     waived = approval["accepted_loss"]
     assert isinstance(waived, dict) and list(waived) == [RUN] and waived[RUN], approval
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         kinds = [event.kind for event in session.db.events()]
     finally:
@@ -233,7 +233,7 @@ async def test_adopt_rebuilds_the_launch_record_so_the_run_can_be_pulled_verifie
     again = rgt("adopt", "box", str(root), "--format", "json", cwd=root)
     body = json.loads(again.stdout)
     assert body["adopted"] == [] and [e["run_id"] for e in body["known"]] == [RUN], body
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         (record,) = session.db.launch_history(RUN)
         assert record.detail["launch_id"] == entry_of(root)["launch_id"] and record.detail["method"] == "adopted"
@@ -255,7 +255,7 @@ async def test_adopt_of_a_box_whose_ledger_cannot_be_read_says_so_and_records_no
     result = rgt("adopt", "box", str(root), cwd=root)
     assert result.returncode != 0 and "not a rgt-ledger/v1 entry" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert len(session.db.launch_history(RUN)) == 1 and session.db.events(kind="adopted") == []
     finally:

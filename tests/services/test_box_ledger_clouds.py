@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support import cloud_teardown_fixtures
 from support.cloud_teardown_fixtures import (
     POD,
@@ -80,7 +80,7 @@ def acting(fake: FakeCloud) -> list[str]:
 
 
 def kinds(root: Path) -> list[str]:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         return [event.kind for event in session.db.events()]
     finally:
@@ -88,7 +88,7 @@ def kinds(root: Path) -> list[str]:
 
 
 def approval_detail(root: Path) -> dict[str, object]:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         return dict(session.db.events(kind="approval")[-1].detail)
     finally:

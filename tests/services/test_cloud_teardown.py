@@ -22,6 +22,9 @@ from remote_gpu_trainer import cli
 from remote_gpu_trainer.errors import EXIT_REFUSED, GateRefused, RgtError
 from remote_gpu_trainer.providers.cloud.runpod import RunPodClient
 from remote_gpu_trainer.services import teardown
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import instance_status
+from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state.events import Event
 from support import cloud_teardown_fixtures
@@ -131,8 +134,8 @@ async def test_runpod_arc_names_the_action_then_terminates_after_the_approval(
         residuals = only(session.db.events(kind="residuals"))
         assert residuals.detail["from"] == "provider"
         assert any("network-volume nv-9" in text for text in residuals.detail["residuals"])
-        assert (await session.instance_status(INSTANCE)).state == "terminated"
-        run = (await session.overview()).run(RUN)
+        assert (await instance_status(session, INSTANCE)).state == "terminated"
+        run = (await observe_and_build(session)).run(RUN)
         assert run is not None and run.evidence_state == "torn_down"
     finally:
         await close(session)
@@ -148,13 +151,13 @@ async def test_the_gate_holds_until_pull_and_verify_and_then_needs_the_exact_typ
         assert not plan.gate_open and plan.reasons
         with pytest.raises(GateRefused):
             await teardown.execute(session, INSTANCE, POD, plan.lines)  # the right id, but nothing pulled
-        await session.pull(RUN)  # pulled, not verified: still closed
+        await pull_run(session, RUN)  # pulled, not verified: still closed
         with pytest.raises(GateRefused):
             await teardown.execute(session, INSTANCE, POD, plan.lines)
         assert await asyncio.to_thread(cli.main, ["down", RUN, str(root), "--confirm", POD]) == EXIT_REFUSED
         assert session.db.events(kind="approval") == [] and len(session.db.events(kind="refused")) == 3
 
-        result = await session.verify(RUN)
+        result = await verify_run(session, RUN)
         assert result.ok, result.errors
         assert (await teardown.plan(session, INSTANCE)).gate_open
         assert await asyncio.to_thread(cli.main, ["down", RUN, str(root), "--confirm", "p2"]) == EXIT_REFUSED
@@ -164,7 +167,7 @@ async def test_the_gate_holds_until_pull_and_verify_and_then_needs_the_exact_typ
         assert [e.detail["typed_id"] for e in refused[3:]] == ["p2", POD.upper()]
         assert runpod_cloud.calls("DELETE") == [] and destroying(runpod_cloud) == []
         assert session.db.events(kind="approval") == [] and session.db.events(kind="action") == []
-        assert (await session.instance_status(INSTANCE)).state == "running"
+        assert (await instance_status(session, INSTANCE)).state == "running"
     finally:
         await close(session)
 
@@ -193,9 +196,9 @@ async def test_an_unknown_state_word_after_the_delete_is_unknown_never_terminate
         [delete] = runpod_cloud.calls("DELETE")
         polls = [a for a in runpod_cloud.calls("GET", f"/pods/{POD}") if a.seq > delete.seq]
         assert len(polls) >= 2 and {a.status for a in polls} == {200}  # it kept asking, it did not assume
-        status = await session.instance_status(INSTANCE)
+        status = await instance_status(session, INSTANCE)
         assert (status.state, status.detail["raw_state"]) == ("unknown", "MIGRATING")
-        overview = await session.overview()
+        overview = await observe_and_build(session)
         instance, run = overview.instance(INSTANCE), overview.run(RUN)
         assert instance is not None and instance.state == "unknown"
         assert run is not None and run.evidence_state != "torn_down"
@@ -242,7 +245,7 @@ async def test_a_terminate_that_timed_out_and_did_not_take_effect_is_not_termina
             assert any(earlier.seq < a.seq < later.seq for a in runpod_cloud.calls("GET", f"/pods/{POD}"))
         assert session.db.events(kind="torn_down") == []
         assert len(session.db.events(kind="action_failed")) == 1
-        status = await session.instance_status(INSTANCE)
+        status = await instance_status(session, INSTANCE)
         assert status.state == "running"
         last = session.db.last_snapshot(INSTANCE)
         assert last is not None and last.state == "running"
@@ -258,7 +261,7 @@ async def test_an_instance_that_vanished_reads_terminated_by_the_providers_404_a
     try:
         await pulled_and_verified(session)
         runpod_cloud.deleted.add(POD)  # gone behind rgt's back (console, low balance)
-        status = await session.instance_status(INSTANCE)
+        status = await instance_status(session, INSTANCE)
         assert (status.state, status.detail["gone_by"]) == ("terminated", "http:404")
         plan = await teardown.plan(session, INSTANCE)
         assert not plan.gate_open and any("nothing to terminate" in r for r in plan.reasons)
@@ -295,9 +298,9 @@ async def test_lambda_alert_after_terminate_is_still_billing_not_gone(
         assert (result.final_state, result.confirmed) == ("unknown", False)
         assert session.db.events(kind="torn_down") == []
         assert len(session.db.events(kind="teardown_unconfirmed")) == 1
-        status = await session.instance_status(INSTANCE)
+        status = await instance_status(session, INSTANCE)
         assert (status.state, status.detail["raw_state"]) == ("unknown", "alert")
-        instance = (await session.overview()).instance(INSTANCE)
+        instance = (await observe_and_build(session)).instance(INSTANCE)
         assert instance is not None and instance.state == "unknown" and instance.burn_per_hour > 0
         # the spec's Lambda follow-up: the Alert state is named, and named as still billing
         shown = result.message + " " + " ".join(e.summary for e in session.db.events(kind="teardown_unconfirmed"))

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.evidence.verbs import pull_run
+from remote_gpu_trainer.services.opening import open_session
 from support.helpers import FIXTURES, write_project
 from support.helpers import fill_disk as fill
 from support.mounts import tmpfs
@@ -36,10 +37,10 @@ async def test_disk_full_during_the_manifest_build(tiny_disk: Path, tmp_path: Pa
         shutil.copytree(FIXTURES / "cells" / cell, result_root / cell)
     assert fill(result_root / "seed1" / "filler.bin") > 0
     write_project(root, "true", instance="box", instance_body='provider = "local"', box=tiny_disk)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         with pytest.raises(VerbFailed) as caught:
-            await session.pull(RUN)
+            await pull_run(session, RUN)
     finally:
         session.close()
     message = str(caught.value)
@@ -47,6 +48,6 @@ async def test_disk_full_during_the_manifest_build(tiny_disk: Path, tmp_path: Pa
     assert not (result_root / "PULL_MANIFEST.json").exists()
     assert [p.name for p in result_root.iterdir() if p.name.startswith(".rgt-tmp")] == []
     assert not (root / "runs" / RUN / "PULL_MANIFEST.json").exists()
-    reopened = Session.open(str(root))
+    reopened = open_session(str(root))
     assert reopened.db.recorded_manifest(RUN) is None
     reopened.close()

@@ -38,6 +38,8 @@ from hypothesis import strategies as st
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.errors import ConfigError, GateRefused, VerbFailed
 from remote_gpu_trainer.services import teardown
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
 from support.gate_helpers import (
     box_root,
@@ -197,7 +199,7 @@ class World:
     root: Path
 
     def session(self) -> Session:
-        return Session.open(str(self.root))
+        return open_session(str(self.root))
 
     def write_config(self, config: Config) -> None:
         write_text_project(self.root, config.text())
@@ -245,7 +247,7 @@ def fresh_world(template: Path) -> tuple[World, Model]:
 async def open_the_plan(root: Path) -> None:
     """What a user opening the teardown dialog causes: the gate hashes the local copy (here: at its new
     path), which fills the hash cache before any action, and reads the box's ledger."""
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert (await teardown.plan(session, INSTANCE)).gate_open
     finally:
@@ -260,7 +262,7 @@ async def do_verify(world: World, model: Model) -> None:
     marker_before = read_or_none(local_root(world.root) / MARKER_NAME)
     session = world.session()
     try:
-        result = await session.verify(RUN)
+        result = await verify_run(session, RUN)
     finally:
         session.close()
     expected = model.verify_passes()
@@ -291,7 +293,7 @@ async def do_pull(world: World, model: Model) -> None:
              or (not model.manifest_recorded and (model.bound("remote_root") or not model.adoptable())))
     session = world.session()
     try:
-        result = await session.pull(RUN)
+        result = await pull_run(session, RUN)
     except VerbFailed as exc:
         assert fails, (model.log, str(exc))
         return

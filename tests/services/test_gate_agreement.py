@@ -22,8 +22,8 @@ import pytest
 
 from remote_gpu_trainer.screens.dashboard import OVERVIEW_WAIT_S
 from remote_gpu_trainer.services import teardown
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.overview import observe_and_build
-from remote_gpu_trainer.services.session import Session
 from support.gate_helpers import (
     SIM_ID,
     approvals,
@@ -131,7 +131,7 @@ CASES: dict[str, tuple[Callable[[Path], Awaitable[None]], bool]] = {
 
 async def faces(root: Path) -> dict[str, bool]:
     """What the dashboard, the modal and the report say; `rgt down` is asked last (it may destroy the box)."""
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         overview = await observe_and_build(session, wait_s=OVERVIEW_WAIT_S)
         run = overview.run(RUN)

@@ -15,8 +15,12 @@ import pytest
 from remote_gpu_trainer.audits.gate import CONFIG_CHANGED
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME
 from remote_gpu_trainer.errors import VerbFailed
-from remote_gpu_trainer.services import teardown
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services import instances, teardown
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from support.gate_helpers import (
     SIM_ID,
     assert_refused,
@@ -50,7 +54,7 @@ async def test_a_launch_after_the_verification_is_not_covered_by_it(tmp_path: Pa
     refused = rgt("run", RUN, str(root), "--ack", "test box", cwd=root)  # the CLI refuses a reused run id
     assert refused.returncode == 1 and "run ids are append-only" in refused.stderr, refused.stderr
     await relaunch_finished(root)  # launched again all the same, below the Session's refusal
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert await wait_for_liveness(session) == "finished"
         assert len(session.db.launch_history(RUN)) == 2
@@ -89,18 +93,18 @@ async def test_a_job_still_running_keeps_the_gate_closed_whatever_the_marker_say
     root = tmp_path / "proj"
     write_text_project(root, project_text(command=small_command("; if [ {cell} = seed1 ]; then sleep 300; fi")))
     seed_verdicts(root)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.create_instance(INSTANCE)
-        detail = await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        detail = await launch_run(session, RUN)
         assert await wait_for_liveness(session, states=("running",)) == "running"
         while not (box_root(root) / "seed1" / "best_metrics.json").exists():  # seed1 wrote, now it sleeps
             await asyncio.sleep(0.05)
         with pytest.raises(VerbFailed, match="still running"):
-            await session.pull(RUN)  # rgt pull waits for the end; the service below it does not
-        run = session.run_config(RUN)
-        assert (await pull(session.project, run, await session.remote(INSTANCE), session.db)).ok
-        assert (await session.verify(RUN)).ok
+            await pull_run(session, RUN)  # rgt pull waits for the end; the service below it does not
+        run = run_config(session, RUN)
+        assert (await pull(session.project, run, await instances.remote(session, INSTANCE), session.db)).ok
+        assert (await verify_run(session, RUN)).ok
         reasons = assert_refused(root, f"run {RUN} is running on the box")
         assert reasons == [f"run {RUN} is running on the box: its results are not final"], reasons
         os.killpg(int(detail["pid"]), signal.SIGKILL)
@@ -294,7 +298,7 @@ async def test_an_unreachable_box_is_a_warning_and_never_a_pass(tmp_path: Path) 
     root = await verified_project(tmp_path / "proj")
     parked = tmp_path / "parked"
     sim_disk(root).rename(parked)  # the box stops answering
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         plan = await teardown.plan(session, INSTANCE)
         assert not plan.gate_open
@@ -304,7 +308,7 @@ async def test_an_unreachable_box_is_a_warning_and_never_a_pass(tmp_path: Path) 
         session.close()
     assert down(root).returncode == 3
     parked.rename(sim_disk(root))  # it answers again: re-checked, and the evidence holds
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         plan = await teardown.plan(session, INSTANCE)
         assert plan.gate_open and plan.warnings == (), plan

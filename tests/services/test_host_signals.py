@@ -18,9 +18,14 @@ import pytest
 from remote_gpu_trainer.audits.gpu_health import SAMPLE_FIELDS
 from remote_gpu_trainer.audits.rules.signals import ClaimedSave
 from remote_gpu_trainer.services.box_layout import ctl_dir
+from remote_gpu_trainer.services.instances import create_instance
 from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.liveness import run_state
 from remote_gpu_trainer.services.watch.log_monitor import Alert
+from remote_gpu_trainer.services.watch.monitors import opened_monitor
+from remote_gpu_trainer.services.watch.run_logs import evaluate_rules, follow_log, take_alerts
 from remote_gpu_trainer.text import size_iec, span
 from support.helpers import FIXED_NOW, FIXTURES, RUN, FixedClock, run_rgt, wait_for_liveness, write_project
 
@@ -30,10 +35,10 @@ GPU = FIXTURES / "gpu"
 
 async def watch_pass(session: Session) -> dict[str, Alert]:
     """One pass of `rgt watch`: the log followed, the state probed, the rules run; their alerts by row."""
-    await session.follow_log(RUN)
-    state = await session.run_state(RUN)
-    await session.evaluate_rules(RUN, state)
-    return {a.signature: a for a in session.take_alerts()}
+    await follow_log(session, RUN)
+    state = await run_state(session, RUN)
+    await evaluate_rules(session, RUN, state)
+    return {a.signature: a for a in take_alerts(session)}
 
 
 @pytest.fixture
@@ -56,11 +61,11 @@ async def test_a_filling_disk_raises_s68_and_the_budget_gate_stops_the_next_cell
     root, box = tmp_path / "proj", tmp_path / "box"
     write_project(root, "head -c 4050000 /dev/zero > {out}/fill.bin && echo 'cell {cell} wrote 4050000 bytes'",
                   instance_body=LOCAL, box=box)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.launch(RUN)
+        await launch_run(session, RUN)
         assert await wait_for_liveness(session, states=("dead", "finished")) == "dead"
-        state = await session.run_state(RUN)
+        state = await run_state(session, RUN)
         alerts = await watch_pass(session)
     finally:
         session.close()
@@ -89,12 +94,12 @@ async def test_a_configured_disk_budget_gates_the_first_cell_too(small_disk: Pat
     root = tmp_path / "proj"
     write_project(root, "echo 'cell {cell} ran' > {out}/ran.txt", roster=("seed0",), instance_body=LOCAL,
                   box=tmp_path / "box", extra_run='disk_budget = "1GB"')
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert session.project.run(RUN).disk_budget == 1_000_000_000
-        await session.launch(RUN)
+        await launch_run(session, RUN)
         assert await wait_for_liveness(session, states=("dead", "finished")) == "dead"
-        state = await session.run_state(RUN)
+        state = await run_state(session, RUN)
     finally:
         session.close()
     assert (state.exit_code, state.liveness.detail.split(" (")[0]) == (75, "exit 75")
@@ -126,15 +131,15 @@ async def test_a_claimed_checkpoint_missing_on_the_box_raises_s64_after_the_grac
                "&& echo Saved checkpoint to {out}/epoch_3.pt")
     write_project(root, command, roster=("seed0",))
     clock = FixedClock(FIXED_NOW)
-    session = Session.open(str(root), clock=clock)
+    session = open_session(str(root), clock=clock)
     try:
-        status = await session.create_instance("box")
-        await session.launch(RUN)
+        status = await create_instance(session, "box")
+        await launch_run(session, RUN)
         assert await wait_for_liveness(session) == "finished"
         first = await watch_pass(session)
         clock.advance(seconds=61)  # a claim may be logged before the file is written: absent twice, 60 s apart
         second = await watch_pass(session)
-        history = session.monitors[RUN].host
+        history = opened_monitor(session, RUN).host
     finally:
         await session.close_transports()
         session.close()
@@ -158,9 +163,9 @@ async def test_a_relaunch_whose_step_went_back_raises_s65(tmp_path: Path) -> Non
     command = ("if [ -f resumed ]; then echo 'epoch=1 step=10/100 loss=0.900000 lr=0.001'; "
                "else echo 'epoch=1 step=50/100 loss=0.500000 lr=0.001'; touch resumed; exit 1; fi")
     write_project(root, command, roster=("seed0",), instance_body=LOCAL, box=tmp_path / "box")
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.launch(RUN)
+        await launch_run(session, RUN)
         assert await wait_for_liveness(session, states=("dead",)) == "dead"
         assert "S65" not in await watch_pass(session)  # reads step 50 into the series
         detail = await launch_run(session, RUN, resume=True)
@@ -199,10 +204,10 @@ async def _gpu_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scenario: st
     root, box = tmp_path / "proj", tmp_path / "box"
     write_project(root, command, roster=("seed0",), instance_body=LOCAL, box=box, extra_run=f"gpus = {gpus}")
     clock = FixedClock(FIXED_NOW)
-    session = Session.open(str(root), clock=clock)
+    session = open_session(str(root), clock=clock)
     ctl = Path(ctl_dir(session.project.run(RUN)))
     try:
-        await session.launch(RUN)
+        await launch_run(session, RUN)
         await wait_for_liveness(session, states=("running",))
         while ready is not None and len(ready.read_text().split() if ready.exists() else []) < 2:
             await asyncio.sleep(0.05)

@@ -16,8 +16,12 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.services.box_layout import ctl_dir
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.liveness import run_state
 from remote_gpu_trainer.services.watch.log_monitor import Alert
+from remote_gpu_trainer.services.watch.run_logs import evaluate_rules, follow_log, take_alerts
 from remote_gpu_trainer.text import gib
 from support.helpers import RUN, wait_for_liveness, write_project
 
@@ -86,9 +90,9 @@ async def test_a_memory_hog_raises_s66_from_the_tsv_and_s67_when_killed(memory_c
                f"exec {sys.executable} {tmp_path / 'hog.py'} {folder} {usage} {go} {limit}")
     root = tmp_path / "proj"
     write_project(root, command, roster=("seed0",), instance_body='provider = "local"', box=tmp_path / "box")
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.launch(RUN)
+        await launch_run(session, RUN)
         tsv = Path(ctl_dir(session.project.run(RUN))) / "mem.tsv"
         deadline = asyncio.get_running_loop().time() + 240
         while _held_for(tsv, LIMIT) < 62:
@@ -97,7 +101,7 @@ async def test_a_memory_hog_raises_s66_from_the_tsv_and_s67_when_killed(memory_c
         held = await _pass(session)
         go.touch()
         assert await wait_for_liveness(session, states=("dead", "finished")) == "dead"
-        state = await session.run_state(RUN)
+        state = await run_state(session, RUN)
         killed = await _pass(session)
     finally:
         go.touch()
@@ -111,7 +115,7 @@ async def test_a_memory_hog_raises_s66_from_the_tsv_and_s67_when_killed(memory_c
 
 
 async def _pass(session: Session) -> dict[str, Alert]:
-    await session.follow_log(RUN)
-    state = await session.run_state(RUN)
-    await session.evaluate_rules(RUN, state)
-    return {a.signature: a for a in session.take_alerts()}
+    await follow_log(session, RUN)
+    state = await run_state(session, RUN)
+    await evaluate_rules(session, RUN, state)
+    return {a.signature: a for a in take_alerts(session)}

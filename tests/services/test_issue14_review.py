@@ -24,9 +24,12 @@ from remote_gpu_trainer.services import overview, project_registry
 from remote_gpu_trainer.services.fleet import notify as local_notify
 from remote_gpu_trainer.services.fleet import patrol
 from remote_gpu_trainer.services.fleet import status as fleet
+from remote_gpu_trainer.services.instances import instance_status
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch import recovery
-from remote_gpu_trainer.services.watch.liveness import RunState, parse_look
+from remote_gpu_trainer.services.watch.liveness import RunState, parse_look, run_state
 from remote_gpu_trainer.state.events import EventKind
 from support.helpers import (
     FIXED_NOW,
@@ -46,10 +49,10 @@ def _finished(root: Path, **kwargs: object) -> Path:
     write_project(root, **kwargs)  # type: ignore[arg-type]
 
     async def launch() -> None:
-        session = Session.open(str(root))
+        session = open_session(str(root))
         try:
             if kwargs.get("instance_body") == LOCAL:  # this machine: nothing to create
-                await session.launch(RUN)
+                await launch_run(session, RUN)
                 await wait_for_liveness(session)
             else:
                 await launched_and_finished(session)
@@ -79,9 +82,9 @@ def test_one_idle_rule_for_every_face() -> None:
 
 def test_status_and_the_patrol_print_the_same_idle_time(tmp_path: Path) -> None:
     root = _finished(tmp_path / "p")
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        finished_at = asyncio.run(session.run_state(RUN)).finished_at
+        finished_at = asyncio.run(run_state(session, RUN)).finished_at
     finally:
         session.close()
     assert finished_at is not None
@@ -173,7 +176,7 @@ def test_the_recovery_note_is_never_written_through_a_symlinked_folder(tmp_path:
         os.unlink(notes / name)
     notes.rmdir()
     notes.symlink_to(elsewhere)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert recovery.refresh(session, RUN, Liveness("finished", "exit 0")) is None
     finally:
@@ -200,7 +203,7 @@ def test_the_patrol_exits_1_when_no_channel_took_a_notification(tmp_path: Path,
     assert "billing=$0.00/h" in out and "idle=-" in out
     assert err == (f"rgt watch: test-project/{RUN}: finished not notified: no channel took it ([notify] "
                    f"apprise_file: {tmp_path / 'apprise.txt'}); the next tick tries again\n")
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert session.db.events(run_id=RUN, kind=EventKind.NOTIFIED) == []  # tried again at the next tick
         assert token not in json.dumps([e.detail for e in session.db.events()])
@@ -228,7 +231,7 @@ def test_nothing_of_this_review_opened_the_gate(tmp_path: Path, capsys: pytest.C
     capsys.readouterr()
     session = Session(load_project(root / "rgt.toml"))
     try:
-        status = asyncio.run(session.instance_status("box"))
+        status = asyncio.run(instance_status(session, "box"))
     finally:
         session.close()
     assert status.state == "running"

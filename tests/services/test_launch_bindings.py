@@ -19,7 +19,9 @@ import pytest
 
 from remote_gpu_trainer.audits.gate import CONFIG_CHANGED
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.watch.liveness import run_state
+from remote_gpu_trainer.services.watch.monitors import tail_log
 from support.gate_helpers import (
     assert_torn_down,
     box_root,
@@ -86,10 +88,10 @@ def local_files(root: Path) -> list[Path]:
 
 async def seen_running(root: Path) -> tuple[str, bytes]:
     """Liveness and the log, as a fresh session (rgt.toml read anew) sees them."""
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        state = await session.run_state(RUN)
-        log, _ = await session.tail_log(RUN, 0)
+        state = await run_state(session, RUN)
+        log, _ = await tail_log(session, RUN, 0)
         return state.liveness.state, log
     finally:
         await session.close_transports()

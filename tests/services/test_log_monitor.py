@@ -15,8 +15,16 @@ from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 from remote_gpu_trainer.services import box_layout
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.liveness import run_state
 from remote_gpu_trainer.services.watch.log_monitor import LogUpdate
+from remote_gpu_trainer.services.watch.monitors import catalogue, log_monitor
+from remote_gpu_trainer.services.watch.run_logs import evaluate_rules, follow_log, loss_chart, take_alerts
 from support.helpers import FIXTURES, INSTANCE, RUN, wait_for_liveness, write_project
 
 LOGS = FIXTURES / "logs" / "monitor"
@@ -28,9 +36,9 @@ def cat_then_fail(fixture: str, rc: int = 1) -> str:
 
 async def launched(root: Path, command: str, extra_run: str = "", **kw: str) -> Session:
     write_project(root, command, roster=("seed0",), extra_run=extra_run, **kw)
-    session = Session.open(str(root))
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(root))
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     await wait_for_liveness(session, states=("finished", "dead"))
     return session
 
@@ -38,7 +46,7 @@ async def launched(root: Path, command: str, extra_run: str = "", **kw: str) -> 
 async def follow_all(session: Session) -> list[LogUpdate]:
     updates = []
     while True:
-        update = await session.follow_log(RUN)
+        update = await follow_log(session, RUN)
         assert update is not None
         updates.append(update)
         if not update.more:
@@ -46,7 +54,7 @@ async def follow_all(session: Session) -> list[LogUpdate]:
 
 
 def log_on_box(root: Path, session: Session) -> Path:
-    run = session.run_config(RUN)
+    run = run_config(session, RUN)
     return Path(LocalTransport(root / ".rgt" / "sim" / INSTANCE).resolve(box_layout.log_path(run)))
 
 
@@ -66,7 +74,7 @@ async def test_oom_run_alerts_once_stores_the_series_and_reports_the_fix(tmp_pat
     assert [s.step for s in loss] == list(range(1, 41))
     assert loss[0].value == pytest.approx(2.0 * 0.95)
 
-    overview = await session.overview()
+    overview = await observe_and_build(session)
     run = overview.run(RUN)
     assert run is not None
     s01 = next(f for f in run.findings if f.id == "S01")
@@ -75,7 +83,7 @@ async def test_oom_run_alerts_once_stores_the_series_and_reports_the_fix(tmp_pat
     assert any("$ BURN" in alert and "job dead" in alert for alert in overview.alerts)
 
     # a second follow finds nothing new and raises nothing again
-    again = await session.follow_log(RUN)
+    again = await follow_log(session, RUN)
     assert again is not None and not again.lines and not again.alerts
     await session.close_transports()
     session.close()
@@ -99,14 +107,14 @@ async def test_restart_resumes_at_the_cursor_without_renotifying(tmp_path: Path)
     await session.close_transports()
     session.close()
 
-    reopened = Session.open(str(root))
-    quiet = await reopened.follow_log(RUN)
+    reopened = open_session(str(root))
+    quiet = await follow_log(reopened, RUN)
     assert quiet is not None and not quiet.lines and not quiet.alerts  # cursor and findings survived
     with log.open("a") as handle:
         handle.write("RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
                      "unhandled system error, NCCL version 2.19.3\n")
         handle.write("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.\n")
-    update = await reopened.follow_log(RUN)
+    update = await follow_log(reopened, RUN)
     assert update is not None
     assert [line.text[:12] for line in update.lines] == ["RuntimeError", "torch.OutOfM"]
     assert {a.signature for a in update.alerts} == {"S26"}  # S01 repeats: counted, not re-notified
@@ -121,11 +129,11 @@ async def test_nan_loss_is_found_in_the_log_and_in_the_series(tmp_path: Path) ->
     updates = await follow_all(session)
     signatures = {a.signature for u in updates for a in u.alerts}
     assert "S08" in signatures
-    await session.evaluate_rules(RUN, await session.run_state(RUN))
-    assert "S70" in {a.signature for a in session.take_alerts()}
+    await evaluate_rules(session, RUN, await run_state(session, RUN))
+    assert "S70" in {a.signature for a in take_alerts(session)}
     stored = session.db.metric_samples(RUN, "loss")
     assert [s.step for s in stored if math.isnan(s.value)] == [25, 26, 27, 28, 29, 30]  # NaN survives SQLite
-    chart = session.loss_chart(RUN)
+    chart = loss_chart(session, RUN)
     assert chart is not None and "NON-FINITE at step 25" in chart.title
     assert len(chart.steps) == 24  # the finite points only
     session.close()
@@ -139,7 +147,7 @@ async def test_relaunch_follows_only_the_new_launch(tmp_path: Path) -> None:
     # run ids are append-only: the same id launches again only once its failed cells were cleared from the
     # box (by hand, as after a crash at start-up); the wrapper then appends to the same log
     shutil.rmtree(root / ".rgt" / "sim" / "box" / "workspace" / "rgt" / RUN)
-    await session.launch(RUN)
+    await launch_run(session, RUN)
     await wait_for_liveness(session, states=("finished", "dead"))
     updates = await follow_all(session)
     lines = [line.text for u in updates for line in u.lines]
@@ -166,9 +174,9 @@ nomatch = ["checkpoint upload ok"]
     write_project(root, command, roster=("seed0",))
     with (root / "rgt.toml").open("a") as handle:
         handle.write(rows)
-    session = Session.open(str(root))
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(root))
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     await wait_for_liveness(session, states=("finished", "dead"))
     alerts = [a for u in await follow_all(session) for a in u.alerts]
     assert [(a.signature, a.severity, a.fix) for a in alerts] == [("U01", "error", "Prune old runs in the bucket")]
@@ -182,7 +190,7 @@ def test_a_user_signature_that_misses_its_example_is_refused(tmp_path: Path) -> 
         handle.write('\n[[signatures]]\nid = "U02"\nsource = "log"\npattern = "quota"\nseverity = "warn"\n'
                      'cause = "c"\nfix = "f"\nmatch = ["QUOTA exceeded"]\nnomatch = ["fine"]\n')
     with pytest.raises(ConfigError) as caught:
-        Session.open(str(root))
+        open_session(str(root))
     message = str(caught.value)
     assert "U02" in message and str(root / "rgt.toml") in message and "\n" not in message
     assert main(["--report", str(root)]) == 2
@@ -198,8 +206,8 @@ def test_user_signatures_d_rows_load_from_the_config_dir(tmp_path: Path, monkeyp
         'match = ["nvidia: ECC page retirement pending on GPU 0"]\nnomatch = ["ECC ok"]\n', encoding="utf-8")
     root = tmp_path / "p"
     write_project(root, "true", roster=("seed0",))
-    session = Session.open(str(root))
-    assert session.catalogue().rows["U10"].fix == "Ask the host for another card"
+    session = open_session(str(root))
+    assert catalogue(session).rows["U10"].fix == "Ask the host for another card"
     session.close()
 
 
@@ -212,7 +220,7 @@ async def test_a_log_truncated_while_followed_loses_no_line_after_the_cut(tmp_pa
         handle.truncate(0)  # logrotate's copytruncate
     with log.open("ab") as handle:
         handle.write(b"step=1 loss=0.9\nOSError: [Errno 28] No space left on device\n\xff\xfe garbage \x00\n")
-    update = await session.follow_log(RUN)
+    update = await follow_log(session, RUN)
     assert update is not None and update.restarted
     assert [line.text for line in update.lines] == [
         "step=1 loss=0.9", "OSError: [Errno 28] No space left on device", "\ufffd\ufffd garbage "]
@@ -228,15 +236,15 @@ async def test_a_stretch_rgt_was_closed_is_billed_as_an_estimate_and_logged(tmp_
     root = tmp_path / "p"
     write_project(root, "true", roster=("seed0",))
     clock = FixedClock(FIXED_NOW)
-    session = Session.open(str(root), clock=clock)
-    await session.create_instance(INSTANCE)
-    watched = await session.overview()
+    session = open_session(str(root), clock=clock)
+    await create_instance(session, INSTANCE)
+    watched = await observe_and_build(session)
     assert not watched.instances[0].estimate and session.db.events(kind="meter_gap") == []
     session.close()
 
     clock.advance(hours=2)  # rgt closed for two hours
-    reopened = Session.open(str(root), clock=clock)
-    overview = await reopened.overview()
+    reopened = open_session(str(root), clock=clock)
+    overview = await observe_and_build(reopened)
     box = overview.instances[0]
     assert box.estimate and "not watching" in box.note
     assert box.cost_so_far == pytest.approx(2 * 0.89)  # the sim profile's compute price, for the unwatched hours
@@ -251,25 +259,25 @@ async def test_each_roster_cell_is_its_own_training_run(tmp_path: Path) -> None:
     root = tmp_path / "p"
     command = "seq 1 300 | awk '{{printf \"step=%d/300 loss=%.4f\\n\", $1, 2.0 * 0.99 ^ $1}}'"
     write_project(root, command, roster=("seed0", "seed1"))
-    session = Session.open(str(root))
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(root))
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     await wait_for_liveness(session, states=("finished", "dead"))
     await follow_all(session)
-    await session.evaluate_rules(RUN, await session.run_state(RUN))
+    await evaluate_rules(session, RUN, await run_state(session, RUN))
     found = {f.signature for f in session.db.log_findings(RUN)}
     assert not found & {"S65", "S71", "S72"}
-    chart = session.loss_chart(RUN)
+    chart = loss_chart(session, RUN)
     assert chart is not None and chart.title.startswith("cell seed1 · ") and "step 300/300" in chart.title
     assert chart.steps[0] == 1.0 and chart.steps[-1] == 300.0 and chart.values[0] == pytest.approx(1.98)
     assert len(session.db.metric_samples(RUN, "loss")) == 600  # both cells are stored
     session.close()
 
-    reopened = Session.open(str(root))  # a restarted rgt restores the current cell only
-    chart = reopened.loss_chart(RUN)
+    reopened = open_session(str(root))  # a restarted rgt restores the current cell only
+    chart = loss_chart(reopened, RUN)
     assert chart is not None and chart.title.startswith("cell seed1") and chart.steps[-1] == 300.0
     assert list(chart.steps) == sorted(chart.steps) and chart.steps[0] <= 2.0  # one cell only (thinned)
-    assert reopened.log_monitor(RUN) is not None and reopened.log_monitor(RUN).progress.current_step == 300
+    assert log_monitor(reopened, RUN) is not None and log_monitor(reopened, RUN).progress.current_step == 300
     reopened.close()
 
 
@@ -281,9 +289,9 @@ async def test_eta_and_cost_to_finish_come_from_the_step_rate(tmp_path: Path) ->
     root = tmp_path / "p"
     write_project(root, "sleep 30", roster=("seed0",))
     clock = FixedClock(FIXED_NOW)
-    session = Session.open(str(root), clock=clock)
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(root), clock=clock)
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     await wait_for_liveness(session, states=("running",))
     log = log_on_box(root, session)
     try:
@@ -294,7 +302,7 @@ async def test_eta_and_cost_to_finish_come_from_the_step_rate(tmp_path: Path) ->
         with log.open("a") as handle:
             handle.writelines(f"step={i}/100 loss={1 / i:.4f}\n" for i in range(11, 21))
         await follow_all(session)
-        overview = await session.overview()
+        overview = await observe_and_build(session)
         run, box = overview.run(RUN), overview.instance(INSTANCE)
         assert run is not None and box is not None
         assert (run.step, run.total_steps) == (20, 100) and run.eta_s == pytest.approx(160.0)

@@ -7,13 +7,15 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
 from support.helpers import FIXED_NOW, INSTANCE, FixedClock
 
 
 async def test_the_meter_sample_is_inserted_off_the_event_loop(project_dir: Path) -> None:
-    session = Session.open(str(project_dir), clock=FixedClock(FIXED_NOW))
-    await session.create_instance(INSTANCE)
+    session = open_session(str(project_dir), clock=FixedClock(FIXED_NOW))
+    await create_instance(session, INSTANCE)
     inserts: list[int] = []
 
     def trace(sql: str) -> None:
@@ -22,7 +24,7 @@ async def test_the_meter_sample_is_inserted_off_the_event_loop(project_dir: Path
 
     session.db._conn.set_trace_callback(trace)
     try:
-        overview = await session.overview()
+        overview = await observe_and_build(session)
     finally:
         session.db._conn.set_trace_callback(None)
     loop_thread = threading.get_ident()

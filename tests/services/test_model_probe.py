@@ -20,7 +20,7 @@ from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
 from remote_gpu_trainer.services.audit.model_probe import ProbeOutcome, answer_of, probe_check, probe_run
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.capsules import write_capsule
 from support.helpers import write_project
 
@@ -161,7 +161,7 @@ def project(tmp_path: Path, hook: str, *, roster: tuple[str, ...] = ("seed0", "s
 
 
 def probe(root: Path, check: str, **kwargs: Any) -> ProbeOutcome:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         return asyncio.run(probe_run(session, "r1", check, **kwargs))
     finally:
@@ -169,7 +169,7 @@ def probe(root: Path, check: str, **kwargs: Any) -> ProbeOutcome:
 
 
 def stored(root: Path) -> dict[tuple[str, str], dict[str, Any]]:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         return session.db.probe_records()
     finally:
@@ -235,7 +235,7 @@ def test_on_the_sim_box_the_pushed_program_runs_with_the_runs_python_in_its_work
     (disk / "workspace" / "job" / "probe_hooks.py").write_text(HOOKS, encoding="utf-8")
 
     async def rent_and_probe() -> ProbeOutcome:
-        session = Session.open(str(root))
+        session = open_session(str(root))
         try:
             provider = session.provider("box")
             assert isinstance(provider, Creatable)

@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.audits.env_audit import RunRequirements, proxy_row
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.env_audit import audit_run_environment
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from support.helpers import INSTANCE, RUN, wait_for_liveness, write_project
 
 ENV_DUMP = ("env | grep -E '^(HF_ENDPOINT|PIP_INDEX_URL|HF_HOME|TORCH_HOME|PIP_CACHE_DIR|no_proxy|NO_PROXY)=' "
@@ -26,10 +29,10 @@ def no_inherited_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def job_env(root: Path, extra_run: str) -> list[str]:
     write_project(root, command=ENV_DUMP, roster=("seed0",), extra_run=extra_run)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.create_instance(INSTANCE)
-        await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        await launch_run(session, RUN)
         await wait_for_liveness(session, states=("finished", "dead"))
         dumped = root / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt" / RUN / "seed0" / "env.txt"
         return dumped.read_text().split("\n")
@@ -66,10 +69,10 @@ async def test_the_wrapper_exports_the_china_profile_and_no_proxy_only_when_a_pr
 
 async def env_rows(root: Path, extra_run: str) -> dict[str, tuple[str, str]]:
     write_project(root, roster=("seed0",), extra_run=extra_run)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.create_instance(INSTANCE)
-        rows = await session.env_audit(RUN)
+        await create_instance(session, INSTANCE)
+        rows = await audit_run_environment(session, RUN)
         return {row.check: (row.status, row.detail) for row in rows}
     finally:
         await session.close_transports()

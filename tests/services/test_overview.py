@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.overview import build, observe
-from remote_gpu_trainer.services.session import Session
 from support.helpers import INSTANCE, RUN, wait_for_liveness, write_project
 
 
 async def test_build_writes_nothing_and_observe_records_what_it_saw(tmp_path: Path) -> None:
     write_project(tmp_path / "p")
-    session = Session.open(str(tmp_path / "p"))
+    session = open_session(str(tmp_path / "p"))
     try:
-        await session.create_instance(INSTANCE)
-        await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        await launch_run(session, RUN)
         await wait_for_liveness(session)
         connection = session.db._conn
         before = connection.total_changes

@@ -13,8 +13,13 @@ import sys
 import time
 from pathlib import Path
 
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.overview import observe_and_build
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.liveness import run_state
+from remote_gpu_trainer.services.watch.monitors import opened_monitor
+from remote_gpu_trainer.services.watch.run_logs import evaluate_rules, follow_log
 from remote_gpu_trainer.state.db import StateDB
 from support.helpers import FIXTURES, INSTANCE, RUN, toml_string, wait_for_liveness, write_project
 from support.helpers import run_rgt as rgt
@@ -53,16 +58,16 @@ def job_project(root: Path, script: str, extra_run: str = "", instance_body: str
 async def test_s94_fires_when_the_job_stops_writing_checkpoints(tmp_path: Path) -> None:
     # μ = 0.001 h = 3.6 s, C = 1.0 s from the log: W = sqrt(2 · 3.6 · 1) ≈ 2.68 s, so 2 × W ≈ 5.4 s
     job_project(tmp_path / "p", STALE_JOB, extra_run="mtbp_hours = 0.001")
-    session = Session.open(str(tmp_path / "p"))
+    session = open_session(str(tmp_path / "p"))
     try:
-        await session.create_instance(INSTANCE)
-        await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        await launch_run(session, RUN)
         deadline = time.monotonic() + 30
         fired = []
         while not fired and time.monotonic() < deadline:
-            await session.follow_log(RUN)
-            await session.evaluate_rules(RUN, await session.run_state(RUN))
-            monitor = session.monitors[RUN]
+            await follow_log(session, RUN)
+            await evaluate_rules(session, RUN, await run_state(session, RUN))
+            monitor = opened_monitor(session, RUN)
             fired = [e for e in monitor.ledger.entries() if e.signature == "S94"]
             await asyncio.sleep(0.2)
         assert fired, "S94 never fired"

@@ -18,7 +18,8 @@ import pytest
 
 from remote_gpu_trainer.audits import env_audit as ea
 from remote_gpu_trainer.config.project import load_project
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.launch.env_audit import audit_run_environment
+from remote_gpu_trainer.services.opening import open_session
 from support.helpers import RUN, write_project
 
 DEFAULT = "python3"
@@ -97,9 +98,9 @@ def make_venv(path: Path) -> Path:
 
 def torch_row(project: Path) -> ea.AuditRow:
     async def audit() -> list[ea.AuditRow]:
-        session = Session.open(str(project))
+        session = open_session(str(project))
         try:
-            return await session.env_audit(RUN)
+            return await audit_run_environment(session, RUN)
         finally:
             session.close()
 

@@ -8,11 +8,11 @@ import os
 from pathlib import Path
 
 from remote_gpu_trainer.services import project_registry
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 
 
 def test_opening_a_project_records_it(project_dir: Path) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     session.close()
     known = project_registry.known_projects()
     assert [k.root for k in known] == [project_dir.resolve()]

@@ -9,8 +9,11 @@ import shlex
 from pathlib import Path
 
 from remote_gpu_trainer.recovery_note import RecoveryFacts, render
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.overview import observe
-from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch.recovery import note_path
 from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, copy_command, wait_for_liveness, write_project
 
@@ -27,12 +30,12 @@ async def test_note_follows_launch_finish_pull_and_verify(tmp_path: Path) -> Non
     root = tmp_path / "p"
     write_project(root)
     clock = FixedClock(FIXED_NOW)
-    session = Session.open(str(root), clock=clock)
+    session = open_session(str(root), clock=clock)
     box = root / ".rgt" / "sim" / INSTANCE
     ctl = f"{box}/workspace/job/.rgt/{RUN}"
     try:
-        await session.create_instance(INSTANCE)
-        detail = await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        detail = await launch_run(session, RUN)
         path = note_path(session.project, RUN)
         assert path == root / ".rgt" / "recovery" / f"{RUN}.md"
         text = path.read_text()
@@ -70,14 +73,14 @@ async def test_note_follows_launch_finish_pull_and_verify(tmp_path: Path) -> Non
         assert (os.stat(path).st_mtime_ns, path.read_bytes()) == before
 
         clock.advance(minutes=1)
-        await session.pull(RUN)
+        await pull_run(session, RUN)
         text = path.read_text()
         assert section(text, "Last known state")[1:] == [
             "- pulled: every file, each matching its manifest hash at 2026-11-29T12:11:00Z"]
         assert section(text, "After reconnecting")[1:] == [f"- `rgt verify {RUN}`"]
 
         clock.advance(minutes=1)
-        await session.verify(RUN)
+        await verify_run(session, RUN)
         text = path.read_text()
         assert section(text, "Last known state") == [
             "- finished (exit 0, artifacts present), seen by rgt since 2026-11-29T12:05:00Z",
@@ -98,9 +101,9 @@ async def test_note_follows_launch_finish_pull_and_verify(tmp_path: Path) -> Non
 
 async def test_no_note_for_a_run_never_launched(tmp_path: Path) -> None:
     write_project(tmp_path / "p")
-    session = Session.open(str(tmp_path / "p"))
+    session = open_session(str(tmp_path / "p"))
     try:
-        await session.create_instance(INSTANCE)
+        await create_instance(session, INSTANCE)
         await observe(session)
         assert not (tmp_path / "p" / ".rgt" / "recovery").exists()
     finally:

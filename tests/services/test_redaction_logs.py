@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.report import render
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
+from remote_gpu_trainer.services.watch.run_logs import follow_log, log_backfill
 from support.helpers import INSTANCE, RUN, wait_for_liveness, write_project
 
 KEY = "rgtlogKEY-4c9e1f7a2b8d6035e1a9c7f2"
@@ -55,14 +59,14 @@ async def test_a_key_in_the_job_log_is_never_stored_shown_or_reported(tmp_path: 
     log.write_text(LOG, encoding="utf-8")
     root = tmp_path / "p"
     write_project(root, f"cat {shlex.quote(str(log))}; exit 1", roster=("seed0",))
-    session = Session.open(str(root))
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(root))
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     await wait_for_liveness(session, states=("finished", "dead"))
     box_log = next((root / ".rgt" / "sim").rglob("train.log"))
     assert leaks(box_log.read_bytes()), "the job must really have printed the key"
 
-    update = await session.follow_log(RUN)
+    update = await follow_log(session, RUN)
     assert update is not None
     texts = [line.text for line in update.lines]
     assert any("CUDA out of memory" in t for t in texts) and any("<redacted>" in t for t in texts)
@@ -71,9 +75,9 @@ async def test_a_key_in_the_job_log_is_never_stored_shown_or_reported(tmp_path: 
     assert any(a.signature == "S01" for a in update.alerts)  # the line still fired its signature
     assert [s.value for s in session.db.metric_samples(RUN, "loss")] == [2.0, 1.9, 1.8]  # metrics still parse
 
-    monitor_backfill = await session.log_backfill(RUN)  # what a freshly opened log view shows
+    monitor_backfill = await log_backfill(session, RUN)  # what a freshly opened log view shows
     assert monitor_backfill and leaks("\n".join(line.text for line in monitor_backfill)) == []
-    overview = await session.overview()
+    overview = await observe_and_build(session)
     reports = [render(overview, fmt) for fmt in ("text", "markdown", "json")]
     assert all("CUDA out of memory" in report for report in reports)
     assert leaks("".join(reports)) == []

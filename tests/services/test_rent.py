@@ -25,6 +25,8 @@ from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.providers.cloud.client import UnsupportedAction
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider
+from remote_gpu_trainer.services import opening
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.launch import rent as launcher
 from remote_gpu_trainer.services.session import Session
 from support import fake_clouds
@@ -112,7 +114,7 @@ async def open_session(vtime: VirtualTime) -> AsyncIterator[Callable[[Path], Ses
 
 
 async def smoke_of(session: Session) -> launcher.SmokeResult:
-    return await launcher.run_smoke(session.project, session.run_config("train"))
+    return await launcher.run_smoke(session.project, run_config(session, "train"))
 
 
 # -- the smoke gate ---------------------------------------------------------------------------------------------
@@ -200,7 +202,7 @@ def test_the_stated_price_launches_once_after_the_approval_is_logged(
     assert 'id = "new1"' in out and "rgt down train --confirm new1" in out
     assert event_kinds(db) == ["approval", "action", "launched"]
 
-    session = Session.open(str(root))
+    session = opening.open_session(str(root))
     try:
         assert launcher.launched_id(session.db, "gpu") == "new1"
         [approval] = session.db.events(kind="approval")

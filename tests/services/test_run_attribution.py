@@ -13,7 +13,7 @@ from textual.widgets import DataTable
 
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.demo_replay import replayed_demo
 from support.helpers import FIXED_NOW, FixedClock
 from support.tui_helpers import dashboard, wait_until
@@ -73,7 +73,7 @@ def test_the_report_puts_each_finding_in_the_block_of_its_run(flawed: Path,
 
 
 async def test_each_runs_checklist_in_the_tui_shows_its_own_findings(flawed: Path) -> None:
-    session = Session.open(str(flawed), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(flawed), clock=FixedClock(FIXED_NOW))
     app = RgtApp(session)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).overview is not None)
@@ -124,7 +124,7 @@ def test_an_unpulled_run_is_not_run_and_raises_nothing(unpulled: Path, capsys: p
 
 
 async def test_an_unpulled_runs_checklist_in_the_tui_says_not_run(unpulled: Path) -> None:
-    session = Session.open(str(unpulled), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(unpulled), clock=FixedClock(FIXED_NOW))
     app = RgtApp(session)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: (run := dashboard(app).current_run()) is not None and bool(run.checklist))

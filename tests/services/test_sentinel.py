@@ -20,7 +20,10 @@ import pytest
 
 from remote_gpu_trainer.cli.main import main
 from remote_gpu_trainer.remote import rgt_sentinel
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.watch.liveness import run_state
 from support.helpers import INSTANCE, RUN, copy_command, wait_file, wait_for_liveness, wait_gone, write_project
 from support.webhook_receiver import Receiver, receiver  # noqa: F401 (the fixture)
 
@@ -40,19 +43,19 @@ def box_ctl(root: Path) -> Path:
 
 
 async def launched(root: Path) -> dict[str, object]:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.create_instance(INSTANCE)
-        return await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        return await launch_run(session, RUN)
     finally:
         await session.close_transports()
         session.close()
 
 
 async def created(root: Path) -> None:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.create_instance(INSTANCE)
+        await create_instance(session, INSTANCE)
     finally:
         session.close()
 
@@ -135,7 +138,7 @@ def test_a_bad_webhook_file_stops_the_launch_before_anything_runs(
     assert f"[notify] webhook_file: {root / 'webhook.url'}: {reason}" in err
     assert "example" not in err  # what the file holds is never echoed
     assert not box_ctl(root).exists()  # nothing was pushed or started
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert session.db.launch(RUN) is None
     finally:
@@ -158,10 +161,10 @@ async def test_a_run_opted_out_gets_no_sentinel(tmp_path: Path, receiver: Receiv
     root = notify_project(tmp_path / "proj", receiver.url, copy_command(), extra_run="notify = false")
     detail = await launched(root)
     assert "sentinel" not in detail
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert await wait_for_liveness(session) == "finished"
-        assert (await session.run_state(RUN)).sentinel is None
+        assert (await run_state(session, RUN)).sentinel is None
     finally:
         await session.close_transports()
         session.close()

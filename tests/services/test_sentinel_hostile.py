@@ -22,7 +22,7 @@ from test_sentinel import box_ctl, created, launched, notify_project
 
 from remote_gpu_trainer.cli.main import main
 from remote_gpu_trainer.remote import rgt_sentinel
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.helpers import RUN, copy_command, wait_file, wait_gone, write_project
 from support.hostile_receivers import KINDS, Hostile, hostile_receiver  # noqa: F401 (the fixture)
 from support.webhook_receiver import Receiver, receiver  # noqa: F401 (the fixture)
@@ -107,7 +107,7 @@ def test_a_url_with_a_control_character_or_no_host_stops_the_launch(
     assert f"[notify] webhook_file: {root / 'webhook.url'}: must hold one http:// or https:// URL" in err
     assert "hook/" not in err and "\x01" not in err  # what the file holds is never echoed
     assert not box_ctl(root).exists()  # nothing was pushed or started
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert session.db.launch(RUN) is None
     finally:

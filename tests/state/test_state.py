@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.state.billing import Snapshot
 from remote_gpu_trainer.state.db import StateDB
 from support.helpers import FIXED_NOW, FixedClock
@@ -45,18 +48,17 @@ def test_snapshots_launches_and_ticks_round_trip(tmp_path: Path) -> None:
 
 
 async def test_meter_samples_are_stored_at_most_every_30_seconds(project_dir: Path) -> None:
-    from remote_gpu_trainer.services.session import Session
     from support.helpers import INSTANCE
 
     clock = FixedClock(FIXED_NOW)
-    session = Session.open(str(project_dir), clock=clock)
-    await session.create_instance(INSTANCE)
-    await session.overview()
+    session = open_session(str(project_dir), clock=clock)
+    await create_instance(session, INSTANCE)
+    await observe_and_build(session)
     clock.advance(seconds=10)
-    await session.overview()
+    await observe_and_build(session)
     assert session.db.meter_sample_count(INSTANCE) == 1
     clock.advance(seconds=25)
-    overview = await session.overview()
+    overview = await observe_and_build(session)
     assert session.db.meter_sample_count(INSTANCE) == 2
     instance = overview.instance(INSTANCE)
     assert instance is not None and abs(instance.cost_so_far - 0.89 * 35 / 3600) < 1e-9

@@ -24,6 +24,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import host_key_prompts, instance_status, trust_host_key
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
 from support.fake_clouds import FAKE_KEY, FakeCloud, FakeLambda, FakePaperspace, FakeRunPod, Reply
 from support.helpers import FIXTURES, wait_for_liveness, write_project
@@ -187,15 +191,15 @@ def add_pod(fake: StampedRunPod, sshd: Sshd) -> None:
 async def finished_run(root: Path, sshd: Sshd, fake: Stamped) -> Session:
     """Open the project, trust the host key the API-reported address presents, launch `r1` over SSH and
     wait until it finished. The fake is told where the event log lives, so it can record what it held."""
-    session = Session.open(str(root))
+    session = open_session(str(root))
     fake.events_db = session.project.state_db
     try:
-        first = await session.instance_status(INSTANCE)
-        assert first.state == "running" and INSTANCE in session.host_key_prompts, first.detail
-        await session.trust_host_key(INSTANCE, sshd.host_public_key().get_fingerprint("sha256"))
-        status = await session.instance_status(INSTANCE)
+        first = await instance_status(session, INSTANCE)
+        assert first.state == "running" and INSTANCE in host_key_prompts(session), first.detail
+        await trust_host_key(session, INSTANCE, sshd.host_public_key().get_fingerprint("sha256"))
+        status = await instance_status(session, INSTANCE)
         assert status.detail.get("ssh_reachable") is True, status.detail
-        await session.launch(RUN)
+        await launch_run(session, RUN)
         await wait_for_liveness(session)
     except BaseException:
         await close(session)
@@ -204,8 +208,8 @@ async def finished_run(root: Path, sshd: Sshd, fake: Stamped) -> Session:
 
 
 async def pulled_and_verified(session: Session) -> None:
-    await session.pull(RUN)
-    result = await session.verify(RUN)
+    await pull_run(session, RUN)
+    result = await verify_run(session, RUN)
     assert result.ok, result.errors
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
 from support.capsules import classification_items, sha256_file, write_capsule, write_json
 from support.helpers import FIXED_NOW, FixedClock, write_project
@@ -77,7 +78,7 @@ def delivered_project(root: Path) -> Session:
                                         "claims": claims()})
     built_figure(root, "loss-curve")
     built_table(root, "tab-main", {"Q1_parse_back": "pass", "Q4_bold_rule": "fail"})
-    return Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    return open_session(str(root), clock=FixedClock(FIXED_NOW))
 
 
 def user_project(root: Path) -> Session:
@@ -99,4 +100,4 @@ def user_project(root: Path) -> Session:
     write_json(root / "EVIDENCE.json", {"schema": "remote-gpu-trainer/EVIDENCE/v1", "project": "t", "claims": [
         {"id": "C1-acc", "statement": "The model reaches 0.80 accuracy.",
          "evidence": [{"test_id": "main", "metric": "acc", "cells": list(CAPSULES), "precision": 3}]}]})
-    return Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    return open_session(str(root), clock=FixedClock(FIXED_NOW))

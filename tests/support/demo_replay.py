@@ -15,6 +15,10 @@ from importlib import resources
 from pathlib import Path
 
 from remote_gpu_trainer.services.demo_project import DEMO_INSTANCE, create_demo
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
 from support.helpers import FIXED_NOW, FixedClock, wait_for_liveness
 
@@ -50,17 +54,17 @@ def run_demo(config: Path, *, pull: bool | tuple[str, ...] = False) -> Session:
     """Launch every run of the demo project at `config` on its sim box, on the fixed clock, as `rgt demo` does
     but without its phase-0 audit, wait for each to end and, with `pull` (True: every run, or the runs named),
     pull and verify it (so audit it). Returns the closed session (its project names the runs)."""
-    session = Session.open(str(config), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(config), clock=FixedClock(FIXED_NOW))
 
     async def prepare() -> None:
-        await session.create_instance(DEMO_INSTANCE)
+        await create_instance(session, DEMO_INSTANCE)
         for run in sorted(session.project.runs):
-            await session.launch(run)
+            await launch_run(session, run)
         for run in sorted(session.project.runs):
             await wait_for_liveness(session, run, timeout=300)
             if pull is True or (isinstance(pull, tuple) and run in pull):
-                await session.pull(run)
-                assert (await session.verify(run)).ok
+                await pull_run(session, run)
+                assert (await verify_run(session, run)).ok
 
     try:
         asyncio.run(prepare())

@@ -20,7 +20,12 @@ import sys
 from pathlib import Path
 
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services import instances
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.state.db import StateDB
 from support.helpers import FIXTURES, INSTANCE, RUN, toml_string, wait_for_liveness
 
@@ -117,11 +122,11 @@ def local_root(root: Path, run_id: str = RUN) -> Path:
 
 
 async def launch_finished(root: Path, run_id: str = RUN, *, create: bool = True) -> None:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         if create:
-            await session.create_instance(session.run_config(run_id).instance)
-        await session.launch(run_id)
+            await create_instance(session, run_config(session, run_id).instance)
+        await launch_run(session, run_id)
         await wait_for_liveness(session, run_id)
     finally:
         await session.close_transports()
@@ -135,10 +140,10 @@ async def relaunch_finished(root: Path, run_id: str = RUN, states: tuple[str, ..
     from remote_gpu_trainer.services.gate import session_box_key
     from remote_gpu_trainer.services.launch import launch as runner
 
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         run = session.project.run(run_id)  # a new launch binds rgt.toml as it is (docs/gate.md §7)
-        detail = await runner.launch(session.project, run, await session.remote(run.instance), session.db,
+        detail = await runner.launch(session.project, run, await instances.remote(session, run.instance), session.db,
                                      session.clock, box=await session_box_key(session, run.instance))
         await wait_for_liveness(session, run_id, states=states)
         return detail
@@ -148,11 +153,11 @@ async def relaunch_finished(root: Path, run_id: str = RUN, states: tuple[str, ..
 
 
 async def pull_and_verify(root: Path, run_id: str = RUN) -> None:
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        pulled = await session.pull(run_id)
+        pulled = await pull_run(session, run_id)
         assert pulled.ok, pulled.failed
-        verified = await session.verify(run_id)
+        verified = await verify_run(session, run_id)
         assert verified.ok, verified.errors
     finally:
         await session.close_transports()
@@ -209,7 +214,7 @@ def down(root: Path, run_id: str = RUN, confirm: str = SIM_ID) -> subprocess.Com
 
 def approvals(root: Path) -> list[dict[str, object]]:
     """Every approval's payload, oldest first: what was typed, shown and given up before a provider call."""
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         return [dict(event.detail) for event in session.db.events(kind="approval")]
     finally:
@@ -218,7 +223,7 @@ def approvals(root: Path) -> list[dict[str, object]]:
 
 def refused_reasons(root: Path) -> list[str]:
     """The reasons of the latest refusal, as the event log holds them."""
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         refusals = session.db.events(kind="refused")
         assert refusals, "no refusal recorded"
@@ -265,10 +270,10 @@ def held_command(release: Path) -> str:
 
 async def launch_held(root: Path) -> None:
     """Launch r1 and return once seed0's results are on the box and seed1 is held (the job is running)."""
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.create_instance(INSTANCE)
-        await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        await launch_run(session, RUN)
         assert await wait_for_liveness(session, states=("running",)) == "running"
         while not (box_root(root) / "seed0" / "best_metrics.json").exists():
             await asyncio.sleep(0.05)
@@ -279,7 +284,7 @@ async def launch_held(root: Path) -> None:
 
 async def release_and_finish(root: Path, release: Path) -> None:
     release.touch()
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert await wait_for_liveness(session) == "finished"
     finally:

@@ -11,7 +11,10 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.liveness import run_state
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 FIXED_NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -81,7 +84,7 @@ async def wait_for_liveness(session: Session, run_id: str = RUN, states: tuple[s
                             timeout: float = 60.0) -> str:
     deadline = asyncio.get_running_loop().time() + timeout
     while True:
-        state = await session.run_state(run_id)
+        state = await run_state(session, run_id)
         if state.liveness.state in states:
             return state.liveness.state
         if asyncio.get_running_loop().time() > deadline:
@@ -90,8 +93,8 @@ async def wait_for_liveness(session: Session, run_id: str = RUN, states: tuple[s
 
 
 async def launched_and_finished(session: Session) -> None:
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     await wait_for_liveness(session)
 
 

@@ -14,7 +14,7 @@ from textual.widgets import Button, Input
 
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.teardown import TeardownScreen
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.gate_helpers import SIM_ID, launch_finished, project_text, pull_and_verify, sim_disk, write_text_project
 from support.helpers import RUN
 from support.tui_helpers import dashboard, wait_until
@@ -26,7 +26,7 @@ async def test_the_modal_takes_the_names_of_the_runs_given_up_and_the_approval_r
     await launch_finished(root, "r2")
     await launch_finished(root, RUN, create=False)
     await pull_and_verify(root)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     app = RgtApp(session)
     try:
         async with app.run_test(size=(120, 40)) as pilot:

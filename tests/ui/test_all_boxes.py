@@ -20,6 +20,10 @@ from remote_gpu_trainer.screens.all_boxes import AllBoxesScreen
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.screens.help import HelpScreen
 from remote_gpu_trainer.services import project_registry
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.all_boxes_panel import AllBoxesPanel
 from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liveness, write_project
@@ -37,11 +41,11 @@ def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Session:
     project_registry.remember(tmp_path / "gone")
     shutil.rmtree(tmp_path / "gone")
     write_project(tmp_path / "proj")
-    opened = Session.open(str(tmp_path / "proj"), clock=FixedClock(FIXED_NOW))
+    opened = open_session(str(tmp_path / "proj"), clock=FixedClock(FIXED_NOW))
 
     async def finish() -> None:
-        await opened.create_instance(INSTANCE)
-        await opened.launch(RUN)
+        await create_instance(opened, INSTANCE)
+        await launch_run(opened, RUN)
         await wait_for_liveness(opened)
         await opened.close_transports()
 
@@ -105,7 +109,7 @@ async def test_the_screen_changes_nothing(session: Session) -> None:
             await open_all_boxes(pilot)
             await pilot.press("escape")
             await wait_until(pilot, lambda: isinstance(app.screen, DashboardScreen))
-    overview = await session.overview()
+    overview = await observe_and_build(session)
     assert overview.instances[0].state == "running"
     assert overview.runs[0].gate.open is False and overview.runs[0].evidence_state == "trained"
     await session.close_transports()

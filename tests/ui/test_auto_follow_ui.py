@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from remote_gpu_trainer.app import RgtApp
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.state.events import EventKind
 from support.helpers import INSTANCE, RUN, launched_and_finished, write_project
 from support.tui_helpers import dashboard, gate_open, notified, wait_until
@@ -15,7 +15,7 @@ from support.tui_helpers import dashboard, gate_open, notified, wait_until
 
 async def test_the_dashboard_pulls_and_verifies_a_finished_run_once_and_never_tears_down(tmp_path: Path) -> None:
     write_project(tmp_path, extra_run='auto = ["pull", "verify"]')
-    session = Session.open(str(tmp_path))
+    session = open_session(str(tmp_path))
     await launched_and_finished(session)
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -26,7 +26,7 @@ async def test_the_dashboard_pulls_and_verifies_a_finished_run_once_and_never_te
         assert overview is not None and overview.instance(INSTANCE).state == "running"  # type: ignore[union-attr]
     session.close()
 
-    again = Session.open(str(tmp_path))
+    again = open_session(str(tmp_path))
     second = RgtApp(again)
     async with second.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: gate_open(second))

@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 from remote_gpu_trainer.app import RgtApp
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 from support.helpers import INSTANCE, RUN, write_project
 from support.tui_helpers import dashboard, wait_until
@@ -35,9 +37,9 @@ async def test_the_cadence_line_is_shown_and_overdue_once_checkpoints_stop(tmp_p
     job.write_text(STALE_JOB)
     # μ = 0.001 h = 3.6 s and C = 1.0 s from the log: W = sqrt(2 · 3.6 · 1) ≈ 2.7 s, overdue after ≈ 5.4 s
     write_project(root, f"{sys.executable} {job} {{out}}", roster=("seed0",), extra_run="mtbp_hours = 0.001")
-    session = Session.open(str(root))
-    await session.create_instance(INSTANCE)
-    detail = await session.launch(RUN)
+    session = open_session(str(root))
+    await create_instance(session, INSTANCE)
+    detail = await launch_run(session, RUN)
     app = RgtApp(session)
     try:
         async with app.run_test(size=(160, 50)) as pilot:

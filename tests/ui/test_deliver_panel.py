@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Static
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.figure import FigurePathScreen, FigureScreen, image_support
 from remote_gpu_trainer.services.deliver.build import deliver_view
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
 from support.deliver_project import delivered_project, user_project
 from support.helpers import FIXED_NOW, FixedClock
@@ -149,7 +149,7 @@ async def test_r_reconciles_only_on_the_deliver_panel_and_shows_the_drift_line(t
     toml.write_text(toml.read_text(encoding="utf-8") + '\n[deliver]\ndocs = ["paper.md"]\n', encoding="utf-8")
     (root / "paper.md").write_text("# Results\n\nOur model reaches acc 0.83 on the test set.\n", encoding="utf-8")
     session.close()
-    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(root), clock=FixedClock(FIXED_NOW))
     app = RgtApp(session)
     async with app.run_test(size=(100, 30)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).overview is not None)

@@ -11,6 +11,8 @@ import pytest
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.report import render
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.views import Overview
 from support.helpers import HUNG, INSTANCE, RUN, launched_and_finished, two_box_project
@@ -28,12 +30,12 @@ async def test_the_healthy_row_is_drawn_while_the_hung_box_is_still_being_asked(
     session = Session(load_project(root / "rgt.toml"), provider_timeout_s=3.0)
     try:
         await launched_and_finished(session)
-        first = await session.overview(wait_s=0.5)
+        first = await observe_and_build(session, wait_s=0.5)
         sim, hung = row(first, INSTANCE), row(first, HUNG)
         assert (sim.state, sim.price_per_hour) == ("running", 0.89)  # type: ignore[attr-defined]
         assert hung.state == "unknown" and "waiting" in hung.note  # type: ignore[attr-defined]
         # the report's path awaits every answer: the hung box costs its own timeout once, and says so
-        full = await session.overview()
+        full = await observe_and_build(session)
         hung = row(full, HUNG)
         assert hung.state == "unknown" and "no answer within 3 s" in hung.note  # type: ignore[attr-defined]
         assert row(full, INSTANCE).state == "running"  # type: ignore[attr-defined]
@@ -86,7 +88,7 @@ async def test_the_dashboard_keeps_updating_next_to_a_hung_box(
 async def test_a_second_pull_press_never_cancels_the_pull_that_runs(project_dir: Path) -> None:
     """Pressing p again while a pull runs changes nothing: one pull starts, and it finishes."""
     box_cell = project_dir / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt" / RUN
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     (box_cell / "seed0" / "big.bin").write_bytes(b"\0" * (384 << 20))  # takes far longer than two keys
 

@@ -8,7 +8,9 @@ import signal
 from pathlib import Path
 
 from remote_gpu_trainer.app import RgtApp
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 from support.helpers import INSTANCE, RUN, write_project
 from support.tui_helpers import dashboard, wait_until
@@ -22,9 +24,9 @@ async def test_the_dashboard_shows_the_sentinel_alive_then_silent(tmp_path: Path
     (root / "webhook.url").write_text(receiver.url)
     with open(root / "rgt.toml", "a", encoding="utf-8") as handle:
         handle.write('\n[notify]\nwebhook_file = "webhook.url"\npoll_seconds = 0.3\n')
-    session = Session.open(str(root))
-    await session.create_instance(INSTANCE)
-    detail = await session.launch(RUN)
+    session = open_session(str(root))
+    await create_instance(session, INSTANCE)
+    detail = await launch_run(session, RUN)
     ctl = root / ".rgt" / "sim" / INSTANCE / "workspace" / "job" / ".rgt" / RUN
     app = RgtApp(session)
     try:

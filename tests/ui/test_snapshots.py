@@ -23,6 +23,10 @@ from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.screens.help import HelpScreen
 from remote_gpu_trainer.screens.note import NoteScreen
 from remote_gpu_trainer.screens.teardown import TeardownScreen
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.log_panel import LogPanel
 from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liveness, write_project
@@ -30,15 +34,15 @@ from support.helpers import FIXED_NOW, INSTANCE, RUN, FixedClock, wait_for_liven
 
 def finished_session(root: Path, verified: bool) -> Session:
     write_project(root)
-    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(root), clock=FixedClock(FIXED_NOW))
 
     async def prepare() -> None:
-        await session.create_instance(INSTANCE)
-        await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        await launch_run(session, RUN)
         await wait_for_liveness(session)
         if verified:
-            await session.pull(RUN)
-            assert (await session.verify(RUN)).ok
+            await pull_run(session, RUN)
+            assert (await verify_run(session, RUN)).ok
 
     asyncio.run(prepare())
     return session
@@ -230,11 +234,11 @@ def test_note_modal_at_80x24(snap_compare: Any, tmp_path: Path) -> None:
 def oom_session(root: Path) -> Session:
     oom_log = Path(__file__).parents[1] / "fixtures" / "logs" / "monitor" / "oom_after_training.log"
     write_project(root, f"cat {oom_log}; exit 1", roster=("seed0",))
-    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(root), clock=FixedClock(FIXED_NOW))
 
     async def prepare() -> None:
-        await session.create_instance(INSTANCE)
-        await session.launch(RUN)
+        await create_instance(session, INSTANCE)
+        await launch_run(session, RUN)
         await wait_for_liveness(session, states=("dead",))
 
     asyncio.run(prepare())
@@ -329,7 +333,7 @@ def test_demo_checklist(snap_compare: Any, demo_projects: dict[str, Path], size:
     """[VERIFY] the demo's checklist after verification: every check's answer (real passes for the clean demo;
     V05 does not judge EVIDENCE.json's claims before b on the Deliver panel builds them); with --flawed, the
     flawed run's (n moves to it): its planted findings (V26 critical, V14 error, V04 info) first, worst first."""
-    session = Session.open(str(demo_projects[which]), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(demo_projects[which]), clock=FixedClock(FIXED_NOW))
 
     async def run_before(pilot: Pilot[None]) -> None:
         await settle_demo(pilot)
@@ -362,7 +366,7 @@ def delivered_session(root: Path) -> Session:
     toml = root / "rgt.toml"
     toml.write_text(toml.read_text(encoding="utf-8") + '\n[deliver]\ndocs = ["paper.md"]\n', encoding="utf-8")
     (root / "paper.md").write_text("# Results\n\nOur model reaches acc 0.83 on the test set.\n", encoding="utf-8")
-    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(root), clock=FixedClock(FIXED_NOW))
     built = build_all(session.project, session.db, FIXED_NOW)
     assert built.exit_code == 0, [step.line for step in built.steps]
     assert reconcile_project(session.project).report.exit_code == 1

@@ -11,7 +11,7 @@ from textual.widgets import Button, Input
 
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.teardown import TeardownScreen
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.helpers import INSTANCE, launched_and_finished
 from support.tui_helpers import dashboard, gate_open, notified, wait_until
 
@@ -35,7 +35,7 @@ async def verified(pilot: Pilot[None], app: RgtApp) -> None:
 
 
 async def test_click_type_anywhere_enter_and_the_row_after_terminate(project_dir: Path) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     disk = project_dir / ".rgt" / "sim" / INSTANCE
     app = RgtApp(session)
@@ -71,7 +71,7 @@ async def test_click_type_anywhere_enter_and_the_row_after_terminate(project_dir
 
 
 async def test_escape_cancels_and_nothing_is_done(project_dir: Path) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     disk = project_dir / ".rgt" / "sim" / INSTANCE
     app = RgtApp(session)
@@ -100,7 +100,7 @@ def faces(app: RgtApp) -> tuple[bool, bool, bool | None, str | None]:
 
 
 async def test_the_button_the_key_the_palette_and_the_modal_render_one_decision(project_dir: Path) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -130,10 +130,10 @@ async def test_the_button_the_key_the_palette_and_the_modal_render_one_decision(
 
 
 async def test_a_read_only_session_offers_no_teardown_anywhere(project_dir: Path) -> None:
-    writer = Session.open(str(project_dir))
+    writer = open_session(str(project_dir))
     await launched_and_finished(writer)
     writer.close()
-    session = Session.open(str(project_dir), read_only=True)
+    session = open_session(str(project_dir), read_only=True)
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).current_run() is not None)
@@ -148,7 +148,7 @@ async def test_pressing_t_or_s_again_while_a_teardown_is_open_starts_nothing(pro
     """The teardown worker holds the box-action slot from the plan to the logged outcome: while it runs,
     `t` and `s` are greyed, a second `t` types into the id field instead of stacking a second modal, and
     Escape leaves one cancelled teardown and no approval."""
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.helpers import HUNG, launched_and_finished, two_box_project
 
 pytestmark = pytest.mark.tmux
@@ -82,7 +82,7 @@ def rgt_command(project: Path) -> str:
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 async def test_dashboard_in_a_real_terminal(project_dir: Path, terminal: Terminal, size: tuple[int, int]) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     session.close()
     terminal.start(rgt_command(project_dir), *size)
@@ -119,7 +119,7 @@ async def test_a_hung_box_in_a_real_terminal_leaves_the_other_rows_drawn(
     the 20 s provider timeout now that a timed-out connect is not retried at once)."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     root = two_box_project(tmp_path / "p", silent_server, tmp_path / "home")
-    session = Session.open(str(root))
+    session = open_session(str(root))
     await launched_and_finished(session)
     session.close()
     terminal.start(f"env HOME={tmp_path / 'home'} " + rgt_command(root), 80, 24)

@@ -10,13 +10,19 @@ from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.screens.help import HelpScreen
 from remote_gpu_trainer.screens.teardown import TeardownScreen
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services import instances
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.instances import create_instance, instance_status
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.watch.liveness import run_state
+from remote_gpu_trainer.services.watch.monitors import tail_log
 from support.helpers import INSTANCE, RUN, launched_and_finished
 from support.tui_helpers import dashboard, focused_id, gate_open, notified, wait_until
 
 
 async def test_teardown_only_after_verify_and_typed_id(project_dir: Path) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     disk = project_dir / ".rgt" / "sim" / INSTANCE
     app = RgtApp(session)
@@ -85,7 +91,7 @@ async def test_teardown_only_after_verify_and_typed_id(project_dir: Path) -> Non
 
 
 async def test_read_only_hides_teardown_and_help_opens(project_dir: Path) -> None:
-    session = Session.open(str(project_dir), read_only=True)
+    session = open_session(str(project_dir), read_only=True)
     app = RgtApp(session)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).overview is not None)
@@ -100,7 +106,7 @@ async def test_read_only_hides_teardown_and_help_opens(project_dir: Path) -> Non
 
 
 async def test_log_streams_and_filters(project_dir: Path) -> None:
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -122,19 +128,19 @@ async def test_job_survives_the_tui_quitting(project_dir: Path) -> None:
     from support.helpers import wait_for_liveness, write_project
 
     write_project(project_dir, command="sleep 3 && echo slow-job-done")
-    session = Session.open(str(project_dir))
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(project_dir))
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     app = RgtApp(session)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).overview is not None)
         await pilot.press("q")
     session.close()
-    reopened = Session.open(str(project_dir))
-    assert (await reopened.run_state(RUN)).liveness.state == "running"
+    reopened = open_session(str(project_dir))
+    assert (await run_state(reopened, RUN)).liveness.state == "running"
     assert await wait_for_liveness(reopened, states=("finished", "dead")) == "dead"  # no artifacts: incomplete
-    assert (await reopened.run_state(RUN)).liveness.detail.startswith("incomplete")
-    log, _ = await reopened.tail_log(RUN, 0)
+    assert (await run_state(reopened, RUN)).liveness.detail.startswith("incomplete")
+    log, _ = await tail_log(reopened, RUN, 0)
     assert log.count(b"slow-job-done") == 2
     reopened.close()
 
@@ -142,7 +148,7 @@ async def test_job_survives_the_tui_quitting(project_dir: Path) -> None:
 async def test_ticking_a_manual_checklist_item_needs_a_note(project_dir: Path) -> None:
     from remote_gpu_trainer.screens.note import NoteScreen
 
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     app = RgtApp(session)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).overview is not None)
@@ -177,9 +183,9 @@ async def test_stop_is_a_plain_confirmation_and_the_disk_keeps_billing(project_d
     from support.helpers import write_project
 
     write_project(project_dir, command="sleep 60")
-    session = Session.open(str(project_dir))
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(project_dir))
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: dashboard(app).overview is not None)
@@ -191,7 +197,7 @@ async def test_stop_is_a_plain_confirmation_and_the_disk_keeps_billing(project_d
         assert "the disk keeps billing at the storage price" in lines
         await pilot.press("enter")  # Enter on Cancel does nothing
         await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
-        assert (await session.instance_status(INSTANCE)).state == "running"
+        assert (await instance_status(session, INSTANCE)).state == "running"
         await pilot.press("s")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen) and focused_id(app) == "no")
         await pilot.press("right", "enter")
@@ -201,7 +207,7 @@ async def test_stop_is_a_plain_confirmation_and_the_disk_keeps_billing(project_d
         assert instance is not None and instance.burn_per_hour == 0.02 and instance.billing == "storage only"
     approval = [e for e in session.db.events(kind="approval") if "stop" in e.summary]
     assert len(approval) == 1 and approval[0].detail["gated"] is False
-    assert (await session.run_state(RUN)).liveness.state == "dead"  # powering off killed the job
+    assert (await run_state(session, RUN)).liveness.state == "dead"  # powering off killed the job
     session.close()
 
 
@@ -209,10 +215,10 @@ async def test_an_incomplete_pull_says_so_and_names_the_file(project_dir: Path) 
     """The TUI face of a pull that did not fetch every file: an error toast naming it, never 'pulled'."""
     from remote_gpu_trainer.services.evidence.manifest import build_manifest
 
-    session = Session.open(str(project_dir))
+    session = open_session(str(project_dir))
     await launched_and_finished(session)
-    run = session.run_config(RUN)
-    await build_manifest(await session.remote(INSTANCE), run, session.db)
+    run = run_config(session, RUN)
+    await build_manifest(await instances.remote(session, INSTANCE), run, session.db)
     box_root = project_dir / ".rgt" / "sim" / INSTANCE / "workspace" / "rgt" / RUN
     (box_root / "seed1" / "best.pth").unlink()
     app = RgtApp(session)

@@ -9,6 +9,9 @@ from test_tui import dashboard, focused_id, notified, wait_until
 
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.note import NoteScreen
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.log_panel import LogPanel
 from remote_gpu_trainer.widgets.log_view import LogView
@@ -20,9 +23,9 @@ OOM_LOG = FIXTURES / "logs" / "monitor" / "oom_after_training.log"
 
 async def oom_session(root: Path) -> Session:
     write_project(root, f"cat {shlex.quote(str(OOM_LOG))}; exit 1", roster=("seed0",))
-    session = Session.open(str(root))
-    await session.create_instance(INSTANCE)
-    await session.launch(RUN)
+    session = open_session(str(root))
+    await create_instance(session, INSTANCE)
+    await launch_run(session, RUN)
     await wait_for_liveness(session, states=("dead",))
     return session
 

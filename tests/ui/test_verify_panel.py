@@ -12,6 +12,9 @@ from textual.widgets import Button, DataTable, Input
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.finding import FindingScreen
 from remote_gpu_trainer.services.audit import audit
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.widgets.log_panel import LogPanel
 from support.capsules import classification_items, write_capsule, write_split
@@ -25,7 +28,7 @@ def leaky_project(root: Path) -> Session:
     write_capsule(root, "r1", "seed0", metrics={"acc": 0.8}, items=classification_items(100, correct=80))
     write_split(root, "main", {"train": [("a.png", b"same"), ("b.png", b"train only")],
                                "test": [("c.png", b"same"), ("d.png", b"test only")]})
-    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(root), clock=FixedClock(FIXED_NOW))
     audit.run_audit(session.project, session.db)
     return session
 
@@ -118,7 +121,7 @@ async def test_a_finding_quoting_escape_codes_is_shown_and_prefilled_escaped(tmp
     root = tmp_path / "p"
     write_project(root)
     write_capsule(root, "r1", "seed0", metrics={"\x1b[31mEVIL": 0.5}, items=classification_items(10, correct=5))
-    session = Session.open(str(root), clock=FixedClock(FIXED_NOW))
+    session = open_session(str(root), clock=FixedClock(FIXED_NOW))
     audit.run_audit(session.project, session.db)
     finding = next(r.id for r in session.db.finding_records() if "EVIL" in r.message)
     app = RgtApp(session)
@@ -133,10 +136,10 @@ async def test_n_shows_the_next_run_and_its_log_only(tmp_path: Path) -> None:
     """`rgt demo --flawed` has two runs: `n` moves the dashboard (checkpoints, log, gate, checklist) to the next
     one and back; the first run's log lines never land in the second's view."""
     write_project(tmp_path / "p", "echo r1-only-line", extra_run=SECOND_RUN)
-    session = Session.open(str(tmp_path / "p"), clock=FixedClock(FIXED_NOW))
-    await session.create_instance("box")
-    await session.launch("r1")
-    await session.launch("r2")
+    session = open_session(str(tmp_path / "p"), clock=FixedClock(FIXED_NOW))
+    await create_instance(session, "box")
+    await launch_run(session, "r1")
+    await launch_run(session, "r2")
     app = RgtApp(session)
     async with app.run_test(size=(120, 40)) as pilot:
         screen = dashboard(app)

@@ -59,6 +59,8 @@ from remote_gpu_trainer.fsutil import atomic_write, read_regular
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 from remote_gpu_trainer.remote import program_stdin
+from remote_gpu_trainer.services import instances
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.evidence.manifest import problems_line
 from remote_gpu_trainer.state import events
 
@@ -104,7 +106,7 @@ def record_path(project: ProjectConfig, run_id: str, machine: str) -> Path:
 async def accept_run(session: Session, run_id: str, *, on: str | None, actor: str = "user") -> AcceptOutcome:
     """Accept runs/RUN/ on `on` (or here when None), write the record and its event; the record is written
     whatever the machine found (its problems are in it), but not when the machine gave no usable answer."""
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     refuse_target(session.project, run, on)
     session.require_writable("rgt accept")
     root = session.project.run_dir(run.id)
@@ -178,7 +180,7 @@ async def accept_on(session: Session, run: RunConfig, on: str, root: Path, manif
                     params: dict[str, Any], timeout: float) -> Answer:
     """Push the bundle into a fresh scratch folder on `on`, run the program there with the run's python, and
     remove the folder again (also when the program failed)."""
-    transport = await session.remote(on)
+    transport = await instances.remote(session, on)
     scratch = f"{SCRATCH}/{run.id}-{secrets.token_hex(6)}"
     python = run_interpreter(run.command, run.python, explicit=run.python_explicit, run_id=run.id).path
     try:

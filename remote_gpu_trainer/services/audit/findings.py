@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from remote_gpu_trainer.audits.catalogue.model import SEVERITY_RANK, CheckResult, Finding
 from remote_gpu_trainer.audits.catalogue.runner import specs
 from remote_gpu_trainer.errors import ConfigError, RgtError
+from remote_gpu_trainer.services.watch.monitors import catalogue
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.audit import FindingRecord, FindingWrite
 from remote_gpu_trainer.state.db import StateDB
@@ -37,7 +38,7 @@ def checklist_findings(run_id: str, items: Iterable[ChecklistItem]) -> tuple[Fin
 
 def log_findings(session: Session, run_id: str) -> tuple[FindingView, ...]:
     """The log's signature findings as the report and the checklist panel show them, named by signature."""
-    rows = session.catalogue().rows
+    rows = catalogue(session).rows
     views = []
     for f in session.db.log_findings(run_id):
         row = rows.get(f.signature)

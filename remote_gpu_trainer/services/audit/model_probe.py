@@ -32,6 +32,7 @@ from remote_gpu_trainer.audits.catalogue.runner import CheckSpec, by_name
 from remote_gpu_trainer.audits.env_audit.interpreter import run_interpreter
 from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import ConfigError, TransportError, VerbFailed
+from remote_gpu_trainer.services import instances
 from remote_gpu_trainer.services.audit.audit import run_audit
 from remote_gpu_trainer.services.evidence import store
 from remote_gpu_trainer.services.evidence.load_checks import isolated_environment
@@ -200,7 +201,7 @@ async def run_on(session: Session, run: RunConfig, instance: str, check: str, ho
                  timeout: float) -> Mapping[str, Any]:
     """Push the program (and the checks' helpers beside it), then run it with the run's python in the
     workdir, under `timeout -k` with an emptied environment: the box's keys and tokens stay out of it."""
-    transport = await session.remote(instance)
+    transport = await instances.remote(session, instance)
     folder = f"{run.workdir.rstrip('/')}/{REMOTE_FOLDER}"
     try:
         await transport.put_bytes(program_source(), f"{folder}/{PROGRAM}")

@@ -33,7 +33,8 @@ from remote_gpu_trainer.deliver.completeness import (
 )
 from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.fsutil import atomic_write, lstat_or_none, read_regular
-from remote_gpu_trainer.services.bindings import bound_run_config
+from remote_gpu_trainer.services import instances
+from remote_gpu_trainer.services.bindings import bound_run_config, run_config
 from remote_gpu_trainer.services.evidence.local_root import hash_with_cache_sync
 from remote_gpu_trainer.services.evidence.manifest import acceptable_manifest, read_box_manifest, recorded_adoption
 from remote_gpu_trainer.strict_json import loads_strict
@@ -205,7 +206,7 @@ def _json_file(root: Path, rel: str) -> Any:
 async def box_listing(session: Session, run_id: str, wanted: Sequence[str],
                       timeout_s: float = REMOTE_TIMEOUT_S) -> BoxListing:
     """What the run's box holds of `wanted` (paths under its result root). Nothing wanted: nothing asked."""
-    run = session.run_config(run_id) if run_id in session.project.runs else None  # where its launch put it
+    run = run_config(session, run_id) if run_id in session.project.runs else None  # where its launch put it
     if run is None:
         return BoxListing(run_id, None, False, detail="not a run of rgt.toml: no box to ask")
     if not wanted:
@@ -221,8 +222,8 @@ async def box_listing(session: Session, run_id: str, wanted: Sequence[str],
 
 async def _ask_box(session: Session, run_id: str, wanted: Sequence[str]) -> dict[str, RemoteFile]:
     """The box's manifest (sizes and hashes) when it has one, then a stat for whatever it does not list."""
-    run = session.run_config(run_id)
-    transport = await session.remote(run.instance)
+    run = run_config(session, run_id)
+    transport = await instances.remote(session, run.instance)
     base = run.remote_root.rstrip("/")
     files: dict[str, RemoteFile] = {}
     info = await transport.stat(f"{base}/{MANIFEST_NAME}")

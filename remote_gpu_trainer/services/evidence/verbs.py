@@ -11,7 +11,9 @@ from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, Problem, parse_man
 from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError, VerbFailed
 from remote_gpu_trainer.fsutil import read_regular, run_lock
+from remote_gpu_trainer.services import instances
 from remote_gpu_trainer.services.audit import audit
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.evidence import pull as evidence_pull
 from remote_gpu_trainer.services.evidence import verify as evidence_verify
 from remote_gpu_trainer.services.evidence.manifest import adopt_manifest, recorded_adoption
@@ -28,7 +30,7 @@ async def pull_run(session: Session, run_id: str,
                    actor: str = "user") -> evidence_pull.PullResult:
     """Pull under the run's lock; the event log says finished only when every file arrived verified
     against its manifest hash, else incomplete (with each failed file) or failed (with the error)."""
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     state = await run_state(session, run_id)
     if state.liveness.state in ("running", "stalled"):
         raise VerbFailed(f"run {run_id} is still {state.liveness.state}: pull once it has finished, "
@@ -38,8 +40,8 @@ async def pull_run(session: Session, run_id: str,
     with run_lock(session.project.state_dir, run_id, "pulling"):
         events.pull_started(session.db, run_id=run_id, instance=run.instance, actor=actor)
         try:
-            result = await evidence_pull.pull(session.project, run, await session.remote(run.instance), session.db,
-                                              progress)
+            transport = await instances.remote(session, run.instance)
+            result = await evidence_pull.pull(session.project, run, transport, session.db, progress)
         except (RgtError, OSError) as exc:
             events.pull_failed(session.db, run_id=run_id, instance=run.instance, error=str(exc), actor=actor)
             raise
@@ -64,7 +66,7 @@ async def _refuse_never_launched(session: Session, run: RunConfig, run_id: str) 
     (missing_dir)" named a symptom, not the cause."""
     if session.db.recorded_manifest(run_id) is not None:
         return
-    transport = await session.remote(run.instance)
+    transport = await instances.remote(session, run.instance)
     root = run.remote_root.rstrip("/")
     for name in (MANIFEST_NAME, *run.roster):
         if await transport.stat(f"{root}/{name}") is not None:
@@ -79,7 +81,7 @@ async def verify_run(session: Session, run_id: str,
                      actor: str = "user") -> evidence_verify.VerifyResult:
     """Verify the local copy under the run's lock, and log whether it passed; then the VERIFY audits run over
     the project's evidence (docs/verify.md §2), whatever the verification found: they disclose, never block."""
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     with run_lock(session.project.state_dir, run_id, "verifying"):
         noted = await _adopt_before_verify(session, run)
         result = await evidence_verify.verify(session.project, run, session.db, progress, noted=noted)
@@ -102,7 +104,7 @@ async def _adopt_before_verify(session: Session, run: RunConfig) -> list[Problem
     if local is None:
         return []
     try:
-        transport = await session.remote(run.instance)
+        transport = await instances.remote(session, run.instance)
         if await transport.stat(f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}") is None:
             return []
     except (RgtError, OSError, TimeoutError):  # no box to ask, or it does not answer
@@ -120,7 +122,7 @@ async def _adopt_before_verify(session: Session, run: RunConfig) -> list[Problem
 def manifest_sizes(session: Session, run_id: str) -> dict[str, int]:
     """Each file's size per the manifest pulled into runs/RUN/ (what a progress bar counts towards); empty
     when there is none yet or it does not parse (the pull and verification say why, not the bar)."""
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     data = read_regular(session.project.run_dir(run_id) / MANIFEST_NAME)
     if data is None:
         return {}

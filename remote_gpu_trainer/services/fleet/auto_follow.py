@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.errors import RgtError, VerbFailed
 from remote_gpu_trainer.fsutil import run_lock
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.events import EventKind
 
@@ -55,7 +57,7 @@ def latest_launch(session: Session, run_id: str) -> int | None:
 def status(session: Session, run_id: str) -> str:
     """The follow-up of the run's latest launch in one word: "off" (no `auto`), "waiting" (not taken yet),
     "started", or how it ended ("verified", "pulled", "failed")."""
-    if not session.run_config(run_id).auto:
+    if not run_config(session, run_id).auto:
         return "off"
     ended = recorded(session, run_id)
     return "waiting" if ended is None or ended.outcome == INTERRUPTED else ended.outcome
@@ -76,7 +78,7 @@ async def follow_up(session: Session, run_id: str, liveness: str) -> FollowUp | 
     """Pull and/or verify the run once its latest launch finished (`liveness` as the watcher just saw it),
     unless some watcher already took it; None when there was nothing to do now (not finished, no `auto`, taken,
     or another watcher or a person's pull or verify on it: the next look tries again)."""
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     seq = latest_launch(session, run_id)
     if not run.auto or liveness != "finished" or seq is None or session.read_only:
         return None
@@ -108,7 +110,7 @@ async def _steps(session: Session, run_id: str, steps: tuple[str, ...], seq: int
     step = steps[0]
     try:
         if "pull" in steps:
-            pulled = await session.pull(run_id, actor=ACTOR)
+            pulled = await pull_run(session, run_id, actor=ACTOR)
             if not pulled.ok:
                 return FollowUp(run_id, seq, "failed", f"pull incomplete: {len(pulled.failed)} of "
                                 f"{len(pulled.files)} file(s) not fetched; `rgt pull {run_id}` resumes it")
@@ -116,7 +118,7 @@ async def _steps(session: Session, run_id: str, steps: tuple[str, ...], seq: int
             return FollowUp(run_id, seq, "pulled", f"pulled {len(pulled.files)} file(s), each matching its "
                             "manifest hash")
         step = "verify"
-        verified = await session.verify(run_id, actor=ACTOR)
+        verified = await verify_run(session, run_id, actor=ACTOR)
     except (RgtError, OSError) as exc:
         return FollowUp(run_id, seq, "failed", f"{step} failed: {exc}")
     if not verified.ok:

@@ -34,6 +34,7 @@ from remote_gpu_trainer.config.notify import NotifyConfig, read_secret_lines, re
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.fsutil import run_lock
 from remote_gpu_trainer.remote.rgt_sentinel import ATTEMPT_S
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.events import EventKind
 
@@ -173,7 +174,7 @@ async def notify_once(session: Session, found: Channels, notice: Notice, launch_
 def notice_for(session: Session, run_id: str, event: str, detail: str, instance_id: str, burn_per_hour: float,
                currency: str) -> Notice:
     """One event of a run as audits/notice.py words it, with the commands that act on it."""
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     return Notice(run=run_id, instance=run.instance, instance_id=instance_id, event=event, detail=detail,
                   burn_per_hour=burn_per_hour, currency=currency,
                   next=next_commands(run_id, instance_id, str(session.project.root)))

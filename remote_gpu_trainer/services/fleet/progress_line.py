@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.services import instances, meter, overview
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.watch.monitors import opened_monitor
 from remote_gpu_trainer.text import duration, escape_control, money
 
 if TYPE_CHECKING:
@@ -38,14 +40,14 @@ class ProgressTicker:
 async def progress_line(session: Session, run_id: str, ticker: ProgressTicker) -> str | None:
     """The run's progress line when one is due and the log has shown a step; None otherwise. Asks the
     provider for the box's state (the meter's burn rate) only when a line is printed."""
-    monitor = session.monitors.get(run_id)
+    monitor = opened_monitor(session, run_id)
     snapshot = monitor.snapshot if monitor is not None else None
     if monitor is None or snapshot is None or snapshot.step is None:
         return None
     now = session.clock()
     if not ticker.due(now):
         return None
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     eta = snapshot.eta(now.timestamp())
     await instances.instance_status(session, run.instance)  # records the snapshot the meter reads
     reading = meter.meter_reading(session, run.instance)

@@ -26,6 +26,7 @@ from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.config.project import CONFIG_NAME, load_project
 from remote_gpu_trainer.errors import RgtError, internal_error
 from remote_gpu_trainer.services import overview, project_registry
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.fleet import orphans
 from remote_gpu_trainer.views import BoxRunView, BoxView, FleetView, InstanceView, ProjectRowView
 
@@ -113,7 +114,7 @@ async def look_at(root: Path, clock: Clock, timeout_s: float) -> _Look:
 def box_view(session: Session, view: InstanceView, seen: overview.Observation) -> BoxView:
     """The dashboard's instance row, with the project it belongs to, its runs and its idle time."""
     runs = [(run_id, seen.run_states[run_id]) for run_id in sorted(session.project.runs)
-            if session.run_config(run_id).instance == view.name]
+            if run_config(session, run_id).instance == view.name]
     return BoxView(
         project=session.project.name, root=str(session.project.root), name=view.name, provider=view.provider,
         id=view.id, state=view.state, burn_per_hour=view.burn_per_hour, cost_so_far=view.cost_so_far,

@@ -37,7 +37,9 @@ from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError, VerbFailed
 from remote_gpu_trainer.networks import load_network
 from remote_gpu_trainer.providers.base import CommandResult, InstanceStatus, Transport
+from remote_gpu_trainer.services import instances
 from remote_gpu_trainer.services.evidence.manifest import local_manifest
+from remote_gpu_trainer.services.watch import run_logs
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.strict_json import loads_strict
@@ -181,7 +183,7 @@ async def audit_run_environment(session: Session, run_id: str, actor: str = "use
     """Phase 0 on the run's instance: one environment survey, sixteen rows, stored and logged (docs/remote-ops.md §4).
     It checks the box for the next launch, so it reads rgt.toml as it is (not the last launch's bindings)."""
     run = session.project.run(run_id)
-    transport = await session.remote(run.instance)
+    transport = await instances.remote(session, run.instance)
     workdir, durable = transport.resolve(run.workdir), transport.resolve(run.remote_root)
     made = await transport.run(f"mkdir -p {shlex.quote(workdir)} {shlex.quote(durable)}", timeout=30)
     if made.rc != 0:
@@ -245,7 +247,8 @@ async def gpu_text(session: Session, name: str, status: InstanceStatus) -> str:
     """What the GPUs are doing, sampled at most every GPU_SAMPLE_S per instance; "no GPU" is a state."""
     if not session.profile(name).gpu_sampling or status.state != "running":
         return status.gpu
-    cached = session.gpu_text_cache.get(name)
+    texts = _gpu_texts(session)
+    cached = texts.get(name)
     if cached is not None and time.monotonic() - cached[0] < GPU_SAMPLE_S:
         return cached[1]
     try:
@@ -254,6 +257,11 @@ async def gpu_text(session: Session, name: str, status: InstanceStatus) -> str:
         text = f"{cached[1]} (stale)" if cached else status.gpu or "?"  # the provider's word beats none
     else:
         text = describe_gpus(samples)
-        session.gpu_samples[name] = samples or []
-    session.gpu_text_cache[name] = (time.monotonic(), text)
+        run_logs.note_gpu_samples(session, name, samples or [])  # the GPU rules read them
+    texts[name] = (time.monotonic(), text)
     return text
+
+
+def _gpu_texts(session: Session) -> dict[str, tuple[float, str]]:
+    """Instance -> (monotonic time, panel text) of its last GPU sample in this session."""
+    return session.cache(__name__, dict)

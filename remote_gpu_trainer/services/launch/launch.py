@@ -21,7 +21,7 @@ from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
 from remote_gpu_trainer.providers.box_identity import refuse_second_name
 from remote_gpu_trainer.run_records import run_config_from_record, run_config_record
-from remote_gpu_trainer.services import box_ledger
+from remote_gpu_trainer.services import box_ledger, instances
 from remote_gpu_trainer.services.box_layout import (
     CELL_STARTED,
     LAUNCH_JSON,
@@ -35,7 +35,7 @@ from remote_gpu_trainer.services.box_layout import (
 from remote_gpu_trainer.services.gate import session_box_key
 from remote_gpu_trainer.services.launch import guards, network_env, sentinel
 from remote_gpu_trainer.services.project_files import add_rerun as copy_run_table
-from remote_gpu_trainer.services.watch import recovery
+from remote_gpu_trainer.services.watch import monitors, recovery
 from remote_gpu_trainer.services.watch.liveness import run_state
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
@@ -226,14 +226,13 @@ async def launch_run(session: Session, run_id: str, actor: str = "user", *, resu
     if not resume:
         await refuse_reused_id(session, run)
     primitive = str(session.profile(run.instance).raw.get("detach", {}).get("primitive", "setsid"))
-    stale = session.monitors.pop(run_id, None)
-    if stale is not None:
-        stale.close()
+    monitors.forget_monitor(session, run_id)  # the new launch's lines start at a new offset
     provider = session.provider(run.instance)
     # a key trusted since the project was opened may show this entry to be another's box (docs/gate.md §7)
     await refuse_second_name(session.project, run.instance)
-    detail = await launch(session.project, run, await session.remote(run.instance), session.db, session.clock,
-                          actor=actor, method="sbatch" if primitive == "sbatch" else "setsid",
+    transport = await instances.remote(session, run.instance)
+    detail = await launch(session.project, run, transport, session.db, session.clock, actor=actor,
+                          method="sbatch" if primitive == "sbatch" else "setsid",
                           batch=provider if isinstance(provider, BatchJobs) else None,
                           box=await session_box_key(session, run.instance), notify=notify,
                           ledger=box_ledger.keeps_ledger(session.profile(run.instance)))
@@ -264,7 +263,7 @@ async def refuse_reused_id(session: Session, run: RunConfig) -> None:
         held.append("a manifest recorded")
     if session.project.run_dir(run.id).exists():
         held.append(f"a local root runs/{run.id}/")
-    transport = await session.remote(run.instance)
+    transport = await instances.remote(session, run.instance)
     for root in _result_roots(session, run):  # rgt.toml's, and each earlier launch's (an edited remote_root)
         if await transport.listdir(root):
             held.append(f"results in {root} on {run.instance}")

@@ -38,6 +38,7 @@ from remote_gpu_trainer.providers.cloud.client import UnsupportedAction, as_floa
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider, create_step, stopped_storage_per_hour
 from remote_gpu_trainer.providers.cloud.runpod import LaunchOverBudget
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest
+from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.billing import Snapshot
 from remote_gpu_trainer.state.db import StateDB
@@ -179,7 +180,7 @@ async def wants_launch(session: Session, instance_name: str) -> bool:
         return False
     if not session.instance(instance_name).id:
         return True
-    return (await session.instance_status(instance_name)).state == "terminated"
+    return (await instance_status(session, instance_name)).state == "terminated"
 
 
 def check_launchable(session: Session, instance_name: str) -> tuple[CloudProvider, LaunchConstraint]:
@@ -283,7 +284,7 @@ async def _refuse_double_launch(session: Session, instance_name: str, provider: 
     """One box per instance name: refuse while the configured id or the last launched id is not gone."""
     instance = session.instance(instance_name)
     if instance.id:
-        status = await session.instance_status(instance_name)
+        status = await instance_status(session, instance_name)
         if status.state != "terminated":
             raise VerbFailed(
                 f"instances.{instance_name} already has {provider.name} instance {instance.id} ({status.state}): "

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits import preemption
 from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.watch.liveness import run_state
 from remote_gpu_trainer.services.watch.watched_state import with_provider_word
@@ -28,10 +30,10 @@ if TYPE_CHECKING:
 async def resume_run(session: Session, run_id: str, actor: str = "user") -> dict[str, Any]:
     """Relaunch a preempted run on its still-billing box; refuses (VerbFailed) otherwise."""
     session.require_writable("resuming a run")
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     if session.db.launch(run_id) is None:
         raise VerbFailed(f"run {run_id} was never launched: `rgt run {run_id}` launches it")
-    status = await session.instance_status(run.instance)
+    status = await instance_status(session, run.instance)
     state = with_provider_word(await run_state(session, run_id), status)
     if not preemption.is_preempted(state.liveness):
         raise VerbFailed(f"run {run_id} is {state.liveness.state} ({state.liveness.detail}), not preempted: "

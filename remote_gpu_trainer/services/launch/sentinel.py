@@ -25,7 +25,7 @@ from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.providers.transports.detach import detached_command
 from remote_gpu_trainer.remote.rgt_sentinel import DETAIL, VERSION
-from remote_gpu_trainer.services.meter import meter_reading
+from remote_gpu_trainer.services.meter import last_status, meter_reading
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
@@ -90,7 +90,7 @@ def plan(session: Session, run: RunConfig) -> SentinelPlan | None:
 
 def instance_id_of(session: Session, name: str) -> str:
     """The id `rgt down --confirm` expects: what the provider last said, else what the config names."""
-    status = session.last_status.get(name)
+    status = last_status(session, name)
     return status.provider_id if status is not None else session.provider(name).provider_id(session.instance(name))
 
 
@@ -101,7 +101,7 @@ def burn_rate(session: Session, name: str) -> tuple[float, str]:
     burn = meter_reading(session, name).burn_per_hour
     if burn > 0:
         return burn, currency
-    status = session.last_status.get(name)
+    status = last_status(session, name)
     stated = status.price_per_hour if status is not None else None
     return float(stated or session.instance(name).price_per_hour or 0.0), currency
 

@@ -18,6 +18,8 @@ from weakref import WeakKeyDictionary
 from remote_gpu_trainer.audits import preemption
 from remote_gpu_trainer.audits.checkpoint_cadence import Cadence, cadence, write_time_from_lines
 from remote_gpu_trainer.config.project import RunConfig
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.watch.monitors import opened_monitor
 from remote_gpu_trainer.views import CadenceView
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ def mtbp(session: Session, run: RunConfig, status_detail: Mapping[str, Any] | No
 
 def log_write_time(session: Session, run_id: str) -> float | None:
     """The save time the log's tail states, else the last one it stated earlier in this session."""
-    monitor = session.monitors.get(run_id)
+    monitor = opened_monitor(session, run_id)
     if monitor is None:
         return None
     found = write_time_from_lines(monitor.tail)
@@ -56,11 +58,11 @@ def log_write_time(session: Session, run_id: str) -> float | None:
 
 def run_cadence(session: Session, run_id: str, state: RunState | None,
                 status_detail: Mapping[str, Any] | None = None) -> Cadence | None:
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     mtbp_s, source = mtbp(session, run, status_detail)
     if mtbp_s is None:
         return None
-    monitor = session.monitors.get(run_id)
+    monitor = opened_monitor(session, run_id)
     per_step = monitor.progress.seconds_per_step(session.clock().timestamp()) if monitor is not None else None
     return cadence(mtbp_s=mtbp_s, mtbp_source=source, log_write_s=log_write_time(session, run_id),
                    file_write_s=state.ckpt_write_s if state is not None else None, s_per_iteration=per_step)

@@ -34,6 +34,7 @@ from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.remote import program_stdin
+from remote_gpu_trainer.services import instances
 from remote_gpu_trainer.services.box_layout import ctl_dir
 
 if TYPE_CHECKING:
@@ -215,7 +216,7 @@ async def tick(session: Session, run: RunConfig, history: HostHistory, log: Iter
     if launch is not None and (history.sampled_at is None or changed or now - history.sampled_at >= HOST_EVERY_S):
         history.sampled_at, history.sampled_state = now, state.liveness.state
         try:
-            transport = await session.remote(run.instance)
+            transport = await instances.remote(session, run.instance)
         except RgtError:
             transport = None
         if transport is not None:

@@ -22,6 +22,8 @@ from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.providers.base import BatchJobs, Transport
 from remote_gpu_trainer.providers.slurm import commands as slurm
+from remote_gpu_trainer.services import instances
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.box_layout import ctl_dir, log_path
 
 if TYPE_CHECKING:
@@ -170,7 +172,7 @@ WAITING_RUN = RunState(Liveness("unknown", "waiting for the box's answer"), None
 
 
 async def run_state(session: Session, run_id: str) -> RunState:
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     return await run_state_of(session, run, run.instance)
 
 
@@ -178,7 +180,7 @@ async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> 
     """The job's state on the box `instance_name` names (also for a run no longer in rgt.toml)."""
     launch = session.db.launch(run.id)
     try:
-        transport = await session.remote(instance_name)
+        transport = await instances.remote(session, instance_name)
         provider = session.provider(instance_name)
         # Slurm first, then the files: the wrapper writes the exit code before the job ends, so a job Slurm
         # calls ended has its exit code file by the time the files are read (the other order races).

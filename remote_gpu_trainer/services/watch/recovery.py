@@ -24,6 +24,7 @@ from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import atomic_write, read_regular
 from remote_gpu_trainer.providers.transports.detach import detached_command
 from remote_gpu_trainer.recovery_note import RecoveryFacts, render
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.box_layout import LAUNCH_LOG, ctl_dir, log_path, wrapper_path
 from remote_gpu_trainer.state.events import EventKind
 
@@ -50,7 +51,7 @@ def note_path(project: ProjectConfig, run_id: str) -> Path:
 def refresh(session: Session, run_id: str, liveness: Liveness | None = None) -> Path | None:
     """Rewrite the run's note if its text changed; `liveness` is what a liveness look just saw (None: keep the last
     state seen). Nothing is written in a read-only folder, for a run never launched or no longer in rgt.toml."""
-    run = session.run_config(run_id) if run_id in session.project.runs else None  # where its launch put it
+    run = run_config(session, run_id) if run_id in session.project.runs else None  # where its launch put it
     if session.folder_read_only or run is None or session.db.launch(run_id) is None:
         return None
     path = note_path(session.project, run_id)

@@ -2,18 +2,21 @@
 a headless report does, the loss chart, and the alerts the stateful rules raised.
 
 The pipeline itself (reading, splitting, classifying, rules) is services/watch/log_monitor.py; the session
-holds one monitor per run (Session.log_monitor), and this module is what the dashboard, the CLI and the
-overview call.
+keeps one monitor per run (services/watch/monitors.py), and this module is what the dashboard, the CLI and the
+overview call. It also keeps each instance's latest GPU samples for the GPU rules (note_gpu_samples).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from remote_gpu_trainer.audits.gpu_health import GpuSample
 from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.watch import host_signals
 from remote_gpu_trainer.services.watch.checkpoint_cadence import run_cadence
 from remote_gpu_trainer.services.watch.log_monitor import Alert, ChartData, LogUpdate, open_alerts
+from remote_gpu_trainer.services.watch.monitors import catalogue, log_monitor, opened_monitor, opened_monitors
 from remote_gpu_trainer.views import LogLineView
 
 if TYPE_CHECKING:
@@ -24,13 +27,13 @@ if TYPE_CHECKING:
 async def follow_log(session: Session, run_id: str, max_reads: int = 8) -> LogUpdate | None:
     """New lines since the last call (at most `max_reads` MiB), classified, with the alerts they raised;
     None before launch. The TUI reads 1 MiB at a time so each batch renders before the next."""
-    monitor = session.log_monitor(run_id)
+    monitor = log_monitor(session, run_id)
     return await monitor.poll(max_reads) if monitor is not None else None
 
 
 async def log_backfill(session: Session, run_id: str) -> list[LogLineView]:
     """What a log view opening now should show of the lines read before it (by any rgt process)."""
-    monitor = session.log_monitor(run_id)
+    monitor = log_monitor(session, run_id)
     launch = session.db.launch(run_id)
     if monitor is None or launch is None:
         return []
@@ -50,7 +53,7 @@ async def catch_up_logs(session: Session, max_polls: int = 16) -> None:
 
 
 def loss_chart(session: Session, run_id: str) -> ChartData | None:
-    monitor = session.log_monitor(run_id)
+    monitor = log_monitor(session, run_id)
     return monitor.chart() if monitor is not None else None
 
 
@@ -66,7 +69,7 @@ def cadence_signals(session: Session, run_id: str, state: RunState) -> dict[str,
 def take_alerts(session: Session) -> list[Alert]:
     """Alerts raised by the stateful rules since the last call (the log's own come with each update)."""
     alerts: list[Alert] = []
-    for monitor in session.monitors.values():
+    for monitor in opened_monitors(session):
         alerts.extend(monitor.pending_alerts)
         monitor.pending_alerts.clear()
     return alerts
@@ -75,18 +78,28 @@ def take_alerts(session: Session) -> list[Alert]:
 def current_alerts(session: Session, run_id: str) -> list[Alert]:
     """Every alert the run's launch raised that is still open (warn and above; acknowledged ones left out), from
     the state database: `rgt watch RUN --once --format json` reports these, not only the ones new to this pass."""
-    return open_alerts(run_id, session.catalogue(), session.db.log_findings(run_id))
+    return open_alerts(run_id, catalogue(session), session.db.log_findings(run_id))
 
 
 async def evaluate_rules(session: Session, run_id: str, state: RunState) -> None:
     """The stateful run rules over the run's latest answer; what they raise waits in take_alerts()."""
-    monitor = session.monitors.get(run_id)
+    monitor = opened_monitor(session, run_id)
     if monitor is None:
         return
-    run = session.run_config(run_id)
+    run = run_config(session, run_id)
     host = await host_signals.tick(session, run, monitor.host, monitor.tail, monitor.cell,
                                    session.db.launch(run_id), state)
-    gpu = host.gpu_readings or session.gpu_samples.get(run.instance, [])  # timed readings when the box gave them
+    gpu = host.gpu_readings or _gpu_samples(session).get(run.instance, [])  # timed readings when the box gave them
     monitor.pending_alerts.extend(await monitor.evaluate(
         state.liveness, gpu, t_log=run.stall_after, started_at=host.started_at, exit_code=state.exit_code,
         more={**cadence_signals(session, run_id, state), **host.fields()}))
+
+
+def note_gpu_samples(session: Session, instance: str, samples: list[GpuSample]) -> None:
+    """The instance's latest GPU samples (services/launch/env_audit.py's gpu_text takes them for the panel):
+    the GPU rules read them where the box's own timed readings are missing."""
+    _gpu_samples(session)[instance] = samples
+
+
+def _gpu_samples(session: Session) -> dict[str, list[GpuSample]]:
+    return session.cache(__name__, dict)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.audits import preemption
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.watch.liveness import RunState, run_state
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ async def watched_run_state(session: Session, run_id: str) -> RunState:
             or session.db.launch(run_id) is None:
         return state
     try:
-        status = await session.instance_status(session.run_config(run_id).instance)
+        status = await instance_status(session, run_config(session, run_id).instance)
     except RgtError:
         return state
     return with_provider_word(state, status)

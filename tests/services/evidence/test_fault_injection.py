@@ -25,7 +25,10 @@ import pytest
 
 from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.services.evidence.pull import PullProgress
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.instances import instance_status, trust_host_key
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.opening import open_session
 from support.gate_helpers import (
     RGT,
     SIM_ID,
@@ -215,9 +218,9 @@ async def test_kill_9_while_a_checkpoint_is_load_verified(tmp_path: Path) -> Non
     root = tmp_path / "proj"
     write_text_project(root, project_text(run_extra='state_keys = ["model_state_dict", "fault-injection"]'))
     await launch_finished(root)  # no verdicts handed over: every checkpoint meets a real probe
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        assert (await session.pull(RUN)).ok
+        assert (await pull_run(session, RUN)).ok
     finally:
         session.close()
     verifier = Running("verify", RUN, str(root), cwd=root)
@@ -232,7 +235,7 @@ async def test_kill_9_while_a_checkpoint_is_load_verified(tmp_path: Path) -> Non
     assert not (local_root(root) / MARKER_NAME).exists()
     log = assert_state_sound(root)
     assert [s for k, s in log if k == "verify"] == []
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         assert session.db.last_verification_record(RUN) is None
     finally:
@@ -306,14 +309,14 @@ async def test_kill_9_during_the_teardown_command(sshd: Sshd, ssh_home: Path, tm
               "exec sleep 600")
     ssh_project(root, sshd, ssh_home, f"/bin/sh -c {shlex_quote(script)}")
     seed_verdicts(root)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.instance_status(INSTANCE)
-        await session.trust_host_key(INSTANCE, sshd.host_public_key().get_fingerprint("sha256"))
-        await session.launch(RUN)
+        await instance_status(session, INSTANCE)
+        await trust_host_key(session, INSTANCE, sshd.host_public_key().get_fingerprint("sha256"))
+        await launch_run(session, RUN)
         await wait_for_liveness(session)
-        assert (await session.pull(RUN)).ok
-        assert (await session.verify(RUN)).ok
+        assert (await pull_run(session, RUN)).ok
+        assert (await verify_run(session, RUN)).ok
     finally:
         await session.close_transports()
         session.close()
@@ -417,9 +420,9 @@ async def test_a_box_file_that_changes_while_it_is_pulled_is_never_accepted(
             changed.append(step)
             change(remote)  # the box's file changes at the moment its download starts
 
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        result = await session.pull(RUN, progress=progress)
+        result = await pull_run(session, RUN, progress=progress)
         assert changed and changed[0].done == 0
         assert [problem.code for problem in result.failed] == [reason], result.failed
         assert result.failed[0].path == target
@@ -429,7 +432,7 @@ async def test_a_box_file_that_changes_while_it_is_pulled_is_never_accepted(
         assert not part.exists() or part.stat().st_size == 0  # no byte of other content kept
         kinds = [event.kind for event in session.db.events(run_id=RUN)]
         assert kinds[-1] == "pull_incomplete" and pull_finished(events(root)) == []
-        assert not (await session.verify(RUN)).ok
+        assert not (await verify_run(session, RUN)).ok
     finally:
         session.close()
     assert_gate_closed(root)
@@ -487,9 +490,9 @@ async def test_a_disk_that_fills_during_the_pull_names_no_space_and_a_rerun_comp
         if step.path == "seed0/data.bin" and step.phase == "downloading" and not filler.exists():
             assert fill(filler) > 0  # someone else fills the disk as the big file starts
 
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        result = await session.pull(RUN, progress=progress)
+        result = await pull_run(session, RUN, progress=progress)
         assert not result.ok
         assert {problem.code for problem in result.failed} == {"no_space"}, result.failed
         assert "seed0/data.bin" in [problem.path for problem in result.failed]

@@ -13,7 +13,8 @@ import pytest
 
 from remote_gpu_trainer.errors import GateRefused, VerbFailed
 from remote_gpu_trainer.services import teardown
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
+from remote_gpu_trainer.services.opening import open_session
 from support.helpers import INSTANCE, RUN, launched_and_finished, run_rgt, write_project
 from support.mounts import mounted
 
@@ -23,7 +24,7 @@ async def finished(tmp_path: Path) -> Path:
     """A sim project whose run finished on its box; nothing pulled yet."""
     root = tmp_path / "proj"
     write_project(root)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         await launched_and_finished(session)
     finally:
@@ -50,11 +51,11 @@ async def test_a_symlinked_local_root_is_refused_by_pull_verify_and_the_gate(fin
     else:
         (root / "runs").rmdir()
         (root / "runs").symlink_to(box_root(root).parent)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         with pytest.raises(VerbFailed, match=r"runs/r1 is not a local copy: .*symlink"):
-            await session.pull(RUN)
-        result = await session.verify(RUN)
+            await pull_run(session, RUN)
+        result = await verify_run(session, RUN)
         assert not result.ok and [p.code for p in result.errors] == ["not_home"]
         assert not (box_root(root) / "PULL_VERIFIED.json").exists()
         plan = await teardown.plan(session, INSTANCE)
@@ -70,10 +71,10 @@ async def test_a_verified_copy_swapped_for_the_boxs_folder_closes_the_gate(finis
     """A real pull and verification open the gate; replacing runs/r1 by a link to the box's folder, marker and
     manifest copied along, closes it again."""
     root = finished
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.pull(RUN)
-        assert (await session.verify(RUN)).ok
+        await pull_run(session, RUN)
+        assert (await verify_run(session, RUN)).ok
         assert (await teardown.plan(session, INSTANCE)).gate_open
         for name in ("PULL_VERIFIED.json",):
             shutil.copy2(root / "runs" / RUN / name, box_root(root) / name)
@@ -100,11 +101,11 @@ def bind_mounted(finished: Path) -> Iterator[Path]:
 
 async def test_a_bind_mount_of_the_boxs_folder_is_not_home(bind_mounted: Path) -> None:
     root = bind_mounted
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
         with pytest.raises(VerbFailed, match="is the box's own folder"):
-            await session.pull(RUN)
-        result = await session.verify(RUN)
+            await pull_run(session, RUN)
+        result = await verify_run(session, RUN)
         assert [p.code for p in result.errors] == ["not_home"]
         assert not (box_root(root) / "PULL_VERIFIED.json").exists()
     finally:

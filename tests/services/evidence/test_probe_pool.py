@@ -25,8 +25,9 @@ from remote_gpu_trainer.audits.manifest import MARKER_NAME
 from remote_gpu_trainer.services.evidence import load_checks
 from remote_gpu_trainer.services.evidence.load_checks import LoadCheckPool, isolated_environment
 from remote_gpu_trainer.services.evidence.pull import pull
+from remote_gpu_trainer.services.evidence.verbs import pull_run
 from remote_gpu_trainer.services.evidence.verify import VerifyStep, verify
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.opening import open_session
 from support.evidence_helpers import make_env, status_of, write_cell
 from support.gate_helpers import launch_finished, local_root, project_text, write_text_project
 from support.helpers import RUN
@@ -189,9 +190,9 @@ async def test_kill_9_of_rgt_verify_leaves_no_probe_alive(tmp_path: Path) -> Non
     root = tmp_path / "proj"
     write_text_project(root, project_text(run_extra='state_keys = ["model_state_dict", "probe-pool-kill"]'))
     await launch_finished(root)  # no verdicts handed over: the checkpoints meet real probes
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        assert (await session.pull(RUN)).ok
+        assert (await pull_run(session, RUN)).ok
     finally:
         await session.close_transports()
         session.close()

@@ -30,7 +30,8 @@ from remote_gpu_trainer.services.evidence.manifest import RemoteManifest, build_
 from remote_gpu_trainer.services.evidence.pull import pull
 from remote_gpu_trainer.services.evidence.verify import verify
 from remote_gpu_trainer.services.gate import gather_gate_inputs
-from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.opening import open_session
 from support.evidence_helpers import INSTANCE_ID, Env, flip_byte
 from support.gate_helpers import (
     assert_refused,
@@ -342,9 +343,9 @@ async def skill_project(root: Path) -> Path:
     skill's manifest built on it, and the download loop's copy in runs/r1/."""
     write_text_project(root, project_text())
     seed_verdicts(root)
-    session = Session.open(str(root))
+    session = open_session(str(root))
     try:
-        await session.create_instance(INSTANCE)
+        await create_instance(session, INSTANCE)
     finally:
         await session.close_transports()
         session.close()
