@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 from remote_gpu_trainer import __version__
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.providers.registry import AVAILABLE
+from remote_gpu_trainer.providers import table
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "probe",
          "accept", "tick", "events", "trust", "capsule", "splits", "build", "reconcile", "completeness", "completion",
@@ -190,7 +190,7 @@ def _demo_arguments(parser: Parser) -> None:
 def _init_arguments(parser: Parser) -> None:
     parser.add_argument("dir", nargs="?", default=".", help="the project folder (default: here)")
     parser.add_argument("--provider", default="ssh", metavar="NAME",
-                        help=f"the instance's provider (default ssh): {', '.join(AVAILABLE)}")
+                        help=f"the instance's provider (default ssh): {', '.join(table.available())}")
 
 
 def _trust_arguments(parser: Parser) -> None:

@@ -21,6 +21,7 @@ from remote_gpu_trainer.config.audit import AuditConfig, read_audit_config
 from remote_gpu_trainer.config.deliver import DeliverConfig, GridConfig, read_deliver_config, read_grid_config
 from remote_gpu_trainer.config.notify import NotifyConfig, read_notify_config
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.providers import table as provider_table
 from remote_gpu_trainer.remote.build_manifest import name_problem
 from remote_gpu_trainer.secret_shapes import secrets_in
 from remote_gpu_trainer.text import escape_control
@@ -33,9 +34,6 @@ if TYPE_CHECKING:
 CONFIG_NAME = "rgt.toml"
 T = TypeVar("T")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-PROVIDERS = (
-    "local", "sim", "ssh", "slurm", "kubernetes", "runpod", "vastai", "lambda", "paperspace", "autodl",
-)
 DEFAULT_REQUIRED = ("best.pth", "best_metrics.json")
 # Plain torch.save names, then the standard .bin/.pkl names of Hugging Face and accelerate that hold tensors
 # (assets/checkpoints.toml says how each is checked); training_args.bin is a pickled Python object, never loaded.
@@ -54,12 +52,6 @@ _RUN_KEYS = {
     "auto_resume", "network", "cache_dir", "mtbp_hours", "disk_budget", "checkpoint_bytes",
 }
 _LAUNCH_KEYS = {"gpu", "count", "max_price_per_hour", "image", "disk_gb", "region", "interruptible", "ssh_keys"}
-# Providers whose API can create an instance (`rgt up` launches them), and what each one's create call needs.
-# Lambda picks its own image (Lambda Stack) and needs a registered SSH key name; RunPod and vast.ai need an image
-# and use the SSH keys already on the account.
-LAUNCH_PROVIDERS = ("runpod", "vastai", "lambda")
-_LAUNCH_NEEDS = {"runpod": ("image",), "vastai": ("image",), "lambda": ("ssh_keys",)}
-_LAUNCH_FORBIDS = {"runpod": ("ssh_keys",), "vastai": ("ssh_keys",), "lambda": ("image",)}
 DEFAULT_SMOKE_TIMEOUT_S = 300.0
 DEFAULT_LAUNCH_DISK_GB = 40
 
@@ -312,10 +304,11 @@ class _ProjectReader:
         body.expect(_INSTANCE_KEYS)
         body.done()
         provider = body.text("provider", required=True, nonempty=True)
-        if provider is not None and provider not in PROVIDERS:
-            close = difflib.get_close_matches(provider, PROVIDERS, n=1)
+        known = provider_table.names()  # which providers exist, and what each needs: providers/table.py
+        if provider is not None and provider not in known:
+            close = difflib.get_close_matches(provider, known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            body.problem("provider", f"unknown provider {provider!r}: {hint}known: {', '.join(PROVIDERS)}")
+            body.problem("provider", f"unknown provider {provider!r}: {hint}known: {', '.join(known)}")
             provider = None
         # TOML allows inf and nan: either would make every cost figure (and the gate's burn) meaningless
         price = body.number("price_per_hour", message="must be a finite number >= 0 (per hour)")
@@ -323,8 +316,9 @@ class _ProjectReader:
         ident = body.text("id", nonempty=True)
         api_base = body.text("api_base", nonempty=True)
         teardown_command = body.text("teardown_command", nonempty=True)
-        if provider == "ssh" and host is None:
-            body.problem(None, 'provider "ssh" needs host = "alias" or "user@host[:port]"')
+        row = provider_table.find(provider) if provider is not None else None
+        if row is not None and row.needs_host and host is None:
+            body.problem(None, f'provider "{provider}" needs host = "alias" or "user@host[:port]"')
         launch = self._launch(body, provider) if body.has("launch") else None
         if provider is None:
             return None
@@ -365,20 +359,23 @@ class _ProjectReader:
         launch = self.table((*instance.keys, "launch"), raw)
         launch.expect(_LAUNCH_KEYS)
         launch.done()
-        if provider is not None and provider not in LAUNCH_PROVIDERS:
+        row = provider_table.find(provider) if provider is not None else None
+        if row is not None and not row.launches:
             launch.problem(None, f"provider {provider!r} has no launch API in rgt (only "
-                           f"{', '.join(LAUNCH_PROVIDERS)}): create the instance yourself and set id or host")
+                           f"{', '.join(provider_table.launching())}): create the instance yourself and set id or "
+                           "host")
             return None
         problems = len(self.problems)
         values = _launch_values(launch)
-        for key in _LAUNCH_NEEDS.get(provider or "", ()):
+        for key in row.launch_needs if row is not None else ():
             if not launch.has(key):
                 launch.problem(None, f"provider {provider!r} needs {key!r} to launch")
-        for key in _LAUNCH_FORBIDS.get(provider or "", ()):
+        for key in row.launch_forbids if row is not None else ():
             if launch.has(key):
                 launch.problem(key, f"not used by provider {provider!r}: remove it")
-        if provider == "lambda" and values.get("interruptible"):
-            launch.problem("interruptible", "Lambda has no spot instances: remove it or set false")
+        for key, why in row.launch_refuses.items() if row is not None else ():
+            if values.get(key):
+                launch.problem(key, why)
         if len(self.problems) > problems or provider is None:
             return None
         return LaunchConstraint(**values)

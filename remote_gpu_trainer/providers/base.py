@@ -9,6 +9,10 @@ What only some providers can do is a capability protocol (Creatable, WaitsGone, 
 `isinstance`, never by probing for an attribute: each provider class names the protocols it implements
 among its bases, so mypy checks the signatures, and a caller that asks `isinstance(p, WaitsGone)` gets
 a provider whose `wait_gone` type-checks.
+
+The protocols name only the generic value types defined here (a scheduler's JobState, a teardown's
+TeardownOutcome): each provider converts its own answers into them, and an import-linter contract
+(pyproject.toml) keeps this module free of every concrete provider.
 """
 
 from __future__ import annotations
@@ -23,8 +27,6 @@ from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.profiles import Profile
-    from remote_gpu_trainer.providers.cloud.types import TeardownOutcome
-    from remote_gpu_trainer.providers.slurm.commands import SlurmJob
 
 # What a command may print before it is stopped (docs/pull.md, "Bounded output"): the largest clean answer is a
 # batch of small files (16 MiB, services/evidence/pull_batches.py); a box that prints more is flooding, and
@@ -98,6 +100,59 @@ class InstanceStatus:
         An `unknown` that carries the provider's own word (vast.ai `frozen`, Lambda `unhealthy`, RunPod `ERROR`)
         is an answer: the box exists and bills, so the user must be able to end it (behind the gate)."""
         return self.state != "terminated" and (self.state != "unknown" or bool(self.detail.get("raw_state")))
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What a batch scheduler says about one job, already in the run's liveness words (running, finished, dead,
+    stalled, unknown) with the scheduler's own detail, so the liveness service needs no scheduler's vocabulary.
+    `known` is False when the scheduler no longer knows the job; `walltime` is "used / limit" as it writes them."""
+
+    scheduler: str  # its name in messages ("Slurm")
+    job_id: str
+    liveness: str
+    detail: str
+    known: bool = True
+    walltime: str = ""
+
+
+@dataclass(frozen=True)
+class Residual:
+    """Something that still bills after a teardown, as the API showed it, and what ends it.
+
+    `confirmed` is False for an item the client could not check (an audit call failed): it is listed so the
+    user checks by hand, never dropped.
+    """
+
+    kind: str
+    ident: str
+    detail: str
+    ended_by: str
+    confirmed: bool = True
+
+
+@dataclass(frozen=True)
+class TeardownOutcome:
+    """The result of polling after a terminate: gone or not, the last state seen, and what still bills.
+
+    `gone` is True only when the provider itself said so (404, absent, its own final word); a poll that
+    failed leaves the state `unknown`, never `terminated`.
+    """
+
+    provider: str
+    provider_id: str
+    gone: bool
+    state: str
+    raw_state: str
+    polls: int
+    waited_s: float
+    residuals: tuple[Residual, ...] = ()
+    errors: tuple[str, ...] = ()
+
+    @property
+    def meter_stopped(self) -> bool:
+        """Gone, nothing residual, and every follow-up audit answered."""
+        return self.gone and not self.residuals and not self.errors
 
 
 class Transport(Protocol):
@@ -196,8 +251,8 @@ class BatchJobs(Protocol):
         """Submit the script; returns the scheduler's job id."""
         ...
 
-    async def job_state(self, transport: Transport, job_id: str) -> SlurmJob:
-        """What the scheduler says about the job now (state "" when it no longer knows it)."""
+    async def job_state(self, transport: Transport, job_id: str) -> JobState:
+        """What the scheduler says about the job now (`known` False when it no longer knows it)."""
         ...
 
     async def cancel_job(self, transport: Transport, job_id: str) -> None: ...

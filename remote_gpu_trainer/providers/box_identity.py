@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.config.project import InstanceConfig, ProjectConfig, table_line
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.providers import table
 
 if TYPE_CHECKING:  # asyncssh loads only when a project has SSH-hosted entries to compare
     from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings
 
-SSH_HOST_PROVIDERS = ("ssh", "slurm")  # a Slurm instance's host is its login node, reached over SSH
 DEFAULT_PORT = 22
 RESOLVE_TIMEOUT_S = 2.0  # a name DNS cannot answer in time counts by its name alone; opening never hangs
-_LOCAL_HOSTS = ("localhost", "127.0.0.1")  # slurm without a remote host runs here: not an SSH box
 KEY_PREFIX, ADDRESS_PREFIX, NAME_PREFIX = "ssh-key:", "ssh-addr:", "ssh:"
 
 
@@ -162,8 +161,8 @@ def _written(instance: InstanceConfig) -> str:
 
 
 def _ssh_hosted(instance: InstanceConfig) -> bool:
-    return (instance.provider in SSH_HOST_PROVIDERS and bool(instance.host)
-            and not (instance.provider == "slurm" and instance.host in _LOCAL_HOSTS))
+    """Known by its SSH host, as the provider table says (a Slurm login node on this machine is not)."""
+    return table.ssh_hosted(instance.provider, instance.host)
 
 
 def _default_settings(project: ProjectConfig) -> SSHSettings:

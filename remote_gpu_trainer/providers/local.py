@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import platform
+from pathlib import Path
 
+from remote_gpu_trainer.clock import Clock
 from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.profiles import Profile, load_profile
 from remote_gpu_trainer.providers.base import InstanceStatus, Provider
+from remote_gpu_trainer.providers.table import ProviderRow
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 
 
@@ -40,3 +43,8 @@ class LocalProvider(Provider):
 
     async def close(self) -> None:
         return None
+
+
+def build(row: ProviderRow, instance: InstanceConfig, state_dir: Path, clock: Clock) -> LocalProvider:
+    """The `local` row's builder (providers/table.py): this machine needs no state and no clock."""
+    return LocalProvider()

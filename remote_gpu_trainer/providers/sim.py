@@ -21,6 +21,7 @@ from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.profiles import Profile, load_profile
 from remote_gpu_trainer.providers.base import Creatable, InstanceStatus, Provider
+from remote_gpu_trainer.providers.table import ProviderRow
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 
 
@@ -123,3 +124,8 @@ class SimProvider(Provider, Creatable):
                     os.killpg(int(text), signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+
+
+def build(row: ProviderRow, instance: InstanceConfig, state_dir: Path, clock: Clock) -> SimProvider:
+    """The `sim` row's builder (providers/table.py): every simulated box of a project under .rgt/sim."""
+    return SimProvider(state_dir / "sim", clock)

@@ -19,6 +19,7 @@ from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
 from remote_gpu_trainer.fsutil import atomic_write
 from remote_gpu_trainer.profiles import Profile, load_profile
 from remote_gpu_trainer.providers.base import InstanceStatus, Provider
+from remote_gpu_trainer.providers.table import ProviderRow
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
 from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSettings
@@ -123,3 +124,8 @@ async def run_teardown_command(name: str, command: str, timeout: float = TEARDOW
     if process.returncode != 0:
         last = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
         raise RgtError(f"instances.{name}.teardown_command exited {process.returncode}: {last[0][:200]}")
+
+
+def build(row: ProviderRow, instance: InstanceConfig, state_dir: Path, clock: Clock) -> SSHProvider:
+    """The `ssh` row's builder (providers/table.py)."""
+    return SSHProvider(state_dir, clock)

@@ -37,6 +37,7 @@ from remote_gpu_trainer.config.project import InstanceConfig, ProjectConfig, Run
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.fsutil import lstat_or_none, read_regular
 from remote_gpu_trainer.profile_facts import Action
+from remote_gpu_trainer.providers import table as provider_table
 from remote_gpu_trainer.run_records import bind_to_launch, run_config_from_record
 from remote_gpu_trainer.services import box_ledger, instances
 from remote_gpu_trainer.services.bindings import run_config
@@ -58,8 +59,6 @@ from remote_gpu_trainer.views import GateView, LossAtRisk
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
 
-SSH_PROVIDERS = ("ssh", "slurm")
-LOCAL_HOSTS = ("localhost", "127.0.0.1")  # a Slurm "cluster" on this machine: no SSH endpoint
 
 
 @dataclass(frozen=True)
@@ -82,13 +81,12 @@ async def box_key(instance: InstanceConfig, provider_id: str, state_dir: Path) -
     addresses its HostName resolves to, the host and port it really connects to (an alias resolved through
     ssh config; the login user does not change the machine). Only a Slurm "cluster" on this machine is not
     an SSH box; an ssh entry for localhost also carries the `ssh:<id>` form older launch records used."""
-    if instance.provider in SSH_PROVIDERS and instance.host and not (
-            instance.provider == "slurm" and instance.host in LOCAL_HOSTS):
+    if instance.host and provider_table.ssh_hosted(instance.provider, instance.host):
         from remote_gpu_trainer.providers.box_identity import ssh_box  # asyncssh only for SSH boxes
         from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings
 
         box = await ssh_box(instance.host, SSHSettings(known_hosts_file=state_dir / "known_hosts"))
-        legacy = (f"{instance.provider}:{provider_id}",) if instance.host in LOCAL_HOSTS else ()
+        legacy = (f"{instance.provider}:{provider_id}",) if instance.host in provider_table.HERE_HOSTS else ()
         return " ".join((*box.tokens(), *legacy))
     return f"{instance.provider}:{provider_id}"
 
@@ -101,7 +99,8 @@ async def session_box_key(session: Session, name: str) -> str:
     key = await box_key(instance, session.provider(name).provider_id(instance), session.project.state_dir)
     status = last_status(session, name)
     target = status.detail.get("ssh_target") if status is not None else None
-    if instance.provider in SSH_PROVIDERS or not isinstance(target, str) or not target:
+    row = provider_table.find(instance.provider)
+    if (row is not None and row.identity == "ssh-host") or not isinstance(target, str) or not target:
         return key
     from remote_gpu_trainer.providers.box_identity import ssh_box
     from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings

@@ -15,16 +15,10 @@ from pathlib import Path
 
 import tomli_w
 
-from remote_gpu_trainer.config.project import (
-    CONFIG_NAME,
-    LAUNCH_PROVIDERS,
-    PROVIDERS,
-    ProjectConfig,
-    load_project_text,
-)
+from remote_gpu_trainer.config.project import CONFIG_NAME, ProjectConfig, load_project_text
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.fsutil import atomic_write
-from remote_gpu_trainer.providers.registry import AVAILABLE
+from remote_gpu_trainer.providers import table
 
 INIT_TEMPLATE = """\
 # rgt.toml: one project for remote-gpu-trainer (https://github.com/…/remote-gpu-trainer)
@@ -50,8 +44,8 @@ metric = {{ name = "val_loss", direction = "min" }}
 push = ["train.py"]                                     # local files copied into workdir before a run
 """
 
-# What the instance table needs per provider: ssh and slurm cannot load without a host, so theirs is set to
-# an example the user edits; the others keep it as a comment.
+# What the instance table needs per kind of provider (providers/table.py): ssh and slurm cannot load without a
+# host, so theirs is set to an example the user edits; the others keep it as a comment.
 _HOST_LINES = {
     "ssh": 'host = "gpu-box"              # an alias from ~/.ssh/config, or user@host[:port]\n'
            '# price_per_hour = 1.49       # what the box costs you (price_source "user")\n',
@@ -61,25 +55,24 @@ _CLOUD_LINES = ('# id = "abc123"               # the provider\'s instance id\n'
                 '# price_per_hour = 0.0        # where the provider has no price API: price_source = "user"\n')
 _LAUNCH_LINE = ('# launch = {{ gpu = "NVIDIA A40", max_price_per_hour = 0.8, {extra} }}  # without id, '
                 '`rgt up` rents one\n')
-_LAUNCH_EXTRA = {"lambda": 'ssh_keys = ["my-key"]'}
 _PLAIN_LINES = '# host = "gpu-box"            # ssh: an alias from ~/.ssh/config, or user@host[:port]\n'
 
 
 def _instance_lines(provider: str) -> str:
-    """The commented keys of the template's instance table for `provider`."""
-    if provider in _HOST_LINES:
-        return _HOST_LINES[provider]
-    if provider in LAUNCH_PROVIDERS:
-        extra = _LAUNCH_EXTRA.get(provider, 'image = "runpod/pytorch", disk_gb = 50')
-        return _CLOUD_LINES + _LAUNCH_LINE.format(extra=extra)
-    if provider in ("paperspace", "autodl"):
-        return _CLOUD_LINES
+    """The commented keys of the template's instance table for `provider`: by its kind, and for a cloud that
+    can rent a box, a commented launch line with the keys its row gives."""
+    row = table.find(provider)
+    kind = row.kind if row is not None else ""
+    if kind in _HOST_LINES:
+        return _HOST_LINES[kind]
+    if row is not None and kind == "cloud":
+        return _CLOUD_LINES + (_LAUNCH_LINE.format(extra=row.launch_example) if row.launches else "")
     return _PLAIN_LINES
 
 
 def init_text(name: str, provider: str) -> str:
     """The commented rgt.toml `rgt init` writes for one provider."""
-    return INIT_TEMPLATE.format(name=name, provider=provider, providers=" | ".join(AVAILABLE),
+    return INIT_TEMPLATE.format(name=name, provider=provider, providers=" | ".join(table.available()),
                                 instance_lines=_instance_lines(provider))
 
 
@@ -99,9 +92,10 @@ def write_new_file(path: Path, text: str) -> None:
 
 
 def init_project(folder: Path, provider: str) -> Path:
-    if provider not in AVAILABLE:  # kubernetes is a known name with no implementation: never offered
-        what = "is not available in this version of rgt" if provider in PROVIDERS else "is not a known provider"
-        raise ConfigError(f"--provider {provider!r} {what} (choose one of: {', '.join(AVAILABLE)})")
+    available = table.available()
+    if provider not in available:  # kubernetes is a known name with no implementation: never offered
+        what = "is not available in this version of rgt" if table.find(provider) else "is not a known provider"
+        raise ConfigError(f"--provider {provider!r} {what} (choose one of: {', '.join(available)})")
     target = folder / CONFIG_NAME
     # the folder's name, as a safe name: a quote or a control character in it must not break the TOML
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", folder.resolve().name).strip("-.") or "project"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from remote_gpu_trainer.config.project import PROVIDERS
-from remote_gpu_trainer.providers.registry import AVAILABLE
+from remote_gpu_trainer.providers import table
 from support.gate_helpers import rgt
 
+PROVIDERS, AVAILABLE = table.names(), table.available()  # the provider table (providers/table.py)
 UNBUILT = tuple(p for p in PROVIDERS if p not in AVAILABLE)
 
 

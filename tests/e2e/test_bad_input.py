@@ -18,7 +18,7 @@ from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.cli.parser import VERB_HELP, VERBS
 from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.providers.registry import AVAILABLE
+from remote_gpu_trainer.providers import table
 from support.helpers import write_project
 
 RGT = [sys.executable, "-m", "remote_gpu_trainer"]
@@ -151,7 +151,7 @@ def test_distinct_ssh_boxes_and_ports_open(tmp_path: Path, monkeypatch: pytest.M
 
 # -- rgt init ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("provider", AVAILABLE)  # rgt init offers only these (test_init_providers.py)
+@pytest.mark.parametrize("provider", table.available())  # rgt init offers only these (test_init_providers.py)
 def test_init_writes_a_template_that_loads_for_every_provider(tmp_path: Path, provider: str,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / f"my {provider} project"

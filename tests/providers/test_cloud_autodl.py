@@ -12,7 +12,7 @@ from remote_gpu_trainer.providers.base import INSTANCE_STATES
 from remote_gpu_trainer.providers.cloud.autodl import AUTODL_STATES, CONSOLE_URL, AutoDLClient
 from remote_gpu_trainer.providers.cloud.client import UnsupportedAction
 from remote_gpu_trainer.providers.cloud.credentials import CredentialsMissing
-from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, HttpOptions
 from remote_gpu_trainer.providers.cloud.types import Money
 from support import fake_clouds
 from support.fake_clouds import FAKE_KEY, FakeAutoDL, VirtualTime, assert_no_key, exception_chain
@@ -22,8 +22,10 @@ vtime = fake_clouds.vtime
 
 
 def make(fake: FakeAutoDL, vtime: VirtualTime, **kwargs: object) -> AutoDLClient:
-    options: dict[str, object] = {"api_base": fake.url, "environ": {"AUTODL_TOKEN": FAKE_KEY},
-                                  "sleep": vtime.sleep, "clock": vtime.clock, "pro_api": True}
+    scheme = kwargs.pop("auth_scheme", None)
+    http = HttpOptions(sleep=vtime.sleep, clock=vtime.clock, auth_scheme=str(scheme) if scheme else None)
+    options: dict[str, object] = {"api_base": fake.url, "environ": {"AUTODL_TOKEN": FAKE_KEY}, "http": http,
+                                  "pro_api": True}
     options.update(kwargs)
     return AutoDLClient(**options)  # type: ignore[arg-type]
 

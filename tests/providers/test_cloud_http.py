@@ -23,6 +23,7 @@ from remote_gpu_trainer.providers.cloud.http import (
     CloudHTTP,
     CloudNotFound,
     CloudTimeout,
+    HttpOptions,
     RetryPolicy,
     auth_headers,
     provider_message,
@@ -44,7 +45,7 @@ def make_http(fake: FakeRunPod, vtime: VirtualTime, **kwargs: object) -> CloudHT
     options: dict[str, object] = {"sleep": vtime.sleep, "clock": vtime.clock, "wall_clock": lambda: WALL,
                                   "jitter": lambda: 1.0}
     options.update(kwargs)
-    return CloudHTTP("runpod", fake.url, ApiKey(FAKE_KEY, "test"), **options)  # type: ignore[arg-type]
+    return CloudHTTP("runpod", fake.url, ApiKey(FAKE_KEY, "test"), HttpOptions(**options))  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -132,7 +133,8 @@ async def test_404_is_cloud_not_found_with_provider_message(http: CloudHTTP) -> 
 
 
 async def test_wrong_key_is_auth_error_not_retried(runpod_fake: FakeRunPod, vtime: VirtualTime) -> None:
-    client = CloudHTTP("runpod", runpod_fake.url, ApiKey("rgt-fake-WRONG-000000", "test"), sleep=vtime.sleep)
+    client = CloudHTTP("runpod", runpod_fake.url, ApiKey("rgt-fake-WRONG-000000", "test"),
+                       HttpOptions(sleep=vtime.sleep))
     try:
         with pytest.raises(CloudAuthError) as info:
             await client.request("GET", "/pods")
@@ -238,8 +240,8 @@ async def test_read_timeout_not_retried_when_told(runpod_fake: FakeRunPod, vtime
 async def test_connection_refused_retried_then_error_without_key(vtime: VirtualTime) -> None:
     with FakeRunPod() as fake:
         url = fake.url
-    client = CloudHTTP("runpod", url, ApiKey(FAKE_KEY, "test"), sleep=vtime.sleep, jitter=lambda: 0.0,
-                       retry=RetryPolicy(max_attempts=3))
+    client = CloudHTTP("runpod", url, ApiKey(FAKE_KEY, "test"),
+                       HttpOptions(sleep=vtime.sleep, jitter=lambda: 0.0, retry=RetryPolicy(max_attempts=3)))
     try:
         with pytest.raises(CloudAPIError) as info:
             await client.request("GET", "/pods")

@@ -16,7 +16,7 @@ import pytest
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.base import INSTANCE_STATES
 from remote_gpu_trainer.providers.cloud.client import TeardownUnconfirmed, UnsupportedAction
-from remote_gpu_trainer.providers.cloud.http import CloudAuthError, CloudNotFound
+from remote_gpu_trainer.providers.cloud.http import CloudAuthError, CloudNotFound, HttpOptions
 from remote_gpu_trainer.providers.cloud.lambda_cloud import LAMBDA_STATES, LambdaClient
 from remote_gpu_trainer.providers.cloud.types import GpuRequest
 from support import fake_clouds
@@ -164,8 +164,8 @@ async def test_lam14_requery_failure_is_unconfirmed(lambda_fake: FakeLambda, vti
 
 async def test_rate_limit_defaults_to_one_request_per_second(lambda_fake: FakeLambda, vtime: VirtualTime) -> None:
     lambda_fake.add_instance("i-1")
-    lc = LambdaClient(api_base=lambda_fake.url, environ={"LAMBDA_API_KEY": FAKE_KEY}, sleep=vtime.sleep,
-                      clock=vtime.clock)
+    lc = LambdaClient(api_base=lambda_fake.url, environ={"LAMBDA_API_KEY": FAKE_KEY},
+                      http=HttpOptions(sleep=vtime.sleep, clock=vtime.clock))
     try:
         for _ in range(3):
             await lc.get("i-1")
@@ -190,7 +190,8 @@ async def test_vanished_instance_is_gone_at_once(client: LambdaClient) -> None:
 async def test_key_from_skypilot_file(lambda_fake: FakeLambda, vtime: VirtualTime, tmp_path: Path) -> None:
     (tmp_path / ".lambda_cloud").mkdir()
     (tmp_path / ".lambda_cloud" / "lambda_keys").write_text(f"api_key = {FAKE_KEY}\n")
-    lc = LambdaClient(api_base=lambda_fake.url, environ={}, home=tmp_path, sleep=vtime.sleep, clock=vtime.clock)
+    lc = LambdaClient(api_base=lambda_fake.url, environ={}, home=tmp_path,
+                      http=HttpOptions(sleep=vtime.sleep, clock=vtime.clock))
     try:
         assert await lc.list_instances() == []
     finally:

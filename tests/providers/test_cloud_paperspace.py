@@ -14,7 +14,7 @@ import pytest
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.base import INSTANCE_STATES
 from remote_gpu_trainer.providers.cloud.credentials import CredentialsMissing
-from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound, HttpOptions
 from remote_gpu_trainer.providers.cloud.paperspace import PAPERSPACE_STATES, PaperspaceClient
 from support import fake_clouds
 from support.fake_clouds import FAKE_KEY, FakePaperspace, VirtualTime, assert_no_key, fake_client
@@ -209,7 +209,8 @@ async def test_key_from_legacy_cli_config(paperspace_fake: FakePaperspace, vtime
                                           tmp_path: Path) -> None:
     (tmp_path / ".paperspace").mkdir()
     (tmp_path / ".paperspace" / "config.json").write_text(json.dumps({"apiKey": FAKE_KEY, "name": "me"}))
-    pc = PaperspaceClient(api_base=paperspace_fake.url, environ={}, home=tmp_path, sleep=vtime.sleep)
+    pc = PaperspaceClient(api_base=paperspace_fake.url, environ={}, home=tmp_path,
+                          http=HttpOptions(sleep=vtime.sleep))
     try:
         assert await pc.list_instances() == []
     finally:

@@ -15,11 +15,13 @@ import pytest
 
 from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import EXIT_USAGE, ConfigError, RgtError, TransportError
+from remote_gpu_trainer.providers import table
 from remote_gpu_trainer.providers.base import INSTANCE_STATES
 from remote_gpu_trainer.providers.cloud.client import UnsupportedAction
-from remote_gpu_trainer.providers.cloud.provider import CLIENTS, CloudProvider
+from remote_gpu_trainer.providers.cloud.http import HttpOptions
+from remote_gpu_trainer.providers.cloud.provider import CloudProvider
 from remote_gpu_trainer.providers.cloud.types import GpuRequest
-from remote_gpu_trainer.providers.registry import CLOUD_PROVIDERS, provider_for
+from remote_gpu_trainer.providers.registry import provider_for
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown, accept_host_key
 from remote_gpu_trainer.services.instances import instance_status
@@ -58,8 +60,8 @@ async def make(tmp_path: Path, vtime: VirtualTime) -> AsyncIterator[Make]:
     made: list[CloudProvider] = []
 
     def build(provider: str, url: str, **kwargs: Any) -> CloudProvider:
-        options: dict[str, Any] = {"api_base": url, "check_ssh": False, "client_options": {
-            "sleep": vtime.sleep, "clock": vtime.clock, "jitter": lambda: 1.0}}
+        options: dict[str, Any] = {"api_base": url, "check_ssh": False,
+                                   "http": HttpOptions(sleep=vtime.sleep, clock=vtime.clock, jitter=lambda: 1.0)}
         options.update(kwargs)
         adapter = CloudProvider(provider, tmp_path / ".rgt", **options)
         made.append(adapter)
@@ -72,6 +74,11 @@ async def make(tmp_path: Path, vtime: VirtualTime) -> AsyncIterator[Make]:
 
 def box(provider: str, ident: str | None = "p1", **kwargs: Any) -> InstanceConfig:
     return InstanceConfig(name="gpu", provider=provider, id=ident, **kwargs)
+
+
+# The provider table's clouds, and the rows that name an API client: the same providers (providers/table.py).
+CLOUD_PROVIDERS = table.of_kind("cloud")
+CLIENTS = tuple(row.name for row in table.rows() if row.client is not None)
 
 
 # -- the registry -------------------------------------------------------------------------------------------

@@ -13,10 +13,10 @@ import pytest
 
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.base import INSTANCE_STATES
-from remote_gpu_trainer.providers.cloud.client import TeardownUnconfirmed
+from remote_gpu_trainer.providers.cloud.client import LaunchOverBudget, TeardownUnconfirmed
 from remote_gpu_trainer.providers.cloud.credentials import CredentialsMissing
-from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound
-from remote_gpu_trainer.providers.cloud.runpod import RUNPOD_STATES, LaunchOverBudget, RunPodClient
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound, HttpOptions
+from remote_gpu_trainer.providers.cloud.runpod import RUNPOD_STATES, RunPodClient
 from remote_gpu_trainer.providers.cloud.types import GpuRequest
 from support import fake_clouds
 from support.fake_clouds import FAKE_KEY, FakeRunPod, VirtualTime, assert_no_key, exception_chain, fake_client
@@ -231,7 +231,7 @@ async def test_key_from_runpodctl_config_and_base_url_from_env(runpod_fake: Fake
     (tmp_path / ".runpod").mkdir()
     (tmp_path / ".runpod" / "config.toml").write_text(f'apikey = "{FAKE_KEY}"\n')
     runpod_fake.add_pod("p1")
-    rp = RunPodClient(environ={"RUNPOD_API_URL": runpod_fake.url}, home=tmp_path, sleep=vtime.sleep)
+    rp = RunPodClient(environ={"RUNPOD_API_URL": runpod_fake.url}, home=tmp_path, http=HttpOptions(sleep=vtime.sleep))
     try:
         assert (await rp.get("p1")).provider_id == "p1"
     finally:

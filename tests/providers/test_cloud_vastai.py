@@ -11,7 +11,7 @@ import pytest
 
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.providers.base import INSTANCE_STATES
-from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound, HttpOptions
 from remote_gpu_trainer.providers.cloud.types import GpuRequest
 from remote_gpu_trainer.providers.cloud.vastai import VAST_STATES, VastAIClient, parse_instance
 from support import fake_clouds
@@ -169,7 +169,7 @@ async def test_key_from_the_cli_key_files(vast_fake: FakeVast, vtime: VirtualTim
     path = tmp_path / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(FAKE_KEY + "\n")
-    vc = VastAIClient(api_base=vast_fake.url, environ={}, home=tmp_path, sleep=vtime.sleep)
+    vc = VastAIClient(api_base=vast_fake.url, environ={}, home=tmp_path, http=HttpOptions(sleep=vtime.sleep))
     try:
         assert await vc.list_instances() == []
     finally:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound, HttpOptions
 from remote_gpu_trainer.providers.cloud.runpod import RunPodClient, parse_pod
 from support import fake_clouds
 from support.cloud_teardown_fixtures import RUN, cloud_project
@@ -65,8 +65,8 @@ def serve(fake: FakeRunPod, name: str) -> dict[str, Any]:
 
 @pytest.fixture
 async def client(runpod_fake: FakeRunPod, vtime: VirtualTime) -> AsyncIterator[RunPodClient]:
-    rp = RunPodClient(api_base=runpod_fake.url, environ={"RUNPOD_API_KEY": FAKE_KEY}, sleep=vtime.sleep,
-                      clock=vtime.clock, jitter=lambda: 1.0)
+    rp = RunPodClient(api_base=runpod_fake.url, environ={"RUNPOD_API_KEY": FAKE_KEY},
+                      http=HttpOptions(sleep=vtime.sleep, clock=vtime.clock, jitter=lambda: 1.0))
     yield rp
     await rp.close()
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from remote_gpu_trainer.config.project import InstanceConfig
-from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudAuthError, CloudNotFound, HttpOptions
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider
 from remote_gpu_trainer.providers.cloud.vastai import LIST_MAX_PAGES, VastAIClient
 from support import fake_clouds
@@ -63,7 +63,7 @@ async def adapter(vast_fake: FakeVast, vtime: VirtualTime, tmp_path: Path,
     monkeypatch.setenv("VAST_API_KEY", FAKE_KEY)
     monkeypatch.delenv("VAST_URL", raising=False)
     provider = CloudProvider("vastai", tmp_path / ".rgt", api_base=vast_fake.url, check_ssh=False,
-                             client_options={"sleep": vtime.sleep, "clock": vtime.clock})
+                             http=HttpOptions(sleep=vtime.sleep, clock=vtime.clock))
     yield provider
     await provider.close()
 

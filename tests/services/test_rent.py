@@ -24,6 +24,7 @@ from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.providers.cloud.client import UnsupportedAction
+from remote_gpu_trainer.providers.cloud.http import HttpOptions
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider
 from remote_gpu_trainer.services import opening
 from remote_gpu_trainer.services.bindings import run_config
@@ -102,7 +103,7 @@ async def open_session(vtime: VirtualTime) -> AsyncIterator[Callable[[Path], Ses
         session = Session(load_project(root / "rgt.toml"))
         provider = session.provider("gpu")
         assert isinstance(provider, CloudProvider)
-        provider.client_options.update(sleep=vtime.sleep, clock=vtime.clock, jitter=lambda: 1.0)
+        provider.http_options = HttpOptions(sleep=vtime.sleep, clock=vtime.clock, jitter=lambda: 1.0)
         provider.check_ssh = False
         opened.append(session)
         return session

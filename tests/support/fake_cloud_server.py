@@ -6,6 +6,7 @@ instances that linger; plus the checks every cloud test shares (no key in any te
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import threading
 import time
@@ -13,6 +14,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
+
+from remote_gpu_trainer.providers.cloud.http import HttpOptions
 
 FAKE_KEY = "rgt-fake-KEY-7f3a9c"
 
@@ -234,8 +237,11 @@ def exception_chain(exc: BaseException) -> list[BaseException]:
 
 def fake_client(client_type: Any, fake: FakeCloud, vtime: VirtualTime, key_env: str, **overrides: object) -> Any:
     """A real cloud client aimed at `fake`, its key in `key_env`, on virtual time with jitter pinned to its top:
-    the one way every client test builds one (`overrides` replace any option)."""
-    options: dict[str, object] = {"api_base": fake.url, "environ": {key_env: FAKE_KEY}, "sleep": vtime.sleep,
-                                  "clock": vtime.clock, "jitter": lambda: 1.0}
-    options.update(overrides)
+    the one way every client test builds one. `overrides` replace any option, the client's own (`environ`,
+    `terminate_timeout_s`, `pro_api`) or one of its HttpOptions (`auth_scheme`, `timeout_s`, `sleep`, ...)."""
+    http_names = {option.name for option in dataclasses.fields(HttpOptions)}
+    http = dataclasses.replace(HttpOptions(sleep=vtime.sleep, clock=vtime.clock, jitter=lambda: 1.0),
+                               **{name: value for name, value in overrides.items() if name in http_names})
+    options: dict[str, object] = {"api_base": fake.url, "environ": {key_env: FAKE_KEY}, "http": http}
+    options.update({name: value for name, value in overrides.items() if name not in http_names})
     return client_type(**options)

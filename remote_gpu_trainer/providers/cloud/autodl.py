@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from remote_gpu_trainer.providers.base import TeardownOutcome
 from remote_gpu_trainer.providers.cloud.client import CloudClient, UnsupportedAction, as_dict, as_float, as_int, as_str
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError
-from remote_gpu_trainer.providers.cloud.types import CloudInstance, Money, TeardownOutcome, lower_keys, map_state
+from remote_gpu_trainer.providers.cloud.types import CloudInstance, Money, lower_keys, map_state
 
 CONSOLE_URL = "https://www.autodl.com/console/instance/list"
 

@@ -14,37 +14,30 @@ place those facts are written.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import random
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Protocol, Self, TypeVar, runtime_checkable
 from urllib.parse import parse_qsl
 
-import httpx
-
 from remote_gpu_trainer.errors import ConfigError, VerbFailed
 from remote_gpu_trainer.profiles import ApiControl, Endpoint, load_profile
+from remote_gpu_trainer.providers.base import Residual, TeardownOutcome
 from remote_gpu_trainer.providers.cloud.credentials import ApiKey, find_key
 from remote_gpu_trainer.providers.cloud.gone import decide_gone
 from remote_gpu_trainer.providers.cloud.http import (
-    DEFAULT_TIMEOUT_S,
-    Clock,
     CloudAPIError,
     CloudHTTP,
     CloudNotFound,
     CloudTimeout,
-    RetryPolicy,
-    Sleep,
+    HttpOptions,
     path_segment,
     resolve_base_url,
 )
-from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, Residual, TeardownOutcome
+from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, Quote
 
 log = logging.getLogger("remote_gpu_trainer.providers.cloud")
 T = TypeVar("T")
@@ -79,6 +72,24 @@ class Launches(Protocol):
     async def launch(self, request: GpuRequest) -> CloudInstance: ...
 
 
+@runtime_checkable
+class Quotes(Protocol):
+    """A client whose API tells the price of a request before creating anything (vast.ai's offers, Lambda's
+    instance types), through read-only calls: `rgt up` shows it for approval (services rent). A client without
+    it is approved at the constraint's ceiling."""
+
+    async def quote(self, request: GpuRequest) -> Quote: ...
+
+
+class LaunchOverBudget(VerbFailed):
+    """The provider created an instance whose price is over the ceiling (or unknown); it exists and bills.
+    Raised by a client whose create call takes no ceiling (RunPod), so rent reports it and keeps the box."""
+
+    def __init__(self, message: str, instance: CloudInstance) -> None:
+        super().__init__(message)
+        self.instance = instance
+
+
 class CloudClient:
     """Base for one provider's REST client. Its defaults (base URL and its env var, the key's env vars and
     files, the auth scheme, the rate limit, the endpoints and the gone rules) are the profile's
@@ -97,22 +108,15 @@ class CloudClient:
         auth_env: Sequence[str] | None = None,
         auth_files: Sequence[str] | None = None,
         base_url_env: str | None = None,
-        auth_scheme: str | None = None,
-        rate_limit_per_s: float | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
         terminate_timeout_s: float | None = None,
-        retry: RetryPolicy | None = None,
-        sleep: Sleep = asyncio.sleep,
-        clock: Clock = time.monotonic,
-        wall_clock: Clock = time.time,
-        jitter: Callable[[], float] = random.random,
         environ: Mapping[str, str] | None = None,
         home: Path | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
         api: ApiControl | None = None,
+        http: HttpOptions | None = None,
     ) -> None:
         """`api` is the profile's `[control.api]` (CloudProvider passes the one it loaded); None reads the
-        shipped profile of `provider`."""
+        shipped profile of `provider`. `http` says how requests are sent; its auth scheme and rate limit
+        default to the profile's."""
         api = api or shipped_api(self.provider)
         if isinstance(api_key, str):
             api_key = ApiKey(api_key, "caller")
@@ -121,15 +125,15 @@ class CloudClient:
             tuple(auth_files if auth_files is not None else auth_file_texts(api)), environ=environ, home=home,
         )
         base_url = resolve_base_url(api.base_url, base_url_env or api.base_url_env, api_base, environ)
-        self.http = CloudHTTP(
-            self.provider, base_url, key, auth_scheme=auth_scheme or api.auth_scheme,
-            timeout_s=timeout_s, rate_limit_per_s=rate_limit_per_s if rate_limit_per_s is not None
-            else api.rate_limit_per_s, retry=retry, sleep=sleep, clock=clock, wall_clock=wall_clock,
-            jitter=jitter, transport=transport,
-        )
-        self.sleep = sleep
-        self.clock = clock
-        self.wall_clock = wall_clock
+        options = http or HttpOptions()
+        options = replace(
+            options, auth_scheme=options.auth_scheme or api.auth_scheme,
+            rate_limit_per_s=options.rate_limit_per_s if options.rate_limit_per_s is not None
+            else api.rate_limit_per_s)
+        self.http = CloudHTTP(self.provider, base_url, key, options)
+        self.sleep = options.sleep
+        self.clock = options.clock
+        self.wall_clock = options.wall_clock
         self.terminate_timeout_s = terminate_timeout_s or self.TERMINATE_TIMEOUT_S
         self._seen: dict[str, CloudInstance] = {}
         self.endpoints: Mapping[str, Endpoint] = api.endpoints

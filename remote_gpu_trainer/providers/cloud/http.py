@@ -178,6 +178,27 @@ class RetryPolicy:
         return ceiling * (0.5 + 0.5 * jitter)
 
 
+@dataclass(frozen=True)
+class HttpOptions:
+    """How one client's requests are sent, as one value: CloudClient (client.py) takes it and hands it to its
+    CloudHTTP, so the two never re-declare each other's parameters. `auth_scheme` and `rate_limit_per_s` None:
+    the profile's `[control.api]` (CloudClient fills them in; a bare CloudHTTP then sends a bearer key with no
+    rate limit). `sleep`, `clock`, `wall_clock` and `jitter` are injectable so tests check the delays asked for
+    without waiting them; `transport` swaps httpx's network layer, which the tests never need (they talk to
+    real local servers)."""
+
+    auth_scheme: str | None = None
+    auth_header: str = "Authorization"
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    rate_limit_per_s: float | None = None
+    retry: RetryPolicy | None = None
+    sleep: Sleep = asyncio.sleep
+    clock: Clock = time.monotonic
+    wall_clock: Clock = time.time
+    jitter: Callable[[], float] = random.random
+    transport: httpx.AsyncBaseTransport | None = None
+
+
 def resolve_base_url(default: str, env_name: str | None, api_base: str | None,
                      environ: Mapping[str, str] | None = None) -> str:
     """docs/providers.md §0: profile default < the env var named in `base_url_env` < `api_base` in rgt.toml."""
@@ -234,44 +255,25 @@ class _RateLimiter:
 
 class CloudHTTP:
     """A provider's base URL and key, and `request()`: JSON in, JSON out, errors as CloudAPIError.
+    How requests are sent (auth, timeout, rate limit, retries, injectable time) is its HttpOptions."""
 
-    `sleep`, `clock`, `wall_clock` and `jitter` are injectable so tests check the delays asked for without
-    waiting them; `transport` lets a caller swap httpx's network layer, which the tests never need (they
-    talk to real local servers).
-    """
-
-    def __init__(
-        self,
-        provider: str,
-        base_url: str,
-        key: ApiKey,
-        *,
-        auth_scheme: str = "bearer",
-        auth_header: str = "Authorization",
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        rate_limit_per_s: float | None = None,
-        retry: RetryPolicy | None = None,
-        sleep: Sleep = asyncio.sleep,
-        clock: Clock = time.monotonic,
-        wall_clock: Clock = time.time,
-        jitter: Callable[[], float] = random.random,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
+    def __init__(self, provider: str, base_url: str, key: ApiKey, options: HttpOptions | None = None) -> None:
+        options = options or HttpOptions()
         self.provider = provider
         self.base_url = base_url.rstrip("/")
-        self.auth_scheme = auth_scheme
-        self.retry = retry or RetryPolicy()
-        self.sleep = sleep
-        self.clock = clock
-        self._wall_clock = wall_clock
-        self._jitter = jitter
-        self._timeout_s = timeout_s
-        headers = auth_headers(auth_scheme, key.reveal(), auth_header)
+        self.auth_scheme = options.auth_scheme or "bearer"
+        self.retry = options.retry or RetryPolicy()
+        self.sleep = options.sleep
+        self.clock = options.clock
+        self._wall_clock = options.wall_clock
+        self._jitter = options.jitter
+        self._timeout_s = options.timeout_s
+        headers = auth_headers(self.auth_scheme, key.reveal(), options.auth_header)
         self._secrets = (key.reveal(), *headers.values())
-        self._limiter = _RateLimiter(rate_limit_per_s, sleep, clock)
+        self._limiter = _RateLimiter(options.rate_limit_per_s, options.sleep, options.clock)
         self._client = httpx.AsyncClient(
             base_url=self.base_url + "/", headers={**headers, "Accept": "application/json"},
-            timeout=httpx.Timeout(timeout_s), transport=transport, follow_redirects=False,
+            timeout=httpx.Timeout(options.timeout_s), transport=options.transport, follow_redirects=False,
         )
         _KNOWN_SECRETS.add(self)
 

@@ -20,9 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.providers.base import Residual
 from remote_gpu_trainer.providers.cloud.client import (
     CloudClient,
     Launches,
+    Quotes,
     UnsupportedAction,
     as_dict,
     as_float,
@@ -34,7 +36,7 @@ from remote_gpu_trainer.providers.cloud.client import (
 from remote_gpu_trainer.providers.cloud.types import (
     CloudInstance,
     GpuRequest,
-    Residual,
+    Quote,
     StorageBilling,
     lower_keys,
     map_state,
@@ -55,7 +57,7 @@ LAUNCH_INTERVAL_S = 12.0  # spec 1.8.3: /instance-operations/launch allows one r
 NFS_ROOT = "/lambda/nfs/"
 
 
-class LambdaClient(CloudClient, Launches):
+class LambdaClient(CloudClient, Launches, Quotes):
     """list/get/terminate/wait_gone/launch for Lambda Cloud; `stop` explains why there is none."""
 
     provider = "lambda"
@@ -124,6 +126,11 @@ class LambdaClient(CloudClient, Launches):
         if not isinstance(data, dict):
             raise self._bad_answer("offers", None, "expected `data` to be an object")
         return {name: entry for name, entry in data.items() if isinstance(entry, dict)}
+
+    async def quote(self, request: GpuRequest) -> Quote:
+        """The cheapest instance type with capacity that fits: what the launch will pick now (read-only)."""
+        type_name, region, price = pick_instance_type(await self.instance_types(), request)
+        return Quote(price, f"Lambda instance type {type_name} in {region}")
 
     async def launch(self, request: GpuRequest, *, file_system_names: tuple[str, ...] = ()) -> CloudInstance:
         """Launch the cheapest instance type with capacity that fits; one launch per 12 s at most."""

@@ -22,9 +22,10 @@ from __future__ import annotations
 from typing import Any
 
 from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.providers.base import Residual
 from remote_gpu_trainer.providers.cloud.client import CloudClient, as_dict, as_float, as_str, still_billing
 from remote_gpu_trainer.providers.cloud.http import CloudAPIError
-from remote_gpu_trainer.providers.cloud.types import CloudInstance, Residual, StorageBilling, lower_keys, map_state
+from remote_gpu_trainer.providers.cloud.types import CloudInstance, StorageBilling, lower_keys, map_state
 
 # state → INSTANCE_STATES: the schema's whole `state` enum (it gives no meanings); a word not in it stays `unknown`.
 PAPERSPACE_STATES = lower_keys({

@@ -2,8 +2,9 @@
 
 Why one class: the five clients under providers/cloud/ already speak the same `CloudInstance`, and the
 profiles already say, as data, how each API is reached (`[control.api]`), when an instance counts as gone
-(`gone_when`) and where SSH listens (`[ssh]`). So the only per-provider fact here is which client class
-talks to which profile id (CLIENTS); everything else is read from the profile or the client.
+(`gone_when`) and where SSH listens (`[ssh]`). So the only per-provider fact is which client class
+talks to which profile id, and it is the provider's row in providers/table.py; everything else is read from the
+profile or the client.
 
 - Credentials come from the client's own lookup (the env var or the provider CLI's file that the profile
   names), never from rgt.toml. The client is built on first use, so a missing key is a one-line ConfigError
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,26 +32,19 @@ from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError, TransportError
 from remote_gpu_trainer.profiles import SIZE_UNITS, ApiControl, Profile, load_profile
-from remote_gpu_trainer.providers.base import InstanceStatus, Provider, WaitsGone
+from remote_gpu_trainer.providers import table
+from remote_gpu_trainer.providers.base import InstanceStatus, Provider, TeardownOutcome, WaitsGone
 from remote_gpu_trainer.providers.cloud.client import CloudClient, Launches, UnsupportedAction, auth_file_texts
 from remote_gpu_trainer.providers.cloud.credentials import ApiKey, CredentialsMissing, find_key
 from remote_gpu_trainer.providers.cloud.gone import decide_gone, shown_state
-from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound
-from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, StorageBilling, TeardownOutcome
+from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound, HttpOptions
+from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, StorageBilling
+from remote_gpu_trainer.providers.registry import load_dotted
 from remote_gpu_trainer.providers.ssh import SSHProvider
+from remote_gpu_trainer.providers.table import ProviderRow
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
 from remote_gpu_trainer.providers.transports.ssh_pool import SSHPool, SSHSettings, Target
-
-# The only per-provider mapping: profile id → (module under providers/cloud, client class, extra options).
-# Modules are imported on first use, so a project on one cloud never loads the other four clients.
-CLIENTS: Mapping[str, tuple[str, str, Mapping[str, Any]]] = {
-    "runpod": ("runpod", "RunPodClient", {}),
-    "vastai": ("vastai", "VastAIClient", {}),
-    "lambda": ("lambda_cloud", "LambdaClient", {}),
-    "paperspace": ("paperspace", "PaperspaceClient", {}),
-    "autodl": ("autodl", "AutoDLClient", {"pro_api": True}),  # read-only Pro API, only once a key exists
-}
 
 # Placeholders of `[ssh] flavors.host_template` → the CloudInstance field that fills them.
 TEMPLATE_FIELDS = {"public_ip": "public_ip", "ip": "public_ip", "public_ipaddr": "public_ip",
@@ -62,23 +55,27 @@ SSH_REACH_TIMEOUT_S = 8.0  # reach check: leaves room for the API read inside th
 class CloudProvider(Provider, WaitsGone):
     """The Provider protocol over one cloud API client; one adapter per configured instance.
 
-    `api_base` is the instance's override of the API base URL; `client_options` reach the client's
-    constructor (tests inject sleep/clock there); `check_ssh=False` turns off the SSH reach
-    check in `get`.
+    `api_base` is the instance's override of the API base URL; `http` is how the client sends its requests
+    (tests inject sleep/clock there); `check_ssh=False` turns off the SSH reach check in `get`. The client
+    class and its extra options are the provider's row in providers/table.py; its module is imported on first
+    use, so a project on one cloud never loads the other clients.
     """
 
     def __init__(self, provider: str, state_dir: Path, clock: Clock = utc_now, *, api_base: str | None = None,
                  settings: SSHSettings | None = None, pool: SSHPool | None = None,
-                 client_options: Mapping[str, Any] | None = None, check_ssh: bool = True) -> None:
-        if provider not in CLIENTS:
-            raise ConfigError(f"no cloud API client for provider {provider!r} (known: {', '.join(CLIENTS)})")
+                 http: HttpOptions | None = None, check_ssh: bool = True) -> None:
+        row = table.find(provider)
+        if row is None or row.client is None:
+            clouds = ", ".join(other.name for other in table.rows() if other.client is not None)
+            raise ConfigError(f"no cloud API client for provider {provider!r} (known: {clouds})")
         self.name = provider
+        self.row = row
         self.clock = clock
         self.api_base = api_base
         self.profile: Profile = load_profile(provider)
         self.settings = settings or SSHSettings(known_hosts_file=state_dir / "known_hosts")
         self.pool = pool if pool is not None else SSHPool()
-        self.client_options = dict(client_options or {})
+        self.http_options = http or HttpOptions()
         self.check_ssh = check_ssh
         self._client: CloudClient | None = None
         self._ssh: SSHProvider | None = None
@@ -111,14 +108,10 @@ class CloudProvider(Provider, WaitsGone):
     def client(self) -> CloudClient:
         """The API client, built once; CredentialsMissing (a ConfigError) names the env var when no key exists."""
         if self._client is None:
-            module, class_name, extra = CLIENTS[self.name]
-            client_class = cast(type[CloudClient],
-                                getattr(importlib.import_module(f"{__package__}.{module}"), class_name))
-            options: dict[str, Any] = {
-                "api_base": self.api.resolved_base_url(self.api_base, os.environ), "api_key": self._find_key(),
-                "api": self.api, **extra, **self.client_options,
-            }
-            self._client = client_class(**options)
+            client_class = cast(type[CloudClient], load_dotted(str(self.row.client)))
+            self._client = client_class(
+                api_base=self.api.resolved_base_url(self.api_base, os.environ), api_key=self._find_key(),
+                api=self.api, http=self.http_options, **self.row.options)
         return self._client
 
     def provider_id(self, instance: InstanceConfig) -> str:
@@ -337,6 +330,11 @@ class CloudProvider(Provider, WaitsGone):
         if self._client is not None:
             await self._client.close()
         await self.pool.close_all()
+
+
+def build(row: ProviderRow, instance: InstanceConfig, state_dir: Path, clock: Clock) -> CloudProvider:
+    """Every cloud row's builder (providers/table.py): one adapter per configured instance."""
+    return CloudProvider(row.name, state_dir, clock, api_base=instance.api_base)
 
 
 # -- pure helpers -----------------------------------------------------------------------------------------------

@@ -21,9 +21,11 @@ from dataclasses import replace
 from typing import Any
 
 from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.providers.base import Residual
 from remote_gpu_trainer.providers.cloud.client import (
     CloudClient,
     Launches,
+    LaunchOverBudget,
     UnsupportedAction,
     as_dict,
     as_float,
@@ -37,7 +39,6 @@ from remote_gpu_trainer.providers.cloud.http import CloudAPIError
 from remote_gpu_trainer.providers.cloud.types import (
     CloudInstance,
     GpuRequest,
-    Residual,
     StorageBilling,
     lower_keys,
     map_state,
@@ -55,14 +56,6 @@ RUNPOD_STATES = lower_keys({
 
 
 log = logging.getLogger("remote_gpu_trainer.providers.cloud")
-
-
-class LaunchOverBudget(VerbFailed):
-    """The provider created an instance whose price is over the ceiling (or unknown); it exists and bills."""
-
-    def __init__(self, message: str, instance: CloudInstance) -> None:
-        super().__init__(message)
-        self.instance = instance
 
 
 class RunPodClient(CloudClient, Launches):

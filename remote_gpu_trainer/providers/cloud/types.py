@@ -127,39 +127,9 @@ class GpuRequest:
 
 
 @dataclass(frozen=True)
-class Residual:
-    """Something that still bills after a teardown, as the API showed it, and what ends it.
+class Quote:
+    """The price per hour an API will bill for a request, told before anything is created (None: it cannot
+    tell), and where that figure comes from, as the approval screen says it."""
 
-    `confirmed` is False for an item the client could not check (an audit call failed): it is listed so the
-    user checks by hand, never dropped.
-    """
-
-    kind: str
-    ident: str
-    detail: str
-    ended_by: str
-    confirmed: bool = True
-
-
-@dataclass(frozen=True)
-class TeardownOutcome:
-    """The result of polling after a terminate: gone or not, the last state seen, and what still bills.
-
-    `gone` is True only when the provider itself said so (404, absent, its own final word); a poll that
-    failed leaves the state `unknown`, never `terminated`.
-    """
-
-    provider: str
-    provider_id: str
-    gone: bool
-    state: str
-    raw_state: str
-    polls: int
-    waited_s: float
-    residuals: tuple[Residual, ...] = ()
-    errors: tuple[str, ...] = ()
-
-    @property
-    def meter_stopped(self) -> bool:
-        """Gone, nothing residual, and every follow-up audit answered."""
-        return self.gone and not self.residuals and not self.errors
+    price: float | None
+    text: str

@@ -22,10 +22,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from remote_gpu_trainer import text
 from remote_gpu_trainer.errors import VerbFailed
+from remote_gpu_trainer.providers.base import Residual
 from remote_gpu_trainer.providers.cloud.client import (
     CloudClient,
     Launches,
+    Quotes,
     as_dict,
     as_float,
     as_int,
@@ -37,7 +40,7 @@ from remote_gpu_trainer.providers.cloud.http import CloudAPIError, CloudNotFound
 from remote_gpu_trainer.providers.cloud.types import (
     CloudInstance,
     GpuRequest,
-    Residual,
+    Quote,
     StorageBilling,
     lower_keys,
     map_state,
@@ -56,7 +59,7 @@ LIST_PAGE_LIMIT = 25  # the v1 list's largest page
 LIST_MAX_PAGES = 200  # 5000 instances: past that the list is refused, never silently cut short
 
 
-class VastAIClient(CloudClient, Launches):
+class VastAIClient(CloudClient, Launches, Quotes):
     """list/get/stop/terminate/wait_gone/launch for vast.ai instances."""
 
     provider = "vastai"
@@ -140,6 +143,17 @@ class VastAIClient(CloudClient, Launches):
             raise self._bad_answer("offers", None, "expected an `offers` list")
         fitting = [o for o in offers if isinstance(o, dict) and offer_fits(o, request)]
         return sorted(fitting, key=lambda o: as_float(o.get("dph_total")) or 0.0)
+
+    async def quote(self, request: GpuRequest) -> Quote:
+        """The cheapest fitting offer's price: what the launch will rent now (read-only)."""
+        offers = await self.search_offers(request)
+        if not offers:
+            ceiling = text.price(request.max_price_per_hour or 0.0)  # set from the constraint, which requires it
+            raise VerbFailed(f"vastai: no rentable offer of {request.gpu_count}x {request.gpu_type} under "
+                             f"{ceiling}/h now: raise max_price_per_hour or try later")
+        best = offers[0]
+        return Quote(as_float(best.get("dph_total")),
+                     f"vast.ai offer {best.get('id')}, the cheapest of {len(offers)} matching")
 
     async def launch(self, request: GpuRequest, *, onstart: str | None = None,
                      runtype: str = "ssh_direct ssh_proxy") -> CloudInstance:

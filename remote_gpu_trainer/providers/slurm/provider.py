@@ -14,9 +14,10 @@ from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.profiles import Profile, load_profile
-from remote_gpu_trainer.providers.base import BatchJobs, InstanceStatus, Provider, Transport
+from remote_gpu_trainer.providers import table
+from remote_gpu_trainer.providers.base import BatchJobs, InstanceStatus, JobState, Provider, Transport
 from remote_gpu_trainer.providers.slurm import commands
-from remote_gpu_trainer.providers.slurm.commands import SlurmJob
+from remote_gpu_trainer.providers.table import ProviderRow
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
 from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyUnknown
@@ -35,7 +36,7 @@ class SlurmProvider(Provider, BatchJobs):
         self.profile: Profile = load_profile("slurm")
 
     def transport(self, instance: InstanceConfig) -> Transport:
-        if instance.host and instance.host not in ("localhost", "127.0.0.1"):
+        if instance.host and instance.host not in table.HERE_HOSTS:
             return SSHTransport(instance.host, self.settings, self.pool)
         return LocalTransport(root=None)
 
@@ -79,8 +80,16 @@ class SlurmProvider(Provider, BatchJobs):
                          output: str) -> str:
         return await commands.submit(transport, script_path, job_name=job_name, workdir=workdir, output=output)
 
-    async def job_state(self, transport: Transport, job_id: str) -> SlurmJob:
-        return await commands.job_state(transport, job_id)
+    async def job_state(self, transport: Transport, job_id: str) -> JobState:
+        """Slurm's answer in the generic words of providers.base (commands.liveness_of maps them)."""
+        job = await commands.job_state(transport, job_id)
+        state, detail = commands.liveness_of(job)
+        return JobState("Slurm", job.job_id, state, detail, known=bool(job.state), walltime=job.walltime())
 
     async def cancel_job(self, transport: Transport, job_id: str) -> None:
         await commands.cancel(transport, job_id)
+
+
+def build(row: ProviderRow, instance: InstanceConfig, state_dir: Path, clock: Clock) -> SlurmProvider:
+    """The `slurm` row's builder (providers/table.py)."""
+    return SlurmProvider(state_dir, clock)

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.audits.meter import billing_model, first_rates
 from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.providers import table
 from remote_gpu_trainer.providers.base import InstanceStatus
-from remote_gpu_trainer.providers.registry import CLOUD_PROVIDERS
 from remote_gpu_trainer.services.meter import held_storage
 from remote_gpu_trainer.state.billing import Snapshot
 from remote_gpu_trainer.state.events import EventKind
@@ -72,7 +72,7 @@ def cloud_accounts(sessions: Sequence[Session]) -> tuple[dict[Account, CloudProv
     errors = []
     for session in sessions:
         for name in sorted(session.project.instances):
-            if session.project.instances[name].provider not in CLOUD_PROVIDERS:
+            if session.project.instances[name].provider not in table.of_kind("cloud"):
                 continue
             try:
                 provider = session.provider(name)

@@ -34,10 +34,9 @@ from remote_gpu_trainer import text
 from remote_gpu_trainer.config.project import InstanceConfig, LaunchConstraint, ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.profiles import Profile
-from remote_gpu_trainer.providers.cloud.client import UnsupportedAction, as_float
+from remote_gpu_trainer.providers.cloud.client import LaunchOverBudget, Quotes, UnsupportedAction
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider, create_step, stopped_storage_per_hour
-from remote_gpu_trainer.providers.cloud.runpod import LaunchOverBudget
-from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest
+from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest, Quote
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.billing import Snapshot
@@ -161,12 +160,6 @@ class LaunchPlan:
         return text.price_text(self.price)
 
 
-@dataclass(frozen=True)
-class _Quote:
-    price: float | None
-    text: str
-
-
 def has_launch_api(profile: Profile) -> bool:
     """The profile says `up` goes through the API's create call (data, not a list of names in code)."""
     up = profile.raw.get("verbs", {}).get("up", {})
@@ -215,7 +208,7 @@ def gpu_request(instance_name: str, constraint: LaunchConstraint) -> GpuRequest:
     )
 
 
-def plan_lines(profile: Profile, instance_name: str, request: GpuRequest, quote: _Quote,
+def plan_lines(profile: Profile, instance_name: str, request: GpuRequest, quote: Quote,
                price: float) -> tuple[str, ...]:
     """The approval screen, as lines: the event log keeps exactly these with the approval."""
     api = profile.control.api
@@ -255,29 +248,13 @@ def _constraint(session: Session, instance: InstanceConfig) -> LaunchConstraint:
     return instance.launch
 
 
-async def _quote(provider: CloudProvider, request: GpuRequest) -> _Quote:
-    """The price the API will bill, where it can tell before creating anything (read-only calls)."""
+async def _quote(provider: CloudProvider, request: GpuRequest) -> Quote:
+    """The price the API will bill, where its client can tell before creating anything (read-only calls)."""
     client = provider.client()
-    if provider.name == "vastai":
-        from remote_gpu_trainer.providers.cloud.vastai import VastAIClient
-
-        assert isinstance(client, VastAIClient)
-        offers = await client.search_offers(request)
-        if not offers:
-            ceiling = text.price(request.max_price_per_hour or 0.0)  # set from the constraint, which requires it
-            raise VerbFailed(f"vastai: no rentable offer of {request.gpu_count}x {request.gpu_type} under "
-                             f"{ceiling}/h now: raise max_price_per_hour or try later")
-        best = offers[0]
-        return _Quote(as_float(best.get("dph_total")),
-                      f"vast.ai offer {best.get('id')}, the cheapest of {len(offers)} matching")
-    if provider.name == "lambda":
-        from remote_gpu_trainer.providers.cloud.lambda_cloud import LambdaClient, pick_instance_type
-
-        assert isinstance(client, LambdaClient)
-        type_name, region, price = pick_instance_type(await client.instance_types(), request)
-        return _Quote(price, f"Lambda instance type {type_name} in {region}")
-    return _Quote(None, f"{provider.profile.display_name} quotes no price before creating, so you approve the "
-                        "ceiling; an instance created above it is reported and must be torn down")
+    if isinstance(client, Quotes):
+        return await client.quote(request)
+    return Quote(None, f"{provider.profile.display_name} quotes no price before creating, so you approve the "
+                       "ceiling; an instance created above it is reported and must be torn down")
 
 
 async def _refuse_double_launch(session: Session, instance_name: str, provider: CloudProvider) -> None:

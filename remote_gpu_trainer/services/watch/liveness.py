@@ -20,8 +20,7 @@ from remote_gpu_trainer.audits.checkpoint_cadence import write_time_from_file
 from remote_gpu_trainer.audits.liveness import Liveness, LivenessLook, classify, sentinel_state
 from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
-from remote_gpu_trainer.providers.base import BatchJobs, Transport
-from remote_gpu_trainer.providers.slurm import commands as slurm
+from remote_gpu_trainer.providers.base import BatchJobs, JobState, Transport
 from remote_gpu_trainer.services import instances
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.box_layout import ctl_dir, log_path
@@ -197,7 +196,7 @@ async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> 
     # on an interruptible box exit 143 is preemption (docs/remote-ops.md §10)
     judged = preemption.refine(judged, exit_code=seen.exit_code,
                                interruptible=session.instance(instance_name).preemptible)
-    return RunState(judged, finished, job.walltime() if job is not None and job.state else None,
+    return RunState(judged, finished, job.walltime if job is not None and job.known else None,
                     exit_code=seen.exit_code, started_at=seen.started_at,
                     sentinel=_sentinel(seen, launch), newest_ckpt_age_s=_age(seen.now, seen.newest_ckpt_mtime),
                     ckpt_write_s=write_time_from_file(seen.newest_ckpt_birth, seen.newest_ckpt_mtime))
@@ -223,12 +222,12 @@ def _sentinel(seen: LivenessLook, launch: dict[str, Any] | None) -> str | None:
     return sentinel_state(seen, float(poll) if isinstance(poll, int | float) else 30.0)
 
 
-def batch_liveness(job: slurm.SlurmJob, files: Liveness) -> Liveness:
-    """A batch job: Slurm says whether it is queued, running or ended; once ended, the wrapper's files
+def batch_liveness(job: JobState, files: Liveness) -> Liveness:
+    """A batch job: its scheduler says whether it is queued, running or ended; once ended, the wrapper's files
     (exit code and artifacts) decide finished versus incomplete, as for any detached job."""
-    state, detail = slurm.liveness_of(job)
+    state, detail = job.liveness, job.detail
     if state == "finished":
         return files if files.state in ("finished", "dead") else Liveness("unknown", "ended; no exit code file")
     if state == "dead" and files.state == "dead" and files.detail.startswith("exit") and detail != "preempted":
         return files
-    return Liveness(state, f"Slurm job {job.job_id}: {detail}")
+    return Liveness(state, f"{job.scheduler} job {job.job_id}: {detail}")
