@@ -28,9 +28,8 @@ from remote_gpu_trainer.services import actions, box_layout, gate, instances, me
 from remote_gpu_trainer.services.audit import audit, checklist, findings
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
-from remote_gpu_trainer.services.launch import env_audit as env
 from remote_gpu_trainer.services.meter import MeterReading
-from remote_gpu_trainer.services.watch import recovery, run_logs
+from remote_gpu_trainer.services.watch import gpu_samples, recovery, run_logs
 from remote_gpu_trainer.services.watch.checkpoint_cadence import cadence_view, run_cadence
 from remote_gpu_trainer.services.watch.liveness import WAITING_RUN, RunState, bounded_run_state
 from remote_gpu_trainer.services.watch.monitors import opened_monitor
@@ -38,6 +37,7 @@ from remote_gpu_trainer.services.watch.watched_state import with_provider_word
 from remote_gpu_trainer.text import money
 from remote_gpu_trainer.views import (
     NO_AUDIT,
+    AuditRow,
     AuditView,
     CheckpointView,
     GateView,
@@ -50,6 +50,7 @@ from remote_gpu_trainer.views import (
 if TYPE_CHECKING:
     from remote_gpu_trainer.audits.liveness import Liveness
     from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.state.db import StateDB
 
 MAX_NOTES = 3  # other boxes' notes under the instances table
 BUSY = ("running", "stalled")  # a run in one of these keeps its box from being idle
@@ -89,7 +90,7 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
                 for name in names}
     run_states = {run_id: run_answers.get(f"run:{run_id}") or WAITING_RUN for run_id in run_ids}
     gpu_answers, boxes = await asyncio.gather(
-        session.answers({f"gpu:{name}": partial(env.gpu_text, session, name, statuses[name]) for name in names},
+        session.answers({f"gpu:{name}": partial(gpu_samples.gpu_text, session, name, statuses[name]) for name in names},
                         wait_s),
         session.answers({name: partial(gate.teardown_verdict, session, name, statuses[name].provider_id)
                          for name in names if _gated(session, name, statuses[name].state)}, wait_s))
@@ -194,7 +195,7 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         + audit.catalogue_findings(run_id, audited),
         checklist=tuple(items), log=box_layout.log_path(run),
         metric=f"{run.metric.name} ({run.metric.direction})" if run.metric else None,
-        environment=env.last_audit(session.db, run_id),
+        environment=_environment_audit(session.db, run_id),
         step=progress.step if progress else None,
         total_steps=progress.total_steps if progress else None,
         eta_s=progress.eta(session.clock().timestamp()) if progress and running else None,
@@ -392,3 +393,9 @@ def idle_burn_alerts(instances: list[InstanceView], runs: list[RunView]) -> list
                       f"{money(instance.burn_per_hour)}/h ({money(instance.since_finished)} since it finished) "
                       f"→ next: {_STEP_KEYS[step]}{whose}")
     return alerts
+
+
+def _environment_audit(db: StateDB, run_id: str) -> tuple[AuditRow, ...]:
+    """The run's last phase-0 audit as stored, for the dashboard and the report."""
+    record = db.last_audit(run_id, "env")
+    return tuple(AuditRow(**row) for row in record[1]) if record else ()

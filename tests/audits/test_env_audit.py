@@ -33,7 +33,8 @@ from remote_gpu_trainer.audits import gpu_health as gh
 from remote_gpu_trainer.audits.env_audit.limits import IDLE_MEMORY_RATIO
 from remote_gpu_trainer.errors import TransportError
 from remote_gpu_trainer.providers.transports.local import LocalTransport
-from remote_gpu_trainer.services.launch.env_audit import parse_survey_output, run_env_survey, sample_gpus, survey_script
+from remote_gpu_trainer.services.launch.env_audit import parse_survey_output, run_env_survey, survey_script
+from remote_gpu_trainer.services.watch.gpu_samples import sample_gpus
 
 GPU = Path(__file__).parents[1] / "fixtures" / "gpu"
 MiB = 1 << 20

@@ -12,7 +12,7 @@ import pytest
 
 from remote_gpu_trainer.audits import gpu_health as gh
 from remote_gpu_trainer.errors import TransportError
-from remote_gpu_trainer.services.launch.env_audit import SAMPLE_VERSION, parse_sample_output
+from remote_gpu_trainer.services.watch.gpu_samples import SAMPLE_VERSION, parse_sample_output
 
 GPU = Path(__file__).parents[1] / "fixtures" / "gpu"
 READABLE_CLEAN = gh.KernelLog(readable=True, xid_text=(GPU / "dmesg_clean.txt").read_text())

@@ -1,10 +1,11 @@
-"""Gather the phase-0 environment facts and live GPU samples from a box (docs/remote-ops.md §1, §4, §5).
+"""Phase 0 of a launch: the environment survey of a box and its audit (docs/remote-ops.md §1, §4).
 
-Both calls send a bash program on stdin with every argument shell-quoted, so nothing from the run is
-spliced into a script body, and both are bounded by a deadline. The answers are parsed strictly: a
-probe that prints anything but one JSON object of the expected version is a bad answer, reported as a
-one-line TransportError (state unknown), never guessed at. Judging the facts is the audits' job
-(audits/env_audit.py, audits/gpu_health.py); this module only fetches them.
+The survey (remote/env_survey.sh) is sent as a bash program on stdin with every argument shell-quoted, so
+nothing from the run is spliced into a script body, and it is bounded by a deadline
+(services/box_programs.py). Its answer is parsed strictly: a survey that prints anything but one JSON object
+of the expected version is a bad answer, reported as a one-line TransportError (state unknown), never guessed
+at. Judging the facts is audits/env_audit/'s job; this module fetches them, stores the rows and logs the event.
+The live GPU samples a watcher takes are services/watch/gpu_samples.py.
 """
 
 from __future__ import annotations
@@ -25,54 +26,22 @@ from remote_gpu_trainer.audits.env_audit import (
     run_interpreter,
     worst,
 )
-from remote_gpu_trainer.audits.gpu_health import (
-    SAMPLE_FIELDS,
-    THROTTLE_FIELDS,
-    GpuParseError,
-    GpuSample,
-    parse_gpu_samples,
-)
 from remote_gpu_trainer.audits.manifest import is_checkpoint
 from remote_gpu_trainer.config.project import RunConfig
-from remote_gpu_trainer.errors import RgtError, TransportError, VerbFailed
+from remote_gpu_trainer.errors import TransportError, VerbFailed
 from remote_gpu_trainer.networks import load_network
-from remote_gpu_trainer.providers.base import CommandResult, InstanceStatus, Transport
+from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.services import instances
+from remote_gpu_trainer.services.box_programs import run_box_program
 from remote_gpu_trainer.services.evidence.manifest import local_manifest
-from remote_gpu_trainer.services.watch import run_logs
 from remote_gpu_trainer.state import events
-from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.strict_json import loads_strict
-from remote_gpu_trainer.text import describe_gpus
 from remote_gpu_trainer.views import AuditRow
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
 
 SURVEY_TIMEOUT_S = 120.0
-SAMPLE_TIMEOUT_S = 15.0
-SAMPLE_VERSION = "rgt-gpu-sample/1"
-GPU_SAMPLE_S = 10.0  # the dashboard's GPU text is sampled at most this often per instance
-
-# One query of the same fields as the survey's samples; KEY=VALUE lines, then nvidia-smi's CSV verbatim.
-_SAMPLER = f"""set -u
-main() {{
-  echo "version={SAMPLE_VERSION}"
-  if ! command -v nvidia-smi >/dev/null 2>&1; then echo "nvidia_smi=missing"; return 0; fi
-  echo "nvidia_smi=present"
-  local t="" out rc
-  timeout -k 1 5 true >/dev/null 2>&1 && t="timeout -k 2 10"
-  out=$($t nvidia-smi --query-gpu={','.join(SAMPLE_FIELDS)},{THROTTLE_FIELDS[0]} --format=csv,noheader,nounits 2>&1)
-  rc=$?
-  if [ "$rc" != 0 ]; then
-    out=$($t nvidia-smi --query-gpu={','.join(SAMPLE_FIELDS)},{THROTTLE_FIELDS[1]} --format=csv,noheader,nounits 2>&1)
-    rc=$?
-  fi
-  echo "rc=$rc"
-  printf '%s\\n' "$out"
-}}
-main </dev/null; exit 0
-"""
 
 
 def survey_script() -> bytes:
@@ -98,7 +67,7 @@ async def run_env_survey(transport: Transport, *, scratch: str, durable: str, py
     command = survey_command(transport, scratch=scratch, durable=durable, python=python, workdir=workdir,
                             staging_pairs=staging_pairs)
     sent = clock()
-    result = await _run(transport, command, survey_script(), timeout, "environment probe")
+    result = await run_box_program(transport, command, survey_script(), timeout, "environment probe")
     received = clock()
     facts = parse_survey_output(result.stdout)
     facts["client_sent_at"] = sent
@@ -126,57 +95,6 @@ def parse_survey_output(stdout: bytes) -> dict[str, Any]:
     if "error" in facts:
         raise TransportError(f"environment probe refused its arguments: {facts['error']}")
     return facts
-
-
-async def sample_gpus(transport: Transport, timeout: float = SAMPLE_TIMEOUT_S) -> list[GpuSample] | None:
-    """One sample per GPU for the live panel; None when the box has no GPU (no nvidia-smi, or no device)."""
-    result = await _run(transport, "bash -s", _SAMPLER.encode(), timeout, "GPU sample")
-    return parse_sample_output(result.stdout)
-
-
-def parse_sample_output(stdout: bytes) -> list[GpuSample] | None:
-    lines = stdout.decode("utf-8", errors="replace").splitlines()
-    if not lines or lines[0] != f"version={SAMPLE_VERSION}":
-        raise TransportError(f"GPU sampler answered badly: {lines[0][:80] if lines else 'nothing'!r}")
-    if lines[1:2] == ["nvidia_smi=missing"]:
-        return None
-    if len(lines) < 3 or lines[1] != "nvidia_smi=present" or not lines[2].startswith("rc="):
-        raise TransportError("GPU sampler answered badly: missing nvidia_smi/rc lines")
-    rc_text = lines[2].removeprefix("rc=")
-    csv = "\n".join(lines[3:])
-    if rc_text != "0":
-        if rc_text == "6" or "no devices were found" in csv.lower():
-            return None
-        first = next((line.strip() for line in lines[3:] if line.strip()), "no output")
-        raise TransportError(f"nvidia-smi failed on the box (exit {rc_text}): {first[:200]}")
-    try:
-        samples = parse_gpu_samples(csv)
-    except GpuParseError as exc:
-        raise TransportError(f"GPU sampler answered badly: {exc}") from None
-    return samples or None
-
-
-async def _run(transport: Transport, command: str, script: bytes, timeout: float, what: str) -> CommandResult:
-    try:
-        result = await transport.run(command, stdin=script, timeout=timeout)
-    except TimeoutError:
-        raise TransportError(f"{what} got no answer within {timeout:g} s: state unknown, retry later") from None
-    except TransportError as exc:
-        if type(exc) is not TransportError:
-            raise  # typed failures (host key, authentication) carry what the UI needs; never blur them
-        raise TransportError(f"{what} could not reach the box: {_one_line(str(exc))}") from None
-    except OSError as exc:
-        raise TransportError(f"{what} could not run: {_one_line(str(exc)) or type(exc).__name__}") from None
-    if result.rc != 0:
-        detail = _one_line(result.error_text) or "no message"
-        raise TransportError(f"{what} exited {result.rc}: {detail}")
-    return result
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())[:200]
-
-
 
 
 async def audit_run_environment(session: Session, run_id: str, actor: str = "user") -> list[AuditRow]:
@@ -235,33 +153,3 @@ def acknowledge_failed_rows(session: Session, run_id: str, failed: list[AuditRow
         raise VerbFailed(f"run {run_id}: launching past a failed phase-0 row needs a reason (--ack \"why\")")
     events.env_acknowledged(session.db, run_id=run_id, instance=session.project.run(run_id).instance, note=note,
                             checks=[r.check for r in failed], actor=actor)
-
-
-def last_audit(db: StateDB, run_id: str) -> tuple[AuditRow, ...]:
-    """The run's last phase-0 audit as stored, for the dashboard and the report."""
-    record = db.last_audit(run_id, "env")
-    return tuple(AuditRow(**row) for row in record[1]) if record else ()
-
-
-async def gpu_text(session: Session, name: str, status: InstanceStatus) -> str:
-    """What the GPUs are doing, sampled at most every GPU_SAMPLE_S per instance; "no GPU" is a state."""
-    if not session.profile(name).gpu_sampling or status.state != "running":
-        return status.gpu
-    texts = _gpu_texts(session)
-    cached = texts.get(name)
-    if cached is not None and time.monotonic() - cached[0] < GPU_SAMPLE_S:
-        return cached[1]
-    try:
-        samples = await sample_gpus(session.transport(name))
-    except RgtError:
-        text = f"{cached[1]} (stale)" if cached else status.gpu or "?"  # the provider's word beats none
-    else:
-        text = describe_gpus(samples)
-        run_logs.note_gpu_samples(session, name, samples or [])  # the GPU rules read them
-    texts[name] = (time.monotonic(), text)
-    return text
-
-
-def _gpu_texts(session: Session) -> dict[str, tuple[float, str]]:
-    """Instance -> (monotonic time, panel text) of its last GPU sample in this session."""
-    return session.cache(__name__, dict)

@@ -96,7 +96,7 @@ async def evaluate_rules(session: Session, run_id: str, state: RunState) -> None
 
 
 def note_gpu_samples(session: Session, instance: str, samples: list[GpuSample]) -> None:
-    """The instance's latest GPU samples (services/launch/env_audit.py's gpu_text takes them for the panel):
+    """The instance's latest GPU samples (services/watch/gpu_samples.py's gpu_text takes them for the panel):
     the GPU rules read them where the box's own timed readings are missing."""
     _gpu_samples(session)[instance] = samples
 
