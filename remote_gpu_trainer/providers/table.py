@@ -115,6 +115,14 @@ def available() -> tuple[str, ...]:
     return tuple(row.name for row in _ROWS.values() if row.built)
 
 
+def kind_of(name: str) -> str | None:
+    """The provider's kind (one of KINDS), or None for a name the table does not hold: callers that treat a
+    kind's machinery specially (a local box's folder, a sim box's disk, a Slurm queue's preemption) ask this,
+    never the provider's name."""
+    row = _ROWS.get(name)
+    return row.kind if row is not None else None
+
+
 def of_kind(kind: str) -> tuple[str, ...]:
     return tuple(row.name for row in _ROWS.values() if row.kind == kind)
 

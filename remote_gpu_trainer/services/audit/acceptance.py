@@ -56,6 +56,7 @@ from remote_gpu_trainer.clock import iso_offset
 from remote_gpu_trainer.config.project import SAFE_NAME, ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import ConfigError, TransportError, VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, read_regular
+from remote_gpu_trainer.providers import table as provider_table
 from remote_gpu_trainer.providers.base import Transport
 from remote_gpu_trainer.providers.transports.local import LocalTransport
 from remote_gpu_trainer.remote import program_stdin
@@ -133,7 +134,7 @@ def refuse_target(project: ProjectConfig, run: RunConfig, on: str | None) -> Non
     """Only a second machine can accept: an unknown instance, the run's own box, or `--here` for a run that
     ran on this machine (provider local) is refused before anything moves."""
     if on is None:
-        if project.instances[run.instance].provider == "local":
+        if provider_table.kind_of(project.instances[run.instance].provider) == "local":
             raise ConfigError(f"rgt accept --here: run {run.id} ran on this machine (instance {run.instance}, "
                               "provider local): an acceptance here proves nothing; use --on another instance")
         return

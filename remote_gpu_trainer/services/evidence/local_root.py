@@ -17,6 +17,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, Manifest, ManifestLink
 from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
+from remote_gpu_trainer.providers import table as provider_table
 from remote_gpu_trainer.state.caches import FileKey
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.text import escape_control
@@ -58,14 +59,17 @@ def not_home(project_root: Path, run_id: str, box_roots: Iterable[Path] = ()) ->
 
 def box_folders(project: ProjectConfig, run: RunConfig) -> list[Path]:
     """The run's result root where the box's disk is a folder of this machine: a `local` box's path, a sim box's
-    folder under .rgt/sim (`samefile` against it catches a bind mount). An SSH box's paths name another machine."""
+    folder under .rgt/<provider> (`samefile` against it catches a bind mount); the kind comes from
+    providers/table.py. An SSH box's paths name another machine."""
     instance = project.instances.get(run.instance)
     if instance is None:
         return []
-    if instance.provider == "local":
+    kind = provider_table.kind_of(instance.provider)
+    if kind == "local":
         return [Path(run.remote_root)]
-    if instance.provider == "sim":
-        return [project.root / ".rgt" / "sim" / run.instance / run.remote_root.lstrip("/")]
+    if kind == "sim":
+        # a simulated box's disk is .rgt/<provider>/<instance> (providers/sim.py's build, one folder per row)
+        return [project.state_dir / instance.provider / run.instance / run.remote_root.lstrip("/")]
     return []
 
 

@@ -18,6 +18,7 @@ from weakref import WeakKeyDictionary
 from remote_gpu_trainer.audits import preemption
 from remote_gpu_trainer.audits.checkpoint_cadence import Cadence, cadence, write_time_from_lines
 from remote_gpu_trainer.config.project import RunConfig
+from remote_gpu_trainer.providers import table as provider_table
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.watch.monitors import opened_monitor
 from remote_gpu_trainer.views import CadenceView
@@ -38,7 +39,7 @@ def mtbp(session: Session, run: RunConfig, status_detail: Mapping[str, Any] | No
     if instance.mtbp_hours is not None:
         return instance.mtbp_hours * 3600, f"rgt.toml instances.{run.instance}.mtbp_hours"
     hours = session.profile(run.instance).raw.get("preemption", {}).get("mtbp_hours")
-    interruptible = instance.preemptible or instance.provider == "slurm" \
+    interruptible = instance.preemptible or provider_table.kind_of(instance.provider) == "slurm" \
         or preemption.interruptible_status(status_detail or {})
     if isinstance(hours, int | float) and hours > 0 and interruptible:
         return float(hours) * 3600, f"profile {session.profile(run.instance).id} [preemption]"
