@@ -36,7 +36,7 @@ def test_the_cli_entry_point_tunes_the_process_once(project_dir: Path) -> None:
 
 def test_an_app_opened_without_the_cli_gets_the_same_settings(project_dir: Path) -> None:
     body = ("from remote_gpu_trainer.app import RgtApp\n"
-            "from remote_gpu_trainer.services.session import Session\n"
+            "from remote_gpu_trainer.services.opening import open_session\n"
             f"RgtApp(open_session({str(project_dir)!r}, read_only=True))")
     before, after = settings_after(body, project_dir)
     assert before == DEFAULTS
