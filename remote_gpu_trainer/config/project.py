@@ -26,7 +26,6 @@ from remote_gpu_trainer.remote.build_manifest import name_problem
 from remote_gpu_trainer.secret_shapes import secrets_in
 from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml, read_text
-from remote_gpu_trainer.toml_table import table_line as table_line  # providers/box_identity.py reads it here
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.run_records import LocationDrift  # a RunConfig's drift from its launch

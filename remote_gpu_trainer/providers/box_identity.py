@@ -21,9 +21,10 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.config.project import InstanceConfig, ProjectConfig, table_line
+from remote_gpu_trainer.config.project import InstanceConfig, ProjectConfig
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.providers import table
+from remote_gpu_trainer.toml_table import table_line
 
 if TYPE_CHECKING:  # asyncssh loads only when a project has SSH-hosted entries to compare
     from remote_gpu_trainer.providers.transports.ssh_pool import SSHSettings
