@@ -36,6 +36,8 @@ PROJECT_VERBS: dict[str, tuple[str, str]] = {
     "capsule": ("evidence_tools", "capsule"), "splits": ("evidence_tools", "splits"),
     "build": ("deliver_verbs", "build"), "reconcile": ("deliver_verbs", "reconcile"),
     "completeness": ("deliver_verbs", "completeness"), "status": ("status_verbs", "status"),
+    "mcp": ("agent_verbs", "mcp"), "skill": ("agent_verbs", "skill"),
+    "approve": ("approval_verbs", "approve"), "reject": ("approval_verbs", "reject"),
 }
 RUN_VERBS: dict[str, tuple[str, str]] = {
     "up": ("launch_verbs", "up"), "push": ("launch_verbs", "push"), "run": ("launch_verbs", "run"),

@@ -19,7 +19,7 @@ from remote_gpu_trainer.providers import table
 
 VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "probe",
          "accept", "tick", "events", "trust", "capsule", "splits", "build", "reconcile", "completeness", "completion",
-         "help", "status", "adopt")
+         "help", "status", "adopt", "mcp", "approve", "reject", "skill")
 # One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
 VERB_HELP = {
     "demo": "write the demo project and launch its run on a simulated rented box, then open the TUI",
@@ -51,6 +51,12 @@ VERB_HELP = {
     "help": "show the help of rgt, or of one verb (rgt help VERB)",
     "adopt": "rebuild this project's launch records from a box's ledger (after the state database was lost): "
              "then pull and verify those runs again",
+    "mcp": "serve the project to an AI agent over the Model Context Protocol (stdio): everything that costs nothing; "
+           "rents, stops, teardowns and finding decisions become requests a person approves",
+    "approve": "approve an agent's request at a terminal (the plan is shown again, an irreversible one needs the "
+               "instance id typed); --allowance: let rents and resumes within a price and a total through",
+    "reject": "reject an agent's request at a terminal, with a note the agent reads",
+    "skill": "print the SKILL.md that teaches an agent (Claude Code, Codex) to drive rgt; --install DIR writes it",
     "status": "list every box of the project (--all: of every project you opened) with its burn, cost and idle "
               "time, and, in each cloud account those projects configure, the boxes that bill and no project "
               "names",
@@ -93,6 +99,11 @@ VERB_EXAMPLES = {
                    "rgt completion zsh > ~/.zfunc/_rgt"),
     "help": ("rgt help down",),
     "adopt": ("rgt adopt gpu-box", "rgt adopt gpu-box ~/proj --format json"),
+    "mcp": ("rgt mcp ~/proj                     (in the agent's MCP configuration: docs/agents.md)",),
+    "approve": ("rgt approve Q-000003", "rgt approve --list",
+                "rgt approve --allowance --max-price 1.50 --total 20 --hours 12"),
+    "reject": ('rgt reject Q-000003 --note "pull and verify first"',),
+    "skill": ("rgt skill", "rgt skill --install ~/.claude/skills"),
     "status": ("rgt status", "rgt status --all", "rgt status --all --format json --timeout 10"),
 }
 SHELLS = ("bash", "zsh", "tcsh")
@@ -417,6 +428,35 @@ def _watch_rules(parser: Parser, args: argparse.Namespace) -> None:
         parser.error("--format json prints one document: add --once")
 
 
+def _mcp_arguments(parser: Parser) -> None:
+    _project_argument(parser)
+    parser.add_argument("--client-name", metavar="NAME", help="the agent's name in the event log when its MCP "
+                        "client does not send one (default: the client's own name)")
+
+
+def _approve_arguments(parser: Parser) -> None:
+    parser.add_argument("request", nargs="?", help="the request id, e.g. Q-000003 (--list shows them)")
+    _project_argument(parser)
+    parser.add_argument("--list", action="store_true", help="list the pending requests and the allowances")
+    parser.add_argument("--allowance", action="store_true", help="grant the agent a spending allowance for "
+                        "rents and resumes (never teardowns, stops or finding decisions)")
+    parser.add_argument("--max-price", type=float, metavar="PER_HOUR", help="the allowance's highest price per hour")
+    parser.add_argument("--total", type=float, metavar="AMOUNT", help="the allowance's total (price × hours asked)")
+    parser.add_argument("--hours", type=float, metavar="H", help="the allowance expires after H hours")
+    parser.add_argument("--revoke", metavar="ALLOWANCE", help="end an allowance now (e.g. A-000001)")
+
+
+def _reject_arguments(parser: Parser) -> None:
+    parser.add_argument("request", help="the request id, e.g. Q-000003")
+    _project_argument(parser)
+    parser.add_argument("--note", default="", help="why, for the agent to read")
+
+
+def _skill_arguments(parser: Parser) -> None:
+    parser.add_argument("--install", metavar="DIR", help="write DIR/remote-gpu-trainer/SKILL.md (never overwrites "
+                        "a file it did not write)")
+
+
 def _no_options(parser: Parser) -> None:
     """push, pull and verify take the run and the project only."""
 
@@ -428,7 +468,8 @@ _ARGUMENTS: dict[str, Callable[[Parser], None]] = {
     "tick": _tick_arguments, "audit": _audit_arguments, "finding": _finding_arguments, "probe": _probe_arguments,
     "accept": _accept_arguments, "capsule": _capsule_arguments, "splits": _splits_arguments,
     "build": _build_arguments, "reconcile": _reconcile_arguments, "completeness": _completeness_arguments,
-    "status": _status_arguments, "watch": _watch_arguments,
+    "status": _status_arguments, "watch": _watch_arguments, "mcp": _mcp_arguments, "approve": _approve_arguments,
+    "reject": _reject_arguments, "skill": _skill_arguments,
 }
 _RUN_OPTIONS: dict[str, Callable[[Parser], None]] = {
     "down": _down_options, "run": _launch_options, "up": _up_options, "watch": _watch_options,

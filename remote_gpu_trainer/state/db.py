@@ -17,6 +17,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.errors import StateError
+from remote_gpu_trainer.state.approvals import ApprovalTables
 from remote_gpu_trainer.state.audit import AuditTables
 from remote_gpu_trainer.state.billing import BillingTables
 from remote_gpu_trainer.state.caches import CacheTables
@@ -29,7 +30,7 @@ from remote_gpu_trainer.state.run_logs import RunLogTables
 
 
 class StateDB(EventLog, BillingTables, EvidenceTables, CacheTables, LaunchTables, CheckTables, RunLogTables,
-              AuditTables):
+              AuditTables, ApprovalTables):
     """Thin typed access to the state database; one connection per process, short transactions."""
 
     def __init__(self, path: Path, clock: Clock = utc_now, *, read_only: bool = False) -> None:

@@ -54,6 +54,9 @@ class EventKind(StrEnum):
     NOTIFIED = "notified"  # the local patrol sent one event of a run through apprise (rgt watch --notify)
     AUTO_FOLLOW = "auto_follow"  # a watcher started, or finished, the automatic pull/verify of a finished run
     ADOPTED = "adopted"  # `rgt adopt` rebuilt a launch record from the box's ledger (docs/gate.md §7.2)
+    AGENT_TOOL = "agent_tool"  # an agent called a tool of `rgt mcp` that changes something (its actor: agent:NAME)
+    REQUEST = "request"  # an agent filed a request in the approval inbox, or it changed state (docs/agents.md)
+    ALLOWANCE = "allowance"  # a person granted or revoked a spending allowance, or a request used one
 
 
 @dataclass(frozen=True)
@@ -424,3 +427,32 @@ def auto_follow(db: EventLog, *, run_id: str, instance: str, launch_seq: int, ou
                            instance=instance, actor=actor,
                            detail={"launch_seq": launch_seq, "outcome": outcome, "steps": list(steps),
                                    "summary": summary})
+
+
+# -- the approval inbox (services/inbox/) --------------------------------------------------------------------------
+
+def request_moved(db: EventLog, *, request: str, kind: str, state: str, summary: str, run_id: str | None,
+                  instance: str | None, actor: str, detail: dict[str, Any] | None = None) -> Event:
+    """REQUEST, written when an agent files a request and at every change of its state (approved, rejected,
+    back to pending because its plan changed, refused at execution, done, failed), before what it authorises.
+    Payload: the `request` id, its `kind` and new `state`, and what that move carries (the plan's digest and
+    lines when it was filed or approved, the note of a rejection, the reason of a refusal)."""
+    body = {"request": request, "kind": kind, "state": state, **(detail or {})}
+    return db.append_event(EventKind.REQUEST, summary, run_id=run_id, instance=instance, actor=actor, detail=body)
+
+
+def allowance_changed(db: EventLog, *, allowance: str, summary: str, actor: str, detail: dict[str, Any]) -> Event:
+    """ALLOWANCE, written when a person grants or revokes an allowance and when a request is let through by one.
+    Payload: the `allowance` id and its terms or the use (`request`, `amount`)."""
+    return db.append_event(EventKind.ALLOWANCE, summary, actor=actor, detail={"allowance": allowance, **detail})
+
+
+# -- the agent face (remote_gpu_trainer/agents/) ---------------------------------------------------------------------
+
+def agent_tool_called(db: EventLog, *, tool: str, run_id: str | None, instance: str | None, outcome: str, actor: str,
+                      arguments: dict[str, Any]) -> Event:
+    """AGENT_TOOL, written once per call of an `rgt mcp` tool that changes something (a push, a launch, a pull, a
+    request filed), when that call's work ended. Payload: the `tool`, its `outcome` in words ("ok", or the exit
+    code and the one line of the refusal) and the `arguments` the agent passed, secrets already replaced."""
+    return db.append_event(EventKind.AGENT_TOOL, f"agent tool {tool}: {outcome}", run_id=run_id, instance=instance,
+                           actor=actor, detail={"tool": tool, "outcome": outcome, "arguments": arguments})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.errors import StateError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -216,6 +216,49 @@ CREATE INDEX probe_records_by_subject ON probe_records (check_id, subject, seq);
     # its hash; NULL for every manifest rgt's own builder wrote.
     4: """
 ALTER TABLE run_records ADD COLUMN adopted_run_id TEXT;
+""",
+    # 5 -> 6: the approval inbox (docs/agents.md): an agent's requests with the plan a person approves, the
+    # spending allowances a person granted and each use of one. Every change of a request is also an event.
+    5: """
+CREATE TABLE agent_requests (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    filed_at TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    filed_by TEXT NOT NULL,
+    run_id TEXT,
+    instance TEXT,
+    why TEXT NOT NULL,
+    params TEXT NOT NULL,
+    plan TEXT NOT NULL,
+    binding TEXT NOT NULL,
+    state TEXT NOT NULL,
+    state_at TEXT NOT NULL,
+    decided_by TEXT,
+    outcome TEXT NOT NULL DEFAULT '',
+    allowance_id INTEGER
+);
+CREATE INDEX agent_requests_by_state ON agent_requests (state, seq);
+CREATE TABLE allowances (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    granted_at TEXT NOT NULL,
+    granted_by TEXT NOT NULL,
+    max_price_per_hour REAL NOT NULL,
+    total REAL NOT NULL,
+    expires_at TEXT NOT NULL,
+    revoked_at TEXT,
+    revoked_by TEXT
+);
+CREATE TABLE allowance_uses (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    allowance_seq INTEGER NOT NULL,
+    request_seq INTEGER NOT NULL,
+    at TEXT NOT NULL,
+    amount REAL NOT NULL
+);
+CREATE TRIGGER allowance_uses_no_update BEFORE UPDATE ON allowance_uses
+    BEGIN SELECT RAISE(ABORT, 'allowance uses are append-only'); END;
+CREATE TRIGGER allowance_uses_no_delete BEFORE DELETE ON allowance_uses
+    BEGIN SELECT RAISE(ABORT, 'allowance uses are append-only'); END;
 """,
 }
 assert sorted(MIGRATIONS) == list(range(1, SCHEMA_VERSION)), "one rung per schema version"

@@ -15,7 +15,7 @@ from support.helpers import run_rgt
 # written out here, not read from the parser: a verb dropped from VERBS must fail this file
 EXPECTED_VERBS = {"demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick",
                   "audit", "finding", "probe", "accept", "events", "trust", "capsule", "splits", "completion", "help",
-                  "build", "reconcile", "completeness", "status", "adopt"}
+                  "build", "reconcile", "completeness", "status", "adopt", "mcp", "approve", "reject", "skill"}
 OPTIONS_OF = {"down": ("--confirm", "--stop", "--accept-loss"),
               "watch": ("--once", "--interval", "--format", "--all", "--notify", "--progress-every"),
               "verify": ("--format",), "pull": ("--format",), "events": ("--run", "--format"),
