@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.secret_shapes import secret_problem
 from remote_gpu_trainer.services.inbox import allowances
 from remote_gpu_trainer.services.inbox.decide import execute_within_allowance
 from remote_gpu_trainer.services.inbox.model import (
@@ -78,6 +79,10 @@ def _checked(session: Session, kind: RequestKind, why: str, run_id: str | None, 
         raise ConfigError(f"a {kind} request needs `why`: the person deciding reads it")
     if len(why) > MAX_WHY:
         raise ConfigError(f"`why` is {len(why)} characters; at most {MAX_WHY}")
+    for key, value in (("why", why), *((k, v) for k, v in params.items() if isinstance(v, str))):
+        if secret_problem("text", value) is not None:  # the key is fixed: the value's shape decides
+            raise ConfigError(f"the request's `{key}` looks like it holds a secret (a key or token): nothing was "
+                              "filed; leave secrets out of requests")
     if kind in (RequestKind.RENT, RequestKind.RESUME):
         if not run_id or run_id not in session.project.runs:
             raise ConfigError(f"a {kind} request names a run of {session.project.file}: {run_id!r} is not one")
