@@ -182,3 +182,55 @@ def test_a_finding_decision_runs_on_a_persons_word_with_the_agents_note(tmp_path
         assert record.status == "acknowledged" and record.disclosure == "single seed" and record.status_by == PERSON
 
     asyncio.run(_in_session(root, body))
+
+
+def test_two_faces_approving_at_once_execute_the_request_once(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+
+    async def file(session: Session) -> str:
+        request = await file_request(session, RequestKind.RENT, actor=AGENT, why="train", run_id=RUN)
+        return request.plan.digest
+
+    digest = asyncio.run(_in_session(root, file))
+
+    async def both() -> list[object]:
+        tui, terminal = open_session(str(root)), open_session(str(root))
+        try:
+            return await asyncio.gather(
+                decide.approve(tui, "Q-000001", actor=person_actor("tui"), shown_digest=digest),
+                decide.approve(terminal, "Q-000001", actor=PERSON, shown_digest=digest), return_exceptions=True)
+        finally:
+            for session in (tui, terminal):
+                await session.close_transports()
+                session.close()
+
+    outcomes = asyncio.run(both())
+    done = [o for o in outcomes if not isinstance(o, BaseException)]
+    refused = [o for o in outcomes if isinstance(o, ConfigError)]
+    assert len(done) == 1 and len(refused) == 1, outcomes
+    assert "decided elsewhere" in str(refused[0]) or "only a pending request" in str(refused[0])
+
+    async def check(session: Session) -> None:
+        creates = [e for e in session.db.events(kind=EventKind.APPROVAL) if e.detail.get("action") == "create"]
+        assert len(creates) == 1 and get_request(session, "Q-000001").state == "done"
+
+    asyncio.run(_in_session(root, check))
+
+
+def test_a_request_that_carries_a_secret_or_names_nothing_real_is_not_filed(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+
+    async def body(session: Session) -> None:
+        key = "rpa_" + "A1b2C3d4E5f6G7h8J9k0"
+        with pytest.raises(ConfigError, match="secret"):
+            await file_request(session, RequestKind.TEARDOWN, actor=AGENT, why=f"use {key}", instance=INSTANCE)
+        with pytest.raises(ConfigError, match="instance"):
+            await file_request(session, RequestKind.TEARDOWN, actor=AGENT, why="x", instance="nope")
+        with pytest.raises(ConfigError, match="hours"):
+            await file_request(session, RequestKind.RENT, actor=AGENT, why="x", run_id=RUN, params={"hours": -1})
+        with pytest.raises(ConfigError, match="why"):
+            await file_request(session, RequestKind.RENT, actor=AGENT, why="  ", run_id=RUN)
+        assert session.db.request_rows() == []
+        assert all(key not in e.summary + str(e.detail) for e in session.db.events())
+
+    asyncio.run(_in_session(root, body))
