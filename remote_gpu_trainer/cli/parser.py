@@ -435,7 +435,8 @@ def _mcp_arguments(parser: Parser) -> None:
 
 
 def _approve_arguments(parser: Parser) -> None:
-    parser.add_argument("request", nargs="?", help="the request id, e.g. Q-000003 (--list shows them)")
+    parser.add_argument("request", nargs="?", help="the request id, e.g. Q-000003 (--list shows them); with --list, "
+                        "--allowance or --revoke there is none, and a single folder here is the PROJECT")
     _project_argument(parser)
     parser.add_argument("--list", action="store_true", help="list the pending requests and the allowances")
     parser.add_argument("--allowance", action="store_true", help="grant the agent a spending allowance for "
@@ -444,6 +445,8 @@ def _approve_arguments(parser: Parser) -> None:
     parser.add_argument("--total", type=float, metavar="AMOUNT", help="the allowance's total (price × hours asked)")
     parser.add_argument("--hours", type=float, metavar="H", help="the allowance expires after H hours")
     parser.add_argument("--revoke", metavar="ALLOWANCE", help="end an allowance now (e.g. A-000001)")
+    parser.add_argument("--format", choices=FORMATS, default="text",
+                        help="with --list: text for people (default) or json: one document (rgt-inbox/v1)")
 
 
 def _reject_arguments(parser: Parser) -> None:
