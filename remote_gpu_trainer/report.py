@@ -22,6 +22,7 @@ from remote_gpu_trainer.views import (
     CadenceView,
     ClaimView,
     Overview,
+    RequestView,
     ResultRowView,
     ResultsView,
     RunResultsView,
@@ -56,7 +57,26 @@ def to_dict(overview: Overview) -> dict[str, Any]:
         "runs": [_run_dict(r) for r in sorted(overview.runs, key=lambda r: r.id)],
         "alerts": list(overview.alerts),
         "verify": audit_dict(overview.audit),
+        # added 2026-12-07: the approval inbox (docs/agents.md): open requests, then the latest decided ones
+        "requests": [request_dict(r) for r in overview.requests],
     }
+
+
+def request_dict(r: RequestView) -> dict[str, Any]:
+    """One request as the report and the agent's `rgt_requests` show it: who asked, who decided, what it does."""
+    return {"id": r.id, "kind": r.kind, "state": r.state, "subject": r.subject, "filed_at": iso_z(r.filed_at),
+            "filed_by": r.filed_by, "why": r.why, "decided_by": r.decided_by, "state_at": iso_z(r.state_at),
+            "outcome": r.outcome, "allowance": r.allowance, "price_per_hour": r.plan.price_per_hour,
+            "irreversible": r.plan.irreversible, "blocked": list(r.plan.blocked), "plan": list(r.plan.lines),
+            "digest": r.plan.digest}
+
+
+def request_line(r: RequestView) -> str:
+    """`Q-000001 teardown of box: pending · filed by agent:claude-code · why`; the decision when there is one."""
+    decided = f" · {r.state} by {r.decided_by}" if r.decided_by else ""
+    outcome = f": {r.outcome}" if r.outcome and r.state != "pending" else ""
+    return (f"{r.id} {r.kind} of {r.subject}: {r.state} · filed by {r.filed_by}{decided}{outcome} · "
+            f"why: {r.why}")
 
 
 def results_dict(results: ResultsView) -> dict[str, Any]:
@@ -253,6 +273,9 @@ def _text(o: Overview) -> str:
         out.extend(f"    [{c.status:<14}] {c.id} {c.title}" + (f" — {c.note}" if c.note else "")
                    for c in run.checklist)
     out.extend(_audit_text(o.audit))
+    if o.requests:
+        out += ["", f"REQUESTS (the approval inbox: {o.pending_requests} pending; `rgt approve ID` decides one)"]
+        out.extend(f"  {request_line(r)}" for r in o.requests)
     return "\n".join(out) + "\n"
 
 
@@ -432,6 +455,11 @@ def _markdown(o: Overview) -> str:
                 "|---|---|---|---|---|---|---|"]
         out.extend(f"| {f.severity} | {f.status} | {f.id} | {f.check} {f.check_name} | {_cell(f.subject)} | "
                    f"{_cell(f.message)} | {_cell(f.disclosure)} |" for f in shown)
+    if o.requests:
+        out += ["", "## Requests", "", f"{o.pending_requests} pending; `rgt approve ID` decides one.", "",
+                "| id | kind | subject | state | filed by | decided by | why |", "|---|---|---|---|---|---|---|"]
+        out.extend(f"| {r.id} | {r.kind} | {_cell(r.subject)} | {r.state} | {_cell(r.filed_by)} | "
+                   f"{_cell(r.decided_by or '')} | {_cell(r.why)} |" for r in o.requests)
     return "\n".join(out) + "\n"
 
 

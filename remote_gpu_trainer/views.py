@@ -338,6 +338,12 @@ class Overview:
     alerts: tuple[str, ...] = field(default_factory=tuple)
     audit: AuditView = NO_AUDIT  # the latest audit of the project by the catalogue
     results: ResultsView = NO_RESULTS  # filled for `--report` only (services/deliver/results.py)
+    requests: tuple[RequestView, ...] = ()  # the approval inbox: open requests, then the latest decided ones
+
+    @property
+    def pending_requests(self) -> int:
+        """How many of an agent's requests wait for a person (the dashboard's header says so)."""
+        return sum(1 for r in self.requests if r.state == "pending")
 
     def run(self, run_id: str) -> RunView | None:
         return next((r for r in self.runs if r.id == run_id), None)

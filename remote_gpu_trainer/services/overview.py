@@ -28,6 +28,7 @@ from remote_gpu_trainer.services import actions, box_layout, gate, instances, me
 from remote_gpu_trainer.services.audit import audit, checklist, findings
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
+from remote_gpu_trainer.services.inbox.model import RequestState, request_view
 from remote_gpu_trainer.services.meter import MeterReading
 from remote_gpu_trainer.services.watch import gpu_samples, recovery, run_logs
 from remote_gpu_trainer.services.watch.checkpoint_cadence import cadence_view, run_cadence
@@ -44,6 +45,7 @@ from remote_gpu_trainer.views import (
     InstanceView,
     LocationDriftView,
     Overview,
+    RequestView,
     RunView,
 )
 
@@ -143,7 +145,17 @@ async def build(session: Session, seen: Observation) -> Overview:
         project=session.project.name, generated_at=seen.at, currency=views[0].currency if views else "USD",
         total=sum(i.cost_so_far for i in views), burn_per_hour=sum(i.burn_per_hour for i in views),
         instances=tuple(views), runs=tuple(runs), read_only=session.read_only, alerts=alerts, audit=audited,
+        requests=inbox_requests(session),
     )
+
+
+def inbox_requests(session: Session, decided: int = 10) -> tuple[RequestView, ...]:
+    """The open requests of the approval inbox and the latest `decided` others, oldest first (services/inbox/):
+    read from the database only, so looking costs no box a question."""
+    rows = session.db.request_rows()
+    open_rows = [r for r in rows if r.state in (RequestState.PENDING, RequestState.EXECUTING)]
+    closed = [r for r in rows if r.state not in (RequestState.PENDING, RequestState.EXECUTING)][-decided:]
+    return tuple(request_view(r) for r in sorted([*open_rows, *closed], key=lambda r: r.seq))
 
 
 def instance_views(session: Session, seen: Observation) -> list[InstanceView]:

@@ -234,3 +234,26 @@ def test_a_request_that_carries_a_secret_or_names_nothing_real_is_not_filed(tmp_
         assert all(key not in e.summary + str(e.detail) for e in session.db.events())
 
     asyncio.run(_in_session(root, body))
+
+
+def test_the_report_says_who_asked_and_who_decided(tmp_path: Path) -> None:
+    import json
+
+    from support.gate_helpers import rgt
+
+    root = _project(tmp_path / "p")
+
+    async def body(session: Session) -> None:
+        request = await file_request(session, RequestKind.RENT, actor=AGENT, why="train the model", run_id=RUN)
+        await file_request(session, RequestKind.STOP, actor=AGENT, why="pause \x1b[31mnow", instance=INSTANCE)
+        await decide.approve(session, request.id, actor=PERSON, shown_digest=request.plan.digest)
+
+    asyncio.run(_in_session(root, body))
+    report = json.loads(rgt("--report", "--format", "json", cwd=root).stdout)
+    rows = {r["id"]: r for r in report["requests"]}
+    assert rows["Q-000001"]["filed_by"] == AGENT and rows["Q-000001"]["decided_by"] == PERSON
+    assert rows["Q-000001"]["state"] == "done" and rows["Q-000002"]["state"] == "pending"
+    assert rows["Q-000002"]["why"] == "pause \\x1b[31mnow"  # text from an agent is escaped like text from a box
+    text = rgt("--report", cwd=root).stdout
+    assert "REQUESTS (the approval inbox: 1 pending" in text
+    assert f"Q-000001 rent of run r1 on box: done · filed by {AGENT} · done by {PERSON}" in text
