@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from remote_gpu_trainer.clock import iso_z
+from remote_gpu_trainer.request_views import RequestView
 from remote_gpu_trainer.text import cadence_line, duration, escape_all, location_drift_line, money, short_hash, size
 from remote_gpu_trainer.views import (
     AuditFindingView,
@@ -22,7 +23,6 @@ from remote_gpu_trainer.views import (
     CadenceView,
     ClaimView,
     Overview,
-    RequestView,
     ResultRowView,
     ResultsView,
     RunResultsView,
@@ -273,10 +273,15 @@ def _text(o: Overview) -> str:
         out.extend(f"    [{c.status:<14}] {c.id} {c.title}" + (f" — {c.note}" if c.note else "")
                    for c in run.checklist)
     out.extend(_audit_text(o.audit))
-    if o.requests:
-        out += ["", f"REQUESTS (the approval inbox: {o.pending_requests} pending; `rgt approve ID` decides one)"]
-        out.extend(f"  {request_line(r)}" for r in o.requests)
+    out.extend(_requests_text(o))
     return "\n".join(out) + "\n"
+
+
+def _requests_text(o: Overview) -> list[str]:
+    if not o.requests:
+        return []
+    return ["", f"REQUESTS (the approval inbox: {o.pending_requests} pending; `rgt approve ID` decides one)",
+            *(f"  {request_line(r)}" for r in o.requests)]
 
 
 def _num(value: float | None) -> str:

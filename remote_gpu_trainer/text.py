@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:  # annotations only; audits import this module, so it imports nothing above audits
     from remote_gpu_trainer.audits.gpu_health import GpuSample
-    from remote_gpu_trainer.views import BoxView, CadenceView, FleetView, LocationDriftView, OrphanView, ProjectRowView
+    from remote_gpu_trainer.fleet_views import BoxView, FleetView, OrphanView, ProjectRowView
+    from remote_gpu_trainer.views import CadenceView, LocationDriftView
 
 T = TypeVar("T")
 

@@ -28,8 +28,8 @@ from remote_gpu_trainer.errors import EXIT_OK, ConfigError, GateRefused, VerbFai
 from remote_gpu_trainer.text import escape_control, money
 
 if TYPE_CHECKING:
+    from remote_gpu_trainer.request_views import AllowanceView, RequestView
     from remote_gpu_trainer.services.session import Session
-    from remote_gpu_trainer.views import AllowanceView, RequestView
 
 INBOX_SCHEMA = "rgt-inbox/v1"
 GATED_KINDS = ("teardown", "stop")  # their plan's `blocked` are the teardown gate's reasons (services/inbox/plans.py)

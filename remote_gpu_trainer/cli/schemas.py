@@ -40,11 +40,11 @@ from remote_gpu_trainer.clock import iso_z
 if TYPE_CHECKING:
     from remote_gpu_trainer.audits.liveness import Liveness
     from remote_gpu_trainer.audits.manifest import Problem
+    from remote_gpu_trainer.fleet_views import FleetView
     from remote_gpu_trainer.services.evidence.pull import PullResult
     from remote_gpu_trainer.services.evidence.verify import VerifyResult
     from remote_gpu_trainer.services.watch.log_monitor import Alert
     from remote_gpu_trainer.state.events import Event
-    from remote_gpu_trainer.views import FleetView
 
 EVENTS_SCHEMA = "rgt-events/v1"
 VERIFY_SCHEMA = "rgt-verify/v1"

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from remote_gpu_trainer.cli import printers, schemas
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError
+from remote_gpu_trainer.fleet_views import FleetView
 from remote_gpu_trainer.text import (
     BOX_COLUMNS,
     ORPHAN_COLUMNS,
@@ -22,7 +23,6 @@ from remote_gpu_trainer.text import (
     orphan_cells,
     project_line,
 )
-from remote_gpu_trainer.views import FleetView
 
 
 def status(args: argparse.Namespace) -> int:

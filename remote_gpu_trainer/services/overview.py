@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus
+from remote_gpu_trainer.request_views import RequestView
 from remote_gpu_trainer.services import actions, box_layout, gate, instances, meter
 from remote_gpu_trainer.services.audit import audit, checklist, findings
 from remote_gpu_trainer.services.bindings import run_config
@@ -45,7 +46,6 @@ from remote_gpu_trainer.views import (
     InstanceView,
     LocationDriftView,
     Overview,
-    RequestView,
     RunView,
 )
 

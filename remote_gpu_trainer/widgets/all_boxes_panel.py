@@ -11,6 +11,7 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
+from remote_gpu_trainer.fleet_views import FleetView
 from remote_gpu_trainer.text import (
     BOX_COLUMNS,
     box_notes,
@@ -20,7 +21,6 @@ from remote_gpu_trainer.text import (
     orphan_cells,
     project_line,
 )
-from remote_gpu_trainer.views import FleetView
 
 LOADING = "All boxes · asking every box of every project you opened, and every cloud account …"
 

@@ -10,11 +10,11 @@ import json
 import re
 from pathlib import Path
 
+from remote_gpu_trainer.request_views import RequestView
 from remote_gpu_trainer.services.inbox.model import RequestKind, agent_actor
 from remote_gpu_trainer.services.inbox.requests import file_request, get_request
 from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.state.events import EventKind
-from remote_gpu_trainer.views import RequestView
 from support.gate_helpers import (
     SIM_ID,
     launch_finished,

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.audits.meter import billing_model, first_rates
 from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.fleet_views import OrphanView
 from remote_gpu_trainer.providers import table
 from remote_gpu_trainer.providers.base import InstanceStatus
 from remote_gpu_trainer.services.meter import held_storage
 from remote_gpu_trainer.state.billing import Snapshot
 from remote_gpu_trainer.state.events import EventKind
-from remote_gpu_trainer.views import OrphanView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.config.project import ProjectConfig

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.clock import Clock, utc_now
 from remote_gpu_trainer.config.project import CONFIG_NAME, load_project
 from remote_gpu_trainer.errors import RgtError, internal_error
+from remote_gpu_trainer.fleet_views import BoxRunView, BoxView, FleetView, ProjectRowView
 from remote_gpu_trainer.services import overview, project_registry
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.fleet import orphans
-from remote_gpu_trainer.views import BoxRunView, BoxView, FleetView, InstanceView, ProjectRowView
+from remote_gpu_trainer.views import InstanceView
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session

@@ -12,12 +12,12 @@ import math
 from datetime import timedelta
 
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.request_views import AllowanceView, RequestPlan
 from remote_gpu_trainer.services.inbox.model import ALLOWANCE_KINDS, RequestKind, allowance_view, is_person
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.approvals import parse_id
 from remote_gpu_trainer.text import money
-from remote_gpu_trainer.views import AllowanceView, RequestPlan
 
 MAX_HOURS = 24 * 31.0  # an allowance is for a stretch of work, not a standing order
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError, GateRefused, RgtError, VerbFailed
 from remote_gpu_trainer.providers.base import Creatable
+from remote_gpu_trainer.request_views import RequestPlan, RequestView
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.inbox.model import (
     FINAL_STATES,
@@ -29,7 +30,6 @@ from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.approvals import RequestRow, parse_id
 from remote_gpu_trainer.text import price_text
-from remote_gpu_trainer.views import RequestPlan, RequestView
 
 
 class PlanChanged(ConfigError):

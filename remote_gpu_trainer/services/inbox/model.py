@@ -12,9 +12,9 @@ from datetime import datetime
 from enum import StrEnum
 
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.request_views import AllowanceView, RequestPlan, RequestView
 from remote_gpu_trainer.state.approvals import AllowanceRow, RequestRow, allowance_id, parse_id
 from remote_gpu_trainer.state.db import StateDB
-from remote_gpu_trainer.views import AllowanceView, RequestPlan, RequestView
 
 
 class RequestKind(StrEnum):

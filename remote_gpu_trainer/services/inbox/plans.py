@@ -14,6 +14,7 @@ from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.providers.base import Creatable
+from remote_gpu_trainer.request_views import RequestPlan
 from remote_gpu_trainer.services import gate as box_gate
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.bindings import run_config
@@ -22,7 +23,6 @@ from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.meter import last_status
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.text import escape_control, price
-from remote_gpu_trainer.views import RequestPlan
 
 Binding = dict[str, Any]
 

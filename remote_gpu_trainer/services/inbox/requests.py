@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.request_views import RequestView
 from remote_gpu_trainer.secret_shapes import secret_problem
 from remote_gpu_trainer.services.inbox import allowances
 from remote_gpu_trainer.services.inbox.decide import execute_within_allowance
@@ -26,7 +27,6 @@ from remote_gpu_trainer.services.inbox.model import (
 from remote_gpu_trainer.services.inbox.plans import plan_request
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state import events
-from remote_gpu_trainer.views import RequestView
 
 MAX_WHY = 2000  # a reason is a paragraph, not a document
 MAX_WAIT_S = 600.0
