@@ -66,6 +66,8 @@ class RgtApp(App[None]):
         yield SystemCommand("Filter log", "Filter the log (/)", screen.action_filter)
         yield SystemCommand("Deliver", "Claims, figures and tables; b builds them, r reconciles the documents (5)",
                             lambda: screen.action_panel(4))
+        yield SystemCommand("Approvals", "An agent's requests: approve, reject, grant an allowance (i)",
+                            screen.action_approvals)
         yield SystemCommand("All boxes", "Every box of every project you opened, and orphans (A)",
                             self.action_all_boxes)
         yield SystemCommand("Help", "Keys and glossary (?)", self.action_help)

@@ -22,6 +22,7 @@ from textual.timer import Timer
 from textual.widgets import Button, DataTable, Footer, Input, Static, Tab, Tabs
 
 from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.screens.approvals import ApprovalsScreen
 from remote_gpu_trainer.screens.box_actions import BoxActions
 from remote_gpu_trainer.screens.confirm import ConfirmScreen
 from remote_gpu_trainer.screens.deliver_actions import DELIVER_PANEL, DeliverActions
@@ -65,6 +66,8 @@ class DashboardScreen(Screen[None]):
         Binding("v", "verify", "Verify"),
         Binding("t", "teardown", "Teardown"),
         Binding("s", "stop", "Stop", show=False),
+        Binding("i", "approvals", "Approvals"),  # shown while an agent's request waits; else the hidden one
+        Binding("i", "inbox", "Approvals", show=False),
         Binding("slash", "filter", "Filter"),
         Binding("f", "follow", "Follow", show=False),
         Binding("e", "first_error", "First error", show=False),
@@ -239,8 +242,9 @@ class DashboardScreen(Screen[None]):
         if run is not None:
             gate = "GATE OPEN" if run.gate.open else f"GATE CLOSED {len(run.gate.reasons)}"
         age = max(0, int((self.session.clock() - overview.generated_at).total_seconds()))
-        parts = [f"rgt · {overview.project}", f"burn {money(overview.burn_per_hour)}/h",
-                 f"spent {money(overview.total)}", gate]
+        waiting = overview.pending_requests  # an agent's requests: shown only when there are some
+        parts = [f"rgt · {overview.project}", *([f"⚑ {waiting} request{'s' * (waiting != 1)}"] if waiting else []),
+                 f"burn {money(overview.burn_per_hour)}/h", f"spent {money(overview.total)}", gate]
         if run is not None:
             parts.append(f"{run.id} {run.liveness}")
         if overview.read_only:
@@ -302,6 +306,9 @@ class DashboardScreen(Screen[None]):
             return False  # the log's filter: its footer room goes to b and r, so q and ? still show at 80 columns
         if action in ("teardown", "stop") and self.session.read_only:
             return False
+        if action in ("approvals", "inbox"):  # `i`: labelled in the footer only while a request waits
+            waiting = self.overview is not None and self.overview.pending_requests > 0
+            return waiting == (action == "approvals")
         if self.busy_with(action):
             return None  # shown greyed while it runs: pressing it again must not start (or cancel) anything
         run = self.current_run()
@@ -368,6 +375,16 @@ class DashboardScreen(Screen[None]):
     @work(group="teardown")
     async def action_stop(self) -> None:
         await self.box.stop()
+
+    def action_approvals(self) -> None:
+        """`i`: the approval inbox (screens/approvals.py); the header's count is read again when it closes."""
+        if self.app.screen is self:
+            self.app.push_screen(ApprovalsScreen(self.session), callback=self._approvals_closed)
+
+    def _approvals_closed(self, _: None) -> None:
+        self.refresh_overview()
+
+    action_inbox = action_approvals
 
     def action_refresh(self) -> None:
         self.refresh_overview()

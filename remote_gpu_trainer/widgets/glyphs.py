@@ -22,6 +22,8 @@ STATUS_LEVEL = {
     # DELIVER: the claim ladder, a figure's or table's build, a reconcile drift
     "planned": "info", "evaluated": "info", "pull_verified": "info", "audited": "ok", "paper_supported": "ok",
     "not_built": "unknown", "current": "ok", "stale": "warn", "qa_failed": "error", "drift": "error",
+    # the approval inbox: a request's state (services/inbox/model.py); pending and running are above
+    "executing": "info", "done": "ok", "failed": "error", "refused": "warn", "rejected": "info",
 }
 _GLYPH = {"ok": "✔", "info": "·", "warn": "▲", "error": "✖", "unknown": "?"}
 
