@@ -34,7 +34,7 @@ from remote_gpu_trainer.agents import redaction
 from remote_gpu_trainer.agents.calls import Call, Figure, KeptSession, Outcome, ProgressBoard
 from remote_gpu_trainer.agents.tools import LONG_DEFAULT_S, LONG_MAX_S, TOOLS, AgentTool, arguments_of, describe
 from remote_gpu_trainer.clock import iso_z, utc_now
-from remote_gpu_trainer.errors import GateRefused, RgtError, internal_error
+from remote_gpu_trainer.errors import ConfigError, GateRefused, RgtError, internal_error
 from remote_gpu_trainer.services.inbox.model import agent_actor
 
 Timeout = Annotated[int, Field(ge=1, le=LONG_MAX_S, description=f"return after this many seconds at most (default "
@@ -135,6 +135,11 @@ async def perform(row: AgentTool, call: Call, arguments: dict[str, Any]) -> Call
     words = "cancelled (the client left or the call timed out)"
     try:
         try:
+            secret = redaction.secret_argument(arguments)
+            if secret is not None:
+                raise ConfigError(f"{row.name}: the argument `{secret}` holds what looks like a secret (an API key, "
+                                  "a token or the value of a credential variable): nothing was done; leave secrets "
+                                  "out of what you pass")
             outcome = await row.handler(call, **arguments)
         except RgtError as exc:
             words = f"exit {exc.exit_code}: {' '.join(str(exc).split())}"

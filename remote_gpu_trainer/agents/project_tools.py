@@ -18,6 +18,7 @@ from remote_gpu_trainer.errors import ConfigError, VerbFailed
 
 OptionalRun = Annotated[str | None, Field(description="a run id ([runs.ID] of rgt.toml); none: the whole project")]
 RECOVERY_SCHEMA = "rgt-recovery-note/v1"
+FINDINGS_SCHEMA = "rgt-findings/v1"  # the report's `verify` block (report.audit_dict), for the project or one run
 
 
 async def status(call: Call, every_project: Annotated[bool, Field(
@@ -68,7 +69,7 @@ async def findings(call: Call, finding: Annotated[str | None, Field(
         description="one finding's id (e.g. F-0003): its full record; none: every finding")] = None,
         run: OptionalRun = None) -> Outcome:
     """One VERIFY finding as `rgt finding ID --format json`, or every finding with each check's last answer (the
-    report's `verify` block), for one run when `run` is given."""
+    report's `verify` block, with its schema and run), for one run when `run` is given."""
     from remote_gpu_trainer.report import audit_dict, finding_dict
     from remote_gpu_trainer.services.audit.audit import audit_view, finding_view, for_run
 
@@ -81,7 +82,8 @@ async def findings(call: Call, finding: Annotated[str | None, Field(
     if run is not None:
         call.run(run)
     view = await asyncio.to_thread(audit_view, session.project.root, session.db, session.clock())
-    return Outcome(audit_dict(for_run(view, run) if run is not None else view))
+    shown = for_run(view, run) if run is not None else view
+    return Outcome({"schema": FINDINGS_SCHEMA, "run": run, **audit_dict(shown)})
 
 
 async def recovery_note(call: Call, run: Annotated[str, Field(description="the run's id")]) -> Outcome:

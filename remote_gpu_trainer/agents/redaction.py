@@ -64,3 +64,16 @@ def clean_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
         else:
             kept[key] = _walk(value, secrets)
     return kept
+
+
+def secret_argument(arguments: Mapping[str, Any]) -> str | None:
+    """The name of the first argument holding a secret (a value of a secret environment variable, a token's shape,
+    private-key text), or None. Such a call is refused before it runs: what an agent passes may be recorded (a
+    request's `why`, a launch's `ack`) and shown to people, and none of it may carry a key."""
+    secrets = environment_secrets()
+    for key, value in arguments.items():
+        items = value if isinstance(value, list) else [value]
+        texts = [item for item in items if isinstance(item, str)]
+        if any(secret_problem(key, text) is not None or any(s in text for s in secrets) for text in texts):
+            return key
+    return None
