@@ -400,3 +400,55 @@ def test_deliver_panel(snap_compare: Any, tmp_path: Path, size: tuple[int, int])
 
     assert snap_compare(still_app(session), terminal_size=size, run_before=run_before)
     session.close()
+
+
+def inbox_session(root: Path) -> Session:
+    """The verified project with the approval inbox filled on the fixed clock: an agent's teardown (the gate is
+    open: it waits for the typed id), its rent a person rejected, and an allowance; read five minutes later."""
+    from remote_gpu_trainer.services.inbox import allowances, decide
+    from remote_gpu_trainer.services.inbox.model import RequestKind, agent_actor, person_actor
+    from remote_gpu_trainer.services.inbox.requests import file_request
+
+    session = finished_session(root, verified=True)
+    agent, person = agent_actor("claude-code"), person_actor("tui")
+
+    async def fill() -> None:
+        await file_request(session, RequestKind.TEARDOWN, actor=agent, why="r1 is pulled and verified; stop paying",
+                           instance=INSTANCE)
+        rent = await file_request(session, RequestKind.RENT, actor=agent, why="train seed2 as well", run_id=RUN,
+                                  params={"hours": 3})
+        decide.reject(session, rent.id, actor=person, note="one seed more is not in the budget")
+        await session.close_transports()
+
+    asyncio.run(fill())
+    allowances.grant(session, actor=person, max_price_per_hour=1.0, total=10.0, hours=8)
+    assert isinstance(session.clock, FixedClock)
+    session.clock.advance(minutes=5)
+    return session
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_approvals_screen(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
+    """[i] the approval inbox: the pending teardown highlighted with its plan computed now and what approving it
+    takes (the typed id), the rejected rent with its note, the allowance in the summary line."""
+    from remote_gpu_trainer.screens.approvals import ApprovalsScreen
+    from remote_gpu_trainer.widgets.approvals_panel import ApprovalsPanel
+
+    session = inbox_session(tmp_path / "p")
+
+    def plan_computed(pilot: Pilot[None]) -> bool:
+        screen = pilot.app.screen
+        if not isinstance(screen, ApprovalsScreen) or screen.region.area == 0:
+            return False
+        panel = screen.query_one(ApprovalsPanel)
+        return panel.highlighted() == "Q-000001" and "Q-000001" in screen.plans and not panel.computing and \
+            panel.detail == screen.plans["Q-000001"] and all(sized(table) for table in screen.query(DataTable))
+
+    async def clear(pilot: Pilot[None]) -> None:
+        pilot.app.clear_notifications()
+        await pilot.wait_for_scheduled_animations()
+
+    assert snap_compare(still_app(session), terminal_size=size, run_before=before("i", ready=plan_computed,
+                                                                                   then=clear))
+    assert (tmp_path / "p" / ".rgt" / "sim" / INSTANCE).is_dir()
+    session.close()
