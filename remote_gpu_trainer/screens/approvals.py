@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.markup import escape
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
@@ -48,6 +49,7 @@ class ApprovalsScreen(Screen[None]):
         Binding("g", "grant", "Grant"),
         Binding("R", "revoke", "Revoke", show=False),
         Binding("r", "reload", "Refresh"),
+        Binding("q", "close", "Back", show=False),  # as on the All boxes screen: q leaves this screen, not rgt
     ]
 
     def __init__(self, session: Session) -> None:
@@ -210,7 +212,7 @@ class ApprovalsScreen(Screen[None]):
             approved = typed is not None
         else:
             title = f"Approve {view.id}: {view.kind} of {view.subject}"
-            confirm = ConfirmScreen(escape_control(title), (f"Why: {view.why}", "", *plan.lines), "Approve")
+            confirm = ConfirmScreen(escape(escape_control(title)), (f"Why: {view.why}", "", *plan.lines), "Approve")
             approved = await self.app.push_screen_wait(confirm) is True
         if not approved:
             self.notify(f"{view.id}: approval cancelled, nothing was done")

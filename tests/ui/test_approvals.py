@@ -116,7 +116,7 @@ async def test_the_header_counts_the_request_and_approving_it_with_the_typed_id_
         # pulled and verified meanwhile (another terminal): y asks for the plan again, which now lets it run
         await pull_and_verify(project)
         await wait_until(pilot, lambda: not inbox(app).deciding and plan_shown(app, "Q-000001"))
-        await pilot.press("y")
+        await pilot.press("enter")  # Enter on the highlighted request, as y
         await wait_until(pilot, lambda: isinstance(app.screen, ApproveScreen))
         dialog = app.screen
         assert isinstance(dialog, ApproveScreen) and dialog.expected == SIM_ID
