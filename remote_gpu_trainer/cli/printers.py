@@ -61,9 +61,12 @@ def print_alerts(alerts: Sequence[Alert], stamp: str) -> None:
 
 def print_events(events: Sequence[Event]) -> None:
     """The event log: one line per event, then the lines the screen showed and the refusal's reasons."""
+    # the actor column is as wide as its widest entry (`agent:claude-code`, `person:/dev/pts/3`), at least 5
+    width = min(max((len(event.actor) for event in events), default=5), 48)
     for event in events:
         where = " ".join(part for part in (event.instance, event.run_id) if part)
-        print(f"{event.seq:>5} {event.at.isoformat()} {event.kind:<10} {event.actor:<5} {where:<16} "
+        actor = escape_control(event.actor)
+        print(f"{event.seq:>5} {event.at.isoformat()} {event.kind:<10} {actor:<{width}} {where:<16} "
               f"{escape_control(event.summary)}")
         for line in event.detail.get("shown", []):
             print(f"{'':>6}│ {escape_control(str(line))}")

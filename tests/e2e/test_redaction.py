@@ -19,6 +19,7 @@ a run that never used it cannot pass; and the search is shown to find the key in
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -40,6 +41,7 @@ from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.cli.parser import VERBS
 from support.fake_clouds import FakeLambda, FakeRunPod
 from support.helpers import copy_command, toml_string
+from support.mcp_agent import agent
 from support.sshd_fixtures import Sshd, free_port
 
 pytestmark = pytest.mark.sshd
@@ -136,6 +138,17 @@ class Cli:
 
     def verbs(self) -> set[str]:
         return {o.argv[0] for o in self.outcomes if o.argv and o.argv[0] in VERBS}
+
+
+async def agent_arc(proj: Path, stderr: Path) -> list[str]:
+    """An agent's look at the project through `rgt mcp` (the real server and client): every result it saw."""
+    async with agent(proj, stderr) as bot:
+        for tool, arguments in (("rgt_status", {}), ("rgt_report", {}), ("rgt_events", {}),
+                                ("rgt_watch", {"run": "c1"}), ("rgt_findings", {}),
+                                ("rgt_request_stop", {"instance": "pod", "why": "pause the pod"}),
+                                ("rgt_request_rent", {"run": "c1", "why": "train"}), ("rgt_requests", {})):
+            await bot.call(tool, arguments)
+        return list(bot.seen)
 
 
 def leaks_everywhere(rgt: Cli, caplog: pytest.LogCaptureFixture, tmp_path: Path, home: Path) -> tuple[list[str], int]:
@@ -418,6 +431,16 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
         rgt("down", "c1", proj, "--confirm", "p1", "--debug")
         rgt("demo", str(tmp_path / "demo"), "--no-tui", "--quick")
         wait_finished(rgt, "demo", str(tmp_path / "demo"), timeout_s=120)
+
+    # -- the agent's face and the inbox, with the key where the verbs had it --------------------------------------
+    stderr = tmp_path / "mcp-stderr.txt"
+    seen = asyncio.run(agent_arc(Path(proj), stderr))
+    rgt.outcomes.append(Outcome(("mcp", proj), 0, "\n".join(seen), stderr.read_text(encoding="utf-8")))
+    assert rgt("approve", "--list", proj).rc == 0
+    rgt("approve", "--list", proj, "--format", "json")
+    assert rgt("approve", "Q-000001", proj).rc == 2  # no terminal here: refused
+    assert rgt("reject", "Q-000001", proj, "--note", "no").rc == 2
+    assert rgt("skill").rc == 0
 
     # -- the key really went out, and the calls that echoed it really happened ---------------------------------
     assert rgt.verbs() == set(VERBS) - (set() if with_env_key else {"demo"})
