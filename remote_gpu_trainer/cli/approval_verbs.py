@@ -51,7 +51,9 @@ def approve(args: argparse.Namespace) -> int:
     if not args.request:
         raise ConfigError("rgt approve: name the request (e.g. Q-000003), or --list, --allowance or --revoke "
                           "(see rgt approve --help)")
-    return _async_session(project, lambda session: _approve_request(session, args.request, actor), "approve")
+    accepted = tuple(name.strip() for name in args.accept_loss.split(",") if name.strip())
+    return _async_session(project, lambda session: _approve_request(session, args.request, actor, accepted),
+                          "approve")
 
 
 def reject(args: argparse.Namespace) -> int:
@@ -115,20 +117,24 @@ def _async_session(project: str | None, body: Callable[[Session], Awaitable[int]
 
 # -- approving a request ----------------------------------------------------------------------------------------
 
-async def _approve_request(session: Session, request: str, actor: str) -> int:
-    """Show the plan as it is now, ask, and hand the answer to the service with the digest of what was shown."""
+async def _approve_request(session: Session, request: str, actor: str, accepted: tuple[str, ...]) -> int:
+    """Show the plan as it is now, ask, and hand the answer to the service with the digest of what was shown;
+    `accepted` are the runs whose results the person gives up (`--accept-loss`), shown before the question."""
     from remote_gpu_trainer.services.inbox import decide
     from remote_gpu_trainer.services.inbox.requests import get_request
 
-    view = await decide.current_plan(session, request)
+    view = await decide.current_plan(session, request, accepted)
     if view.state != "pending":
         raise ConfigError(f"{view.id} is {view.state}"
                           + (f" ({view.outcome})" if view.outcome else "") + ": only a pending request can be approved")
     print_request(view)
+    if accepted:
+        print(f"Giving up: the results of {', '.join(escape_control(name) for name in accepted)} that are not home")
     _refuse_blocked(view)
     typed = _ask_consent(view)
     try:
-        done = await decide.approve(session, view.id, actor=actor, shown_digest=view.plan.digest, typed_id=typed)
+        done = await decide.approve(session, view.id, actor=actor, shown_digest=view.plan.digest, typed_id=typed,
+                                    accept_loss=accepted)
     except decide.PlanChanged as exc:
         print("The plan now:")
         printers.print_lines(get_request(session, view.id).plan.lines)

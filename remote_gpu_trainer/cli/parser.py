@@ -445,6 +445,9 @@ def _approve_arguments(parser: Parser) -> None:
     parser.add_argument("--total", type=float, metavar="AMOUNT", help="the allowance's total (price × hours asked)")
     parser.add_argument("--hours", type=float, metavar="H", help="the allowance expires after H hours")
     parser.add_argument("--revoke", metavar="ALLOWANCE", help="end an allowance now (e.g. A-000001)")
+    parser.add_argument("--accept-loss", metavar="RUNS", default="",
+                        help="for a teardown or stop request: give up these runs' results not known to be home "
+                             "(comma-separated names the plan shows at risk), as `rgt down --accept-loss` does")
     parser.add_argument("--format", choices=FORMATS, default="text",
                         help="with --list: text for people (default) or json: one document (rgt-inbox/v1)")
 

@@ -152,3 +152,16 @@ def test_an_allowance_granted_at_a_terminal_lets_a_rent_through_and_none_is_gran
     assert revoked.returncode == 0 and "revoked A-000001" in revoked.output, revoked.output
     after = json.loads(rgt("approve", "--list", str(root), "--format", "json", cwd=root).stdout)
     assert after["allowances"][0]["active"] is False and after["allowances"][0]["revoked_at"] is not None
+
+
+def test_approve_with_accept_loss_gives_up_the_runs_at_risk_as_rgt_down_does(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    asyncio.run(launch_finished(root))  # finished, never pulled: r1's results are at risk
+    request = _file(root, RequestKind.TEARDOWN, instance=INSTANCE)
+    closed = run_at_terminal("approve", request.id, cwd=root, prompt=ID_PROMPT, answer=SIM_ID)
+    assert closed.returncode == 3 and not closed.prompted and sim_disk(root).exists()
+    given_up = run_at_terminal("approve", request.id, "--accept-loss", RUN, cwd=root, prompt=ID_PROMPT,
+                               answer=SIM_ID)
+    assert given_up.returncode == 0 and given_up.prompted, given_up.output
+    assert f"Giving up: the results of {RUN}" in given_up.output
+    assert not sim_disk(root).exists() and _request(root, request.id).state == "done"

@@ -257,3 +257,27 @@ def test_the_report_says_who_asked_and_who_decided(tmp_path: Path) -> None:
     text = rgt("--report", cwd=root).stdout
     assert "REQUESTS (the approval inbox: 1 pending" in text
     assert f"Q-000001 rent of run r1 on box: done · filed by {AGENT} · done by {PERSON}" in text
+
+
+def test_a_person_may_give_up_the_results_at_risk_when_approving_a_teardown(tmp_path: Path) -> None:
+    root = _project(tmp_path / "p")
+    asyncio.run(launch_finished(root))
+
+    async def body(session: Session) -> None:
+        request = await file_request(session, RequestKind.TEARDOWN, actor=AGENT, why="not worth pulling",
+                                     instance=INSTANCE)
+        with pytest.raises(VerbFailed, match="cannot run now"):
+            await decide.approve(session, request.id, actor=PERSON, shown_digest=request.plan.digest,
+                                 typed_id=SIM_ID)
+        finding = await file_request(session, RequestKind.RENT, actor=AGENT, why="x", run_id=RUN)
+        with pytest.raises(ConfigError, match="accepting a loss is for a teardown"):
+            await decide.approve(session, finding.id, actor=PERSON, shown_digest=finding.plan.digest,
+                                 accept_loss=(RUN,))
+        done = await decide.approve(session, request.id, actor=PERSON, shown_digest=request.plan.digest,
+                                    typed_id=SIM_ID, accept_loss=(RUN,))
+        assert done.state == "done", done.outcome
+        approval = [e for e in session.db.events(kind=EventKind.APPROVAL) if e.detail.get("action") == "terminate"]
+        assert approval[-1].actor == PERSON and list(approval[-1].detail["accepted_loss"]) == [RUN]
+
+    asyncio.run(_in_session(root, body))
+    assert not sim_disk(root).exists()

@@ -11,6 +11,7 @@ approved.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError, GateRefused, RgtError, VerbFailed
@@ -36,13 +37,16 @@ class PlanChanged(ConfigError):
     """The plan is not the one the person was shown: nothing ran, the request is pending with the new plan."""
 
 
-async def current_plan(session: Session, request: str) -> RequestView:
+async def current_plan(session: Session, request: str, accept_loss: tuple[str, ...] = ()) -> RequestView:
     """The request with its plan computed now; a pending request whose plan changed keeps the new one (and the
-    event log says so), so what a person reads is what an approval would be bound to."""
+    event log says so), so what a person reads is what an approval would be bound to. With `accept_loss` (a
+    person about to give up those runs' results) the plan is shown as it would be approved, and not stored."""
     row = stored_request(session.db, request)
     if row.state != RequestState.PENDING:
         return request_view(row)
-    fresh, _ = await plan_request(session, RequestKind(row.kind), row.run_id, row.instance, row.params)
+    fresh, _ = await plan_request(session, RequestKind(row.kind), row.run_id, row.instance, row.params, accept_loss)
+    if accept_loss:
+        return replace(request_view(row), plan=fresh)
     _store_if_changed(session, row, fresh, "rgt")
     refreshed = session.db.request_row(row.seq)
     assert refreshed is not None
@@ -50,8 +54,9 @@ async def current_plan(session: Session, request: str) -> RequestView:
 
 
 def _store_if_changed(session: Session, row: RequestRow, fresh: RequestPlan, actor: str) -> bool:
+    """Keep the new plan on a pending request whose plan changed; a read-only session only looks."""
     old = RequestPlan.from_dict(row.plan)
-    if old.digest == fresh.digest and old.blocked == fresh.blocked:
+    if (old.digest == fresh.digest and old.blocked == fresh.blocked) or session.read_only:
         return False
     session.db.move_request(row.seq, (row.state,), RequestState.PENDING, plan=fresh.as_dict())
     events.request_moved(session.db, request=row.id, kind=row.kind, state=RequestState.PENDING, actor=actor,
@@ -62,15 +67,20 @@ def _store_if_changed(session: Session, row: RequestRow, fresh: RequestPlan, act
 
 
 async def approve(session: Session, request: str, *, actor: str, shown_digest: str,
-                  typed_id: str | None = None) -> RequestView:
-    """A person's approval of the plan they were shown; the action runs now, or nothing does (see the module)."""
+                  typed_id: str | None = None, accept_loss: tuple[str, ...] = ()) -> RequestView:
+    """A person's approval of the plan they were shown; the action runs now, or nothing does (see the module).
+    `accept_loss` (a teardown or stop only) names the runs whose results the person gives up, as `rgt down
+    --accept-loss` does: their reasons stop blocking; no agent can pass it, since only a person approves."""
     session.require_writable("approving a request")
     if not is_person(actor):
         raise ConfigError("only a person approves a request: at a terminal (`rgt approve`) or in the TUI")
     row = stored_request(session.db, request)
     if row.state != RequestState.PENDING:
         raise ConfigError(f"{row.id} is {row.state}: only a pending request can be approved")
-    fresh, binding = await plan_request(session, RequestKind(row.kind), row.run_id, row.instance, row.params)
+    if accept_loss and row.kind not in (RequestKind.TEARDOWN, RequestKind.STOP):
+        raise ConfigError(f"{row.id} is a {row.kind}: accepting a loss is for a teardown or a stop")
+    fresh, binding = await plan_request(session, RequestKind(row.kind), row.run_id, row.instance, row.params,
+                                        accept_loss)
     stale = _stale(row, binding)
     if stale:
         return _refuse_stale(session, row, stale, actor)
@@ -85,13 +95,14 @@ async def approve(session: Session, request: str, *, actor: str, shown_digest: s
     if fresh.type_to_confirm is not None and (typed_id or "").strip() != fresh.type_to_confirm:
         raise ConfigError(f"{row.id}: the typed id {(typed_id or '').strip()!r} is not the box's "
                           f"{fresh.type_to_confirm!r}; nothing ran")
-    return await _run(session, row, fresh, actor, typed_id=(typed_id or "").strip() or None, allowance=None)
+    return await _run(session, row, fresh, actor, typed_id=(typed_id or "").strip() or None, allowance=None,
+                      accept_loss=accept_loss)
 
 
 async def execute_within_allowance(session: Session, row: RequestRow, plan: RequestPlan, allowance: str,
                                    actor: str) -> RequestView:
     """A rent or resume an allowance let through as it was filed: the same execution, no keystroke."""
-    return await _run(session, row, plan, actor, typed_id=None, allowance=allowance)
+    return await _run(session, row, plan, actor, typed_id=None, allowance=allowance, accept_loss=())
 
 
 def reject(session: Session, request: str, *, actor: str, note: str = "") -> RequestView:
@@ -132,7 +143,7 @@ def _refuse_stale(session: Session, row: RequestRow, why: str, actor: str) -> Re
 
 
 async def _run(session: Session, row: RequestRow, plan: RequestPlan, actor: str, *, typed_id: str | None,
-               allowance: str | None) -> RequestView:
+               allowance: str | None, accept_loss: tuple[str, ...]) -> RequestView:
     """Take the request (one face only), log the approval, execute, record the outcome."""
     taken = parse_id(allowance, "A") if allowance else None
     if not session.db.move_request(row.seq, (RequestState.PENDING,), RequestState.EXECUTING, decided_by=actor,
@@ -142,9 +153,9 @@ async def _run(session: Session, row: RequestRow, plan: RequestPlan, actor: str,
                          run_id=row.run_id, instance=row.instance,
                          summary=f"{row.id} ({row.kind}) approved" + (f" within {allowance}" if allowance else ""),
                          detail={"digest": plan.digest, "shown": list(plan.lines), "allowance": allowance,
-                                 "filed_by": row.filed_by})
+                                 "filed_by": row.filed_by, "accepted_loss": list(accept_loss)})
     try:
-        outcome = await _execute(session, row, plan, actor, typed_id)
+        outcome = await _execute(session, row, plan, actor, typed_id, accept_loss)
     except GateRefused as exc:  # the gate's look at execution: nothing ran; the person may try again later
         return _finish(session, row, RequestState.PENDING, f"the gate refused at execution: {exc}", actor)
     except RgtError as exc:
@@ -166,12 +177,14 @@ def _view(session: Session, seq: int) -> RequestView:
     return request_view(found)
 
 
-async def _execute(session: Session, row: RequestRow, plan: RequestPlan, actor: str, typed_id: str | None) -> str:
+async def _execute(session: Session, row: RequestRow, plan: RequestPlan, actor: str, typed_id: str | None,
+                   accept_loss: tuple[str, ...]) -> str:
     kind = RequestKind(row.kind)
     if kind in (RequestKind.TEARDOWN, RequestKind.STOP):
         assert row.instance is not None
         done = await teardown.execute(session, row.instance, typed_id, plan.lines, actor=actor,
-                                      action_id="terminate" if kind == RequestKind.TEARDOWN else "stop")
+                                      action_id="terminate" if kind == RequestKind.TEARDOWN else "stop",
+                                      accept_loss=accept_loss)
         if not done.confirmed:
             raise VerbFailed(done.message)
         return done.message

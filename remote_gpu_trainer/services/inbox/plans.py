@@ -28,11 +28,13 @@ Binding = dict[str, Any]
 
 
 async def plan_request(session: Session, kind: RequestKind, run_id: str | None, instance: str | None,
-                       params: dict[str, Any]) -> tuple[RequestPlan, Binding]:
-    """The plan and binding of a request of `kind`, as of now."""
+                       params: dict[str, Any], accept_loss: tuple[str, ...] = ()) -> tuple[RequestPlan, Binding]:
+    """The plan and binding of a request of `kind`, as of now; `accept_loss` (a person's, at approval) are the
+    runs whose results they give up: their reasons no longer block, and the plan's digest stays the one shown."""
     if kind in (RequestKind.TEARDOWN, RequestKind.STOP):
         assert instance is not None
-        return await _teardown_plan(session, instance, "terminate" if kind == RequestKind.TEARDOWN else "stop")
+        return await _teardown_plan(session, instance, "terminate" if kind == RequestKind.TEARDOWN else "stop",
+                                    accept_loss)
     if kind == RequestKind.RENT:
         assert run_id is not None
         return await _rent_plan(session, run_id, _hours(params))
@@ -56,9 +58,11 @@ async def launches_of(session: Session, run_ids: list[str]) -> dict[str, int | N
     return latest
 
 
-async def _teardown_plan(session: Session, instance: str, action_id: str) -> tuple[RequestPlan, Binding]:
+async def _teardown_plan(session: Session, instance: str, action_id: str,
+                         accept_loss: tuple[str, ...]) -> tuple[RequestPlan, Binding]:
     """The teardown modal's own plan (services/teardown.plan): the same lines, the same gate."""
     current = await teardown.plan(session, instance, action_id)
+    accepted = current.accepting(accept_loss)
     runs = [b.run.id for b in await box_gate.box_runs(session, instance)]
     burning = next((line.split(" · spent")[0] for line in current.lines if line.startswith("Burning:")), "")
     material = (f"action {action_id} of {instance} ({current.provider_id})", burning,
@@ -68,7 +72,7 @@ async def _teardown_plan(session: Session, instance: str, action_id: str) -> tup
     lines = (*current.lines, *(f"Gate:      closed: {reason}" for reason in current.reasons))
     plan = RequestPlan(lines=lines, material=material, irreversible=current.irreversible,
                        type_to_confirm=current.provider_id if current.gated else None,
-                       blocked=tuple(current.reasons), price_per_hour=_burning_price(session, instance))
+                       blocked=tuple(accepted.reasons), price_per_hour=_burning_price(session, instance))
     return plan, {"provider_id": current.provider_id, "launches": await launches_of(session, runs)}
 
 
