@@ -78,7 +78,10 @@ class AgentServer:
             name = params.client_info.name if params is not None else None
         except (AttributeError, ValueError):
             name = None
-        return agent_actor(name or self.client_name)
+        # the name is the client's own text, kept as the actor of every request and event and printed by `rgt
+        # events` and `rgt approve --list`: one holding a secret (a key pasted as the name) is not used
+        names = [n for n in (name, self.client_name) if n and redaction.secret_argument({"name": n}) is None]
+        return agent_actor(names[0] if names else None)
 
     def new_call(self, ctx: Context | None) -> Call:
         return Call(self.project_file, self.actor(ctx), ProgressBoard(asyncio.get_running_loop()))

@@ -13,7 +13,13 @@ from datetime import timedelta
 
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.request_views import AllowanceView, RequestPlan
-from remote_gpu_trainer.services.inbox.model import ALLOWANCE_KINDS, RequestKind, allowance_view, is_person
+from remote_gpu_trainer.services.inbox.model import (
+    ALLOWANCE_KINDS,
+    RequestKind,
+    allowance_view,
+    counted_hours,
+    is_person,
+)
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.approvals import parse_id
@@ -64,7 +70,8 @@ def allowances(session: Session) -> list[AllowanceView]:
 
 
 def amount_of(plan: RequestPlan, hours: float) -> float | None:
-    return None if plan.price_per_hour is None else plan.price_per_hour * hours
+    """What the request counts against an allowance: its price times the hours asked, at least an hour's."""
+    return None if plan.price_per_hour is None else plan.price_per_hour * counted_hours(hours)
 
 
 def why_not_covered(session: Session, kind: RequestKind, plan: RequestPlan, hours: float) -> str:

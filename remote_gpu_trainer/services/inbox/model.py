@@ -36,6 +36,9 @@ class RequestState(StrEnum):
 
 FINAL_STATES = (RequestState.DONE, RequestState.FAILED, RequestState.REFUSED, RequestState.REJECTED)
 ALLOWANCE_KINDS = (RequestKind.RENT, RequestKind.RESUME)  # what an allowance may cover; never teardown or stop
+# what an allowance counts is at least this many hours: `hours` is the agent's word, and a box bills until a person
+# ends it, so an agent asking for 1e-9 h must not rent a $0.89/h box on a penny's allowance (docs/agents.md §4.4)
+MIN_COUNTED_HOURS = 1.0
 IRREVERSIBLE_KINDS = (RequestKind.TEARDOWN,)
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _TERMINAL = re.compile(r"[A-Za-z0-9._/-]{1,60}")
@@ -51,6 +54,11 @@ def person_actor(terminal: str) -> str:
     """`person:tui`, or `person:/dev/pts/3`: the terminal a person typed at."""
     clean = terminal.strip()
     return f"person:{clean if _TERMINAL.fullmatch(clean) else 'terminal'}"
+
+
+def counted_hours(hours: float) -> float:
+    """The hours an allowance counts for a request that asked for `hours`: never fewer than MIN_COUNTED_HOURS."""
+    return max(hours, MIN_COUNTED_HOURS)
 
 
 def is_person(actor: str) -> bool:

@@ -18,7 +18,7 @@ from remote_gpu_trainer.request_views import RequestPlan
 from remote_gpu_trainer.services import gate as box_gate
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.bindings import run_config
-from remote_gpu_trainer.services.inbox.model import RequestKind
+from remote_gpu_trainer.services.inbox.model import RequestKind, counted_hours
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.meter import last_status
 from remote_gpu_trainer.services.session import Session
@@ -115,7 +115,9 @@ async def _rent_plan(session: Session, run_id: str, hours: float) -> tuple[Reque
 def _hours_lines(hourly: float | None, hours: float, currency: str) -> tuple[str, ...]:
     if hourly is None:
         return ()
-    return (f"Asked for: {hours:g} h, {_price(hourly * hours, currency)} counted against an allowance",)
+    counted = counted_hours(hours)
+    tail = "" if counted == hours else f" (at least {counted:g} h is counted)"
+    return (f"Asked for: {hours:g} h, {_price(hourly * counted, currency)} counted against an allowance{tail}",)
 
 
 def _price(amount: float | None, currency: str) -> str:

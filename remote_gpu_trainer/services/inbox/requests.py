@@ -77,9 +77,11 @@ def _checked(session: Session, kind: RequestKind, why: str, run_id: str | None, 
     """The request's parameters, each checked with a one-line error naming it; nothing is recorded otherwise."""
     if not why.strip():
         raise ConfigError(f"a {kind} request needs `why`: the person deciding reads it")
-    if len(why) > MAX_WHY:
-        raise ConfigError(f"`why` is {len(why)} characters; at most {MAX_WHY}")
-    for key, value in (("why", why), *((k, v) for k, v in params.items() if isinstance(v, str))):
+    texts = (("why", why), *((k, v) for k, v in params.items() if isinstance(v, str)))
+    for key, value in texts:  # a note or a disclosure is shown to a person and logged, as `why` is: bounded alike
+        if len(value) > MAX_WHY:
+            raise ConfigError(f"`{key}` is {len(value)} characters; at most {MAX_WHY}")
+    for key, value in texts:
         if secret_problem("text", value) is not None:  # the key is fixed: the value's shape decides
             raise ConfigError(f"the request's `{key}` looks like it holds a secret (a key or token): nothing was "
                               "filed; leave secrets out of requests")
