@@ -17,6 +17,8 @@ from remote_gpu_trainer.text import escape_control
 
 REDACTED = "<redacted>"
 MIN_SECRET_CHARS = 8  # a shorter value would redact ordinary words; real keys are far longer
+LOGGED_CHARS = 500  # the head of an argument's text the event log keeps
+LOGGED_ITEMS = 50  # the first items of an argument's list the event log keeps
 
 
 def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
@@ -55,15 +57,26 @@ def _walk(value: Any, secrets: list[str], keep_newlines: bool = False) -> Any:
 
 def clean_arguments(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """A tool's arguments as the event log keeps them: a value under a key named like a secret, or shaped like one,
-    is replaced (an agent may paste a key where a note goes)."""
+    is replaced (an agent may paste a key where a note goes), and each is cut to its head: the log is append-only
+    and every changing call is in it, so a megabyte `why` (refused) must not be kept whole, call after call."""
     secrets = environment_secrets()
     kept: dict[str, Any] = {}
     for key, value in arguments.items():
         if isinstance(value, str) and secret_problem(key, value) is not None:
             kept[key] = REDACTED
         else:
-            kept[key] = _walk(value, secrets)
+            kept[key] = _head(_walk(value, secrets))  # scrubbed whole first: a cut never leaves half a key
     return kept
+
+
+def _head(value: Any) -> Any:
+    """`value` with a long text cut to LOGGED_CHARS and a long list to LOGGED_ITEMS, each saying how long it was."""
+    if isinstance(value, str) and len(value) > LOGGED_CHARS:
+        return f"{value[:LOGGED_CHARS]}... ({len(value)} characters)"
+    if isinstance(value, list | tuple):
+        items = [_head(item) for item in value[:LOGGED_ITEMS]]
+        return items + ([f"... ({len(value)} items)"] if len(value) > LOGGED_ITEMS else [])
+    return value
 
 
 def secret_argument(arguments: Mapping[str, Any]) -> str | None:

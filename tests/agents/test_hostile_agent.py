@@ -98,3 +98,26 @@ def test_a_vanishing_number_of_hours_does_not_slip_a_rent_under_an_allowances_to
             check.close()
 
     assert asyncio.run(look()) != "running" and not sim_disk(root).exists()
+
+
+def test_a_flood_of_argument_text_is_refused_and_the_event_log_keeps_only_its_head(tmp_path: Path) -> None:
+    """Every changing call is logged with its arguments: a megabyte `why` (refused) must not be kept whole in the
+    append-only log, call after call, nor printed back by `rgt events --format json`."""
+    root = _project(tmp_path / "p")
+    flood = "x" * 1_000_000
+
+    async def flood_it() -> None:
+        async with connected(root, tmp_path / "stderr.txt", "hostile") as client:
+            refused = await client.call_tool("rgt_request_stop", {"instance": INSTANCE, "why": flood})
+            assert refused.is_error and "at most" in refused.content[0].text  # type: ignore[union-attr]
+
+    asyncio.run(flood_it())
+    session = open_session(str(root))
+    try:
+        logged = [e for e in session.db.events() if e.actor == "agent:hostile"]
+        assert session.db.request_rows() == []
+    finally:
+        session.close()
+    assert logged and all(len(str(e.detail)) < 5_000 for e in logged), [len(str(e.detail)) for e in logged]
+    shown = run_rgt("events", "--format", "json", str(root), cwd=tmp_path).stdout
+    assert len(shown) < 50_000
