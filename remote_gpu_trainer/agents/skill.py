@@ -59,7 +59,9 @@ Renting, resuming, stopping and terminating a box, and acknowledging or waiving 
 approves it (in rgt's TUI or with `rgt approve ID` at their terminal); a teardown runs only if the gate is open at
 that moment. Wait with `rgt_requests` (`ids` and `wait_s`, up to 600 s per call) and read its `state`: `done`,
 `failed` (see `outcome`), `rejected` (the person's note is in `outcome`), or `refused` (the run was relaunched or
-the plan changed; file a new request if it is still needed). A spending allowance a person granted may let a rent
+its box changed since you filed it; file a new request if it is still needed). A request whose plan changed (a new
+price, new gate reasons) stays `pending` with the new plan for the person to read. A spending allowance a person
+granted may let a rent
 or a resume through at once; never a teardown, a stop or a finding decision. Never try to get around the inbox
 (a provider's CLI or API, `rgt down` in a shell): the person relies on it.
 
