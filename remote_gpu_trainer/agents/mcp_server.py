@@ -90,23 +90,27 @@ class AgentServer:
             CallToolResult:
         subject = str(arguments.get(row.key) or "") if row.key else ""
         key = (row.name, subject)
+        # a long call joins work in flight only when it asks for the same thing: every argument but its bound
+        # (`rgt_build` of figure a and of figure b are two pieces of work, not one)
+        same_work = (row.name, json.dumps({k: v for k, v in arguments.items() if k != "timeout_s"}, sort_keys=True,
+                                          default=str))
         if not row.long:
             try:
                 return await asyncio.wait_for(self.short(row, key, arguments, ctx), row.bound_s)
             except TimeoutError:
                 return error_result(f"{row.name}: no answer within {row.bound_s:g} s (a box or a provider did not "
                                     "answer in time); nothing is left running; call it again", 1)
-        job = self.jobs.get(key)
+        job = self.jobs.get(same_work)
         if job is None:
             call = self.new_call(ctx)
             loop = asyncio.get_running_loop()
             job = Job(asyncio.create_task(perform(row, call, arguments)), call.board, loop.time(), iso_z(utc_now()))
-            self.jobs[key] = job
+            self.jobs[same_work] = job
         result = await wait_for_job(job, ctx, float(timeout_s or LONG_DEFAULT_S))
         if result is None:
             return running_result(row, subject, job)
-        if self.jobs.get(key) is job:
-            del self.jobs[key]
+        if self.jobs.get(same_work) is job:
+            del self.jobs[same_work]
         return result
 
     async def short(self, row: AgentTool, key: tuple[str, str], arguments: dict[str, Any],

@@ -73,14 +73,14 @@ TOOLS: tuple[AgentTool, ...] = (
               "preemption.", False, project_tools.recovery_note),
     AgentTool("rgt_request_rent", "Ask a person to rent (or start) the run's box for `hours`; returns the request, "
               "pending (an allowance a person granted may let it through at once).",
-              True, request_tools.request_rent),
+              True, request_tools.request_rent, long=True, key="run"),
     AgentTool("rgt_request_stop", "Ask a person to stop a box; it happens only when they approve and the teardown "
               "gate allows it then.", True, request_tools.request_stop),
     AgentTool("rgt_request_teardown", "Ask a person to terminate a box; it happens only when they approve with the "
               "instance id typed and the gate is open then (results pulled and verified).",
               True, request_tools.request_teardown),
     AgentTool("rgt_request_resume", "Ask a person to relaunch a preempted run on its still-billing box "
-              "(rgt run RUN --resume).", True, request_tools.request_resume),
+              "(rgt run RUN --resume).", True, request_tools.request_resume, long=True, key="run"),
     AgentTool("rgt_request_finding_decision", "Ask a person to acknowledge (with a disclosure) or waive a VERIFY "
               "finding, with the note you propose.", True, request_tools.request_finding_decision),
     AgentTool("rgt_requests", "Your requests and their states (pending, executing, done, failed, refused, "

@@ -44,3 +44,20 @@ async def test_a_long_tool_returns_at_its_bound_and_the_next_call_waits_for_the_
               if e.kind == "agent_tool" and e.detail["tool"] == "rgt_push"]
     assert [(e.detail["outcome"], e.detail["arguments"]) for e in pushes] == [("ok", {"run": RUN})]
     assert stderr.read_text(encoding="utf-8") == ""
+
+
+async def test_long_calls_asking_for_different_work_never_share_one_task(
+        tmp_path: Path, silent_server: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rgt_run with two different `ack`s is two pieces of work: the second may not be answered with the first's."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    root = tmp_path / "p"
+    write_project(root, instance=HUNG, instance_body=f'provider = "ssh"\nhost = "nobody@127.0.0.1:{silent_server}"',
+                  box=tmp_path / "box")
+    async with agent(root, tmp_path / "server-stderr.txt") as rgt:
+        first = await rgt.document("rgt_run", {"run": RUN, "ack": "first reason", "timeout_s": 1})
+        again = await rgt.document("rgt_run", {"run": RUN, "ack": "first reason", "timeout_s": 1})
+        other = await rgt.document("rgt_run", {"run": RUN, "ack": "another reason", "timeout_s": 1})
+        assert first["state"] == again["state"] == other["state"] == "running"
+        assert again["started_at"] == first["started_at"]  # the same work, joined
+        assert other["started_at"] != first["started_at"]  # new work, a second or more later

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from remote_gpu_trainer.cli import main
-from remote_gpu_trainer.services import project_registry
 from remote_gpu_trainer.fleet_views import ORPHAN_MARK
+from remote_gpu_trainer.services import project_registry
 from support import fake_clouds
 from support.fake_clouds import FAKE_KEY, FakeRunPod, assert_no_key
 from support.fleet_projects import cloud_pods, cloud_project, named, sim_project

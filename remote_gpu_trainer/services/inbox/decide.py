@@ -11,6 +11,7 @@ approved.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import Any
 
@@ -31,6 +32,12 @@ from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.approvals import RequestRow, parse_id
 from remote_gpu_trainer.text import price_text
+
+# What a request reads when the face executing it went away mid-action (an agent's call cancelled, the server
+# closed): the action stops there, but a provider call already sent may have acted, so the person is sent to look
+# rather than told nothing happened. Never left `executing`, which no face could decide again.
+INTERRUPTED = ("interrupted while it executed: the action may have reached the provider; `rgt status` and the "
+               "provider's console say whether a box bills; file a new request if it is still needed")
 
 
 class PlanChanged(ConfigError):
@@ -156,6 +163,9 @@ async def _run(session: Session, row: RequestRow, plan: RequestPlan, actor: str,
                                  "filed_by": row.filed_by, "accepted_loss": list(accept_loss)})
     try:
         outcome = await _execute(session, row, plan, actor, typed_id, accept_loss)
+    except asyncio.CancelledError:  # the face went away: the action stops here, and the request says so
+        _finish(session, row, RequestState.FAILED, INTERRUPTED, actor)
+        raise
     except GateRefused as exc:  # the gate's look at execution: nothing ran; the person may try again later
         return _finish(session, row, RequestState.PENDING, f"the gate refused at execution: {exc}", actor)
     except RgtError as exc:
