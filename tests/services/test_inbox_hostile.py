@@ -42,3 +42,26 @@ def test_a_finding_decisions_note_and_disclosure_are_bounded_like_why(tmp_path: 
             session.close()
 
     asyncio.run(body())
+
+
+def test_an_allowance_in_dollars_never_covers_a_price_in_another_currency_or_below_zero(tmp_path: Path) -> None:
+    """AutoDL bills in CNY: 5 CNY/h is not "within $1/h"; a negative quote would give money back to the total."""
+    from remote_gpu_trainer.request_views import RequestPlan
+    from remote_gpu_trainer.services.inbox import allowances
+    from remote_gpu_trainer.services.inbox.model import person_actor
+
+    root = tmp_path / "p"
+    write_text_project(root, project_text())
+    session = open_session(str(root))
+    try:
+        granted = allowances.grant(session, actor=person_actor("tui"), max_price_per_hour=10.0, total=100.0, hours=1)
+        in_yuan = RequestPlan(lines=(), material=(), price_per_hour=5.0, currency="CNY")
+        assert allowances.take(session, RequestKind.RENT, in_yuan, 1.0, 1, "Q-000001", AGENT) is None
+        assert "in CNY" in allowances.why_not_covered(session, RequestKind.RENT, in_yuan, 1.0)
+        negative = RequestPlan(lines=(), material=(), price_per_hour=-50.0, currency="USD")
+        assert allowances.take(session, RequestKind.RENT, negative, 1.0, 2, "Q-000002", AGENT) is None
+        dollars = RequestPlan(lines=(), material=(), price_per_hour=5.0, currency="USD")
+        assert allowances.take(session, RequestKind.RENT, dollars, 1.0, 3, "Q-000003", AGENT) == granted.id
+        assert [a.used for a in allowances.allowances(session)] == [5.0]
+    finally:
+        session.close()

@@ -25,6 +25,7 @@ from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.approvals import parse_id
 from remote_gpu_trainer.text import money
 
+CURRENCY = "USD"  # what `--max-price` and `--total` are in (the CLI and the TUI say $)
 MAX_HOURS = 24 * 31.0  # an allowance is for a stretch of work, not a standing order
 
 
@@ -70,8 +71,13 @@ def allowances(session: Session) -> list[AllowanceView]:
 
 
 def amount_of(plan: RequestPlan, hours: float) -> float | None:
-    """What the request counts against an allowance: its price times the hours asked, at least an hour's."""
-    return None if plan.price_per_hour is None else plan.price_per_hour * counted_hours(hours)
+    """What the request counts against an allowance: its price times the hours asked, at least an hour's. None
+    (nothing an allowance can cover) for a price not known, not a number of dollars (an allowance is granted in
+    CURRENCY; AutoDL bills in CNY) or below zero (a quote that would give money back to the total)."""
+    price = plan.price_per_hour
+    if price is None or plan.currency != CURRENCY or not math.isfinite(price) or price < 0:
+        return None
+    return price * counted_hours(hours)
 
 
 def why_not_covered(session: Session, kind: RequestKind, plan: RequestPlan, hours: float) -> str:
@@ -82,6 +88,8 @@ def why_not_covered(session: Session, kind: RequestKind, plan: RequestPlan, hour
     if not active:
         return "no allowance is active: it waits for a person"
     amount = amount_of(plan, hours)
+    if amount is None and plan.price_per_hour is not None and plan.currency != CURRENCY:
+        return f"its price is in {plan.currency}, an allowance in {CURRENCY}: it waits for a person"
     if amount is None:
         return "its price is not known, so no allowance can cover it: it waits for a person"
     fitting = [a for a in active if plan.price_per_hour is not None and plan.price_per_hour <= a.max_price_per_hour]
