@@ -24,13 +24,19 @@ def still_running_after(document: dict[str, object]) -> int:
     return int(found[1])
 
 
-async def test_a_long_tool_returns_at_its_bound_and_the_next_call_waits_for_the_same_work(
-        tmp_path: Path, silent_server: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def hung_project(tmp_path: Path, silent_server: int, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A project whose one box is an SSH server that accepts and never speaks (HOME of its own)."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     (tmp_path / "home").mkdir()
     root = tmp_path / "p"
     write_project(root, instance=HUNG, instance_body=f'provider = "ssh"\nhost = "nobody@127.0.0.1:{silent_server}"',
                   box=tmp_path / "box")
+    return root
+
+
+async def test_a_long_tool_returns_at_its_bound_and_the_next_call_waits_for_the_same_work(
+        tmp_path: Path, silent_server: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = hung_project(tmp_path, silent_server, monkeypatch)
     stderr = tmp_path / "server-stderr.txt"
     async with agent(root, stderr) as rgt:
         first = await rgt.document("rgt_push", {"run": RUN, "timeout_s": 1})
@@ -49,11 +55,7 @@ async def test_a_long_tool_returns_at_its_bound_and_the_next_call_waits_for_the_
 async def test_long_calls_asking_for_different_work_never_share_one_task(
         tmp_path: Path, silent_server: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """rgt_run with two different `ack`s is two pieces of work: the second may not be answered with the first's."""
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    (tmp_path / "home").mkdir()
-    root = tmp_path / "p"
-    write_project(root, instance=HUNG, instance_body=f'provider = "ssh"\nhost = "nobody@127.0.0.1:{silent_server}"',
-                  box=tmp_path / "box")
+    root = hung_project(tmp_path, silent_server, monkeypatch)
     async with agent(root, tmp_path / "server-stderr.txt") as rgt:
         first = await rgt.document("rgt_run", {"run": RUN, "ack": "first reason", "timeout_s": 1})
         again = await rgt.document("rgt_run", {"run": RUN, "ack": "first reason", "timeout_s": 1})

@@ -20,7 +20,6 @@ from remote_gpu_trainer.providers.base import Creatable
 from remote_gpu_trainer.request_views import RequestPlan, RequestView
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.inbox.model import (
-    FINAL_STATES,
     RequestKind,
     RequestState,
     is_person,
@@ -240,7 +239,3 @@ def _decide_finding(session: Session, row: RequestRow, actor: str) -> str:
                                  disclosure=str(params.get("disclosure", "")),
                                  scope=str(params.get("scope", "subject")), actor=actor)
     return f"{record.id} {record.status}"
-
-
-def is_final(view: RequestView) -> bool:
-    return view.state in FINAL_STATES

@@ -34,12 +34,10 @@ class RequestState(StrEnum):
     REJECTED = "rejected"  # a person said no (the note in `outcome`)
 
 
-FINAL_STATES = (RequestState.DONE, RequestState.FAILED, RequestState.REFUSED, RequestState.REJECTED)
 ALLOWANCE_KINDS = (RequestKind.RENT, RequestKind.RESUME)  # what an allowance may cover; never teardown or stop
 # what an allowance counts is at least this many hours: `hours` is the agent's word, and a box bills until a person
 # ends it, so an agent asking for 1e-9 h must not rent a $0.89/h box on a penny's allowance (docs/agents.md §4.4)
 MIN_COUNTED_HOURS = 1.0
-IRREVERSIBLE_KINDS = (RequestKind.TEARDOWN,)
 _NAME = re.compile(r"[^A-Za-z0-9._-]+")
 _TERMINAL = re.compile(r"[A-Za-z0-9._/-]{1,60}")
 

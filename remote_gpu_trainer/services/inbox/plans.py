@@ -49,7 +49,7 @@ def _hours(params: dict[str, Any]) -> float:
     return float(hours) if isinstance(hours, (int, float)) else 1.0
 
 
-async def launches_of(session: Session, run_ids: list[str]) -> dict[str, int | None]:
+def launches_of(session: Session, run_ids: list[str]) -> dict[str, int | None]:
     """The latest launch (its seq in the launch log) of each run: a relaunch changes it."""
     latest: dict[str, int | None] = {run_id: None for run_id in run_ids}
     for record in session.db.launch_history():
@@ -73,7 +73,7 @@ async def _teardown_plan(session: Session, instance: str, action_id: str,
     plan = RequestPlan(lines=lines, material=material, irreversible=current.irreversible,
                        type_to_confirm=current.provider_id if current.gated else None,
                        blocked=tuple(accepted.reasons), price_per_hour=_burning_price(session, instance))
-    return plan, {"provider_id": current.provider_id, "launches": await launches_of(session, runs)}
+    return plan, {"provider_id": current.provider_id, "launches": launches_of(session, runs)}
 
 
 def _burning_price(session: Session, instance: str) -> float | None:
@@ -97,7 +97,7 @@ async def _rent_plan(session: Session, run_id: str, hours: float) -> tuple[Reque
                  "tears it down", *_hours_lines(hourly, hours, currency))
         material = (f"rent {run.instance} {provider.name}", f"price {hourly} {currency}")
         plan = RequestPlan(lines=lines, material=material, price_per_hour=hourly, currency=currency, blocked=blocked)
-        return plan, {"launches": await launches_of(session, [run_id])}
+        return plan, {"launches": launches_of(session, [run_id])}
     from remote_gpu_trainer.services.launch import rent
 
     if not await rent.wants_launch(session, run.instance):
@@ -109,7 +109,7 @@ async def _rent_plan(session: Session, run_id: str, hours: float) -> tuple[Reque
                                               f"price {launch.price_text} {launch.currency}",
                                               f"request {launch.request}"),
                        price_per_hour=launch.price, currency=launch.currency)
-    return plan, {"launches": await launches_of(session, [run_id])}
+    return plan, {"launches": launches_of(session, [run_id])}
 
 
 def _hours_lines(hourly: float | None, hours: float, currency: str) -> tuple[str, ...]:
@@ -141,7 +141,7 @@ async def _resume_plan(session: Session, run_id: str, hours: float) -> tuple[Req
              *_hours_lines(hourly, hours, currency))
     material = (f"resume {run_id} on {status.provider_id}", f"price {hourly} {currency}")
     plan = RequestPlan(lines=lines, material=material, price_per_hour=hourly, currency=currency, blocked=blocked)
-    return plan, {"provider_id": status.provider_id, "launches": await launches_of(session, [run_id])}
+    return plan, {"provider_id": status.provider_id, "launches": launches_of(session, [run_id])}
 
 
 def _finding_plan(session: Session, params: dict[str, Any]) -> RequestPlan:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError
@@ -61,8 +62,6 @@ async def file_request(session: Session, kind: RequestKind, *, actor: str, why: 
 
 def _noted(view: RequestView, waiting: str) -> RequestView:
     """The reason it waits, for the agent (not stored: it is true only now)."""
-    from dataclasses import replace
-
     return replace(view, outcome=waiting) if waiting and not view.outcome else view
 
 
