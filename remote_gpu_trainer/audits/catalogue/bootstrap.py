@@ -1,33 +1,85 @@
-"""The percentile bootstrap every VERIFY check shares (V04, V07, V21): resamples drawn in chunks of index rows
-with numpy's default_rng(seed), so memory stays bounded at CHUNK × n and no Python loop runs per resample."""
+"""The percentile bootstrap every VERIFY check shares (V04, V07, V21), as docs/verify.md §2 fixes its stream.
+
+Resample b of n items is row b of `default_rng(seed).integers(0, n, size=(resamples, n), dtype=int32)` (int64
+past 2**31 items). The rows are drawn in blocks of at most `BLOCK_INDICES` indices, an even number of rows each:
+numpy's bounded int32 draws are then the same values as one draw of the whole matrix, so memory stays bounded
+(a few MB) whatever n is, and the seed alone fixes every resample.
+
+A resampled mean is computed as c + counts @ (values − c) / n, where counts[b, i] is how often resample b drew
+item i (a bincount of the block's indices) and c is the sample's first value: the same number as
+values[index].mean() but for the rounding of the last bit (exact for whole-number values, and a constant sample
+resamples to exactly itself), and one counts block serves every column at once. So V07 resamples all its
+comparisons of one item count with one matrix (`resampled_means_many`): they share the seed, hence the rows,
+exactly as if each had drawn its own.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-CHUNK = 2000  # resamples drawn at a time
+BLOCK_INDICES = 1 << 18  # indices per block: 256 resamples of 1,000 items
+MAX_BLOCK_ROWS = 256
+
+
+def _block_rows(n: int) -> int:
+    """Resamples per block: even (the int32 stream then matches one whole draw), at least 2."""
+    return max(2, min(MAX_BLOCK_ROWS, BLOCK_INDICES // max(n, 1)) & ~1)
+
+
+def resampled_means_many(columns: Any, resamples: int, rng: Any) -> Any:
+    """(resamples, k) means of the k columns of the (n, k) array `columns`, every column resampled with the
+    same index rows drawn from `rng` (a numpy Generator)."""
+    import numpy as np
+
+    values = np.asarray(columns, dtype=float)
+    n, k = values.shape
+    if n == 0 or resamples <= 0:
+        return np.full((max(resamples, 0), k), np.nan)
+    centre = values[0]  # a value of the sample: a constant sample resamples to exactly itself, ties stay ties
+    values = values - centre
+    dtype = np.int32 if n < 2**31 else np.int64
+    rows = _block_rows(n)
+    offsets = (np.arange(rows, dtype=np.int64) * n)[:, None]
+    means = np.empty((resamples, k))
+    for start in range(0, resamples, rows):
+        count = min(rows, resamples - start)
+        index = rng.integers(0, n, size=(count, n), dtype=dtype)
+        drawn = np.bincount((index + offsets[:count]).ravel(), minlength=count * n).reshape(count, n)
+        np.matmul(drawn, values, out=means[start:start + count])
+    return centre + means / n
 
 
 def resampled_means(x: Any, resamples: int, rng: Any) -> Any:
-    """`resamples` means of `x` resampled with replacement, drawn from `rng` (a numpy Generator). Indices are
-    int32 when they fit: drawing them is most of the cost, and int32 halves it."""
+    """`resamples` means of `x` resampled with replacement, drawn from `rng`."""
     import numpy as np
 
-    values = np.asarray(x, dtype=float)
-    dtype = np.int32 if values.size < 2**31 else np.int64
-    means = []
-    for start in range(0, resamples, CHUNK):
-        index = rng.integers(0, values.size, size=(min(CHUNK, resamples - start), values.size), dtype=dtype)
-        means.append(values[index].mean(axis=1))
-    return np.concatenate(means) if means else np.empty(0)
+    return resampled_means_many(np.asarray(x, dtype=float).reshape(-1, 1), resamples, rng)[:, 0]
 
 
 def mean_ci(x: Any, resamples: int, rng_seed: int) -> tuple[float, float]:
     """95 % percentile CI of mean(x)."""
+    return mean_cis([x], resamples, rng_seed)[0]
+
+
+def mean_cis(samples: Sequence[Any], resamples: int, rng_seed: int) -> list[tuple[float, float]]:
+    """The 95 % percentile CI of the mean of each sample, each exactly as `mean_ci` computes it alone (its own
+    generator from `rng_seed`): samples of one length share the generator's rows, so they are resampled
+    together with one index matrix, drawn once per length."""
     import numpy as np
 
-    low, high = np.percentile(resampled_means(x, resamples, np.random.default_rng(rng_seed)), [2.5, 97.5])
-    return float(low), float(high)
+    arrays = [np.asarray(x, dtype=float).ravel() for x in samples]
+    cis: list[tuple[float, float]] = [(float("nan"), float("nan"))] * len(arrays)
+    by_length: dict[int, list[int]] = {}
+    for position, array in enumerate(arrays):
+        by_length.setdefault(array.size, []).append(position)
+    for n, positions in by_length.items():
+        columns = np.stack([arrays[p] for p in positions], axis=1) if n else np.empty((0, len(positions)))
+        means = resampled_means_many(columns, resamples, np.random.default_rng(rng_seed))
+        low, high = np.percentile(means, [2.5, 97.5], axis=0)
+        for column, position in enumerate(positions):
+            cis[position] = (float(low[column]), float(high[column]))
+    return cis
 
 
 def difference_ci(x: Any, y: Any, resamples: int, rng_seed: int) -> tuple[float, float]:

@@ -4,8 +4,9 @@ V08 baseline_draw, V09 multiple_comparisons.
 
 V04, V05 and V09 judge each reported number (an EVIDENCE evidence row, or a run no claim cites); V06, V07 and
 V08 judge each declared comparison on every (test, metric) it covers, one finding per pair listing them.
-Bootstraps are vectorised numpy over a seeded generator (params `rng_seed`, `resamples`), drawn in chunks, so
-an audit of 50 capsules × 1,000 items stays well under a second per pair.
+Bootstraps are vectorised numpy over a seeded generator (params `rng_seed`, `resamples`; the stream as
+audits/catalogue/bootstrap.py draws it); V07 prepares every comparison's per-item difference first and resamples
+them together, one index matrix per item count (audits/catalogue/paired_items.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from remote_gpu_trainer.audits.catalogue import paired_items
 from remote_gpu_trainer.audits.catalogue.bootstrap import mean_ci
 from remote_gpu_trainer.audits.catalogue.comparability import (
     claims_touching,
@@ -284,96 +286,27 @@ def _judge_mde(project: ProjectEvidence, comparison: Comparison, test_id: str, m
 
 # -- V07 delta_vs_noise ---------------------------------------------------------------------------------------
 def check_delta_vs_noise(project: ProjectEvidence, params: Mapping[str, Any]) -> CheckResult:
-    """V07: per-item paired bootstrap when both arms have per-item results, else a test over seeds."""
-    return _pair_check("V07", "delta_vs_noise", project, params, _judge_noise)
+    """V07: per-item paired bootstrap when both arms have per-item results, else a test over seeds. Every
+    comparison's per-item difference is prepared first, so the bootstraps run together (paired_items.py)."""
+    targets = [(c, t, m) for c in project.comparisons for t, m in shared_targets(project, c)]
+    prepared = paired_items.prepare(project, targets, lambda c, t, m: _sign(project, c, t, m))
+    cis = paired_items.with_cis(prepared, int(params["resamples"]), int(params["rng_seed"]))
 
+    def judge(project: ProjectEvidence, comparison: Comparison, test_id: str, metric: str,
+              params: Mapping[str, Any]) -> tuple | str | None:
+        items = prepared[(comparison.subject, test_id, metric)]
+        if isinstance(items, paired_items.PairedItems):
+            return paired_items.judge(items, cis.get((comparison.subject, test_id, metric)))
+        sign = _sign(project, comparison, test_id, metric)
+        seeds = _judge_seeds(project, comparison, test_id, metric, sign, params)
+        return f"{seeds}; per-item: {items}" if isinstance(seeds, str) else seeds
 
-def _judge_noise(project: ProjectEvidence, comparison: Comparison, test_id: str, metric: str,
-                 params: Mapping[str, Any]) -> tuple | str | None:
-    sign = _sign(project, comparison, test_id, metric)
-    items = _item_arms(project, comparison, test_id, metric)
-    if isinstance(items, tuple):
-        return _judge_items(items, sign, test_id, metric, params)
-    seeds = _judge_seeds(project, comparison, test_id, metric, sign, params)
-    return f"{seeds}; per-item: {items}" if isinstance(seeds, str) else seeds
-
-
-def _item_series(capsule: Capsule, test_id: str, metric: str) -> Any:
-    """A capsule's per-item metric as a Series indexed by item_id, or why there is none."""
-    import pandas as pd
-
-    test = capsule.tests.get(test_id)
-    if test is None or test.results is None:
-        return f"{capsule.path}/test/{test_id}/results.parquet|csv missing"
-    block = test.metric_block(metric) or {}
-    column = block.get("column")
-    if not isinstance(column, str) or column not in test.results.columns:
-        return f"{test.results_path} has no per-item column for {metric} (metrics.{metric}.column = {column!r})"
-    ids = test.results["item_id"].astype(str)
-    if ids.duplicated().any():
-        return f"{test.results_path}: item_id is not unique"
-    # a plain list index: sets and reindexing over arrow-backed strings cost a Python object per item
-    return pd.Series(pd.to_numeric(test.results[column], errors="coerce").to_numpy(dtype=float), index=ids.tolist())
-
-
-def _item_arms(project: ProjectEvidence, comparison: Comparison, test_id: str, metric: str) -> tuple | str:
-    """(run, control) per-item means over each arm's capsules with their evidence, or why not per item."""
-    import pandas as pd
-
-    arms, refs = [], []
-    for run_id in (comparison.run, comparison.control):
-        series = []
-        for capsule in project.run_capsules(run_id):
-            found = _item_series(capsule, test_id, metric)
-            if isinstance(found, str):
-                return found
-            series.append(found)
-            test = capsule.tests[test_id]
-            refs.append(EvidenceRef(test.results_path or "", test.results_sha256))
-        if any(not _same_items(s.index, series[0].index) for s in series):
-            return f"runs/{run_id}: item sets differ between its capsules"
-        arms.append(pd.concat(series, axis=1).mean(axis=1, skipna=False))
-    return arms[0], arms[1], tuple(refs)
-
-
-def _same_items(a: Any, b: Any) -> bool:
-    """Two unique item-id indexes hold the same ids (vectorised: no Python object per item)."""
-    return len(a) == len(b) and bool(a.sort_values().equals(b.sort_values()))
+    return _pair_check("V07", "delta_vs_noise", project, params, judge)
 
 
 def bootstrap_mean_ci(d: Any, resamples: int, rng_seed: int) -> tuple[float, float]:
     """95 % percentile CI of mean(d) over `resamples` resamples of items (audits/catalogue/bootstrap.py)."""
     return mean_ci(d, resamples, rng_seed)
-
-
-def _judge_items(items: tuple, sign: float, test_id: str, metric: str, params: Mapping[str, Any]) -> tuple | None:
-    import numpy as np
-    from scipy.stats import wilcoxon
-
-    run, control, refs = items
-    key = f"{test_id}/{metric}"
-    if not _same_items(run.index, control.index):
-        shared = len(run.index.intersection(control.index))
-        values = {key: {"method": "items", "run_items": len(run), "control_items": len(control), "shared": shared,
-                        "bold_allowed": False}}
-        return ("error", f"item sets differ on {key}: run {len(run)} items, control {len(control)}, "
-                         f"{shared} shared", values, refs, "bug")
-    diff = sign * (run - control.reindex(run.index)).to_numpy(dtype=float)
-    finite = diff[np.isfinite(diff)]
-    if len(finite) == 0:
-        return ("error", f"no finite per-item {metric} on {key}", {key: {"method": "items", "dropped": len(diff)}},
-                refs, "bug")
-    lo, hi = bootstrap_mean_ci(finite, int(params["resamples"]), int(params["rng_seed"]))
-    with _quiet():
-        p = float(wilcoxon(finite).pvalue) if np.any(finite != 0) else 1.0
-    delta = float(finite.mean())
-    values = {key: {"method": "items", "delta": delta, "ci95": [lo, hi], "wilcoxon_p": p, "n": len(finite),
-                    "dropped": len(diff) - len(finite), "bold_allowed": not lo <= 0 <= hi}}
-    if not lo <= 0 <= hi:
-        return None
-    return ("warn", f"inside sampling noise: {key} mean per-item Δ = {fmt_signed(delta)}, 95 % CI "
-                    f"[{fmt(lo)}, {fmt(hi)}] contains 0 ({len(finite)} items, Wilcoxon p = {fmt(p)})",
-            values, refs, "negligence")
 
 
 def _seed_test(run: list[SeedValue], control: list[SeedValue]) -> tuple[str, float]:
