@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -133,7 +134,19 @@ def _labels(rows: pd.DataFrame, *columns: str) -> tuple[list[list[str]] | None, 
         return None, f"column{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing from the results"
     if any(rows[c].isna().any() for c in columns):
         return None, f"empty values in {', '.join(columns)}"
-    return [[label(v) for v in rows[c].tolist()] for c in columns], ""
+    return [labels(rows[c]) for c in columns], ""
+
+
+def labels(values: pd.Series) -> list[str]:
+    """`label` of every value (none missing), each distinct value labelled once; object columns per item, as
+    their equal values may label differently (True == 1)."""
+    import numpy as np
+    import pandas as pd
+
+    if values.dtype == object:
+        return [label(v) for v in values.tolist()]
+    codes, uniques = pd.factorize(values)
+    return np.asarray([label(u) for u in uniques.tolist()] or [""], dtype=object)[codes].tolist()
 
 
 def _accuracy(rows: pd.DataFrame, block: Mapping[str, Any], metric: str) -> Computed:
@@ -249,12 +262,7 @@ POOLED: dict[str, Callable[[pd.DataFrame, Mapping[str, Any], str], Computed]] = 
 
 def split_rows(test: TestArtifacts) -> pd.DataFrame | None:
     """The result rows of the split metrics.json reports (all rows when there is no `split` column)."""
-    rows = test.results
-    if rows is None:
-        return None
-    if "split" in rows.columns and test.split is not None:
-        rows = rows[rows["split"].astype(str) == test.split]
-    return rows
+    return test.split_results
 
 
 # -- chance level -------------------------------------------------------------------------------------------
@@ -269,7 +277,7 @@ def chance_floor(project: ProjectEvidence, metric: str, rows: pd.DataFrame) -> t
     targets, _ = _labels(rows, "target") if not rows.empty else (None, "")
     if targets is None or kind is None:
         return None
-    shares = sorted((targets[0].count(name) / len(targets[0]) for name in set(targets[0])), reverse=True)
+    shares = sorted((count / len(targets[0]) for count in Counter(targets[0]).values()), reverse=True)
     if kind == "majority":
         return shares[0], True
     if kind == "top_k":
@@ -545,7 +553,7 @@ def prediction_diversity(project: ProjectEvidence, params: Mapping[str, Any]) ->
                 continue
             if "condition" in rows.columns:
                 rows = rows[rows["condition"].astype(str) != "shuffled"]
-            preds = [label(v) for v in rows["pred"].dropna().tolist()]
+            preds = labels(rows["pred"].dropna())
             if len(preds) < 2 or not _discrete(rows["pred"].dropna()):
                 notes.append(f"{test.metrics_path}: predictions are not class labels (or fewer than 2)")
                 continue
@@ -569,10 +577,10 @@ def _discrete(values: pd.Series) -> bool:
 
 
 def _diversity_issue(test_id: str, preds: list[str], rows: pd.DataFrame, params: Mapping[str, Any]) -> Issue | None:
-    counts = {name: preds.count(name) for name in set(preds)}
+    counts = Counter(preds)
     top, top_count = max(counts.items(), key=lambda item: item[1])
-    targets = [label(v) for v in rows["target"].dropna().tolist()] if "target" in rows.columns else []
-    target_share = max((targets.count(t) for t in set(targets)), default=0) / len(targets) if targets else None
+    targets = labels(rows["target"].dropna()) if "target" in rows.columns else []
+    target_share = max(Counter(targets).values(), default=0) / len(targets) if targets else None
     values = {f"{test_id}.distinct_pred": len(counts), f"{test_id}.top_share": top_count / len(preds),
               f"{test_id}.top_target_share": target_share}
     if len(counts) == 1 and (target_share is None or target_share < 1.0):

@@ -256,3 +256,14 @@ def test_v21_conditions_without_metrics_judge_nothing(tmp_path: Path) -> None:
     (folder / "test" / "main" / "metrics.json").write_text("{broken", encoding="utf-8")
     res = run("V21", load(tmp_path))
     assert res.status == "skipped" and "no metrics" in res.note
+
+
+@pytest.mark.parametrize("values", [[3.0, 1.5, 3.0, -0.0, 2.0], [3, 1, 3, 0], ["3", "b", "3"], [True, False, True],
+                                    [True, 1, 1.0, "1", 2.5]])
+def test_labels_of_a_column_are_the_label_of_each_value(values: list[object]) -> None:
+    import pandas as pd
+
+    from remote_gpu_trainer.audits.catalogue.collapse import label, labels
+
+    series = pd.Series(values)
+    assert labels(series) == [label(v) for v in series.tolist()]
