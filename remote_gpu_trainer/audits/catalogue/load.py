@@ -15,6 +15,7 @@ import hashlib
 import math
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -163,14 +164,15 @@ def _read_tests(root: Path, rel: str, problems: _Problems) -> Iterable[tuple[str
         metrics, metrics_sha = _read_json(root, f"{base}/metrics.json", problems)
         results_rel = next((f"{base}/{name}" for name in ("results.parquet", "results.csv")
                             if (root / base / name).is_file()), None)
-        results = _read_table(root, results_rel, problems, required=("item_id",)) if results_rel else None
+        hashed: list[str] = []  # the results file is read once: its sha256 and its table from the same bytes
+        results = _read_table(root, results_rel, problems, required=("item_id",), sha=hashed) if results_rel else None
         if metrics is not None and not isinstance(metrics, dict):
             problems.add(f"{base}/metrics.json", "is not a JSON object")
             metrics = None
         yield entry.name, TestArtifacts(
             test_id=entry.name, metrics_path=f"{base}/metrics.json", metrics=metrics, metrics_sha256=metrics_sha,
             results_path=results_rel if results is not None else None, results=results,
-            results_sha256=file_sha256(root / results_rel) if results is not None and results_rel else None,
+            results_sha256=hashed[0] if results is not None and hashed else None,
         )
 
 
@@ -232,23 +234,29 @@ def _member(split: str, row: Any) -> SplitMember | None:
 class _InsideRoot:
     """Whether a path stays inside the project root once every symlink is followed. Members share folders, so
     each folder is resolved once (a split of 100,000 files lies in a few hundred), the file itself only when it
-    is a link."""
+    is a link. Plain strings and one lstat per member: a split's members are most of an audit's file system
+    calls."""
 
     def __init__(self, root: Path) -> None:
         self.root = os.path.realpath(root)
         self.folders: dict[str, bool] = {}
 
-    def real(self, path: Path) -> str | None:
-        """The path with links followed, or None when it or a folder above it leaves the root."""
-        folder = str(path.parent)
+    def regular_file(self, path: str) -> str | None:
+        """The path with links followed when it is a regular file inside the root, else None (absent, not a
+        file, or it or a folder above it leaves the root)."""
+        folder = os.path.dirname(path)
         if folder not in self.folders:
             self.folders[folder] = self._inside(os.path.realpath(folder))
         if not self.folders[folder]:
             return None
-        if not path.is_symlink():
-            return str(path)
-        target = os.path.realpath(path)
-        return target if self._inside(target) else None
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            return None
+        if stat.S_ISLNK(mode):
+            target = os.path.realpath(path)
+            return target if self._inside(target) and os.path.isfile(target) else None
+        return path if stat.S_ISREG(mode) else None
 
     def _inside(self, real: str) -> bool:
         return real == self.root or real.startswith(self.root + os.sep)
@@ -256,10 +264,10 @@ class _InsideRoot:
 
 def _member_sha(inside: _InsideRoot, rel: str) -> str | None:
     """The hash of a member's bytes on disk; None when the path is absent or leaves the project root."""
-    if rel.startswith("/") or ".." in Path(rel).parts:
+    if rel.startswith("/") or ".." in rel.replace(os.sep, "/").split("/"):
         return None
-    real = inside.real(Path(inside.root) / rel)
-    return file_sha256(Path(real)) if real is not None and os.path.isfile(real) else None
+    real = inside.regular_file(os.path.join(inside.root, rel))
+    return file_sha256(real) if real is not None else None
 
 
 def numbers_of(project: ProjectEvidence) -> Iterable[Number]:
@@ -294,9 +302,9 @@ def numbers_of(project: ProjectEvidence) -> Iterable[Number]:
 
 
 # -- files ----------------------------------------------------------------------------------------------------
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path | str) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with open(path, "rb") as handle:
         while chunk := handle.read(_READ_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -337,16 +345,21 @@ def _read_yaml(root: Path, rel: str, problems: _Problems) -> tuple[Any, str | No
     return parsed, sha
 
 
-def _read_table(root: Path, rel: str | None, problems: _Problems, *,
-                required: tuple[str, ...] = ()) -> pd.DataFrame | None:
+def _read_table(root: Path, rel: str | None, problems: _Problems, *, required: tuple[str, ...] = (),
+                sha: list[str] | None = None) -> pd.DataFrame | None:
     """A CSV or parquet table, or None (with a problem naming the file) when it cannot be read or lacks a
-    required column."""
+    required column; `sha` receives the sha256 of the bytes parsed."""
     if rel is None or not (root / rel).is_file():
         return None
+    import io
+
     import pandas as pd
 
     try:
-        frame = pd.read_parquet(root / rel) if rel.endswith(".parquet") else pd.read_csv(root / rel)
+        data = (root / rel).read_bytes()
+        if sha is not None:
+            sha.append(hashlib.sha256(data).hexdigest())
+        frame = pd.read_parquet(io.BytesIO(data)) if rel.endswith(".parquet") else pd.read_csv(io.BytesIO(data))
     except Exception as exc:  # pandas raises many types for one cause: a file that is not the table it claims
         problems.add(rel, f"unreadable table: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return None
