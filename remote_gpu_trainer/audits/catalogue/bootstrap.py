@@ -3,7 +3,7 @@
 Resample b of n items is row b of `default_rng(seed).integers(0, n, size=(resamples, n), dtype=int32)` (int64
 past 2**31 items). The rows are drawn in blocks of at most `BLOCK_INDICES` indices, an even number of rows each:
 numpy's bounded int32 draws are then the same values as one draw of the whole matrix, so memory stays bounded
-(a few MB) whatever n is, and the seed alone fixes every resample.
+(a few hundred KB) whatever n is, and the seed alone fixes every resample.
 
 A resampled mean is computed as c + counts @ (values − c) / n, where counts[b, i] is how often resample b drew
 item i (a bincount of the block's indices) and c is the sample's first value: the same number as
@@ -18,8 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-BLOCK_INDICES = 1 << 18  # indices per block: 256 resamples of 1,000 items
-MAX_BLOCK_ROWS = 256
+# indices per block: 32 resamples of 1,000 items. Small on purpose: a block's counts stay in cache, and its
+# product stays below the size where OpenBLAS starts threads (which cost 2-8x on a busy 2-core machine).
+BLOCK_INDICES = 1 << 15
+MAX_BLOCK_ROWS = 1024
 
 
 def _block_rows(n: int) -> int:
