@@ -161,7 +161,7 @@ def _topk(rows: pd.DataFrame, block: Mapping[str, Any], metric: str) -> Computed
 
     digits = re.findall(r"\d+", metric)
     k = int(block.get("k") or (digits[-1] if digits else 1))
-    columns = [str(c) for c in rows.columns if str(c).startswith("prob_")]
+    columns = [str(c) for c in rows.columns.tolist() if str(c).startswith("prob_")]
     targets, why = _labels(rows, "target")
     if targets is None or not columns:
         return None, why or "no prob_<class> columns in the results"
@@ -199,7 +199,7 @@ def _regression(kind: str) -> Callable[[pd.DataFrame, Mapping[str, Any], str], C
 def _confusion(rows: pd.DataFrame) -> tuple[dict[str, tuple[int, int, int]] | None, str]:
     """Per class (tp, fp, fn): from `tp_<k>`/`fp_<k>`/`fn_<k>` columns summed over rows when present
     (segmentation), else from the target/pred labels."""
-    tp_columns = [str(c) for c in rows.columns if str(c).startswith("tp_")]
+    tp_columns = [str(c) for c in rows.columns.tolist() if str(c).startswith("tp_")]
     if tp_columns:
         counts = {}
         for column in tp_columns:

@@ -12,6 +12,7 @@ statistics.py, which judges the same comparisons.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import math
 from collections.abc import Iterable, Mapping
@@ -446,7 +447,7 @@ def _curve_metric(capsule: Capsule, metric: str | None) -> tuple[str | None, str
     """The `val/<m>` column to read and the metric's direction word from run.json `selection`."""
     selection = (capsule.run_record or {}).get("selection")
     selection = selection if isinstance(selection, Mapping) else {}
-    columns = [str(c) for c in capsule.train.columns] if capsule.train is not None else []
+    columns = [str(c) for c in capsule.train.columns.tolist()] if capsule.train is not None else []
     name = metric or selection.get("criterion")
     column = f"val/{name}" if name and f"val/{name}" in columns else None
     if column is None and metric is None:
@@ -489,12 +490,29 @@ def _spike_ratio(frame: Any, window: int) -> float | None:
 
     if "grad_norm" not in frame.columns:
         return None
-    grad = pd.to_numeric(frame["grad_norm"], errors="coerce").dropna()
+    grad = pd.to_numeric(frame["grad_norm"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
     grad = grad[np.isfinite(grad)]
     if len(grad) < 2:
         return None
-    baseline = float(grad.rolling(window, min_periods=1).median().median())
+    baseline = float(np.median(rolling_median(grad, window)))
     return float(np.percentile(grad, 99)) / baseline if baseline > 0 else None
+
+
+def rolling_median(values: Any, window: int) -> Any:
+    """pandas' `rolling(window, min_periods=1).median()` in numpy: the first window − 1 medians over the values
+    so far, then one per full window (a Series and a rolling object per capsule cost more than the medians)."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    window = max(1, window)
+    head: list[float] = []
+    seen: list[float] = []
+    for value in values[:window - 1].tolist():  # the growing windows: a sorted list, no numpy call each
+        bisect.insort(seen, value)
+        middle = len(seen) // 2
+        head.append(seen[middle] if len(seen) % 2 else (seen[middle - 1] + seen[middle]) / 2)
+    full = np.median(sliding_window_view(values, window), axis=1) if len(values) >= window else np.empty(0)
+    return np.concatenate([np.asarray(head, dtype=float), full])
 
 
 def _curve_finding(project: ProjectEvidence, curve: Trajectory, params: Mapping[str, Any]) -> Finding | None:

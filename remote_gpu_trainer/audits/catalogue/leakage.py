@@ -273,7 +273,7 @@ def _test_columns(project: ProjectEvidence, capsule: Capsule) -> list[Finding]:
     frame = capsule.train
     if frame is None:
         return []
-    filled = {str(c): int(frame[c].notna().sum()) for c in frame.columns if str(c).lower().startswith("test/")}
+    filled = {str(c): int(frame[c].notna().sum()) for c in frame.columns.tolist() if str(c).lower().startswith("test/")}
     logged = {c: n for c, n in filled.items() if n > 1}
     if not logged:
         return []
@@ -407,7 +407,7 @@ def _val_is_train(project: ProjectEvidence, capsule: Capsule) -> list[Finding]:
 
     frame = capsule.train
     assert frame is not None
-    columns = {str(c).lower(): c for c in frame.columns}
+    columns = {str(c).lower(): c for c in frame.columns.tolist()}
     same = []
     for lowered, column in columns.items():
         if not lowered.startswith("val/"):

@@ -209,7 +209,7 @@ def _loss_word(text: str) -> str:
 
 def loss_columns(train: pd.DataFrame) -> list[str]:
     """train.csv columns holding a loss (`loss`, `train/loss`, `val_loss`), never `loss_scale`."""
-    return [str(c) for c in train.columns
+    return [str(c) for c in train.columns.tolist()
             if str(c).lower() == "loss" or str(c).lower().endswith(("/loss", "_loss"))]
 
 
@@ -320,14 +320,19 @@ def _loss_tail(capsule: Capsule, params: Mapping[str, Any]) -> tuple[float | Non
     train = capsule.train
     if train is None or "step" not in train.columns or not loss_columns(train):
         return None, "no step and loss columns in train.csv"
+    import numpy as np
+
     column = "loss" if "loss" in train.columns else loss_columns(train)[0]
-    steps, losses = numeric(train, "step"), numeric(train, column)
+    steps = numeric(train, "step").to_numpy(dtype=float, na_value=np.nan)  # numpy: a Series per step cost more
+    losses = numeric(train, column).to_numpy(dtype=float, na_value=np.nan)  # than the check itself
     planned = integer(run_value(capsule, "training", "steps")) or 0
     needed = max(float(params.get("min_steps", 500)), float(params.get("min_fraction", 0.1)) * planned)
-    if not steps.notna().any() or float(steps.max()) < needed:
+    steps = steps[~np.isnan(steps)]
+    if not steps.size or float(steps.max()) < needed:
         return None, f"training not past {needed:g} steps yet"
-    tail = losses[losses.notna() & (losses.abs() != math.inf)].tail(int(params.get("last", 50)))
-    if tail.empty:
+    finite_losses = losses[np.isfinite(losses)]
+    tail = finite_losses[max(0, finite_losses.size - int(params.get("last", 50))):]
+    if not tail.size or int(params.get("last", 50)) <= 0:
         return None, f"no finite {column} values in train.csv"
     return float(tail.mean()), ""
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from remote_gpu_trainer.audits.catalogue.comparability import (
     CHECKS,
     capsule_pairs,
@@ -312,3 +314,16 @@ def test_v03_skips_without_train_logs(tmp_path: Path) -> None:
     (tmp_path / "runs/ours/seed0/train.csv").unlink()
     res = run("V03", load(tmp_path))
     assert res.status == "skipped" and "runs/ours/seed0/train.csv missing or unreadable" in res.note
+
+
+@pytest.mark.parametrize("n", [1, 2, 19, 20, 21, 300])
+@pytest.mark.parametrize("window", [1, 2, 7, 20])
+def test_rolling_median_is_pandas_rolling_median_with_min_periods_one(n: int, window: int) -> None:
+    import numpy as np
+    import pandas as pd
+
+    from remote_gpu_trainer.audits.catalogue.comparability import rolling_median
+
+    values = np.random.default_rng(n * 31 + window).lognormal(size=n)
+    expected = pd.Series(values).rolling(window, min_periods=1).median().to_numpy()
+    assert np.array_equal(rolling_median(values, window), expected)
