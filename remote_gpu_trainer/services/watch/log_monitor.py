@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import math
 import re
 from collections import deque
@@ -146,7 +147,7 @@ class RunLogMonitor:
         self.now = now
         self.follower = LogFollower(read, db.log_cursor(run_id))
         self.parser = MetricParser()
-        self.detector = LogDetector(catalogue)
+        self._detector: LogDetector | None = None  # made on first use (the `detector` property)
         self.ledger = FindingsLedger()
         self.progress = TrainingProgress(total_steps=total_steps)
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -163,10 +164,22 @@ class RunLogMonitor:
         self.cell: str | None = None  # the roster cell the log is at (the wrapper's marker line says)
         self.saved = 0  # sample rows of this run stored so far: a cell boundary is recorded as a count
         self.thinner = SeriesThinner()  # which samples are stored (dense series downsampled on the way in)
-        self.scrubber = KeyScrubber(known_keys())  # read once per monitor: keys set later need a new session
         self._restore()
         # what other tasks read while a poll digests in its thread: replaced whole, never mutated
         self.snapshot = self._snapshot(self.now())
+
+    # The detector (the catalogue's compiled regexes) and the scrubber (every profile parsed for the key names
+    # it reads) are made when the first new line arrives: a monitor that only catches up with a log it has
+    # read already (`rgt --report` on a finished run, the dashboard's first look) never needs either.
+    @property
+    def detector(self) -> LogDetector:
+        if self._detector is None:
+            self._detector = LogDetector(self.catalogue)
+        return self._detector
+
+    @functools.cached_property
+    def scrubber(self) -> KeyScrubber:
+        return KeyScrubber(known_keys())  # read once per monitor: keys set later need a new session
 
     def close(self) -> None:
         """Store what the thinner still holds (its open buckets), then let go of the connection."""
@@ -228,15 +241,16 @@ class RunLogMonitor:
                 views, alerts = await finish_even_if_cancelled(asyncio.to_thread(self._ingest, chunk, t))
             else:
                 views, alerts = self._ingest(chunk, t)
-        partial = self.scrubber.scrub(chunk.partial) if self.scrubber else chunk.partial
+        partial = self.scrubber.scrub(chunk.partial) if chunk.partial and self.scrubber else chunk.partial
         return LogUpdate(tuple(views), chunk.restarted, partial, chunk.more, tuple(alerts))
 
     def _ingest(self, chunk: LogChunk, t: float) -> tuple[list[LogLineView], list[Alert]]:
         """Parse, detect, remember and record one chunk (runs in a worker thread for big chunks; the
         asyncio lock held by `poll` keeps every other user of this state out meanwhile)."""
-        if self.scrubber:
+        if chunk.lines and self.scrubber:
             chunk = dataclasses.replace(chunk, lines=tuple(self._redacted(chunk.lines)))
-        hits = self.detector.feed_lines([line.text for line in chunk.lines], chunk.first_line_no, t)
+        texts = [line.text for line in chunk.lines]
+        hits = self.detector.feed_lines(texts, chunk.first_line_no, t) if texts else []
         rows: list[Sample] = []  # what is stored: the thinner's pick of the parsed samples
         # a backlog read over several polls (the previous or this one left lines unread) was written before
         # it was read: its positions count, its read times measure no speed (audits/log/progress.py)
@@ -314,8 +328,9 @@ class RunLogMonitor:
         """The stateful rows (process, metric, GPU) over what has been gathered so far; `more` holds further
         RunSignals fields the caller gathered (e.g. the checkpoint cadence's)."""
         flushed: list[Hit] = []
-        if liveness is not None and liveness.state in ("finished", "dead"):
-            flushed = self.detector.flush(self.now())  # the log is complete: close an open traceback block
+        if self._detector is not None and liveness is not None and liveness.state in ("finished", "dead"):
+            # the log is complete: close an open traceback block (a detector never fed has none open)
+            flushed = self._detector.flush(self.now())
         all_samples = []
         for key, window in self.series.items():
             head = self.first_series.get(key, [])
