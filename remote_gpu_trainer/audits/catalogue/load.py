@@ -359,7 +359,9 @@ def _read_table(root: Path, rel: str | None, problems: _Problems, *, required: t
         data = (root / rel).read_bytes()
         if sha is not None:
             sha.append(hashlib.sha256(data).hexdigest())
-        frame = pd.read_parquet(io.BytesIO(data)) if rel.endswith(".parquet") else pd.read_csv(io.BytesIO(data))
+        # one thread: a per-item table is small, and starting pyarrow's pool for it cost more than it saved
+        frame = (pd.read_parquet(io.BytesIO(data), use_threads=False) if rel.endswith(".parquet")
+                 else pd.read_csv(io.BytesIO(data)))
     except Exception as exc:  # pandas raises many types for one cause: a file that is not the table it claims
         problems.add(rel, f"unreadable table: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
         return None
