@@ -200,7 +200,8 @@ class TestArtifacts:
         table each time was a good part of an audit's time. Read only, like `results`."""
         rows = self.results
         if rows is not None and "split" in rows.columns and self.split is not None:
-            rows = rows[rows["split"].astype(str) == self.split]
+            keep = (rows["split"].astype(str) == self.split).to_numpy(dtype=bool, na_value=False)
+            rows = rows if keep.all() else rows[keep]  # every row of the split: the table itself, no copy
         return rows
 
     def metric_block(self, metric: str) -> Mapping[str, Any] | None:

@@ -267,3 +267,17 @@ def test_labels_of_a_column_are_the_label_of_each_value(values: list[object]) ->
 
     series = pd.Series(values)
     assert labels(series) == [label(v) for v in series.tolist()]
+
+
+def test_split_rows_keep_the_reported_split_and_a_table_of_one_split_whole(tmp_path: Path) -> None:
+    from remote_gpu_trainer.audits.catalogue.collapse import split_rows
+
+    rows = [{**row, "split": "val" if i % 4 == 0 else "test"}
+            for i, row in enumerate(classification_items(40, correct=20))]
+    write_capsule(tmp_path / "mixed", "r", "seed0", metrics={"acc": 0.5}, items=rows)
+    (test,) = load(tmp_path / "mixed").capsules[0].tests.values()
+    kept = split_rows(test)
+    assert kept is not None and len(kept) == 30 and set(kept["split"]) == {"test"}
+    write_capsule(tmp_path / "one", "r", "seed0", metrics={"acc": 0.5}, items=classification_items(40, correct=20))
+    (test,) = load(tmp_path / "one").capsules[0].tests.values()
+    assert split_rows(test) is test.results
