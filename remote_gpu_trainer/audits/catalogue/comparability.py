@@ -328,7 +328,8 @@ def _parity_finding(project: ProjectEvidence, subject: str, capsules: list[Capsu
     runs = {c.run_id for c in capsules}
     axis = [v for comp in project.comparisons if comp.run in runs and comp.control in runs for v in comp.vary]
     controls = {comp.control for comp in project.comparisons if comp.run in runs and comp.control in runs}
-    keys = sorted({k for v in views for k in v if not _covered(k, axis) and not _all_same(views, k)})
+    every = {k for v in views for k in v}  # each key judged once (was once per view holding it)
+    keys = sorted(k for k in every if not _covered(k, axis) and not _all_same(views, k))
     rescue = [k for k in keys if matches(k, params.get("rescue", ()))]
     budget = [k for k in keys if k not in rescue and matches(k, params.get("budget", ()))]
     unequal = {k: _per_run(capsules, views, k) for k in budget}
