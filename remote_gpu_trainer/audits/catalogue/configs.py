@@ -40,7 +40,17 @@ def same_value(a: Any, b: Any) -> bool:
 def matches(key: str, patterns: Iterable[str]) -> bool:
     """A glob matches the dotted key, one of its ancestors (`tags` covers `tags.0`) or its last segment,
     case-insensitively (trackers spell `Output_Dir` as users do)."""
-    return _matches(key, tuple(str(p).lower() for p in patterns))
+    listed = patterns if isinstance(patterns, tuple) else tuple(patterns)
+    try:
+        lowered = _lowered(listed)
+    except TypeError:  # an unhashable pattern (a list in rgt.toml): as text, like any other
+        lowered = tuple(str(p).lower() for p in listed)
+    return _matches(key, lowered)
+
+
+@lru_cache(maxsize=256)
+def _lowered(patterns: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(str(p).lower() for p in patterns)
 
 
 @lru_cache(maxsize=1 << 14)
