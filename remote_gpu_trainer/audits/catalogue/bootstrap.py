@@ -1,9 +1,9 @@
 """The percentile bootstrap every VERIFY check shares (V04, V07, V21), as docs/verify.md §2 fixes its stream.
 
 Resample b of n items is row b of `default_rng(seed).integers(0, n, size=(resamples, n), dtype=int32)` (int64
-past 2**31 items). The rows are drawn in blocks of at most `BLOCK_INDICES` indices, an even number of rows each:
-numpy's bounded int32 draws are then the same values as one draw of the whole matrix, so memory stays bounded
-(a few hundred KB) whatever n is, and the seed alone fixes every resample.
+past 2**31 items). The rows are drawn in blocks (`_block_rows`: 32 resamples of 1,000 items), an even number
+of rows each: numpy's bounded int32 draws are then the same values as one draw of the whole matrix, so memory
+stays bounded (a few hundred KB) whatever n is, and the seed alone fixes every resample.
 
 A resampled mean is computed as c + counts @ (values − c) / n, where counts[b, i] is how often resample b drew
 item i (a bincount of the block's indices) and c is the sample's first value: the same number as
@@ -18,15 +18,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-# indices per block: 32 resamples of 1,000 items. Small on purpose: a block's counts stay in cache, and its
-# product stays below the size where OpenBLAS starts threads (which cost 2-8x on a busy 2-core machine).
-BLOCK_INDICES = 1 << 15
+# One matrix product (resamples × items × columns) at most this big: OpenBLAS runs a product up to
+# 4 × 65,536 multiply-adds on one thread (its GEMM_MULTITHREAD_THRESHOLD) and starts its thread pool above it,
+# which cost 2-10x more CPU than it saved on a busy 2-core machine. A block of 32 resamples of 1,000 items, its
+# columns 8 at a time, also keeps the block's counts in cache.
+BLOCK_PRODUCT = 1 << 18
+COLUMNS_PER_PRODUCT = 8
 MAX_BLOCK_ROWS = 1024
 
 
 def _block_rows(n: int) -> int:
     """Resamples per block: even (the int32 stream then matches one whole draw), at least 2."""
-    return max(2, min(MAX_BLOCK_ROWS, BLOCK_INDICES // max(n, 1)) & ~1)
+    return max(2, min(MAX_BLOCK_ROWS, BLOCK_PRODUCT // (max(n, 1) * COLUMNS_PER_PRODUCT)) & ~1)
 
 
 def resampled_means_many(columns: Any, resamples: int, rng: Any) -> Any:
@@ -42,14 +45,17 @@ def resampled_means_many(columns: Any, resamples: int, rng: Any) -> Any:
     values = values - centre
     dtype = np.int32 if n < 2**31 else np.int64
     rows = _block_rows(n)
+    width = max(1, BLOCK_PRODUCT // (rows * n))  # columns per product
+    parts = [np.ascontiguousarray(values[:, first:first + width]) for first in range(0, k, width)]
     offsets = (np.arange(rows, dtype=np.int64) * n)[:, None]
-    means = np.empty((resamples, k))
+    sums = [np.empty((resamples, part.shape[1])) for part in parts]
     for start in range(0, resamples, rows):
         count = min(rows, resamples - start)
         index = rng.integers(0, n, size=(count, n), dtype=dtype)
-        drawn = np.bincount((index + offsets[:count]).ravel(), minlength=count * n).reshape(count, n)
-        np.matmul(drawn, values, out=means[start:start + count])
-    return centre + means / n
+        drawn = np.bincount((index + offsets[:count]).ravel(), minlength=count * n).reshape(count, n).astype(float)
+        for part, out in zip(parts, sums, strict=True):
+            np.matmul(drawn, part, out=out[start:start + count])
+    return centre + np.concatenate(sums, axis=1) / n
 
 
 def resampled_means(x: Any, resamples: int, rng: Any) -> Any:
