@@ -12,6 +12,7 @@ ssh_pool.py hands HostKeyPolicy to asyncssh on every connect and turns a refused
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -124,8 +125,8 @@ class _Lookup:
 class HostKeyPolicy:
     """The `known_hosts` callable handed to asyncssh: trusted keys for the host actually connected to
     (after ssh config resolved the alias). The user's files win when they list the host at all; rgt's
-    file is consulted only otherwise. Files are re-read on every connect, so an accepted key counts at
-    once. The lookup is kept to tell an unknown key from a changed one afterwards."""
+    file is consulted only otherwise. Files are read again whenever they changed (_known_hosts), so an accepted
+    key counts at once. The lookup is kept to tell an unknown key from a changed one afterwards."""
 
     def __init__(self, known_hosts_file: Path, user_known_hosts: Sequence[Path]) -> None:
         self._user_files = [path.expanduser() for path in user_known_hosts]
@@ -160,8 +161,42 @@ def trusted_fingerprints(known_hosts_file: Path, user_known_hosts: Sequence[Path
 def _match_known_hosts(paths: Sequence[Path], host: str, port: int | None) -> tuple[Sequence[Any], ...]:
     """Keys for exactly this host and port. OpenSSH semantics: unlike asyncssh's public `match`, a port-22
     entry is never borrowed for another port (rented boxes share a host name across many ports)."""
+    return _known_hosts(paths)._match(host, "", port)  # private on purpose: the public match() adds that fallback
+
+
+# The parsed known_hosts files, by each file's identity when it was read (see _known_hosts).
+_PARSED: dict[tuple[tuple[Path, tuple[int, ...] | None], ...], Any] = {}
+_PARSED_MAX = 16
+_SETTLED_NS = 2_000_000_000  # a file unchanged this long before it was read is no longer being written
+
+
+def _known_hosts(paths: Sequence[Path]) -> Any:
+    """The files parsed, read again whenever any of them changed. Each connection and each box identity asks
+    (a report over 20 boxes parsed the same files 60 times, every line twice: issue 29). A file is known by
+    its device, inode, size, and change and modification times, so an accepted key (a new file, renamed in)
+    counts at once; a file changed within the last _SETTLED_NS of being read is not kept, since a second
+    change within the file system's timestamp granularity would keep every part of that identity."""
+    key = tuple((path, _identity(path)) for path in paths)
+    known = _PARSED.get(key)
+    if known is not None:
+        return known
     known = asyncssh.import_known_hosts("".join(_valid_known_hosts_lines(paths)))
-    return known._match(host, "", port)  # private on purpose: the public match() adds that fallback
+    now = time.time_ns()
+    if all(ident is None or now - max(ident[3], ident[4]) > _SETTLED_NS for _, ident in key):
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[key] = known
+    return known
+
+
+def _identity(path: Path) -> tuple[int, ...] | None:
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise TransportError(f"{path}: cannot read known hosts ({exc.strerror})") from None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def _valid_known_hosts_lines(paths: Sequence[Path]) -> list[str]:

@@ -119,8 +119,9 @@ async def pull(project: ProjectConfig, run: RunConfig, transport: Transport, db:
         raise VerbFailed(f"runs/{run.id} is not a local copy: {elsewhere}")
     root.mkdir(parents=True, exist_ok=True)
     recorded = db.recorded_manifest(run.id) or await build_manifest(transport, run, db)
-    manifest = await _manifest_for_pull(root, run, transport, recorded, recorded_adoption(db, run.id))
-    await _in_thread(_check_free_space, root, manifest)
+    manifest, space_checked = await _manifest_for_pull(root, run, transport, recorded, recorded_adoption(db, run.id))
+    if not space_checked:
+        await _in_thread(_check_free_space, root, manifest)
     puller = _Puller(root, run, transport, db, progress or (lambda _: None))
     small = [entry for entry in manifest.files
              if transport.batches_small_files and entry.bytes <= pull_batches.BATCH_FILE_MAX]
@@ -169,9 +170,10 @@ def _check_free_space(root: Path, manifest: Manifest) -> None:
 
 
 async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, recorded: str,
-                             adopted: Adoption | None = None) -> Manifest:
+                             adopted: Adoption | None = None) -> tuple[Manifest, bool]:
     """The recorded manifest, checked by every §2 rule (an adopted one by its adoption step, §2.1) before it is
-    written into the local root.
+    written into the local root, and whether the free space was checked for it (a manifest fetched now is
+    checked before it is written: nothing lands here when the pull cannot fit).
 
     A different manifest already there stops the pull: two manifests are never mixed.
     """
@@ -184,7 +186,7 @@ async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, r
             raise VerbFailed(f"{final}: a different manifest is already here (sha256 "
                              f"{sha256_bytes(existing)[:12]}, run records {recorded[:12]}): never mix two "
                              f"manifests; move {root} aside or use a new run id")
-        return acceptable_manifest(existing, run, final, adopted)
+        return acceptable_manifest(existing, run, final, adopted), False
     remote = f"{run.remote_root.rstrip('/')}/{MANIFEST_NAME}"
     data = await read_box_manifest(transport, remote)
     if sha256_bytes(data) != recorded:
@@ -193,7 +195,7 @@ async def _manifest_for_pull(root: Path, run: RunConfig, transport: Transport, r
     manifest = acceptable_manifest(data, run, remote, adopted)
     await _in_thread(_check_free_space, root, manifest)  # before anything is written here
     await _in_thread(atomic_write, final, data)
-    return manifest
+    return manifest, True
 
 
 class _Puller:
@@ -212,6 +214,7 @@ class _Puller:
         self.report = report
         self.files = asyncio.Semaphore(PULL_FILES)
         self.large = asyncio.Semaphore(PULL_LARGE)
+        self.check_slots = asyncio.Semaphore(1)  # the batches' local checks, one after the other, in batch order
         self.batch_slots = asyncio.Semaphore(pull_batches.BATCH_PARALLEL)
         self.write_slots = asyncio.Semaphore(pull_batches.BATCH_PARALLEL)
         self.batching = True  # until a batch fails at the transport: then every file goes the per-file way
@@ -227,18 +230,21 @@ class _Puller:
 
     async def pull_batch(self, entries: Sequence[ManifestFile]) -> dict[str, str | Problem]:
         """A batch of small files down one command; what it did not bring back clean (and anything with a
-        `.part` to resume, or refused here) takes the per-file path."""
+        `.part` to resume, or refused here) takes the per-file path. The local checks come before the batch
+        waits for a slot to stream in, so a batch's checks run while the batches before it stream instead
+        of holding up its own stream."""
         outcomes: dict[str, str | Problem] = {}
-        async with self.batch_slots:
+        async with self.check_slots:
             checked = await _in_thread(local_checks, self.root, entries, self.db)
-            wanted = []
-            for entry, (target, state) in zip(entries, checked, strict=True):
-                if state == "present":
-                    self.report(PullProgress(entry.path, entry.bytes, entry.bytes, "present"))
-                    outcomes[entry.path] = "present"
-                elif state == "fetch" and target is not None:
-                    wanted.append((entry, target))
-            got: dict[str, memoryview] = {}
+        wanted = []
+        for entry, (target, state) in zip(entries, checked, strict=True):
+            if state == "present":
+                self.report(PullProgress(entry.path, entry.bytes, entry.bytes, "present"))
+                outcomes[entry.path] = "present"
+            elif state == "fetch" and target is not None:
+                wanted.append((entry, target))
+        got: dict[str, memoryview] = {}
+        async with self.batch_slots:
             if self.batching:
                 try:
                     got = await pull_batches.fetch(self.transport, self.run.python, self.remote_root,

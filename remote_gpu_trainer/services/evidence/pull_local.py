@@ -34,32 +34,59 @@ class Refused(Exception):
         self.problem = problem
 
 
-def _local_target(root: Path, path: str) -> tuple[Path | None, Problem | None]:
-    """The local path for a manifest entry, refusing anything that could land outside the local root."""
+# Each folder's verdict for _local_target, as one check of many files saw it: its local path, and why files may
+# not land there (None: they may).
+FolderVerdicts = dict[tuple[str, ...], tuple[Path, str | None]]
+
+
+def _local_target(root: Path, path: str, folders: FolderVerdicts | None = None) -> tuple[Path | None, Problem | None]:
+    """The local path for a manifest entry, refusing anything that could land outside the local root.
+
+    `folders` lets one check of many entries (`local_checks`, a batch) judge each folder once: every
+    component a folder and the folder resolving inside the root. The file itself is then only lstat'ed:
+    a regular file or nothing resolves to its folder's resolved path plus its name (path_problems already
+    refused `.` and `..`), so `target.resolve()` per file (an lstat per component) would say nothing more."""
     reasons = path_problems(path)
     if reasons:
         return None, Problem("path_unsafe", path, reasons[0])
-    current = root
-    for part in path.split("/")[:-1]:
-        current = current / part
-        info = lstat_or_none(current)
-        if info is not None and not stat.S_ISDIR(info.st_mode):
-            return None, Problem("path_unsafe", path, f"{current} is a symlink or not a folder")
-    target = root.joinpath(*path.split("/"))
+    parts = tuple(path.split("/"))
+    key = parts[:-1]
+    known = folders.get(key) if folders is not None else None
+    if known is None:
+        known = _folder_problem(root, key)
+        if folders is not None:
+            folders[key] = known
+    folder, verdict = known
+    if verdict is not None:
+        return None, Problem("path_unsafe", path, verdict)
+    target = folder / parts[-1]
     info = lstat_or_none(target)
     if info is not None and not stat.S_ISREG(info.st_mode):
         return None, Problem("path_unsafe", path, f"{target} exists and is not a regular file")
-    if not target.resolve().is_relative_to(root.resolve()):
-        return None, Problem("path_unsafe", path, "resolves outside the local root")
     return target, None
 
 
-def local_side(root: Path, path: str, db: StateDB, size: int, sha256: str) -> tuple[Path, bool]:
+def _folder_problem(root: Path, parts: tuple[str, ...]) -> tuple[Path, str | None]:
+    """root/parts, and why files may not land there: a component that is a symlink or not a folder, or a
+    folder that resolves outside the local root (None when they may)."""
+    current = root
+    for part in parts:
+        current = current / part
+        info = lstat_or_none(current)
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            return current, f"{current} is a symlink or not a folder"
+    if not current.resolve().is_relative_to(root.resolve()):
+        return current, "resolves outside the local root"
+    return current, None
+
+
+def local_side(root: Path, path: str, db: StateDB, size: int, sha256: str,
+               folders: FolderVerdicts | None = None) -> tuple[Path, bool]:
     """Where the entry lands, and whether the local copy already holds the manifest's bytes. A copy
     with other bytes (damaged or edited here) loses its `.part` too: it is fetched whole again. So does a copy
     that is already right: a `.part` left beside it (a pull interrupted after the rename, or a copy put back by
     hand) is rgt's own leftover, and verification would otherwise ask for another pull forever."""
-    target, problem = _local_target(root, path)
+    target, problem = _local_target(root, path, folders)
     if problem is not None:
         raise Refused(problem)
     assert target is not None
@@ -138,9 +165,10 @@ def local_checks(root: Path, entries: Sequence[ManifestFile], db: StateDB) -> li
     """For each entry: where it lands and whether it is 'present', to 'fetch' whole, or 'single' (a
     `.part` to resume, or a path refused here: the per-file path handles and reports those)."""
     out: list[tuple[Path | None, str]] = []
+    folders: FolderVerdicts = {}
     for entry in entries:
         try:
-            target, present = local_side(root, entry.path, db, entry.bytes, entry.sha256)
+            target, present = local_side(root, entry.path, db, entry.bytes, entry.sha256, folders)
         except (Refused, OSError):
             out.append((None, "single"))
             continue

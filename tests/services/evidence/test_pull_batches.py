@@ -207,6 +207,29 @@ async def test_box_files_that_differ_from_the_manifest_are_named_and_never_accep
     assert not verified.ok and status_of(verified.files, "seed1/items/0000.json") != "verified"
 
 
+async def test_a_symlinked_local_folder_is_never_written_through_by_a_batch(
+        env: Env, sshd: Sshd, ssh_home: Path, tmp_path: Path) -> None:
+    """A batch judges each local folder once for all its files (pull_local._local_target): one cell's
+    folder a symlink out of the local root refuses every file under it, the other cell's files, in the same
+    batches, still land."""
+    transport = ssh_to(sshd, tmp_path)
+    await build_manifest(transport, env.run, env.db)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env.local.mkdir(parents=True)
+    symlinked, clean = env.run.roster[0], env.run.roster[1]
+    (env.local / symlinked).symlink_to(elsewhere, target_is_directory=True)
+    result = await pull(env.project, env.run, transport, env.db)
+    await transport.close()
+    under = {path for path in result.files if path.startswith(f"{symlinked}/")}
+    assert {problem.path for problem in result.failed} == under and len(under) > SMALL // 2
+    assert {problem.code for problem in result.failed} == {"path_unsafe"}
+    assert list(elsewhere.iterdir()) == []
+    assert sorted(result.fetched) == sorted(path for path in result.files if path.startswith(f"{clean}/"))
+    for path in result.fetched:
+        assert (env.local / path).read_bytes() == (env.box / path).read_bytes(), path
+
+
 HOSTILE = r"""#!/bin/sh
 # stands in for the box's python: ignores its program and answers with records of its own
 cat > /dev/null
