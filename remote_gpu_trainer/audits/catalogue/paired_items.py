@@ -55,10 +55,10 @@ def capsule_items(capsule: Capsule, test_id: str, metric: str) -> tuple[Any, Any
     column = block.get("column")
     if not isinstance(column, str) or column not in test.results.columns:
         return f"{test.results_path} has no per-item column for {metric} (metrics.{metric}.column = {column!r})"
-    ids = test.results["item_id"].astype(str)
-    if ids.duplicated().any():
+    ids = test.results["item_id"].astype(str).to_numpy(dtype=object)
+    if len(set(ids.tolist())) != len(ids):  # a set of the strings: half the cost of pandas' duplicated here
         return f"{test.results_path}: item_id is not unique"
-    return ids.to_numpy(dtype=object), pd.to_numeric(test.results[column], errors="coerce").to_numpy(dtype=float)
+    return ids, pd.to_numeric(test.results[column], errors="coerce").to_numpy(dtype=float)
 
 
 def positions(ids: Any, other: Any) -> Any | None:
