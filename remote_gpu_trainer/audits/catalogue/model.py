@@ -200,8 +200,10 @@ class TestArtifacts:
         table each time was a good part of an audit's time. Read only, like `results`."""
         rows = self.results
         if rows is not None and "split" in rows.columns and self.split is not None:
-            keep = (rows["split"].astype(str) == self.split).to_numpy(dtype=bool, na_value=False)
-            rows = rows if keep.all() else rows[keep]  # every row of the split: the table itself, no copy
+            labels = rows["split"].unique().tolist()
+            if len(labels) == 1 and str(labels[0]) == self.split:  # every row of the split: the table itself
+                return rows
+            rows = rows[(rows["split"].astype(str) == self.split).to_numpy(dtype=bool, na_value=False)]
         return rows
 
     def metric_block(self, metric: str) -> Mapping[str, Any] | None:
