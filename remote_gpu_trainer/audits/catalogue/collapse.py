@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.catalogue import metric_registry
 from remote_gpu_trainer.audits.catalogue.bootstrap import difference_ci, mean_ci
+from remote_gpu_trainer.audits.catalogue.class_labels import label_counts, labels
 from remote_gpu_trainer.audits.catalogue.configs import flatten
 from remote_gpu_trainer.audits.catalogue.model import (
     Capsule,
@@ -121,13 +122,6 @@ def _finite_column(rows: pd.DataFrame, column: str) -> tuple[pd.Series | None, s
     return values, ""
 
 
-def label(value: Any) -> str:
-    """A class label as text, so target 3, 3.0 and "3" are one class (and match column `prob_3`)."""
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
 def _labels(rows: pd.DataFrame, *columns: str) -> tuple[list[list[str]] | None, str]:
     missing = [c for c in columns if c not in rows.columns]
     if missing:
@@ -135,18 +129,6 @@ def _labels(rows: pd.DataFrame, *columns: str) -> tuple[list[list[str]] | None, 
     if any(rows[c].isna().any() for c in columns):
         return None, f"empty values in {', '.join(columns)}"
     return [labels(rows[c]) for c in columns], ""
-
-
-def labels(values: pd.Series) -> list[str]:
-    """`label` of every value (none missing), each distinct value labelled once; object columns per item, as
-    their equal values may label differently (True == 1)."""
-    import numpy as np
-    import pandas as pd
-
-    if values.dtype == object:
-        return [label(v) for v in values.tolist()]
-    codes, uniques = pd.factorize(values)
-    return np.asarray([label(u) for u in uniques.tolist()] or [""], dtype=object)[codes].tolist()
 
 
 def _accuracy(rows: pd.DataFrame, block: Mapping[str, Any], metric: str) -> Computed:
@@ -274,16 +256,16 @@ def chance_floor(project: ProjectEvidence, metric: str, rows: pd.DataFrame) -> t
     constant = {"half": 0.5, "zero": 0.0, "one": 1.0}
     if kind in constant:
         return constant[kind], kind == "half"
-    targets, _ = _labels(rows, "target") if not rows.empty else (None, "")
-    if targets is None or kind is None:
+    if kind is None or rows.empty or "target" not in rows.columns or rows["target"].isna().any():
         return None
-    shares = sorted((count / len(targets[0]) for count in Counter(targets[0]).values()), reverse=True)
+    counts = label_counts(rows["target"])
+    shares = sorted((count / len(rows) for count in counts.values()), reverse=True)
     if kind == "majority":
         return shares[0], True
     if kind == "top_k":
         digits = re.findall(r"\d+", metric)
         return min(1.0, (int(digits[-1]) if digits else 1) / len(shares)), True
-    prevalence = targets[0].count("1") / len(targets[0])
+    prevalence = counts.get("1", 0) / len(rows)
     if kind == "prevalence":
         return prevalence, True
     if kind == "f1_prevalence":
@@ -553,12 +535,12 @@ def prediction_diversity(project: ProjectEvidence, params: Mapping[str, Any]) ->
                 continue
             if "condition" in rows.columns:
                 rows = rows[rows["condition"].astype(str) != "shuffled"]
-            preds = labels(rows["pred"].dropna())
-            if len(preds) < 2 or not _discrete(rows["pred"].dropna()):
+            preds = rows["pred"].dropna()
+            if len(preds) < 2 or not _discrete(preds):
                 notes.append(f"{test.metrics_path}: predictions are not class labels (or fewer than 2)")
                 continue
             judged.append(EvidenceRef(test.results_path or "", test.results_sha256))
-            issue = _diversity_issue(test.test_id, preds, rows, params)
+            issue = _diversity_issue(test.test_id, label_counts(preds), rows, params)
             issues += [issue] if issue is not None else []
         if judged:
             finish(findings, subjects, capsule.subject, merge("V23", capsule.subject, issues, evidence=judged))
@@ -576,18 +558,20 @@ def _discrete(values: pd.Series) -> bool:
     return bool(np.all(np.isfinite(numbers)) and np.all(numbers == np.round(numbers)))
 
 
-def _diversity_issue(test_id: str, preds: list[str], rows: pd.DataFrame, params: Mapping[str, Any]) -> Issue | None:
-    counts = Counter(preds)
+def _diversity_issue(test_id: str, counts: Counter[str], rows: pd.DataFrame,
+                     params: Mapping[str, Any]) -> Issue | None:
+    predicted = sum(counts.values())
     top, top_count = max(counts.items(), key=lambda item: item[1])
-    targets = labels(rows["target"].dropna()) if "target" in rows.columns else []
-    target_share = max(Counter(targets).values(), default=0) / len(targets) if targets else None
-    values = {f"{test_id}.distinct_pred": len(counts), f"{test_id}.top_share": top_count / len(preds),
+    targets = label_counts(rows["target"].dropna()) if "target" in rows.columns else Counter()
+    total = sum(targets.values())
+    target_share = max(targets.values(), default=0) / total if total else None
+    values = {f"{test_id}.distinct_pred": len(counts), f"{test_id}.top_share": top_count / predicted,
               f"{test_id}.top_target_share": target_share}
     if len(counts) == 1 and (target_share is None or target_share < 1.0):
-        return Issue("critical", f"test {test_id}: every item predicted as class {top} ({len(preds)} items)", values)
-    if top_count / len(preds) >= float(params.get("dominant_share", 0.95)) and target_share is not None \
+        return Issue("critical", f"test {test_id}: every item predicted as class {top} ({predicted} items)", values)
+    if top_count / predicted >= float(params.get("dominant_share", 0.95)) and target_share is not None \
             and target_share < float(params.get("target_share", 0.5)):
-        return Issue("warn", f"test {test_id}: class {top} is {top_count / len(preds):.1%} of predictions while no "
+        return Issue("warn", f"test {test_id}: class {top} is {top_count / predicted:.1%} of predictions while no "
                              f"class is more than {target_share:.1%} of targets", values)
     return None
 

@@ -261,12 +261,15 @@ def test_v21_conditions_without_metrics_judge_nothing(tmp_path: Path) -> None:
 @pytest.mark.parametrize("values", [[3.0, 1.5, 3.0, -0.0, 2.0], [3, 1, 3, 0], ["3", "b", "3"], [True, False, True],
                                     [True, 1, 1.0, "1", 2.5]])
 def test_labels_of_a_column_are_the_label_of_each_value(values: list[object]) -> None:
+    from collections import Counter
+
     import pandas as pd
 
-    from remote_gpu_trainer.audits.catalogue.collapse import label, labels
+    from remote_gpu_trainer.audits.catalogue.class_labels import label, label_counts, labels
 
     series = pd.Series(values)
     assert labels(series) == [label(v) for v in series.tolist()]
+    assert list(label_counts(series).items()) == list(Counter(label(v) for v in series.tolist()).items())
 
 
 def test_split_rows_keep_the_reported_split_and_a_table_of_one_split_whole(tmp_path: Path) -> None:
