@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -336,8 +337,10 @@ def _replicate_issues(capsules: list[Capsule]) -> dict[str, list[Issue]]:
 
 
 # -- V32 artifact_truth -------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
 def claim_patterns() -> tuple[re.Pattern[str], ...]:
-    """The saved/synced/uploaded regexes of log signatures S56 and S57 (assets/signatures.toml)."""
+    """The saved/synced/uploaded regexes of log signatures S56 and S57 (assets/signatures.toml, a package file:
+    parsed once per process, not on every audit)."""
     import tomllib
 
     rows = tomllib.loads(SIGNATURES.read_text(encoding="utf-8")).get("signature", [])

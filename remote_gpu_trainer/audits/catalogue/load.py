@@ -141,7 +141,8 @@ def read_capsule(root: Path, run_id: str, cell: str) -> Capsule | None:
     run_record, run_sha = _read_json(root, f"{rel}/run.json", problems)
     config, config_sha = _read_yaml(root, f"{rel}/config.yaml", problems)
     legacy, legacy_sha = _read_json(root, f"{rel}/best_metrics.json", problems)
-    train = _read_table(root, f"{rel}/train.csv", problems, required=("step",))
+    train_sha: list[str] = []  # kept with the capsule: V03 and V10 cite train.csv by it (no second read)
+    train = _read_table(root, f"{rel}/train.csv", problems, required=("step",), sha=train_sha)
     tests = dict(_read_tests(root, rel, problems))
     if run_record is None and config is None and legacy is None and train is None and not tests:
         from remote_gpu_trainer.audits.catalogue.readers import read_tracker_cell
@@ -160,6 +161,7 @@ def read_capsule(root: Path, run_id: str, cell: str) -> Capsule | None:
         run_record=run_record if isinstance(run_record, dict) else None, run_record_sha256=run_sha,
         config=config if isinstance(config, dict) else None, config_sha256=config_sha,
         train=train, train_path=f"{rel}/train.csv" if train is not None else None, tests=tests,
+        files={"train.csv": train_sha[0]} if train is not None and train_sha else {},
         legacy_metrics=legacy if isinstance(legacy, dict) else None,
         problems=tuple(problems.items),
     )

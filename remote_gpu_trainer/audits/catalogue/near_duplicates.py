@@ -8,6 +8,7 @@ numpy and Pillow are imported inside the functions: an audit pays for them, the 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
@@ -71,7 +72,7 @@ def media(root: Path, members: list[SplitMember], suffixes: set[str]) -> list[tu
     """Members whose path has one of `suffixes` and is a file under the root (others are not V16's)."""
     found = []
     for member in members:
-        if member.path and Path(member.path).suffix.lower() in suffixes:
+        if member.path and os.path.splitext(member.path)[1].lower() in suffixes:  # no Path per member
             path = inside_root(root, member.path)
             if path is not None:
                 found.append((member, path))
