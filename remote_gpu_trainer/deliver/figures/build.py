@@ -3,9 +3,11 @@
 
 A build reads figure.json (user keys: figures/spec.py), reads every input once through deliver/inputs.py (so the
 sha256 in `inputs` is of the bytes used), computes source.csv's rows (a built-in kind in figures/kinds.py, or
-the folder's build.py in figures/custom.py), and renders twice into two temp folders under the deterministic
-matplotlib settings below. The first render is gated (figures/pixel_gate.py, G1–G6); the two renders must hash the
-same. Only then are the files moved in and figure.json's generated keys rewritten, the user's kept as written.
+the folder's build.py in figures/custom.py), and renders it twice under the deterministic matplotlib settings
+below, each time from the rows up: into every format (PNG, SVG, PDF), which is gated (figures/pixel_gate.py,
+G1–G6), then again for the determinism check, whose SVG, PDF and PNG pixels must equal the first's byte for byte
+(docs/deliver.md §3: the second PNG is drawn but not encoded). Only then are the files moved in and figure.json's
+generated keys rewritten, the user's kept as written.
 Bad input raises ConfigError (exit 2) before anything is written; a failed build.py raises VerbFailed (exit 1),
 also with nothing written.
 """
@@ -29,7 +31,7 @@ from remote_gpu_trainer.deliver.document import load_document, merge_document
 from remote_gpu_trainer.deliver.figures import custom as figure_custom
 from remote_gpu_trainer.deliver.figures import kinds as figure_kinds
 from remote_gpu_trainer.deliver.figures.kinds import SORT_KEY, SOURCE_COLUMNS
-from remote_gpu_trainer.deliver.figures.pixel_gate import Check, GateInputs, decode_png, qa_block, run_gate
+from remote_gpu_trainer.deliver.figures.pixel_gate import Check, GateInputs, qa_block, run_gate
 from remote_gpu_trainer.deliver.figures.spec import FIGURE_SCHEMA, FigureSpec, parse_spec
 from remote_gpu_trainer.deliver.outputs import output_folder, staging
 from remote_gpu_trainer.deliver.provenance import environment, provenance, stable_provenance
@@ -40,6 +42,9 @@ if TYPE_CHECKING:
 
 OUTPUTS = ("final.png", "final.svg", "final.pdf")
 FILES = ("source.csv", *OUTPUTS)
+PIXELS = "final.rgba"  # the PNG's pixels as drawn, before encoding: compared, never installed
+#: what both renders write, compared byte for byte (docs/deliver.md §3); PIXELS stands for final.png
+RECHECKED = ("source.csv", "final.svg", "final.pdf", PIXELS)
 PROVENANCE_KEY = "rgt:provenance"  # the PNG text chunk holding the stable provenance (SVG: dc:description)
 #: the house style every figure is drawn in, on top of matplotlib's defaults (a user's matplotlibrc is not read)
 STYLE: dict[str, Any] = {
@@ -98,6 +103,9 @@ def deterministic_matplotlib(figure_id: str) -> Iterator[None]:
     matplotlib.use("Agg")
     import matplotlib.style
 
+    from remote_gpu_trainer.deliver.figures import pdf_fonts
+
+    pdf_fonts.install()  # the PDF's font subset made once per glyph set, the same bytes (figures/pdf_fonts.py)
     settings: Any = {**STYLE, "svg.hashsalt": figure_id}
     with matplotlib.style.context("default"), matplotlib.rc_context(settings):
         yield
@@ -121,8 +129,8 @@ def build_figure(root: Path, figure_id: str, *, declared: Mapping[str, MetricRul
         prov["reduction"] = plan.reductions
     with staging(folder) as stage:
         first = render_once(spec, plan, stage.first, prov, expect)
-        render_once(spec, plan, stage.second, prov, expect, gate=False)
-        differing = stage.differing(FILES)
+        render_once(spec, plan, stage.second, prov, expect, again=True)
+        differing = ["final.png" if name == PIXELS else name for name in stage.differing(RECHECKED)]
         prov["env"] = environment(("matplotlib", "numpy", "pandas"), backend="Agg", fonts=first.fonts)
         qa = qa_block(first.checks, deterministic=not differing, checked_at=iso_z(moment))
         if differing:
@@ -175,36 +183,80 @@ def plan_figure(spec: FigureSpec, root: Path, declared: Mapping[str, MetricRule]
 
 
 def render_once(spec: FigureSpec, plan: Plan, out: Path, prov: Mapping[str, Any], expect: Mapping[str, Any], *,
-                gate: bool = True) -> Rendered:
-    """source.csv and final.png|svg|pdf into `out`, then (when asked) the gate on what was written."""
+                again: bool = False) -> Rendered:
+    """source.csv, final.png|svg|pdf and the PNG's pixels (PIXELS) into `out`, then the gate on what was written;
+    `again` (the determinism check's second render) writes the same but the PNG, whose pixels are drawn and not
+    encoded, and runs no gate. The rows are computed and the figure drawn afresh on each call."""
     with deterministic_matplotlib(spec.figure_id):
         rows = plan.rows()
         source = source_csv(SOURCE_COLUMNS, rows, SORT_KEY, f"figures/{spec.figure_id}/source.csv")
         (out / "source.csv").write_bytes(source)
         figure = plan.draw(rows, out)
         try:
+            on_agg = _agg_canvas(figure)
             stable = stable_provenance(plan.entries, sha256_hex(source), prov)
-            recorded = save_all(figure, out, spec.dpi, json.dumps(stable, sort_keys=True, ensure_ascii=True))
+            formats = ("final.svg", "final.pdf", PIXELS) if again else (*OUTPUTS, PIXELS)
+            recorded = save_all(figure, out, spec.dpi, json.dumps(stable, sort_keys=True, ensure_ascii=True),
+                                formats)
+            if again:
+                return Rendered(source, {}, (0, 0), ())
             png = (out / "final.png").read_bytes()
             checks = run_gate(GateInputs(png, figure, recorded, source, spec.kind, expect, spec.disclose,
-                                         plan.problems)) if gate else {}
-            height, width = decode_png(png).shape[:2]
-            return Rendered(source, checks, (int(width), int(height)), used_fonts(figure))
+                                         plan.problems, drawn=on_agg and figure.dpi == spec.dpi))
+            return Rendered(source, checks, png_size(png), used_fonts(figure))
         finally:
             _release(figure)
 
 
-def save_all(figure: Figure, out: Path, dpi: int, stable: str) -> list[str]:
-    """Write the three outputs with the metadata that makes them byte-identical on a rebuild (no dates, no
-    software version in the PNG) and the stable provenance inside the PNG and SVG; return every warning raised
-    while drawing and saving (G2 reads the missing-glyph ones)."""
+def save_all(figure: Figure, out: Path, dpi: int, stable: str, formats: Sequence[str] = OUTPUTS) -> list[str]:
+    """Write the outputs (`formats`: the three by default; PIXELS adds the PNG's raw RGBA pixels) with the
+    metadata that makes them byte-identical on a rebuild (no dates, no software version in the PNG) and the
+    stable provenance inside the PNG and SVG; return every warning raised while drawing and saving (G2 reads the
+    missing-glyph ones). The figure is laid out once for all of them (lay_out_once)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        figure.savefig(out / "final.png", format="png", dpi=dpi,
-                       metadata={"Software": None, PROVENANCE_KEY: stable})
-        figure.savefig(out / "final.svg", format="svg", metadata={"Date": None, "Description": stable})
-        figure.savefig(out / "final.pdf", format="pdf", metadata={"CreationDate": None})
+        lay_out_once(figure)
+        # the PNG last, on the figure's own Agg canvas, which then holds the draw the gate measures
+        if "final.svg" in formats:
+            figure.savefig(out / "final.svg", format="svg", metadata={"Date": None, "Description": stable})
+        if "final.pdf" in formats:
+            figure.savefig(out / "final.pdf", format="pdf", metadata={"CreationDate": None})
+        canvas = figure.canvas
+        if "final.png" in formats:
+            figure.savefig(out / "final.png", format="png", dpi=dpi,
+                           metadata={"Software": None, PROVENANCE_KEY: stable})
+        if PIXELS in formats and "final.png" in formats and isinstance(canvas, FigureCanvasAgg):
+            (out / PIXELS).write_bytes(bytes(canvas.buffer_rgba()))  # the very pixels the PNG encoded
+        elif PIXELS in formats:  # drawn as the PNG is (print_png and print_raw draw alike), not encoded
+            figure.savefig(out / PIXELS, format="raw", dpi=dpi)
     return [str(w.message) for w in caught]
+
+
+def lay_out_once(figure: Figure) -> None:
+    """Run the figure's layout engine (constrained layout for the built-in kinds) once, on Agg at the figure's
+    dpi, as the PNG is drawn and the gate measures, then switch it off: each savefig would otherwise lay the figure
+    out again before drawing it (a draw more per format, about a third of a save), each time from where the
+    previous save left it. All three files show that one layout (docs/deliver.md §3)."""
+    import matplotlib
+
+    if figure.get_layout_engine() is None:
+        return
+    figure.draw_without_rendering()
+    with matplotlib.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+        figure.set_layout_engine(None)  # with both settings off this is None, whatever engine it replaces
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) from the PNG's header, without decoding the pixels (G1 decodes them)."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        width, height = image.size
+    return int(width), int(height)
 
 
 def used_fonts(figure: Figure) -> tuple[str, ...]:
@@ -214,6 +266,17 @@ def used_fonts(figure: Figure) -> tuple[str, ...]:
 
     return tuple(sorted({Path(font_manager.findfont(t.get_fontproperties())).name
                          for t in figure.findobj(Text) if isinstance(t, Text) and t.get_visible() and t.get_text()}))
+
+
+def _agg_canvas(figure: Figure) -> bool:
+    """Give the figure an Agg canvas of its own (a pyplot figure has one): the PNG, saved last, is then drawn on
+    it and stays drawn there for the gate (docs/deliver.md §3), where a bare Figure's PNG would be drawn on a
+    canvas thrown away after the save. The bytes are the same either way. False if the figure would not take it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    if not isinstance(figure.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(figure)
+    return isinstance(figure.canvas, FigureCanvasAgg)
 
 
 def _release(figure: Figure) -> None:

@@ -10,6 +10,7 @@ ranges, non-finite source values) is `disclosed` only when figure.json's `disclo
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import re
@@ -54,6 +55,9 @@ class GateInputs:
     expect: Mapping[str, Any] = field(default_factory=dict)
     disclose: Mapping[str, str] = field(default_factory=dict)
     problems: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    #: the figure's Agg canvas holds the very draw the PNG bytes were made from (the builder saves the PNG last,
+    #: on that canvas, at the figure's dpi): the gate then measures that layout instead of drawing once more
+    drawn: bool = False
 
 
 def run_gate(gate: GateInputs) -> dict[str, Check]:
@@ -61,7 +65,8 @@ def run_gate(gate: GateInputs) -> dict[str, Check]:
     checks: dict[str, Callable[[GateInputs], Check]] = {
         "G1_blank": g1_blank, "G2_glyphs": g2_glyphs, "G3_clipped": g3_clipped, "G4_overlap": g4_overlap,
         "G5_axis": g5_axis, "G6_data": g6_data}
-    drawn(gate.figure)
+    if not gate.drawn:
+        drawn(gate.figure)
     return {name: check(gate) for name, check in checks.items()}
 
 
@@ -91,6 +96,14 @@ def decode_png(png: bytes) -> Any:
     return matplotlib.image.imread(io.BytesIO(png), format="png")
 
 
+@functools.lru_cache(maxsize=1)
+def _pixels(png: bytes) -> Any:
+    """The PNG decoded once for G1 and G3 (the same bytes: the cache holds the last one), read-only."""
+    image = decode_png(png)
+    image.flags.writeable = False
+    return image
+
+
 def drawn(figure: Figure) -> RendererBase:
     """Draw the figure on an Agg canvas (warnings already recorded by the render are not recorded again) and
     return its renderer: text extents and the tight box are measured on what that draw laid out."""
@@ -118,7 +131,7 @@ def g1_blank(gate: GateInputs) -> Check:
     import numpy as np
 
     try:
-        image = decode_png(gate.png)
+        image = _pixels(gate.png)
     except Exception as exc:  # Pillow raises many types for one cause: bytes that are not a PNG
         return Check("fail", (f"the PNG does not decode ({type(exc).__name__})",))
     height, width = image.shape[:2]
@@ -172,7 +185,7 @@ def _inked_edges(gate: GateInputs, renderer: RendererBase) -> list[str]:
     import numpy as np
     from matplotlib.colors import to_rgb
 
-    image = decode_png(gate.png)[..., :3].astype(float)
+    image = _pixels(gate.png)[..., :3]
     height, width = image.shape[:2]
     background = np.array(to_rgb(gate.figure.get_facecolor()))
     strips = {"left": image[:, :2], "right": image[:, -2:], "top": image[:2, :], "bottom": image[-2:, :]}
