@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from remote_gpu_trainer.audits.catalogue import metric_registry
 from remote_gpu_trainer.audits.catalogue.bootstrap import difference_ci, mean_ci
 from remote_gpu_trainer.audits.catalogue.class_labels import label_counts, labels
-from remote_gpu_trainer.audits.catalogue.configs import flatten
 from remote_gpu_trainer.audits.catalogue.model import (
     Capsule,
     CheckResult,
@@ -482,7 +481,7 @@ def _upstream_collapse(project: ProjectEvidence, params: Mapping[str, Any]) -> F
     for capsule in project.capsules:
         if not _collapsed(project, capsule, params):
             continue
-        arch = {k: v for k, v in flatten(capsule.config or {}).items()
+        arch = {k: v for k, v in capsule.flat_config.items()
                 if any(fnmatch.fnmatchcase(k, p) for p in patterns)}
         if arch:
             architectures.setdefault(capsule.run_id, set()).add(canonical_json(arch))

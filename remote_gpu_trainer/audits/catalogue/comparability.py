@@ -110,7 +110,7 @@ def fmt_signed(value: float) -> str:
 # -- flattening (V01, V02) ------------------------------------------------------------------------------------
 def capsule_view(capsule: Capsule) -> dict[str, Any]:
     """What V01 compares: the flattened config plus the derived and provenance keys of docs/verify.md §2."""
-    view = flatten(capsule.config or {})
+    view = dict(capsule.flat_config)
     training = (capsule.run_record or {}).get("training")
     training = training if isinstance(training, Mapping) else {}
     factors = [training.get(k) for k in ("per_device_batch", "world_size", "grad_accum")]

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.audits.catalogue.collapse import recompute, split_rows
-from remote_gpu_trainer.audits.catalogue.configs import flatten
 from remote_gpu_trainer.audits.catalogue.generated import differs, row_issues
 from remote_gpu_trainer.audits.catalogue.load import file_sha256, finite
 from remote_gpu_trainer.audits.catalogue.model import (
@@ -254,7 +253,7 @@ def _reseeded(facts: CodeFacts, attr: str | None) -> bool:
 
 
 def declared_deterministic(capsule: Capsule) -> bool:
-    flags = flatten(capsule.config or {})
+    flags = capsule.flat_config
     return capsule.prov("determinism", "declared") is True or any(
         key.split(".")[-1] == "deterministic" and value is True for key, value in flags.items())
 
@@ -272,7 +271,7 @@ def missing_items(capsule: Capsule, facts: CodeFacts) -> list[str]:
         isinstance(flags, list) and any(str(f).startswith("CUBLAS_WORKSPACE_CONFIG") for f in flags))
     if not (launch or facts.cublas):
         items.append("CUBLAS_WORKSPACE_CONFIG in the launch environment")
-    configured = max((integer(v) or 0 for k, v in flatten(capsule.config or {}).items()
+    configured = max((integer(v) or 0 for k, v in capsule.flat_config.items()
                       if k.split(".")[-1] == "num_workers"), default=0)
     unseeded = [where for where, workers, seeded in facts.loaders
                 if not seeded and (workers if workers is not None else configured) > 0]
@@ -444,7 +443,7 @@ def _unfrozen(capsule: Capsule, test: TestArtifacts) -> list[str]:
     """metrics.json eval_command.overrides (`key=value`) that config.yaml does not already hold."""
     command = (test.metrics or {}).get("eval_command")
     raw = command.get("overrides") if isinstance(command, Mapping) else None
-    config = flatten(capsule.config or {})
+    config = capsule.flat_config
     found = []
     for override in raw if isinstance(raw, list) else []:
         key, _, text = str(override).lstrip("+~").partition("=")

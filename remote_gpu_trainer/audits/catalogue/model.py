@@ -251,6 +251,16 @@ class Capsule:
     def subject(self) -> str:
         return f"capsule:{self.key}"
 
+    @cached_property
+    def flat_config(self) -> Mapping[str, Any]:
+        """config.yaml flattened (configs.flatten: `a.b.c` keys), once per audit for the six checks that read
+        it; read only."""
+        from types import MappingProxyType
+
+        from remote_gpu_trainer.audits.catalogue.configs import flatten
+
+        return MappingProxyType(flatten(self.config or {}))
+
     def prov(self, *keys: str) -> Any:
         """A value under run.json's provenance (`prov("code", "commit")`), None when any step is absent."""
         node: Any = (self.run_record or {}).get("provenance")

@@ -305,7 +305,7 @@ def loss_floor(capsule: Capsule) -> tuple[float | None, str]:
 
 def class_count(capsule: Capsule) -> int | None:
     """C from config.yaml (`num_classes` and kin), else the distinct targets of the test results."""
-    for key, value in flatten(capsule.config or {}).items():
+    for key, value in capsule.flat_config.items():
         if key.split(".")[-1] in _CLASS_KEYS and (count := integer(value)) is not None:
             return count
     targets: set[Any] = set()
