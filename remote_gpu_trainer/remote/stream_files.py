@@ -6,9 +6,10 @@ sends a whole batch down one channel instead. It is an accelerator only: the cli
 when its bytes hash to the manifest's sha256, and anything else (an error frame, a short stream, a
 program that is not this one) sends that file down the per-file path, which decides what went wrong.
 
-Shipped as-is on stdin to the box's own interpreter (`<python> -`), like build_manifest.py: stdlib only,
-Python 3.8 syntax. The client prepends one line defining PARAMS (base64 JSON, nothing spliced into a
-shell string): `root` (the result root) and `files` (a list of [relative path, manifest size]).
+Shipped as-is on stdin to the box's own interpreter (`<python> -S -`: no `site`, it needs the standard
+library only), like build_manifest.py: stdlib only, Python 3.8 syntax. The client prepends one line
+defining PARAMS (base64 JSON, nothing spliced into a shell string): `root` (the result root) and `files` (a
+list of [relative path, manifest size]).
 
 Output on stdout, one record per requested file, in the order asked:
 

@@ -25,6 +25,9 @@ BATCH_FILES = 400  # at most this many files per batch
 BATCH_PARALLEL = 2  # batches in flight at once (more only add contention on a small machine)
 BATCH_TIMEOUT_S = 600.0
 _HEADER_MAX = 64 << 10  # a record header longer than this is not one of ours
+# The streamer needs the standard library only: -S skips `site` (a virtualenv's .pth files and their imports),
+# two thirds of the interpreter's start-up, paid once per batch (a venv's python: 21 -> 7 ms here).
+STREAMER_ARGS = ("-S", "-")
 
 
 @dataclass(frozen=True)
@@ -57,7 +60,7 @@ async def fetch(transport: Transport, python: str, remote_root: str,
     if not batch:
         return {}
     params = {"root": transport.resolve(remote_root), "files": [[item.path, item.size] for item in batch]}
-    result = await transport.run(f"{shlex.quote(python)} -", stdin=program_stdin("stream_files.py", params),
+    result = await transport.run(shlex.join((python, *STREAMER_ARGS)), stdin=program_stdin("stream_files.py", params),
                                  timeout=BATCH_TIMEOUT_S)
     return parse(result.stdout, batch)
 
