@@ -460,7 +460,6 @@ def trajectory(project: ProjectEvidence, capsule: Capsule, metric: str | None,
                params: Mapping[str, Any]) -> tuple[Trajectory | None, str]:
     """The capsule's curve, or why there is none (no train.csv, no val column, no direction, too few rows)."""
     import numpy as np
-    import pandas as pd
 
     if capsule.train is None:
         return None, f"{capsule.path}/train.csv missing or unreadable"
@@ -472,8 +471,7 @@ def trajectory(project: ProjectEvidence, capsule: Capsule, metric: str | None,
         return None, f"{capsule.path}/train.csv: direction of {column} unknown"
     frame = capsule.train
     x_name = "epoch" if "epoch" in frame.columns else "step"
-    x = pd.to_numeric(frame[x_name], errors="coerce").to_numpy(dtype=float)
-    y = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
+    x, y = capsule.train_numbers(x_name), capsule.train_numbers(column)
     keep = np.isfinite(x) & np.isfinite(y)
     if keep.sum() < 2:
         return None, f"{capsule.path}/train.csv: fewer than 2 finite {column} rows"
@@ -481,17 +479,16 @@ def trajectory(project: ProjectEvidence, capsule: Capsule, metric: str | None,
     best = int(np.argmax(y))
     span = float(x[-1] - x[0]) or 1.0
     return Trajectory(capsule, column, float(x[best]), float(x[-1]), float(y[0]), float(y[best]), float(y[-1]),
-                      float(y[-1] - y[0]) / span, _spike_ratio(frame, int(params.get("grad_window", 20)))), ""
+                      float(y[-1] - y[0]) / span, _spike_ratio(capsule, int(params.get("grad_window", 20)))), ""
 
 
-def _spike_ratio(frame: Any, window: int) -> float | None:
+def _spike_ratio(capsule: Capsule, window: int) -> float | None:
     """grad-norm P99 over the median of its rolling median (None without a usable grad_norm column)."""
     import numpy as np
-    import pandas as pd
 
-    if "grad_norm" not in frame.columns:
+    if capsule.train is None or "grad_norm" not in capsule.train.columns:
         return None
-    grad = pd.to_numeric(frame["grad_norm"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    grad = capsule.train_numbers("grad_norm")
     grad = grad[np.isfinite(grad)]
     if len(grad) < 2:
         return None

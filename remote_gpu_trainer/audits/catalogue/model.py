@@ -261,6 +261,21 @@ class Capsule:
 
         return MappingProxyType(flatten(self.config or {}))
 
+    def train_numbers(self, column: str) -> Any:
+        """train.csv's `column` as floats (NaN where a cell is not a number), converted once per audit for the
+        checks that read it (V03, V24, V25); a read-only numpy array."""
+        memo: dict[str, Any] = self.__dict__.setdefault("_train_numbers", {})
+        if column not in memo:
+            if self.train is None:
+                raise ValueError(f"{self.path} has no train.csv to read {column} from")
+            import numpy as np
+            import pandas as pd
+
+            values = pd.to_numeric(self.train[column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+            values.flags.writeable = False
+            memo[column] = values
+        return memo[column]
+
     def prov(self, *keys: str) -> Any:
         """A value under run.json's provenance (`prov("code", "commit")`), None when any step is absent."""
         node: Any = (self.run_record or {}).get("provenance")

@@ -323,8 +323,7 @@ def _loss_tail(capsule: Capsule, params: Mapping[str, Any]) -> tuple[float | Non
     import numpy as np
 
     column = "loss" if "loss" in train.columns else loss_columns(train)[0]
-    steps = numeric(train, "step").to_numpy(dtype=float, na_value=np.nan)  # numpy: a Series per step cost more
-    losses = numeric(train, column).to_numpy(dtype=float, na_value=np.nan)  # than the check itself
+    steps, losses = capsule.train_numbers("step"), capsule.train_numbers(column)  # numpy, shared with V03, V24
     planned = integer(run_value(capsule, "training", "steps")) or 0
     needed = max(float(params.get("min_steps", 500)), float(params.get("min_fraction", 0.1)) * planned)
     steps = steps[~np.isnan(steps)]
