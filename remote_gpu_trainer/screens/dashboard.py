@@ -28,6 +28,7 @@ from remote_gpu_trainer.screens.confirm import ConfirmScreen
 from remote_gpu_trainer.screens.deliver_actions import DELIVER_PANEL, DeliverActions
 from remote_gpu_trainer.screens.finding import FindingScreen
 from remote_gpu_trainer.screens.note import NoteScreen
+from remote_gpu_trainer.screens.topbar import topbar_text
 from remote_gpu_trainer.services import instances
 from remote_gpu_trainer.services.audit import audit, checklist, findings
 from remote_gpu_trainer.services.evidence.pull import PullProgress
@@ -37,12 +38,12 @@ from remote_gpu_trainer.services.instances import host_key_prompts
 from remote_gpu_trainer.services.overview import observe_and_build
 from remote_gpu_trainer.services.watch import run_logs
 from remote_gpu_trainer.services.watch.log_monitor import Alert
-from remote_gpu_trainer.text import escape_control, money
+from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.views import DeliverView, Overview, RunView
 from remote_gpu_trainer.widgets.checklist_panel import ChecklistPanel
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
-from remote_gpu_trainer.widgets.glyphs import plain
+from remote_gpu_trainer.widgets.glyphs import plain, show_text
 from remote_gpu_trainer.widgets.instances_panel import InstancesPanel
 from remote_gpu_trainer.widgets.log_panel import LogPanel
 from remote_gpu_trainer.widgets.loss_chart import EMPTY_TEXT, LossChart
@@ -87,7 +88,8 @@ class DashboardScreen(Screen[None]):
         Binding("5", "panel(4)", "Deliver", show=False),
     ]
 
-    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False)
+    # repaint=False: a container draws through its children, each redrawn only when its own text changed (issue 29)
+    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False, repaint=False)
     run_id: reactive[str | None] = reactive(None, init=False)
 
     def __init__(self, session: Session) -> None:
@@ -99,6 +101,8 @@ class DashboardScreen(Screen[None]):
         self.refreshing = False  # one overview refresh at a time; a request meanwhile is served after it
         self.refresh_again = False
         self.refresh_timer: Timer | None = None
+        self.topbar_shown = ""  # the top bar's text as drawn
+        self.offered_shown: tuple[bool | None, ...] = ()  # offered_actions() when the footer was last redrawn
         self.asked_host_keys: set[tuple[str, str]] = set()  # asked once per key per session
         self.deliver = DeliverActions(self, session, busy=self.busy_with, set_busy=self.set_busy)
         self.box = BoxActions(self, session, current_run=self.current_run, busy=self.busy_with,
@@ -171,7 +175,7 @@ class DashboardScreen(Screen[None]):
                 else:
                     if not self.showing():  # removed meanwhile (or the app is exiting): nothing to draw on
                         return
-                    self.overview = overview  # watch_overview and the panels bound to it redraw
+                    self.overview = overview  # watch_overview and the panels bound to it redraw what changed
                     self.show_alerts(run_logs.take_alerts(self.session))
                 if not self.refresh_again:
                     break
@@ -180,6 +184,12 @@ class DashboardScreen(Screen[None]):
             if self.showing():
                 self.refresh_timer = self.set_timer(REFRESH_S, self.refresh_overview)
 
+    def show_topbar(self, overview: Overview) -> None:
+        """Drawn only when its text changed: each update lays the screen out again (issue 29, idle cost)."""
+        if (text := topbar_text(overview, self.current_run(), self.session.clock())) != self.topbar_shown:
+            self.topbar_shown = text
+            self.query_one("#topbar", Static).update(plain(text))
+
     def watch_overview(self, previous: Overview | None, overview: Overview | None) -> None:
         """What the screen itself shows of a new overview (the panels bound to it draw their own part):
         the top bar, the alerts, the log's title; the first one also puts the focus on the instances table."""
@@ -187,18 +197,26 @@ class DashboardScreen(Screen[None]):
             return
         first = previous is None
         run = self.current_run()
-        self.query_one("#topbar", Static).update(plain(self.topbar_text(overview, run)))
+        self.show_topbar(overview)
         alert = self.query_one("#alert", Static)
-        alert.update(plain("\n".join(overview.alerts), keep_newlines=True))
+        show_text(alert, plain("\n".join(overview.alerts), keep_newlines=True))
         alert.set_class(bool(overview.alerts), "-visible")
-        if run is not None:
-            self.query_one(LogPanel).border_title = f"3 Log · {run.id} · {run.liveness}"
+        log_title = f"3 Log · {run.id} · {run.liveness}" if run is not None else None
+        if log_title is not None and self.query_one(LogPanel).border_title != log_title:
+            self.query_one(LogPanel).border_title = log_title
         if first and self.app.focused is None:
             self.query_one("#instances", DataTable).focus()
-        self.refresh_bindings()
+        if (offered := self.offered_actions()) != self.offered_shown:  # the footer recomposes on each refresh
+            self.offered_shown = offered
+            self.refresh_bindings()
         self.ask_host_keys()
         if self.deliver.active():
             self.deliver.refresh()
+
+    def offered_actions(self) -> tuple[bool | None, ...]:
+        """What check_action answers for each of the screen's keys: the footer is redrawn when this changes."""
+        return tuple(self.check_action(binding.action.split("(")[0], ()) for binding in self.BINDINGS
+                     if isinstance(binding, Binding))
 
     def ask_host_keys(self) -> None:
         for name, presented in host_key_prompts(self.session).items():
@@ -236,21 +254,6 @@ class DashboardScreen(Screen[None]):
         if self.overview is None or self.run_id is None:
             return None
         return self.overview.run(self.run_id)
-
-    def topbar_text(self, overview: Overview, run: RunView | None) -> str:
-        gate = "—"
-        if run is not None:
-            gate = "GATE OPEN" if run.gate.open else f"GATE CLOSED {len(run.gate.reasons)}"
-        age = max(0, int((self.session.clock() - overview.generated_at).total_seconds()))
-        waiting = overview.pending_requests  # an agent's requests: shown only when there are some
-        parts = [f"rgt · {overview.project}", *([f"⚑ {waiting} request{'s' * (waiting != 1)}"] if waiting else []),
-                 f"burn {money(overview.burn_per_hour)}/h", f"spent {money(overview.total)}", gate]
-        if run is not None:
-            parts.append(f"{run.id} {run.liveness}")
-        if overview.read_only:
-            parts.append("READ-ONLY")
-        parts.append(f"{age}s ago")
-        return " · ".join(parts)
 
     @work(group="log")
     async def poll_log(self) -> None:

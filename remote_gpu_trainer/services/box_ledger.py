@@ -19,6 +19,7 @@ import json
 import re
 import shlex
 import uuid
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ ENTRY_LIMIT = 64 << 10  # one entry is a few hundred bytes; a bigger file is not
 MAX_ENTRIES = 10_000  # a box with more is not read to the end: unknown, never a partial answer taken as whole
 PROJECT_ID_FILE = "project-id"
 _ID = re.compile(r"^[0-9a-f]{32}$")
+_HOMES: weakref.WeakKeyDictionary[Transport, str] = weakref.WeakKeyDictionary()  # box_home's answers
 _KEYS = frozenset({"schema", "project_id", "project_root", "run_id", "launch_id", "instance", "result_root",
                    "control_folder", "log", "cells", "command", "started_at", "config"})
 
@@ -150,14 +152,20 @@ def new_entry(project: ProjectConfig, run: RunConfig, *, control_folder: str, lo
 
 
 async def box_home(transport: Transport, timeout: float = 30.0) -> str:
-    """The login's home on the box, as an absolute path in the box's own namespace."""
+    """The login's home on the box, as an absolute path in the box's own namespace. Asked once per transport
+    (one login on one box, its host key pinned): the gate reads the ledger on every refresh of every box, and
+    each ask was a command channel, most of an idle dashboard's cost with 50 boxes (issue 29)."""
     if transport.fixed_home is not None:
         return transport.fixed_home
+    known = _HOMES.get(transport)
+    if known is not None:
+        return known
     result = await transport.run('printf %s "$HOME"', timeout=timeout)
     home = result.text.strip()
     if result.rc != 0 or not home.startswith("/") or "\n" in home:
         raise LedgerUnreadable(f"the box did not name its home folder (exit {result.rc})")
-    return home.rstrip("/") or "/"
+    _HOMES[transport] = home = home.rstrip("/") or "/"
+    return home
 
 
 def entry_path(home: str, entry: LedgerEntry) -> str:
@@ -218,11 +226,21 @@ def cache_ledger(project: ProjectConfig, instance: str, entries: tuple[LedgerEnt
     still known (a copy, never the evidence that a run is home)."""
     path = _cache_path(project, instance)
     body = [json.loads(entry.to_json()) for entry in entries]
+    data = (json.dumps(body, sort_keys=True) + "\n").encode()
     try:
+        if _read_or_none(path) == data:
+            return  # as kept already: the gate reads the ledger each refresh, and a write costs two fsyncs (issue 29)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, (json.dumps(body, sort_keys=True) + "\n").encode())
+        atomic_write(path, data)
     except OSError:
         pass  # a read-only project folder: the copy is a convenience, the gate does not rest on it
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
 
 
 def cached_ledger(project: ProjectConfig, instance: str) -> tuple[LedgerEntry, ...]:

@@ -14,14 +14,15 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
 from remote_gpu_trainer.views import Overview, RunView
-from remote_gpu_trainer.widgets.glyphs import badge
+from remote_gpu_trainer.widgets.glyphs import badge, show_text
 from remote_gpu_trainer.widgets.stable_table import StableTable
 
 HINT = "space: tick / untick a manual item · a: acknowledge a finding (a note is required)"
 
 
 class ChecklistPanel(Vertical):
-    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False)
+    # repaint=False: a container draws through its children, each redrawn only when its own text changed (issue 29)
+    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False, repaint=False)
     run_id: reactive[str | None] = reactive(None, init=False)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -60,4 +61,4 @@ class ChecklistPanel(Vertical):
     def _describe(self, key: str | None) -> None:
         """The highlighted row's answer or note, in full, under the table: narrow screens cut the column."""
         row = next((r for r in self.run.checklist_rows if r.key == key), None) if self.run else None
-        self.query_one("#checklist-summary", Static).update(Text(row.describe if row is not None else HINT))
+        show_text(self.query_one("#checklist-summary", Static), Text(row.describe if row is not None else HINT))

@@ -10,12 +10,13 @@ from textual.widgets import DataTable, ProgressBar, Static
 
 from remote_gpu_trainer.text import cadence_line, location_drift_line
 from remote_gpu_trainer.views import Overview, RunView
-from remote_gpu_trainer.widgets.glyphs import badge, plain, short_hash, size
+from remote_gpu_trainer.widgets.glyphs import badge, plain, short_hash, show_text, size
 from remote_gpu_trainer.widgets.stable_table import StableTable
 
 
 class CheckpointsPanel(Vertical):
-    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False)
+    # repaint=False: a container draws through its children, each redrawn only when its own text changed (issue 29)
+    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False, repaint=False)
     run_id: reactive[str | None] = reactive(None, init=False)
 
     def __init__(self, *args: object, **kwargs: object) -> None:
@@ -54,7 +55,7 @@ class CheckpointsPanel(Vertical):
             self.summary += f"\n{cadence_line(run.checkpoint_cadence)}"
         if run.location_drift:  # rgt.toml moved the run since its launch: shown, applied at the next (docs/gate.md §7)
             self.summary += f"\n{location_drift_line(run.location_drift)}"
-        summary.update(plain(self.summary))
+        show_text(summary, plain(self.summary))
 
     @on(DataTable.RowHighlighted, "#checkpoints")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.widgets import Static
 
 from remote_gpu_trainer.text import escape_control, money, short_hash, size
 
-__all__ = ["badge", "money", "plain", "short_hash", "size"]
+__all__ = ["badge", "money", "plain", "short_hash", "show_text", "size"]
 
 _STYLE = {"ok": "green", "info": "", "warn": "yellow", "error": "bold red", "unknown": "dim"}
 
@@ -32,6 +33,18 @@ def plain(text: str, *, keep_newlines: bool = False, style: str = "") -> Text:
     """Text for a widget that may quote the box (a file name, a log line, an error): a Text is never parsed
     as markup, so `[bold red]x` shows as typed, and control characters are shown escaped, not obeyed."""
     return Text(escape_control(text, keep_newlines=keep_newlines), style=style)
+
+
+def show_text(static: Static, content: Text | str) -> None:
+    """`static.update(content)` unless it already shows exactly that: an update lays the whole screen out again,
+    and the dashboard hands every panel its text each refresh (an idle dashboard must cost nothing, issue 29)."""
+    shown = static.content
+    if isinstance(content, Text) and isinstance(shown, Text):
+        same = (content.plain, content.style, content.spans) == (shown.plain, shown.style, shown.spans)
+    else:
+        same = isinstance(content, str) and isinstance(shown, str) and content == shown
+    if not same:
+        static.update(content)
 
 
 def badge(status: str) -> Text:

@@ -9,12 +9,13 @@ from textual.widgets import Button, Static
 
 from remote_gpu_trainer.text import duration
 from remote_gpu_trainer.views import Overview
-from remote_gpu_trainer.widgets.glyphs import badge, money, plain
+from remote_gpu_trainer.widgets.glyphs import badge, money, plain, show_text
 from remote_gpu_trainer.widgets.stable_table import StableTable
 
 
 class InstancesPanel(Vertical):
-    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False)
+    # repaint=False: a container draws through its children, each redrawn only when its own text changed (issue 29)
+    overview: reactive[Overview | None] = reactive(None, always_update=True, init=False, repaint=False)
     run_id: reactive[str | None] = reactive(None, init=False)
 
     def compose(self) -> ComposeResult:
@@ -51,20 +52,20 @@ class InstancesPanel(Vertical):
             lines = [f"id {instance.id if instance else '?'} · billing {instance.billing if instance else '?'}"
                      f"{since}{note}"]
             lines += run.other_notes  # why other boxes read unknown: their rows have no room to say
-            summary.update(plain("\n".join(lines), keep_newlines=True))
+            show_text(summary, plain("\n".join(lines), keep_newlines=True))
         gate_status = self.query_one("#gate-status", Static)
         button = self.query_one("#teardown", Button)
         button.display = not read_only
         if run is None:
-            gate_status.update("no run selected")
+            show_text(gate_status, "no run selected")
             button.disabled = True
             return
         if run.gate.open:
-            gate_status.update(plain(f"✔ GATE OPEN · {run.gate.action}"))
+            show_text(gate_status, plain(f"✔ GATE OPEN · {run.gate.action}"))
             gate_status.add_class("-open")
         else:
             reasons = "; ".join(run.gate.reasons[:3]) + (" …" if len(run.gate.reasons) > 3 else "")
-            gate_status.update(plain(f"✖ GATE CLOSED ({len(run.gate.reasons)}): {reasons}"))
+            show_text(gate_status, plain(f"✖ GATE CLOSED ({len(run.gate.reasons)}): {reasons}"))
             gate_status.remove_class("-open")
         control = run.teardown  # decided in the service; the key, the palette and the modal read the same
         button.display = control.offered

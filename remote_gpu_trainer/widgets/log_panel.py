@@ -30,6 +30,7 @@ class LogPanel(Vertical):
         self.lines: deque[LogLineView] = deque(maxlen=MAX_LINES)
         self.filter_text = ""
         self.first_error: LogLineView | None = None
+        self.progress_text = ""  # what #log-progress shows (it starts empty and hidden)
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="filter the log (esc clears)", id="log-filter")
@@ -57,7 +58,11 @@ class LogPanel(Vertical):
         self._redraw([marker])
 
     def set_progress(self, text: str) -> None:
-        """The live progress bar (a line still being redrawn with carriage returns)."""
+        """The live progress bar (a line still being redrawn with carriage returns). The same text again draws
+        nothing: the log is polled every 0.5 s and an idle dashboard must cost nothing (issue 29)."""
+        if text == self.progress_text:
+            return
+        self.progress_text = text
         progress = self.query_one("#log-progress", Static)
         progress.update(Text(escape_control(text[:500]), no_wrap=True, overflow="ellipsis"))
         progress.set_class(bool(text), "-visible")

@@ -65,9 +65,17 @@ class LogView(ScrollView, can_focus=True):
         self._size_to_lines()
         if self.auto_scroll:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
+            # and again once laid out: a line wider than the view brings a horizontal scrollbar, a row less to show
+            self.call_after_refresh(self.on_resize)
         elif dropped > 0:  # keep the rows the reader is looking at in place
             self.scroll_to(y=max(0, self.scroll_offset.y - dropped), animate=False, immediate=True)
         self.refresh()
+
+    def on_resize(self) -> None:
+        """A view that follows the end keeps its last line in sight when its height changes (the loss chart
+        appearing above it takes rows): the scroll to the end at the last write used the height before."""
+        if self.auto_scroll:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def clear(self) -> None:
         self._lines.clear()
