@@ -23,7 +23,12 @@ from remote_gpu_trainer.config.project import InstanceConfig
 from remote_gpu_trainer.errors import ConfigError, TransportError
 from remote_gpu_trainer.providers.ssh import SSHProvider
 from remote_gpu_trainer.providers.transports.ssh import SSHTransport
-from remote_gpu_trainer.providers.transports.ssh_hostkeys import HostKeyMismatch, HostKeyUnknown, accept_host_key
+from remote_gpu_trainer.providers.transports.ssh_hostkeys import (
+    HostKeyMismatch,
+    HostKeyUnknown,
+    accept_host_key,
+    trusted_fingerprints,
+)
 from remote_gpu_trainer.providers.transports.ssh_pool import AuthFailed, Backoff, SSHPool, SSHSettings, Target
 from support.sshd_fixtures import Sshd, free_port, session_pid, settings_for, write_key
 
@@ -123,6 +128,34 @@ def test_accepting_a_different_key_for_a_recorded_host_needs_replace(tmp_path: P
     lines = known.read_text().splitlines()
     assert [line.split()[0] for line in lines] == ["[gpu.example]:2222", "gpu.example"]
     assert lines[1].split()[2] == new.export_public_key().decode().split()[1]
+
+
+def test_a_known_hosts_file_changed_in_place_is_read_again(tmp_path: Path) -> None:
+    """known_hosts files are parsed once and kept while they stay the same file (ssh_hostkeys._known_hosts):
+    an edit in place with a line of the very same length, even with its modification time put back, is
+    seen by the next lookup (its change time moved), as is a file written within the last seconds."""
+    user_file, rgt_file = tmp_path / "user_known_hosts", tmp_path / "rgt_known_hosts"
+    first, second = asyncssh.generate_private_key("ssh-ed25519"), asyncssh.generate_private_key("ssh-ed25519")
+
+    def line(key: asyncssh.SSHKey) -> str:
+        return f"[gpu.example]:2222 {key.export_public_key().decode().strip()}\n"
+
+    def trusted() -> frozenset[str]:
+        return trusted_fingerprints(rgt_file, (user_file,), "gpu.example", 2222)
+
+    user_file.write_text(line(first))
+    assert trusted() == {first.get_fingerprint("sha256")}  # fresh: read, not kept
+    os.utime(user_file, ns=(1_000_000_000, 1_000_000_000))  # long settled: kept from here on
+    settled = user_file.stat()
+    assert trusted() == trusted() == {first.get_fingerprint("sha256")}
+    with open(user_file, "r+") as handle:  # in place: same inode, same size
+        handle.write(line(second))
+    os.utime(user_file, ns=(settled.st_atime_ns, settled.st_mtime_ns))
+    assert (user_file.stat().st_ino, user_file.stat().st_size) == (settled.st_ino, settled.st_size)
+    assert trusted() == {second.get_fingerprint("sha256")}
+    user_file.unlink()
+    accept_host_key(rgt_file, "gpu.example", 2222, first)
+    assert trusted() == {first.get_fingerprint("sha256")}
 
 
 async def test_the_users_known_hosts_wins_and_is_never_written(sshd: Sshd, ssh_home: Path, tmp_path: Path) -> None:
