@@ -312,10 +312,15 @@ def numbers_of(project: ProjectEvidence) -> Iterable[Number]:
 
 # -- files ----------------------------------------------------------------------------------------------------
 def file_sha256(path: Path | str) -> str:
+    """The sha256 of a file's bytes, read with os.read: an audit hashes every split member, mostly small
+    files, and a buffered file object cost twice the syscalls' time."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_READ_CHUNK):
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        while chunk := os.read(handle, _READ_CHUNK):
             digest.update(chunk)
+    finally:
+        os.close(handle)
     return digest.hexdigest()
 
 
