@@ -10,7 +10,7 @@ lifecycle to a fresh state database, record the audit) after a warm-up round. Ba
 pandas.read_parquet of every results file and pandas.read_csv of every train.csv, plus json.loads of every
 metrics.json and run.json, only reading what the audit reads. Budget (the VERIFY issue): within 3× the baseline.
 
-    .venv/bin/python benchmarks/bench_audit.py [--capsules 50] [--rows 1000] [--rounds 5]
+    .venv/bin/python benchmarks/bench_audit.py [--capsules 50] [--rows 1000] [--rounds 9]
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--capsules", type=int, default=50)
     parser.add_argument("--rows", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     args = parser.parse_args()
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} ({os.cpu_count()} CPUs)")
     ratios = [scenario(args.capsules, args.rows, args.rounds, compare) for compare in (False, True)]
