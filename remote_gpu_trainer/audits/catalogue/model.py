@@ -271,7 +271,10 @@ class Capsule:
             import numpy as np
             import pandas as pd
 
-            values = pd.to_numeric(self.train[column], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+            series = self.train[column]
+            if not (isinstance(series.dtype, np.dtype) and series.dtype.kind in "fiub"):  # numbers already: as is
+                series = pd.to_numeric(series, errors="coerce")
+            values = series.to_numpy(dtype=float, na_value=np.nan)
             values.flags.writeable = False
             memo[column] = values
         return memo[column]
