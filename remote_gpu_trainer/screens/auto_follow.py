@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.services.fleet import auto_follow
-
 if TYPE_CHECKING:
     from remote_gpu_trainer.screens.dashboard import DashboardScreen
     from remote_gpu_trainer.views import Overview
@@ -23,8 +21,10 @@ def watch_follow_ups(screen: DashboardScreen) -> None:
 
 
 def start_follow_ups(screen: DashboardScreen, overview: Overview | None) -> None:
-    if overview is None or overview.read_only:
+    if overview is None or overview.read_only or all(run.liveness != "finished" for run in overview.runs):
         return
+    from remote_gpu_trainer.services.fleet import auto_follow  # pull and verify: imported once a run finished
+
     session = screen.session
     for run in overview.runs:
         name = f"{WORKER_PREFIX}{run.id}"
@@ -36,6 +36,8 @@ def start_follow_ups(screen: DashboardScreen, overview: Overview | None) -> None
 
 
 async def _follow(screen: DashboardScreen, run_id: str) -> None:
+    from remote_gpu_trainer.services.fleet import auto_follow
+
     done = await auto_follow.follow_up(screen.session, run_id, "finished")
     if done is None:
         return

@@ -19,7 +19,7 @@ from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Button, DataTable, Footer, Input, Static, Tab, Tabs
+from textual.widgets import Button, DataTable, Input, Static, Tab, Tabs
 
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.screens.approvals import ApprovalsScreen
@@ -31,8 +31,6 @@ from remote_gpu_trainer.screens.note import NoteScreen
 from remote_gpu_trainer.screens.topbar import topbar_text
 from remote_gpu_trainer.services import instances
 from remote_gpu_trainer.services.audit import audit, checklist, findings
-from remote_gpu_trainer.services.evidence.pull import PullProgress
-from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.evidence.verify import VerifyStep
 from remote_gpu_trainer.services.instances import host_key_prompts
 from remote_gpu_trainer.services.overview import observe_and_build
@@ -43,12 +41,14 @@ from remote_gpu_trainer.views import DeliverView, Overview, RunView
 from remote_gpu_trainer.widgets.checklist_panel import ChecklistPanel
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
+from remote_gpu_trainer.widgets.footer import Footer
 from remote_gpu_trainer.widgets.glyphs import plain, show_text
 from remote_gpu_trainer.widgets.instances_panel import InstancesPanel
 from remote_gpu_trainer.widgets.log_panel import LogPanel
 from remote_gpu_trainer.widgets.loss_chart import EMPTY_TEXT, LossChart
 
 if TYPE_CHECKING:
+    from remote_gpu_trainer.services.evidence.pull import PullProgress
     from remote_gpu_trainer.services.session import Session
 
 PANELS = ("panel-instances", "panel-checkpoints", "panel-log", "panel-checklist", DELIVER_PANEL)
@@ -522,6 +522,8 @@ class DashboardScreen(Screen[None]):
 
         try:
             self.notify(f"pulling {self.run_id}…")
+            from remote_gpu_trainer.services.evidence.verbs import pull_run  # the pull's SSH side: when asked for
+
             result = await pull_run(self.session, self.run_id, progress=progress)
             if result.ok:
                 self.notify(f"pulled {len(result.files)} file(s) into runs/{self.run_id}/: verify with v")
@@ -552,6 +554,8 @@ class DashboardScreen(Screen[None]):
 
         try:
             self.notify(f"verifying {self.run_id}…")
+            from remote_gpu_trainer.services.evidence.verbs import verify_run
+
             result = await verify_run(self.session, self.run_id, progress=progress)
             if result.ok:
                 self.notify("✔ verified: every file matches and every checkpoint loads", timeout=8)

@@ -20,7 +20,6 @@ from textual.app import SuspendNotSupported
 
 from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.screens.figure import FigurePathScreen, FigureScreen, image_support
-from remote_gpu_trainer.services.deliver import build as deliver
 from remote_gpu_trainer.views import BuildStep, DeliverView
 from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
 
@@ -64,6 +63,8 @@ class DeliverActions:
     def _read_view(self, generation: int) -> None:
         app = self.screen.app
         try:
+            from remote_gpu_trainer.services.deliver import build as deliver  # when the panel is first shown
+
             view = deliver.deliver_view(self.session.project.root)
         except Exception as exc:  # noqa: BLE001 - a bug in the view is a toast, never a dashboard taken down
             app.call_from_thread(self.screen.notify, f"the Deliver panel could not be read: {type(exc).__name__}: "
@@ -96,6 +97,8 @@ class DeliverActions:
 
         try:
             session = self.session
+            from remote_gpu_trainer.services.deliver import build as deliver
+
             outcome = deliver.build_all(session.project, session.db, session.clock(), progress=progress)
         except RgtError as exc:
             app.call_from_thread(self.screen.notify, f"build failed: {exc}", severity="error", timeout=15)
@@ -116,6 +119,8 @@ class DeliverActions:
     def _reconcile(self) -> None:
         app = self.screen.app
         try:
+            from remote_gpu_trainer.services.deliver import build as deliver
+
             line = deliver.reconcile_now(self.session.project)
         except RgtError as exc:
             app.call_from_thread(self.screen.notify, f"reconcile failed: {exc}", severity="error", timeout=15)
