@@ -42,6 +42,8 @@ Hello().run(headless=True, size=(120, 40))
 
 RGT_APP = """
 import json, sys
+from remote_gpu_trainer.runtime import tune_process
+tune_process()  # as `rgt` does before it imports the app (cli/main.py's main, then cli/faces.py's tui)
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.services.opening import open_session
