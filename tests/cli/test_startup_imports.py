@@ -56,3 +56,37 @@ def test_the_report_reads_capsules_without_pandas_scipy_or_matplotlib(project_di
     loaded = imported(["--report", str(project_dir), "--format", "json"], project_dir)
     assert "remote_gpu_trainer.deliver.results" in loaded and "remote_gpu_trainer.services.deliver.build" in loaded
     assert [name for name in ("pandas", "scipy", "numpy", "matplotlib", "pyarrow", *HEAVY) if name in loaded] == []
+
+
+# what the dashboard imports only when its action is first asked for (issue 29: start-up, docs/architecture.md §5)
+LAZY_IN_TUI = ("remote_gpu_trainer.services.evidence.verbs", "remote_gpu_trainer.services.fleet.auto_follow",
+               "remote_gpu_trainer.services.deliver.build", "remote_gpu_trainer.widgets.background_plot")
+DASHBOARD_WITH_DATA = """
+import json, sys
+from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.screens.dashboard import DashboardScreen
+from remote_gpu_trainer.services.opening import open_session
+
+class Shown(RgtApp):
+    def on_mount(self):
+        super().on_mount()
+        self.set_interval(0.01, self.check_data)
+
+    def check_data(self):
+        if isinstance(self.screen, DashboardScreen) and self.screen.overview is not None:
+            self.call_after_refresh(self.exit)
+
+Shown(open_session(sys.argv[1], read_only=True)).run(headless=True, size=(120, 40))
+print(json.dumps(sorted(name for name in sys.argv[2:] if name in sys.modules)))
+"""
+
+
+def test_the_dashboard_draws_its_data_without_loading_pull_follow_ups_or_the_deliver_build(
+        project_dir: Path) -> None:
+    """The dashboard's first frame with the services' data on a sim project: what p, v, b or a finished run's
+    follow-up need is not loaded yet, nor torch."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "TEXTUAL")}
+    result = subprocess.run([sys.executable, "-c", DASHBOARD_WITH_DATA, str(project_dir), *LAZY_IN_TUI, "torch"],
+                            cwd=project_dir, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -1,0 +1,47 @@
+"""What start-up no longer does twice or too early (issue 29, docs/architecture.md §5): the catalogue's log
+matchers are compiled once and shared, and a monitor that only catches up with a log it read already makes no
+detector (the report on a finished run, the dashboard's first look). Real sim runs, no fakes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_log_monitor import cat_then_fail, follow_all, launched
+
+from remote_gpu_trainer.audits.log.detector import LogDetector, matchers_of
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.watch.log_monitor import RunLogMonitor
+from remote_gpu_trainer.services.watch.monitors import catalogue, forget_monitor, log_monitor
+from remote_gpu_trainer.services.watch.run_logs import follow_log, log_backfill
+from support.helpers import RUN, write_project
+
+
+def test_detectors_of_one_catalogue_share_its_compiled_matchers(tmp_path: Path) -> None:
+    write_project(tmp_path / "p", "true", roster=("seed0",))
+    session = open_session(str(tmp_path / "p"))
+    try:
+        found = catalogue(session)
+        assert matchers_of(found) is matchers_of(found)
+        first, second = LogDetector(found), LogDetector(found)
+        # the shared matchers classify as their own would: an OOM line hits S01 in both
+        line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+        assert [h.signature for h in first.feed(line, 1, 0.0)] == [h.signature for h in second.feed(line, 1, 0.0)]
+        assert "S01" in [h.signature for h in LogDetector(found).feed(line, 1, 0.0)]
+    finally:
+        session.close()
+
+
+async def test_a_monitor_catching_up_with_a_read_log_makes_no_detector(tmp_path: Path) -> None:
+    session = await launched(tmp_path / "p", cat_then_fail("oom_after_training.log"))
+    try:
+        await follow_all(session)  # every line read and recorded
+        forget_monitor(session, RUN)  # as a new rgt process would find it: the cursor at the log's end
+        monitor = log_monitor(session, RUN)
+        assert isinstance(monitor, RunLogMonitor)
+        update = await follow_log(session, RUN)
+        assert update is not None and update.lines == () and not update.more
+        assert monitor._detector is None  # nothing new: the catalogue's regexes were never needed
+        backfill = await log_backfill(session, RUN)  # a log view opening: the old lines, classified again
+        assert any(line.level == "error" and "OutOfMemoryError" in line.text for line in backfill)
+    finally:
+        session.close()
