@@ -64,7 +64,9 @@ class LogPanel(Vertical):
             return
         self.progress_text = text
         progress = self.query_one("#log-progress", Static)
-        progress.update(Text(escape_control(text[:500]), no_wrap=True, overflow="ellipsis"))
+        # one row high whatever it says (app.tcss): a new bar frame is a repaint, never a layout of the whole
+        # screen (one per batch while a backlog is read, up to 30 ms each: the late frames of issue 29)
+        progress.update(Text(escape_control(text[:500]), no_wrap=True, overflow="ellipsis"), layout=False)
         progress.set_class(bool(text), "-visible")
 
     def set_filter(self, text: str) -> None:

@@ -12,6 +12,7 @@ Text from the box is never markup: each line is one plain segment, its control c
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -20,9 +21,10 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from remote_gpu_trainer.text import escape_control
+from remote_gpu_trainer.text import escape_control, has_control
 from remote_gpu_trainer.views import LogLineView
 
+_TEXT = itemgetter(1)  # LogLineView.text, read in C
 LEVEL_STYLES = {"critical": Style.parse("bold red"), "error": Style.parse("red"), "warn": Style.parse("yellow")}
 
 
@@ -56,8 +58,16 @@ class LogView(ScrollView, can_focus=True):
         """Append lines; only their width is measured now, their rendering waits until a row shows them."""
         if not lines:
             return
-        fresh = [_escaped(line) for line in lines[-self.max_lines:]]
-        self._widest = max(self._widest, max(_cells(line.text) for line in fresh))
+        fresh = list(lines[-self.max_lines:])
+        joined = " ".join(map(_TEXT, fresh))  # a backlog batch is thousands of lines: C-level scans of them all
+        plain = not has_control(joined)
+        if not plain:
+            fresh = [_escaped(line) for line in fresh]
+        if plain and joined.isascii() and "\t" not in joined:
+            widest = max(map(len, map(_TEXT, fresh)))  # every character one cell wide
+        else:
+            widest = max(map(_cells, map(_TEXT, fresh)))
+        self._widest = max(self._widest, widest)
         self._lines.extend(fresh)
         dropped = len(self._lines) - self.max_lines
         if dropped > 0:

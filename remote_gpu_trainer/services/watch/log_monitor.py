@@ -52,6 +52,7 @@ from remote_gpu_trainer.text import duration
 from remote_gpu_trainer.views import LogLineView
 
 _CELL_MARKER = re.compile("^" + re.escape(CELL_STARTED).replace(re.escape("{cell}"), r"(\S+)") + "$")
+_CELL_PREFIX = CELL_STARTED.split("{cell}")[0]  # what every marker line starts with
 TAIL_LINES = 200  # what S58 reads ("no Traceback in the last 200 lines")
 SERIES_WINDOW = 2000  # newest samples per key kept in memory for the rules (spike needs 200, S76 200)
 FIRST_WINDOW = 200  # oldest samples per key, kept too: S72 compares with the first window, S75/S81 read epoch 1
@@ -256,7 +257,8 @@ class RunLogMonitor:
         # it was read: its positions count, its read times measure no speed (audits/log/progress.py)
         timed = not (self.behind or chunk.more)
         self.behind = chunk.more
-        for cell, lines in _cells(chunk.lines):
+        joined = "\n" + "\n".join(texts)  # one C-level search says whether a cell marker is there at all
+        for cell, lines in _cells(chunk.lines) if "\n" + _CELL_PREFIX in joined else [(None, chunk.lines)]:
             if cell is not None:
                 rows.extend(self.thinner.flush())  # the old cell's open buckets, before its boundary
                 self._new_cell(cell, t, self.saved + len(rows))
@@ -269,12 +271,13 @@ class RunLogMonitor:
                 rows.extend(self.thinner.add(groups))
         if not chunk.more:
             rows.extend(self.thinner.flush(opened_before=t - STORE_AFTER_S))
-        kept = [(chunk.first_line_no + i, line.text) for i, line in enumerate(chunk.lines) if not line.redraw]
-        self.tail.extend(text for _, text in kept[-TAIL_LINES:])
+        level = worst_by_line(hits)
+        first, get = chunk.first_line_no, level.get
+        views = [LogLineView(first + i, line.text, get(first + i)) for i, line in enumerate(chunk.lines)
+                 if not line.redraw]
+        self.tail.extend(view.text for view in views[-TAIL_LINES:])
         if chunk.lines:
             self.last_line_t = t
-        level = worst_by_line(hits)
-        views = [LogLineView(line_no, text, level.get(line_no)) for line_no, text in kept]
         alerts = self._record(hits, rows)
         self.snapshot = self._snapshot(t)
         return views, alerts
@@ -458,7 +461,7 @@ def _cells(lines: Sequence[Line]) -> list[tuple[str | None, Sequence[Line]]]:
     cell: str | None = None
     start = 0
     for index, line in enumerate(lines):
-        found = _CELL_MARKER.match(line.text) if line.text.startswith("== rgt: cell ") else None
+        found = _CELL_MARKER.match(line.text) if line.text.startswith(_CELL_PREFIX) else None
         if found:
             pieces.append((cell, lines[start:index]))
             cell, start = found.group(1), index + 1
