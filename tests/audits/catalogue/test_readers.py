@@ -560,3 +560,15 @@ def test_the_whole_catalogue_runs_on_every_reader_s_cells(tmp_path: Path, monkey
     outcomes = catalogue.run_all(project)
     assert len(outcomes) == len(catalogue.specs())
     assert {o.status for o in outcomes} <= {"pass", "findings", "skipped"}
+
+
+def test_capsules_read_together_come_back_in_run_and_cell_order_each_with_its_own_problems(tmp_path: Path) -> None:
+    """read_capsules reads cells on a few threads (audits/catalogue/load.py): the order and each cell's own
+    problems are what reading them one by one gives."""
+    for run_id in ("r2", "r0", "r1"):
+        for seed in (3, 0, 2, 1):
+            write_capsule(tmp_path, run_id, f"seed{seed}", seed=seed, metrics={"acc": 0.5})
+    (tmp_path / "runs/r1/seed2/run.json").write_text("{not json", encoding="utf-8")
+    project = load(tmp_path)
+    assert [c.key for c in project.capsules] == [f"r{r}/seed{s}" for r in range(3) for s in range(4)]
+    assert [p.path for c in project.capsules for p in c.problems] == ["runs/r1/seed2/run.json"]
