@@ -50,8 +50,7 @@ from remote_gpu_trainer.services.opening import open_session
 MODE = sys.argv[2]
 
 class Timed(RgtApp):
-    def on_mount(self):
-        super().on_mount()
+    def on_mount(self):  # textual calls RgtApp.on_mount too (every class's handler): calling it here made 2 dashboards
         if MODE == "frame":
             self.call_after_refresh(self.exit)
         else:

@@ -68,8 +68,7 @@ from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.services.opening import open_session
 
 class Shown(RgtApp):
-    def on_mount(self):
-        super().on_mount()
+    def on_mount(self):  # textual calls RgtApp.on_mount as well: one dashboard, as `rgt` shows
         self.set_interval(0.01, self.check_data)
 
     def check_data(self):
