@@ -78,7 +78,7 @@ def test_a_figure_that_differs_between_renders_is_caught_in_each_format_it_diffe
     assert qa["deterministic"] is False and qa["notes"].endswith(f"two builds differ: {', '.join(expected)}")
     folder = root / "figures/own"
     assert all((folder / name).is_file() for name in ("source.csv", *OUTPUTS))  # kept, so the user can look
-    assert not list(folder.glob(".rgt-build-*")) and not list(folder.glob("*.rgba"))
+    assert not list(folder.glob(".rgt-build-*")) and not list(folder.glob("*.pixels"))
 
 
 def test_the_same_build_py_unchanged_between_renders_is_deterministic(tmp_path: Path) -> None:

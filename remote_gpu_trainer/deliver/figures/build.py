@@ -15,6 +15,8 @@ also with nothing written.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import sys
 import warnings
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
 
 OUTPUTS = ("final.png", "final.svg", "final.pdf")
 FILES = ("source.csv", *OUTPUTS)
-PIXELS = "final.rgba"  # the PNG's pixels as drawn, before encoding: compared, never installed
+PIXELS = "final.pixels"  # `width height sha256` of the PNG's RGBA pixels as drawn: compared, never installed
 #: what both renders write, compared byte for byte (docs/deliver.md §3); PIXELS stands for final.png
 RECHECKED = ("source.csv", "final.svg", "final.pdf", PIXELS)
 PROVENANCE_KEY = "rgt:provenance"  # the PNG text chunk holding the stable provenance (SVG: dc:description)
@@ -112,9 +114,12 @@ def deterministic_matplotlib(figure_id: str) -> Iterator[None]:
 
 
 def build_figure(root: Path, figure_id: str, *, declared: Mapping[str, MetricRule] | None = None,
-                 code: Mapping[str, Any] | None = None, now: datetime | None = None) -> FigureBuild:
+                 code: Mapping[str, Any] | None = None, now: datetime | None = None,
+                 amend: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> FigureBuild:
     """Build figures/<figure_id>/ (see the module docstring). `declared` are rgt.toml's metric directions;
-    `code` the tree's git state (provenance.code_state, computed once per `rgt build`)."""
+    `code` the tree's git state (provenance.code_state, computed once per `rgt build`); `amend` a last change
+    to figure.json before it is written (services/deliver/sources.py discloses unverified inputs: a builder
+    cannot ask the state database), so it is written once."""
     folder = output_folder(root, "figure", figure_id)
     where = f"figures/{figure_id}/figure.json"
     user = load_document(folder / "figure.json", FIGURE_SCHEMA, "figure_id", figure_id)
@@ -144,6 +149,8 @@ def build_figure(root: Path, figure_id: str, *, declared: Mapping[str, MetricRul
             "disclosure": disclosure_text(plan.disclosures, first.checks, prov),
         }
         document = merge_document(user, generated)
+        if amend is not None:
+            document = amend(document)
         stage.install(FILES, "figure.json", document)
     return FigureBuild(figure_id, folder, document, first.checks, not differing, tuple(differing))
 
@@ -209,12 +216,12 @@ def render_once(spec: FigureSpec, plan: Plan, out: Path, prov: Mapping[str, Any]
 
 
 def save_all(figure: Figure, out: Path, dpi: int, stable: str, formats: Sequence[str] = OUTPUTS) -> list[str]:
-    """Write the outputs (`formats`: the three by default; PIXELS adds the PNG's raw RGBA pixels) with the
+    """Write the outputs (`formats`: the three by default; PIXELS adds the digest of the PNG's pixels) with the
     metadata that makes them byte-identical on a rebuild (no dates, no software version in the PNG) and the
     stable provenance inside the PNG and SVG; return every warning raised while drawing and saving (G2 reads the
     missing-glyph ones). The figure is laid out once for all of them (lay_out_once)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-
+    if PIXELS in formats:
+        _agg_canvas(figure)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         lay_out_once(figure)
@@ -223,15 +230,27 @@ def save_all(figure: Figure, out: Path, dpi: int, stable: str, formats: Sequence
             figure.savefig(out / "final.svg", format="svg", metadata={"Date": None, "Description": stable})
         if "final.pdf" in formats:
             figure.savefig(out / "final.pdf", format="pdf", metadata={"CreationDate": None})
-        canvas = figure.canvas
         if "final.png" in formats:
             figure.savefig(out / "final.png", format="png", dpi=dpi,
                            metadata={"Software": None, PROVENANCE_KEY: stable})
-        if PIXELS in formats and "final.png" in formats and isinstance(canvas, FigureCanvasAgg):
-            (out / PIXELS).write_bytes(bytes(canvas.buffer_rgba()))  # the very pixels the PNG encoded
-        elif PIXELS in formats:  # drawn as the PNG is (print_png and print_raw draw alike), not encoded
-            figure.savefig(out / PIXELS, format="raw", dpi=dpi)
+        elif PIXELS in formats:  # drawn on the canvas as the PNG is (print_raw draws as print_png), not encoded
+            figure.savefig(io.BytesIO(), format="raw", dpi=dpi)
+        if PIXELS in formats:
+            (out / PIXELS).write_text(pixels_digest(figure), encoding="ascii")
     return [str(w.message) for w in caught]
+
+
+def pixels_digest(figure: Figure) -> str:
+    """`width height sha256` of the RGBA pixels the figure's Agg canvas last drew (the PNG's, or the raw draw
+    that stands in for it): the determinism check compares these, not megabytes of pixels on disk."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = figure.canvas
+    if not isinstance(canvas, FigureCanvasAgg):
+        raise TypeError("pixels_digest: the figure has no Agg canvas")
+    pixels = canvas.buffer_rgba()
+    height, width = pixels.shape[:2] if pixels.shape else (0, 0)
+    return f"{width} {height} {hashlib.sha256(pixels).hexdigest()}\n"
 
 
 def lay_out_once(figure: Figure) -> None:
@@ -241,17 +260,19 @@ def lay_out_once(figure: Figure) -> None:
     previous save left it. All three files show that one layout (docs/deliver.md §3)."""
     import matplotlib
 
-    if figure.get_layout_engine() is None:
+    engine = figure.get_layout_engine()
+    if engine is None:
         return
-    figure.draw_without_rendering()
+    try:  # what Figure.draw does first, without the draw after it that a save would throw away
+        engine.execute(figure)
+    except ValueError:  # as Figure.draw: a layout that cannot be made leaves the figure as it is
+        pass
     with matplotlib.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
         figure.set_layout_engine(None)  # with both settings off this is None, whatever engine it replaces
 
 
 def png_size(png: bytes) -> tuple[int, int]:
     """(width, height) from the PNG's header, without decoding the pixels (G1 decodes them)."""
-    import io
-
     from PIL import Image
 
     with Image.open(io.BytesIO(png)) as image:
@@ -298,8 +319,6 @@ def disclosure_text(found: Sequence[str], checks: Mapping[str, Check], prov: Map
 
 def png_provenance(png: bytes) -> dict[str, Any] | None:
     """The stable provenance a build put into a PNG's text chunk, or None."""
-    import io
-
     from PIL import Image
 
     with Image.open(io.BytesIO(png)) as image:

@@ -15,7 +15,7 @@ raises ConfigError naming the file and key, before anything is written.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -65,9 +65,11 @@ class TableBuild:
 
 
 def build_table(root: Path, table_id: str, *, declared: Mapping[str, MetricRule] | None = None,
-                code: Mapping[str, Any] | None = None, now: datetime | None = None) -> TableBuild:
+                code: Mapping[str, Any] | None = None, now: datetime | None = None,
+                amend: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> TableBuild:
     """Build one table (see the module docstring). `declared` are rgt.toml's metric directions; `code` the
-    git state of the tree (provenance.code_state, computed once per `rgt build`)."""
+    git state of the tree (provenance.code_state, computed once per `rgt build`); `amend` a last change to
+    table.json before it is written, once (services/deliver/sources.py: the unverified inputs disclosed)."""
     folder = output_folder(root, "table", table_id)
     where = f"tables/{table_id}/table.json"
     user = load_document(folder / "table.json", SCHEMA, "table_id", table_id)
@@ -95,6 +97,8 @@ def build_table(root: Path, table_id: str, *, declared: Mapping[str, MetricRule]
             "disclosure": disclosure(spec, readings, gate, prov),
         }
         document = merge_document(user, generated)
+        if amend is not None:
+            document = amend(document)
         stage.install(names, "table.json", document)
     return TableBuild(table_id, folder, document, gate, not differing)
 

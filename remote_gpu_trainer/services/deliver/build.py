@@ -32,7 +32,7 @@ from remote_gpu_trainer.deliver.outputs import linked_outputs, linked_refusal, o
 from remote_gpu_trainer.deliver.provenance import code_state
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RgtError
 from remote_gpu_trainer.fsutil import file_kind, lstat_or_none
-from remote_gpu_trainer.services.deliver.sources import SourceJudge, disclose_document
+from remote_gpu_trainer.services.deliver.sources import SourceJudge, Unchecked, amend_with
 from remote_gpu_trainer.services.evidence import store
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.views import BuildStep, ClaimView, DeliverRow, DeliverView, DriftView, OutputView
@@ -487,17 +487,18 @@ def _figure(project: ProjectConfig, ident: str, code: Mapping[str, Any], now: da
             judge: SourceJudge) -> BuildStep:
     from remote_gpu_trainer.deliver.figures.build import build_figure
 
-    built = build_figure(project.root, ident, declared=project.audit.metrics, code=code, now=now)
-    document, unchecked = disclose_document(built.folder, "figure.json", built.document, judge)
-    return _qa_step("figure", ident, built.passed, document, built.deterministic, len(unchecked))
+    unchecked: list[Unchecked] = []  # the document is written once, with them disclosed
+    built = build_figure(project.root, ident, declared=project.audit.metrics, code=code, now=now,
+                         amend=amend_with(judge, unchecked))
+    return _qa_step("figure", ident, built.passed, built.document, built.deterministic, len(unchecked))
 
 
 def _table(project: ProjectConfig, ident: str, code: Mapping[str, Any], judge: SourceJudge) -> BuildStep:
     from remote_gpu_trainer.services.deliver.tables import build_table
 
-    built = build_table(project, ident, code=code)
-    document, unchecked = disclose_document(built.folder, "table.json", built.document, judge)
-    return _qa_step("table", ident, built.passed, document, built.deterministic, len(unchecked))
+    unchecked: list[Unchecked] = []
+    built = build_table(project, ident, code=code, amend=amend_with(judge, unchecked))
+    return _qa_step("table", ident, built.passed, built.document, built.deterministic, len(unchecked))
 
 
 def _qa_step(kind: str, ident: str, passed: bool, document: Mapping[str, Any], deterministic: bool,

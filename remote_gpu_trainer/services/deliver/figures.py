@@ -25,16 +25,11 @@ def build_figure(project: ProjectConfig, figure_id: str, *, code: Mapping[str, A
     outputs at once (one `git status` for all); None computes it here. matplotlib loads here, not at start-up.
     With the state database `db`, every input that is not verified evidence is disclosed in figure.json
     (services/deliver/sources.py; `rgt build` does it for all outputs itself)."""
-    from dataclasses import replace
-
     from remote_gpu_trainer.deliver.figures.build import build_figure as build
-    from remote_gpu_trainer.services.deliver.sources import SourceJudge, disclose_document
+    from remote_gpu_trainer.services.deliver.sources import SourceJudge, amend_with
 
-    built = build(project.root, figure_id, declared=project.audit.metrics, code=code)
-    if db is None:
-        return built
-    document, _ = disclose_document(built.folder, "figure.json", built.document, SourceJudge(project, db))
-    return replace(built, document=document)
+    amend = None if db is None else amend_with(SourceJudge(project, db), [])
+    return build(project.root, figure_id, declared=project.audit.metrics, code=code, amend=amend)
 
 
 def figure_ids(root: Path) -> list[str]:

@@ -20,9 +20,8 @@ only when a run is judged.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME
@@ -151,13 +150,11 @@ def words(found: Iterable[Unchecked]) -> str:
     return "unverified evidence: " + "; ".join(grouped(found))
 
 
-def disclose_document(folder: Path, name: str, document: Mapping[str, Any],
-                      judge: SourceJudge) -> tuple[dict[str, Any], list[Unchecked]]:
+def disclosed(document: Mapping[str, Any], judge: SourceJudge) -> tuple[dict[str, Any], list[Unchecked]]:
     """A built figure.json / table.json with every input that is not verified evidence disclosed in its
-    `disclosure` after the builder's own (written again, atomically, only when there is something to add). The
-    builders in deliver/ read files only and cannot ask the state database, so the judgement is added here."""
-    from remote_gpu_trainer.deliver.document import write_document
-
+    `disclosure` after the builder's own, and those inputs. The builders in deliver/ read files only and cannot
+    ask the state database, so the judgement is handed to them (`amend_with`) and added to the document before
+    they write it, once."""
     inputs = document.get("inputs")
     entries = [(str(e.get("path")), e.get("sha256")) for e in inputs if isinstance(e, dict)] \
         if isinstance(inputs, list) else []
@@ -166,6 +163,14 @@ def disclose_document(folder: Path, name: str, document: Mapping[str, Any],
         return dict(document), []
     own = document.get("disclosure")
     said = " ".join(filter(None, (own if isinstance(own, str) else None, words(found) + ".")))
-    updated = {**document, "disclosure": said}
-    write_document(folder / name, updated)
-    return updated, found
+    return {**document, "disclosure": said}, found
+
+
+def amend_with(judge: SourceJudge, found: list[Unchecked]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A builder's `amend`: the document disclosed (`disclosed`), each input it names appended to `found`."""
+    def amend(document: dict[str, Any]) -> dict[str, Any]:
+        updated, unchecked = disclosed(document, judge)
+        found.extend(unchecked)
+        return updated
+
+    return amend
