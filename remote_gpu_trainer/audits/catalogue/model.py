@@ -391,7 +391,22 @@ class ProjectEvidence:
     declared_runs: tuple[str, ...] = ()  # rgt.toml's runs, pulled or not (audits/catalogue/attribution.py)
 
     def capsule(self, key: str) -> Capsule | None:
-        return next((c for c in self.capsules if c.key == key), None)
+        return self._by_key.get(key)
 
     def run_capsules(self, run_id: str) -> tuple[Capsule, ...]:
-        return tuple(c for c in self.capsules if c.run_id == run_id)
+        return self._by_run.get(run_id, ())
+
+    @cached_property
+    def _by_key(self) -> dict[str, Capsule]:
+        """Capsules by key, the first of a key winning: checks look cells up thousands of times an audit."""
+        found: dict[str, Capsule] = {}
+        for capsule in self.capsules:
+            found.setdefault(capsule.key, capsule)
+        return found
+
+    @cached_property
+    def _by_run(self) -> dict[str, tuple[Capsule, ...]]:
+        runs: dict[str, list[Capsule]] = {}
+        for capsule in self.capsules:
+            runs.setdefault(capsule.run_id, []).append(capsule)
+        return {run_id: tuple(capsules) for run_id, capsules in runs.items()}
