@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.errors import GateRefused, RgtError
 from remote_gpu_trainer.screens.confirm import ConfirmScreen
-from remote_gpu_trainer.screens.teardown import TeardownScreen
-from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.views import RunView
 from remote_gpu_trainer.widgets.checkpoints_panel import CheckpointsPanel
 
@@ -64,6 +62,9 @@ class BoxActions:
         self.refresh_overview()
 
     async def _teardown(self, instance: str) -> None:
+        from remote_gpu_trainer.screens.teardown import TeardownScreen  # the modal and its service: when asked
+        from remote_gpu_trainer.services import teardown
+
         plan = await teardown.plan(self.session, instance)
         modal = TeardownScreen(plan)
         typed = await self.screen.app.push_screen_wait(modal)
@@ -89,6 +90,9 @@ class BoxActions:
             panel.hide_progress()
 
     async def _stop(self, instance: str) -> None:
+        from remote_gpu_trainer.screens.teardown import TeardownScreen
+        from remote_gpu_trainer.services import teardown
+
         plan = await teardown.plan(self.session, instance, "stop")
         if not plan.enabled:
             self.screen.notify(f"{plan.action_label} not available: {plan.why_not}", severity="warning", timeout=10)

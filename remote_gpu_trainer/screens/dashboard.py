@@ -22,7 +22,6 @@ from textual.timer import Timer
 from textual.widgets import Button, DataTable, Input, Static, Tab, Tabs
 
 from remote_gpu_trainer.errors import RgtError
-from remote_gpu_trainer.screens.approvals import ApprovalsScreen
 from remote_gpu_trainer.screens.box_actions import BoxActions
 from remote_gpu_trainer.screens.confirm import ConfirmScreen
 from remote_gpu_trainer.screens.deliver_actions import DELIVER_PANEL, DeliverActions
@@ -382,6 +381,8 @@ class DashboardScreen(Screen[None]):
     def action_approvals(self) -> None:
         """`i`: the approval inbox (screens/approvals.py); the header's count is read again when it closes."""
         if self.app.screen is self:
+            from remote_gpu_trainer.screens.approvals import ApprovalsScreen  # the inbox's services: when opened
+
             self.app.push_screen(ApprovalsScreen(self.session), callback=self._approvals_closed)
 
     def _approvals_closed(self, _: None) -> None:

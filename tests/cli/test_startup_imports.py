@@ -60,7 +60,8 @@ def test_the_report_reads_capsules_without_pandas_scipy_or_matplotlib(project_di
 
 # what the dashboard imports only when its action is first asked for (issue 29: start-up, docs/architecture.md §5)
 LAZY_IN_TUI = ("remote_gpu_trainer.services.evidence.verbs", "remote_gpu_trainer.services.fleet.auto_follow",
-               "remote_gpu_trainer.services.deliver.build", "remote_gpu_trainer.widgets.background_plot")
+               "remote_gpu_trainer.services.deliver.build", "remote_gpu_trainer.widgets.background_plot",
+               "remote_gpu_trainer.screens.approvals", "remote_gpu_trainer.services.teardown")
 DASHBOARD_WITH_DATA = """
 import json, sys
 from remote_gpu_trainer.app import RgtApp
