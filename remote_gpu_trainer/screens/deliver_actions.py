@@ -25,6 +25,7 @@ from remote_gpu_trainer.widgets.deliver_panel import DeliverPanel
 
 if TYPE_CHECKING:
     from textual.screen import Screen
+    from textual.widget import Widget
 
     from remote_gpu_trainer.services.session import Session
 
@@ -43,10 +44,17 @@ class DeliverActions:
         self.set_busy = set_busy  # the screen's: greys the key while it runs
         self.view: DeliverView | None = None
         self.generation = 0  # a view made before the latest request is dropped, never drawn over a newer one
+        self._panel: Widget | None = None  # the Deliver panel, once active() found it
 
     def active(self) -> bool:
-        panels = self.screen.query(f"#{DELIVER_PANEL}")
-        return bool(panels) and panels.first().has_class("-active")
+        """Whether the Deliver panel is the one shown. Asked for every binding each time the footer is drawn
+        (check_action): the panel is found once, not by a query over the whole screen each time."""
+        if self._panel is None:
+            panels = self.screen.query(f"#{DELIVER_PANEL}")
+            if not panels:
+                return False
+            self._panel = panels.first()
+        return self._panel.has_class("-active")
 
     def allowed(self, action: str) -> bool | None:
         """b and the reconciling r: offered only while the Deliver panel is shown in a writable session
