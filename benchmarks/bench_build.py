@@ -7,7 +7,9 @@ the test accuracy of that run against the first, mean ± std over seeds) and ten
 the first, acc and nll as mean ± std with n).
 rgt: `rgt build PROJECT` through `remote_gpu_trainer.cli.main` (every figure, every table; no EVIDENCE.json, so
 evidence and macros are skipped): inputs read once and hashed, source.csv, two renders per figure for the
-determinism check, the pixel gate G1–G6 on the first, the table parse gate, provenance, figure.json/table.json.
+determinism check (the second from the rows up: source.csv, SVG and PDF, and the PNG's pixels drawn but not
+encoded; docs/deliver.md §3), the pixel gate G1–G6 on the first, the table parse gate, provenance,
+figure.json/table.json.
 Baseline, interleaved with it: a plain script reading the same train.csv and metrics.json files with pandas,
 drawing the same figures (same size, dpi, band and error bars) once and saving the same PNG, SVG and PDF, and
 writing each table as Markdown, LaTeX and CSV with f-strings. What rgt adds is the second render, the gate and
