@@ -101,14 +101,21 @@ async def test_a_pull_cancelled_at_random_points_never_writes_into_another_file(
     started = time.monotonic()
     assert (await pull(env.project, env.run, env.transport, env.db)).ok
     # cancel points spread over one whole pull as long as it takes on this machine now (a loaded machine
-    # is slower): the points choose where to cut, nothing is asserted on the time
+    # is slower): the points choose where to cut, nothing is asserted on the time. A pull that ended before
+    # its point sets the span to its own length: a first pull slowed by a passing load would otherwise put
+    # most points after the pulls' end (too few cancelled, on unchanged code)
     span = time.monotonic() - started
     try:
         for _ in range(ROUNDS):
             drop_fetched(env.local)
+            began = time.monotonic()
             task = asyncio.create_task(pull(env.project, env.run, env.transport, env.db))
+            ended: list[float] = []
+            task.add_done_callback(lambda _, ended=ended: ended.append(time.monotonic()))
             await asyncio.sleep(rng.uniform(0.0, 0.9 * span))
             cancelled += task.cancel()
+            if ended:
+                span = ended[0] - began
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             settled = sizes(env.local)  # the pull has ended: nothing it started may still be writing
