@@ -7,7 +7,6 @@ in a thread, once the first loss values arrive.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from rich.text import Text
@@ -55,18 +54,26 @@ class BackgroundPlot(PlotextPlot):
         return self.size.width, self.size.height, self._get_plotext_theme_name(self.app.theme), self._series
 
     def _draw_in_thread(self) -> None:
+        """One drawing; the pause before the next is a timer on the event loop, not a sleep in this thread:
+        a sleeping thread held every exit of the app up to REDRAW_S (the executor joins its threads)."""
+        drew = False
         try:
             key = self._key()
-            while key is not None and key != self._text_key:
+            if key is not None and key != self._text_key:
                 self.app.call_from_thread(self._done, key, self._draw(key))
-                time.sleep(REDRAW_S)
-                key = self._key()
+                drew = True
         finally:
-            self.app.call_from_thread(self._finished)
+            self.app.call_from_thread(self._finished, drew)
 
-    def _finished(self) -> None:
+    def _finished(self, drew: bool) -> None:
+        if drew and self.is_mounted:
+            self.set_timer(REDRAW_S, self._rested)  # a backlog's chart moves at most twice a second
+        else:
+            self._rested()
+
+    def _rested(self) -> None:
         self._drawing = False
-        self._want()  # a change that came after the thread's last look
+        self._want()  # a change that came after the last drawing
 
     def _done(self, key: Key, text: Text) -> None:
         self._text, self._text_key = text, key
