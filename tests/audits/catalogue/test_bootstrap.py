@@ -30,6 +30,15 @@ def test_resampled_means_are_the_means_of_the_seeded_index_rows(n: int) -> None:
     np.testing.assert_allclose(ours, reference_means(x, 1000, 3), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize(("n", "resamples"), [(1000, 10_000), (1000, 1_537), (333, 4_001)])
+def test_rows_drawn_ahead_in_chunks_are_the_rows_of_one_whole_draw(n: int, resamples: int) -> None:
+    """The audit's size (10,000 resamples of 1,000 items: 20 chunks drawn by the helper thread) and chunks
+    ending part-way through a block or on an odd row."""
+    x = np.random.default_rng(n).normal(size=n)
+    ours = resampled_means(x, resamples, np.random.default_rng(0))
+    np.testing.assert_allclose(ours, reference_means(x, resamples, 0), rtol=0, atol=1e-12)
+
+
 def test_whole_number_values_resample_exactly_and_a_constant_sample_is_its_own_ci() -> None:
     x = np.array([-1.0, 0.0, 1.0, 1.0, 0.0, -1.0, 0.0, 1.0])
     assert np.array_equal(resampled_means(x, 2000, np.random.default_rng(0)), reference_means(x, 2000, 0))
