@@ -53,16 +53,12 @@ def resampled_means_many(columns: Any, resamples: int, rng: Any) -> Any:
     rows = _block_rows(n)
     width = max(1, BLOCK_PRODUCT // (rows * n))  # columns per product
     parts = [np.ascontiguousarray(values[:, first:first + width]) for first in range(0, k, width)]
-    flat = dtype if rows * n < 2**31 else np.int64  # position in the block's counts, row by row
-    offsets = (np.arange(rows, dtype=flat) * n)[:, None]
     sums = [np.empty((resamples, part.shape[1])) for part in parts]
     for first, chunk in _drawn_chunks(rng, n, resamples, rows, dtype):
         for offset in range(0, len(chunk), rows):
             start, count = first + offset, min(rows, len(chunk) - offset)
-            index = chunk[offset:offset + count].astype(flat, copy=False)  # a copy: the chunk stays as drawn
-            index += offsets[:count]
             drawn = np.zeros(count * n)  # counts as floats, ready for the product; add.at beat bincount 7x here
-            np.add.at(drawn, index.ravel(), 1.0)
+            np.add.at(drawn, chunk[offset:offset + count].ravel(), 1.0)
             drawn = drawn.reshape(count, n)
             for part, out in zip(parts, sums, strict=True):
                 np.matmul(drawn, part, out=out[start:start + count])
@@ -70,14 +66,21 @@ def resampled_means_many(columns: Any, resamples: int, rng: Any) -> Any:
 
 
 def _drawn_chunks(rng: Any, n: int, resamples: int, rows: int, dtype: Any) -> Iterator[tuple[int, Any]]:
-    """(first resample, index rows) of the whole draw in order, in chunks of whole blocks drawn from `rng`
-    one chunk ahead by one helper thread: numpy's bounded integer fill releases the GIL, so the next chunk is
-    drawn on the other core while this one is counted (half the bootstrap's CPU, docs/verify.md §2). One
-    generator, read in order by one thread: the rows are exactly those of one whole draw."""
+    """(first resample, positions) of the whole draw in order, in chunks of whole blocks drawn from `rng` one
+    chunk ahead by one helper thread: numpy's bounded integer fill releases the GIL, so the next chunk is drawn
+    on the other core while this one is counted (half the bootstrap's CPU, docs/verify.md §2). One generator,
+    read in order by one thread: the rows are exactly those of one whole draw. A position is where an index
+    falls in its block's counts, row by row (index + n × its row in the block), added on the helper too."""
+    import numpy as np
+
     step = max(rows, DRAW_CHUNK // max(n, 1) // rows * rows)
+    flat = dtype if rows * n < 2**31 else np.int64
+    offsets = (np.arange(step, dtype=flat) % rows * n)[:, None]
 
     def draw(first: int) -> tuple[int, Any]:
-        return first, rng.integers(0, n, size=(min(step, resamples - first), n), dtype=dtype)
+        index = rng.integers(0, n, size=(min(step, resamples - first), n), dtype=dtype).astype(flat, copy=False)
+        index += offsets[:len(index)]
+        return first, index
 
     starts = range(0, resamples, step)
     if len(starts) < 2:  # one chunk: nothing to overlap with
