@@ -41,7 +41,6 @@ from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none
 from remote_gpu_trainer.isolated.load_check import LOAD_CHECK_VERSION
 from remote_gpu_trainer.run_records import run_config_record
-from remote_gpu_trainer.services.evidence.load_checks import load_check_checkpoints
 from remote_gpu_trainer.services.evidence.local_root import (
     box_folders,
     hash_fresh,
@@ -151,6 +150,8 @@ async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
 
     def after_hashing(text: str) -> None:  # the load checks and the marker: every byte that could be hashed, was
         report(VerifyStep(text, hashed=hashed_bytes, total=hashed_bytes))
+
+    from remote_gpu_trainer.services.evidence.load_checks import load_check_checkpoints  # verify only, not the report
 
     checkpoints = await load_check_checkpoints(root, run, manifest, hashed, per_file, db, after_hashing,
                                                load_check_timeout)

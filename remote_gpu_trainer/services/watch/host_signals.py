@@ -237,7 +237,9 @@ async def sample_host(run: RunConfig, transport: Transport, history: HostHistory
             "gpu_fields": [",".join((*SAMPLE_FIELDS, field)) for field in THROTTLE_FIELDS],
             "offset": history.tsv_offset,
         }
-        result = await transport.run(f"{shlex.quote(run.python)} -", stdin=program_stdin("mem_monitor.py", params),
+        # -S: the sample needs the standard library only, and `site` (a venv's .pth files) was half of the
+        # interpreter's start-up on every tick (as services/evidence/pull_batches.py's streamer)
+        result = await transport.run(f"{shlex.quote(run.python)} -S -", stdin=program_stdin("mem_monitor.py", params),
                                      timeout=HOST_TIMEOUT_S)
     except (RgtError, OSError, TimeoutError):
         return None
