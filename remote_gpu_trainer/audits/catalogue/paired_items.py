@@ -145,30 +145,53 @@ def prepare(project: ProjectEvidence, targets: Iterable[tuple[Comparison, str, s
     return prepared
 
 
-def with_cis(prepared: Prepared, resamples: int, rng_seed: int) -> dict[tuple[str, str, str], tuple[float, float]]:
-    """The bootstrap CI of every prepared difference, all computed in one pass (bootstrap.mean_cis)."""
+def with_cis(prepared: Prepared, resamples: int, rng_seed: int
+             ) -> dict[tuple[str, str, str], tuple[tuple[float, float], float]]:
+    """The bootstrap CI and Wilcoxon p of every prepared difference, all computed in one pass each
+    (bootstrap.mean_cis, wilcoxon_ps)."""
     keys = [k for k, p in prepared.items() if isinstance(p, PairedItems) and p.verdict is None]
     samples = [prepared[k].finite for k in keys]  # type: ignore[union-attr]
-    return dict(zip(keys, mean_cis(samples, resamples, rng_seed), strict=True))
+    return dict(zip(keys, zip(mean_cis(samples, resamples, rng_seed), wilcoxon_ps(samples), strict=True),
+                    strict=True))
 
 
-def judge(items: PairedItems, ci: tuple[float, float] | None) -> tuple | None:
-    """V07's per-item verdict: a CI of the mean difference containing 0 warns (with Wilcoxon's p); `ci` is
-    the target's from `with_cis` (None only for a target that ended with a verdict)."""
+def wilcoxon_ps(samples: list[Any]) -> list[float]:
+    """Wilcoxon's signed-rank p of each sample (1 when every difference is 0). Samples of one length over 50
+    are tested in one scipy call along the last axis: scipy then takes the asymptotic test for each, the same
+    arithmetic per row as a call per sample, so the same p (a test pins it); shorter ones, whose exact or
+    permutation choice depends on ties in the whole input, are tested one by one."""
     import warnings
 
     import numpy as np
     from scipy.stats import wilcoxon
 
+    ps = [1.0] * len(samples)
+    groups: dict[int, list[int]] = {}
+    for position, sample in enumerate(samples):
+        if np.any(sample != 0):
+            groups.setdefault(len(sample) if len(sample) > 50 else -1 - position, []).append(position)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):  # degenerate samples: p NaN, as judged alone
+        warnings.simplefilter("ignore")
+        for positions in groups.values():
+            stacked = np.stack([samples[i] for i in positions]) if len(positions) > 1 else samples[positions[0]]
+            found = np.atleast_1d(wilcoxon(stacked, axis=-1).pvalue)
+            for position, value in zip(positions, found.tolist(), strict=True):
+                ps[position] = float(value)
+    return ps
+
+
+def judge(items: PairedItems, ci: tuple[float, float] | None, p: float | None = None) -> tuple | None:
+    """V07's per-item verdict: a CI of the mean difference containing 0 warns (with Wilcoxon's p); `ci` is
+    the target's from `with_cis` (None only for a target that ended with a verdict), `p` its `wilcoxon_ps`
+    (computed here when not given)."""
     if items.verdict is not None:
         return items.verdict
     if ci is None:
         raise ValueError(f"{items.key}: no bootstrap CI was computed for this difference")
     finite, key = items.finite, items.key
     lo, hi = ci
-    with warnings.catch_warnings(), np.errstate(all="ignore"):  # degenerate samples: handled below
-        warnings.simplefilter("ignore")
-        p = float(wilcoxon(finite).pvalue) if np.any(finite != 0) else 1.0
+    if p is None:
+        p = wilcoxon_ps([finite])[0]
     delta = float(finite.mean())
     values = {key: {"method": "items", "delta": delta, "ci95": [lo, hi], "wilcoxon_p": p, "n": len(finite),
                     "dropped": items.dropped, "bold_allowed": not lo <= 0 <= hi}}

@@ -296,7 +296,8 @@ def check_delta_vs_noise(project: ProjectEvidence, params: Mapping[str, Any]) ->
               params: Mapping[str, Any]) -> tuple | str | None:
         items = prepared[(comparison.subject, test_id, metric)]
         if isinstance(items, paired_items.PairedItems):
-            return paired_items.judge(items, cis.get((comparison.subject, test_id, metric)))
+            ci, p = cis.get((comparison.subject, test_id, metric), (None, None))
+            return paired_items.judge(items, ci, p)
         sign = _sign(project, comparison, test_id, metric)
         seeds = _judge_seeds(project, comparison, test_id, metric, sign, params)
         return f"{seeds}; per-item: {items}" if isinstance(seeds, str) else seeds

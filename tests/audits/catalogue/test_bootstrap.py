@@ -54,6 +54,26 @@ def test_samples_resampled_together_get_the_ci_each_gets_alone() -> None:
         assert ci == pytest.approx(tuple(np.percentile(reference_means(sample, 4000, 11), [2.5, 97.5])), abs=1e-12)
 
 
+def test_wilcoxon_of_samples_tested_together_is_the_p_of_each_alone() -> None:
+    """V07's Wilcoxon p (paired_items.wilcoxon_ps): samples of one length over 50 share one scipy call; the p
+    of each is bit for bit scipy's on the sample alone, short samples (exact or permutation test, chosen by
+    their own ties) and all-zero ones (p 1) included."""
+    import warnings
+
+    from scipy.stats import wilcoxon
+
+    from remote_gpu_trainer.audits.catalogue.paired_items import wilcoxon_ps
+
+    rng = np.random.default_rng(3)
+    samples = [np.round(rng.normal(0.05 * i, 1, 300), 1) for i in range(5)] + [
+        rng.integers(-1, 2, 300).astype(float), np.zeros(300), rng.normal(0, 1, 40), np.array([1.0, -1.0, 2.0, 2.0]),
+        np.round(rng.normal(0.2, 1, 120), 2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        alone = [float(wilcoxon(s).pvalue) if np.any(s != 0) else 1.0 for s in samples]
+    assert wilcoxon_ps(samples) == alone
+
+
 def test_v07_judges_several_comparisons_of_one_item_count_as_it_judges_each_alone(tmp_path: Path) -> None:
     arms = {"base": 100, "tie": 100, "near": 101, "clear": 160}
     for run_id, correct in arms.items():
