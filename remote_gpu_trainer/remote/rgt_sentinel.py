@@ -29,7 +29,6 @@ Standard library only, Python 3.8 syntax: it runs under whatever interpreter the
 
 import base64
 import fnmatch
-import http.client
 import io
 import json
 import os
@@ -39,9 +38,7 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 VERSION = 1
 DETAIL = "@@RGT_DETAIL@@"  # where the event's detail goes in the bodies rgt rendered
@@ -388,41 +385,49 @@ class _Capped(io.RawIOBase):
         super().close()
 
 
-class _CappedResponse(http.client.HTTPResponse):
-    def __init__(self, sock, *args, **kwargs):
-        super().__init__(sock, *args, **kwargs)
-        if isinstance(self.fp, io.BufferedReader):
-            self.fp = io.BufferedReader(_Capped(self.fp.detach()))
+_OPENER = []  # type: list
 
 
-_CAPPED = {}  # type: dict
+def _opener():
+    """The urllib opener that caps answers and follows no redirect, built on the first delivery: rgt itself imports
+    this module for its limits (config/notify.py, on every project load), and the HTTP stack it needs (http.client,
+    urllib.request, ssl, email) was ~6 ms of every `rgt --report` (docs/architecture.md §5)."""
+    if _OPENER:
+        return _OPENER[0]
+    import http.client
+    import urllib.request
 
+    class _CappedResponse(http.client.HTTPResponse):
+        def __init__(self, sock, *args, **kwargs):
+            super().__init__(sock, *args, **kwargs)
+            if isinstance(self.fp, io.BufferedReader):
+                self.fp = io.BufferedReader(_Capped(self.fp.detach()))
 
-class _Capping:
-    """A urllib handler whose connections read answers through _CappedResponse."""
+    capped = {}  # type: dict
 
-    def do_open(self, http_class, req, **kwargs):
-        if http_class not in _CAPPED:
-            _CAPPED[http_class] = type("Capped" + http_class.__name__, (http_class,),
-                                       {"response_class": _CappedResponse})
-        return super().do_open(_CAPPED[http_class], req, **kwargs)
+    class _Capping:
+        """A urllib handler whose connections read answers through _CappedResponse."""
 
+        def do_open(self, http_class, req, **kwargs):
+            if http_class not in capped:
+                capped[http_class] = type("Capped" + http_class.__name__, (http_class,),
+                                          {"response_class": _CappedResponse})
+            return super().do_open(capped[http_class], req, **kwargs)
 
-class _HTTP(_Capping, urllib.request.HTTPHandler):
-    pass
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None  # a redirect is not a delivery: the 3xx itself is the answer, a failed attempt
-
-
-_HANDLERS = [_NoRedirect, _HTTP]
-if hasattr(urllib.request, "HTTPSHandler"):  # an interpreter built without ssl has none
-    class _HTTPS(_Capping, urllib.request.HTTPSHandler):
+    class _HTTP(_Capping, urllib.request.HTTPHandler):
         pass
-    _HANDLERS.append(_HTTPS)
-OPENER = urllib.request.build_opener(*_HANDLERS)
+
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            return None  # a redirect is not a delivery: the 3xx itself is the answer, a failed attempt
+
+    handlers = [_NoRedirect, _HTTP]
+    if hasattr(urllib.request, "HTTPSHandler"):  # an interpreter built without ssl has none
+        class _HTTPS(_Capping, urllib.request.HTTPSHandler):
+            pass
+        handlers.append(_HTTPS)
+    _OPENER.append(urllib.request.build_opener(*handlers))
+    return _OPENER[0]
 
 _armed = [False]
 
@@ -436,6 +441,8 @@ def _expire(signum, frame):
 def post(url, body, headers, attempt_s=ATTEMPT_S):
     """(HTTP status, None) or (status or None, a short reason without the URL). Never raises for what the
     receiver or the URL does, and returns within about `attempt_s` (a SIGALRM deadline in the main thread)."""
+    import http.client  # loaded with the opener (_opener)
+
     alarm = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     if alarm:
         signal.signal(signal.SIGALRM, _expire)
@@ -459,9 +466,14 @@ def post(url, body, headers, attempt_s=ATTEMPT_S):
 
 
 def _post(url, body, headers, attempt_s):
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    opener = _opener()
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with OPENER.open(request, timeout=attempt_s) as answer:
+        with opener.open(request, timeout=attempt_s) as answer:
             return answer.status, None
     except urllib.error.HTTPError as exc:
         exc.close()
