@@ -131,7 +131,8 @@ class DashboardScreen(Screen[None]):
         runs = sorted(self.session.project.runs)
         self.run_id = runs[0] if runs else None
         self.refresh_overview()  # re-arms itself when it finishes: a slow box never cancels a refresh
-        self.poll_log()
+        # the log's backfill (a read of the whole log and the signature catalogue's matchers) waits for the first
+        # overview to be drawn, or for the poll's first tick when the boxes are slow (issue 29: first frame)
         self.set_interval(LOG_POLL_S, self.poll_log)
         self.set_interval(AUDIT_POLL_S, self.audit_if_changed)
 
@@ -205,6 +206,8 @@ class DashboardScreen(Screen[None]):
             self.query_one(LogPanel).border_title = log_title
         if first and self.app.focused is None:
             self.query_one("#instances", DataTable).focus()
+        if first:
+            self.call_after_refresh(self.poll_log)
         if (offered := self.offered_actions()) != self.offered_shown:  # the footer recomposes on each refresh
             self.offered_shown = offered
             self.refresh_bindings()
@@ -286,6 +289,8 @@ class DashboardScreen(Screen[None]):
         panel.append(update.lines)
         panel.set_progress(update.partial)
         self.show_alerts(update.alerts)
+        if update.alerts:
+            self.refresh_overview()  # the checklist lists the findings the toasts announce
         chart = run_logs.loss_chart(self.session, self.run_id)
         if chart is not None:
             panel.query_one(LossChart).set_series(chart.steps, chart.values, chart.title, chart.x)

@@ -87,6 +87,12 @@ class LogView(ScrollView, can_focus=True):
         if self.auto_scroll:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
 
+    def watch_show_horizontal_scrollbar(self, shown: bool) -> None:
+        """The horizontal scrollbar takes the view's last row when a wide line arrives: a view that follows the
+        end scrolls to it again once that layout is done (the scroll at the write measured the row it had)."""
+        if shown and self.auto_scroll:
+            self.call_after_refresh(self.on_resize)
+
     def clear(self) -> None:
         self._lines.clear()
         self._widest = 0

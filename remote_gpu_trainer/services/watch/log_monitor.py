@@ -222,12 +222,16 @@ class RunLogMonitor:
         if cursor.offset <= start:
             return []
         data, _ = await self.follower.read(start, cursor.offset - start)
+        # split, redacted and classified in a thread: the dashboard's frames (its first one with data) keep coming
+        return await asyncio.to_thread(self._backfill_views, data, start > launch_offset, cursor.line_no)
+
+    def _backfill_views(self, data: bytes, mid_line: bool, last_no: int) -> list[LogLineView]:
         splitter = LineSplitter()
         lines = self._redacted(splitter.feed(data) + splitter.flush())
-        if start > launch_offset and lines:
+        if mid_line and lines:
             lines = lines[1:]  # began mid-line
         scratch = LogDetector(self.catalogue)
-        first_no = cursor.line_no - len(lines) + 1
+        first_no = last_no - len(lines) + 1
         level = worst_by_line(scratch.feed_lines([line.text for line in lines], first_no, 0.0) + scratch.flush(0.0))
         return [LogLineView(first_no + i, line.text, level.get(first_no + i))
                 for i, line in enumerate(lines) if not line.redraw]
