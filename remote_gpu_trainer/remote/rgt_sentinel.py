@@ -403,7 +403,7 @@ def _opener():
             if isinstance(self.fp, io.BufferedReader):
                 self.fp = io.BufferedReader(_Capped(self.fp.detach()))
 
-    capped = {}  # type: dict
+    capped = {}  # each connection class, capped once
 
     class _Capping:
         """A urllib handler whose connections read answers through _CappedResponse."""
