@@ -55,10 +55,15 @@ def capsule_items(capsule: Capsule, test_id: str, metric: str) -> tuple[Any, Any
     column = block.get("column")
     if not isinstance(column, str) or column not in test.results.columns:
         return f"{test.results_path} has no per-item column for {metric} (metrics.{metric}.column = {column!r})"
-    ids = test.results["item_id"].astype(str).to_numpy(dtype=object)
+    id_column, value_column = test.results["item_id"], test.results[column]
+    # string ids with none missing (the usual case) are taken as they are: astype(str) made the same strings
+    plain = pd.api.types.is_string_dtype(id_column.dtype) and id_column.dtype != object and not id_column.hasnans
+    ids = (id_column if plain else id_column.astype(str)).to_numpy(dtype=object)
     if len(set(ids.tolist())) != len(ids):  # a set of the strings: half the cost of pandas' duplicated here
         return f"{test.results_path}: item_id is not unique"
-    return ids, pd.to_numeric(test.results[column], errors="coerce").to_numpy(dtype=float)
+    if getattr(value_column.dtype, "kind", "O") in "biuf" and not pd.api.types.is_extension_array_dtype(value_column):
+        return ids, value_column.to_numpy(dtype=float)  # plain numpy numbers: what to_numeric would give back
+    return ids, pd.to_numeric(value_column, errors="coerce").to_numpy(dtype=float)
 
 
 def positions(ids: Any, other: Any) -> Any | None:
