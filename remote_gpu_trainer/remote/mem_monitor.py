@@ -241,7 +241,7 @@ def monitor(ctl, interval):
         time.sleep(interval)
 
 
-def print_disks(mounts):
+def print_disks(mounts, emit=print):
     seen = set()
     for index, path in enumerate(mounts):
         while path and not os.path.exists(path):
@@ -256,10 +256,10 @@ def print_disks(mounts):
         used = (vfs.f_blocks - vfs.f_bfree) * vfs.f_frsize
         numbers = (index, vfs.f_blocks * vfs.f_frsize, vfs.f_bavail * vfs.f_frsize, used, vfs.f_files, vfs.f_ffree,
                    st.st_dev)
-        print("DISK=" + " ".join(str(int(n)) for n in numbers))
+        emit("DISK=" + " ".join(str(int(n)) for n in numbers))
 
 
-def print_claims(claims):
+def print_claims(claims, emit=print):
     for index, candidates in enumerate(claims):
         found = None
         for path in candidates:
@@ -268,23 +268,23 @@ def print_claims(claims):
                 break
             except OSError:
                 continue
-        print(f"CLAIM={index} {int(found is not None)} {found.st_size if found is not None else 0}")
+        emit(f"CLAIM={index} {int(found is not None)} {found.st_size if found is not None else 0}")
 
 
-def print_gpus(fields):
+def print_gpus(fields, emit=print):
     for query in fields:
         rows = smi("--query-gpu=" + query)
         if rows:
             for row in rows:
-                print("GPU=" + row)
+                emit("GPU=" + row)
             break
     for row in smi("--query-gpu=index,uuid"):
-        print("GPUMAP=" + row)
+        emit("GPUMAP=" + row)
     for row in smi("--query-compute-apps=pid,gpu_uuid,used_memory"):
-        print("APP=" + row)
+        emit("APP=" + row)
 
 
-def print_tsv(ctl, offset):
+def print_tsv(ctl, offset, emit=print):
     path = os.path.join(ctl, TSV_NAME)
     try:
         with open(path, "rb") as handle:
@@ -302,25 +302,27 @@ def print_tsv(ctl, offset):
     rows = data[:cut].decode("utf-8", "replace").splitlines()
     if start > offset and rows and start > len(head) + 1:
         rows = rows[1:]  # began mid-row
-    print("TSV_HEAD=" + head)
-    print("OOM_BASE=" + (first.split("\t")[6] if len(first.split("\t")) > 6 else ""))
+    emit("TSV_HEAD=" + head)
+    emit("OOM_BASE=" + (first.split("\t")[6] if len(first.split("\t")) > 6 else ""))
     for row in rows:
-        print("TSV=" + row)
-    print(f"TSV_OFFSET={min(start, size) + cut}")
+        emit("TSV=" + row)
+    emit(f"TSV_OFFSET={min(start, size) + cut}")
 
 
-def sample(params):
+def sample(params, emit=print):
+    """The KEY=VALUE lines above, each passed to `emit` (print on the box; rgt's own list when the box is this
+    machine, services/watch/host_signals.py)."""
     ctl = params["ctl"]
     pid = wrapper_pid(ctl)
-    print(f"NOW={time.time():.3f}")
-    print("PIDS=" + " ".join(process_tree(pid)))
+    emit(f"NOW={time.time():.3f}")
+    emit("PIDS=" + " ".join(process_tree(pid)))
     current, limit, oom = cgroup_memory(pid, ctl)
     for key, value in (("CG_CURRENT", current), ("CG_MAX", limit), ("CG_OOM", oom)):
-        print(f"{key}={'' if value is None else value}")
-    print_disks(params.get("mounts", []))
-    print_claims(params.get("claims", []))
-    print_gpus(params.get("gpu_fields", []))
-    print_tsv(ctl, int(params.get("offset", 0)))
+        emit(f"{key}={'' if value is None else value}")
+    print_disks(params.get("mounts", []), emit)
+    print_claims(params.get("claims", []), emit)
+    print_gpus(params.get("gpu_fields", []), emit)
+    print_tsv(ctl, int(params.get("offset", 0)), emit)
     return 0
 
 

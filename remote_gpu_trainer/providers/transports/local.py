@@ -53,7 +53,8 @@ class LocalTransport(Transport):
     def _path(self, remote: str) -> Path:
         return Path(self.resolve(remote))
 
-    def _ensure_alive(self) -> None:
+    def ensure_alive(self) -> None:
+        """TransportError when a simulated box's disk is gone: as every command on it would fail."""
         if self.root is not None and not self.root.is_dir():
             raise TransportError(f"instance disk {self.root} is gone: the instance is not reachable")
 
@@ -63,7 +64,7 @@ class LocalTransport(Transport):
         """`bash -c command` in its own process group. Output is kept up to the caps (docs/pull.md,
         "Bounded output"): past one, the whole group is killed and OutputCapped raised, as on a timeout
         or a cancel, so neither a flood nor a hang outlives the call."""
-        self._ensure_alive()
+        self.ensure_alive()
         workdir = self.resolve(cwd) if cwd else None
         process = await asyncio.create_subprocess_exec(
             "bash", "-c", command,
@@ -87,7 +88,7 @@ class LocalTransport(Transport):
         return await launch_with_setsid(self, script, ctl_dir)
 
     async def stat(self, remote: str) -> RemoteStat | None:
-        self._ensure_alive()
+        self.ensure_alive()
         try:
             info = os.lstat(self._path(remote))
         except FileNotFoundError:
@@ -103,14 +104,14 @@ class LocalTransport(Transport):
         return RemoteStat(size=info.st_size, mtime=info.st_mtime, kind=kind)
 
     async def listdir(self, remote: str) -> list[str]:
-        self._ensure_alive()
+        self.ensure_alive()
         try:
             return sorted(os.listdir(self._path(remote)))
         except FileNotFoundError:
             return []
 
     async def tail(self, remote: str, offset: int, limit: int = 1 << 20) -> tuple[bytes, int]:
-        self._ensure_alive()
+        self.ensure_alive()
         path = self._path(remote)
         try:
             with open(path, "rb") as handle:
@@ -124,12 +125,12 @@ class LocalTransport(Transport):
         return data, offset + len(data)
 
     async def sha256(self, remote: str) -> str:
-        self._ensure_alive()
+        self.ensure_alive()
         return await asyncio.to_thread(sha256_file, self._path(remote))
 
     async def read_chunks(self, remote: str, offset: int, chunk_size: int = HASH_CHUNK, *,
                           expect: int | None = None) -> AsyncIterator[bytes]:
-        self._ensure_alive()
+        self.ensure_alive()
         handle = await asyncio.to_thread(open, self._path(remote), "rb")
         try:
             handle.seek(offset)
@@ -142,7 +143,7 @@ class LocalTransport(Transport):
             handle.close()
 
     async def put_bytes(self, data: bytes, remote: str, mode: int = 0o644) -> None:
-        self._ensure_alive()
+        self.ensure_alive()
         path = self._path(remote)
         path.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(atomic_write, path, data, mode)

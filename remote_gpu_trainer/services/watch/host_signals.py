@@ -12,6 +12,7 @@ Nothing here stops, kills or deletes: VRAM holders are reported, never killed.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shlex
 from collections import OrderedDict, deque
@@ -33,6 +34,7 @@ from remote_gpu_trainer.clock import parse_iso
 from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import RgtError, TransportError
 from remote_gpu_trainer.providers.base import Transport
+from remote_gpu_trainer.providers.transports.local import LocalTransport
 from remote_gpu_trainer.remote import program_stdin
 from remote_gpu_trainer.services import instances
 from remote_gpu_trainer.services.box_layout import ctl_dir
@@ -237,18 +239,38 @@ async def sample_host(run: RunConfig, transport: Transport, history: HostHistory
             "gpu_fields": [",".join((*SAMPLE_FIELDS, field)) for field in THROTTLE_FIELDS],
             "offset": history.tsv_offset,
         }
-        # -S: the sample needs the standard library only, and `site` (a venv's .pth files) was half of the
-        # interpreter's start-up on every tick (as services/evidence/pull_batches.py's streamer)
-        result = await transport.run(f"{shlex.quote(run.python)} -S -", stdin=program_stdin("mem_monitor.py", params),
-                                     timeout=HOST_TIMEOUT_S)
+        text = await _sample_text(run, transport, params)
     except (RgtError, OSError, TimeoutError):
         return None
-    if result.rc != 0:
-        return None
-    sample = parse_host_sample(result.text, mounts, len(asked))
+    sample = parse_host_sample(text, mounts, len(asked)) if text is not None else None
     if sample is not None:
         history.absorb(sample, asked, now)
     return sample
+
+
+async def _sample_text(run: RunConfig, transport: Transport, params: dict[str, Any]) -> str | None:
+    """remote/mem_monitor.py's sample lines, None when the program failed. A box that is this machine (sim, local)
+    is sampled in a worker thread: the same program over the same /proc, cgroups, disks and nvidia-smi, without an
+    interpreter's start-up per tick (~27 ms of CPU, the most of `rgt --report` on a sim box after its imports,
+    docs/architecture.md §5). Elsewhere the box's interpreter runs it from stdin; -S because it needs the standard
+    library only and `site` (a venv's .pth files) was half of that start-up (as the pull's streamer)."""
+    if isinstance(transport, LocalTransport):
+        transport.ensure_alive()
+        return await asyncio.wait_for(asyncio.to_thread(_sample_here, params), HOST_TIMEOUT_S)
+    result = await transport.run(f"{shlex.quote(run.python)} -S -", stdin=program_stdin("mem_monitor.py", params),
+                                 timeout=HOST_TIMEOUT_S)
+    return result.text if result.rc == 0 else None
+
+
+def _sample_here(params: dict[str, Any]) -> str | None:
+    from remote_gpu_trainer.remote import mem_monitor
+
+    lines: list[str] = []
+    try:
+        mem_monitor.sample(params, emit=lines.append)
+    except Exception:  # noqa: BLE001 - as the program's non-zero exit on the box: the inputs read as unknown
+        return None
+    return "".join(f"{line}\n" for line in lines)
 
 
 def relaunch_of(launch: dict[str, Any] | None) -> tuple[float | None, int | None]:
