@@ -206,23 +206,27 @@ def inputs_fingerprint(root: Path, db: StateDB) -> str:
 
 
 def _input_stats(root: Path) -> Iterable[tuple[str, tuple[int, int]]]:
+    """(path relative to root, with /, (size, mtime)) of every input file: plain strings and one lstat per
+    file, the relative folder computed once per folder (a Path, a join and relative_to per file were most of
+    the fingerprint's ~4 ms for 50 capsules and a 600-file split)."""
+    base = os.fspath(root)
     for name in INPUT_FILES:
-        info = _stat(root / name)
+        info = _stat(os.path.join(base, name))
         if info is not None:
             yield name, info
     for top in INPUT_TOPS:
-        for folder, dirs, files in os.walk(root / top):
+        for folder, dirs, files in os.walk(os.path.join(base, top)):
             dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS)
+            rel = Path(folder).relative_to(root).as_posix()
             for file in files:
-                path = Path(folder) / file
-                info = _stat(path)
+                info = _stat(os.path.join(folder, file))
                 if info is not None:
-                    yield path.relative_to(root).as_posix(), info
+                    yield f"{rel}/{file}", info
 
 
-def _stat(path: Path) -> tuple[int, int] | None:
+def _stat(path: str) -> tuple[int, int] | None:
     try:
-        info = path.lstat()
+        info = os.lstat(path)
     except OSError:
         return None
     return info.st_size, info.st_mtime_ns
