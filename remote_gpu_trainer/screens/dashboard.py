@@ -130,7 +130,7 @@ class DashboardScreen(Screen[None]):
             self.query_one(f"#{panel_id}").border_title = title
         runs = sorted(self.session.project.runs)
         self.run_id = runs[0] if runs else None
-        self.refresh_overview()  # re-arms itself when it finishes: a slow box never cancels a refresh
+        self.call_after_refresh(self.refresh_overview)  # once the first frame is drawn; it re-arms itself when done
         # the log's backfill (a read of the whole log and the signature catalogue's matchers) waits for the first
         # overview to be drawn, or for the poll's first tick when the boxes are slow (issue 29: first frame)
         self.set_interval(LOG_POLL_S, self.poll_log)
@@ -400,7 +400,7 @@ class DashboardScreen(Screen[None]):
 
     def action_filter(self) -> None:
         self.action_panel(2)
-        field = self.query_one("#log-filter", Input)
+        field = self.query_one(LogPanel).filter_field()
         field.add_class("-visible")
         field.focus()
 
@@ -409,9 +409,9 @@ class DashboardScreen(Screen[None]):
         self.query_one(LogPanel).set_filter(event.value)
 
     def action_clear_filter(self) -> None:
-        field = self.query_one("#log-filter", Input)
-        field.value = ""
-        field.remove_class("-visible")
+        for field in self.query("#log-filter").results(Input):  # none before the first `/`
+            field.value = ""
+            field.remove_class("-visible")
         self.query_one(LogPanel).set_filter("")
 
     def action_toggle_chart(self) -> None:

@@ -28,8 +28,7 @@ class CheckpointsPanel(Vertical):
         table = StableTable(id="checkpoints", cursor_type="row")
         table.add_columns("status", "file", "size", "sha256", "load / detail")
         yield table
-        yield ProgressBar(id="pull-progress", show_eta=True)
-        yield Static("", id="checkpoint-summary")
+        yield Static("", id="checkpoint-summary")  # a pull's progress bar comes above it, made at the first pull
 
     def watch_overview(self, overview: Overview | None) -> None:
         if overview is not None:
@@ -66,10 +65,14 @@ class CheckpointsPanel(Vertical):
 
     def show_progress(self, done: int, total: int, line: str) -> None:
         """The pull's bytes so far over all files, and the latest file's line under it."""
-        bar = self.query_one("#pull-progress", ProgressBar)
+        found = self.query("#pull-progress").results(ProgressBar)
+        bar = next(found, None)
+        if bar is None:  # not composed with the panel: four widgets and their styles the first frame did without
+            bar = ProgressBar(id="pull-progress", show_eta=True)
+            self.mount(bar, before="#checkpoint-summary")
         bar.add_class("-visible")
         bar.update(total=max(total, 1), progress=done)
         self.query_one("#checkpoint-summary", Static).update(plain(line))
 
     def hide_progress(self) -> None:
-        self.query_one("#pull-progress", ProgressBar).remove_class("-visible")
+        self.query("#pull-progress").remove_class("-visible")

@@ -33,10 +33,18 @@ class LogPanel(Vertical):
         self.progress_text = ""  # what #log-progress shows (it starts empty and hidden)
 
     def compose(self) -> ComposeResult:
-        yield Input(placeholder="filter the log (esc clears)", id="log-filter")
-        yield LossChart(id="loss-chart")
+        yield LossChart(id="loss-chart")  # the filter's field comes above it, made when first asked for
         yield LogView(MAX_LINES, id="log")
         yield Static("", id="log-progress")
+
+    def filter_field(self) -> Input:
+        """The filter's field, mounted the first time `/` asks for it (not with the first frame: an Input's
+        styles and its cursor's blink timer are work no start needs)."""
+        found = next(self.query("#log-filter").results(Input), None)
+        if found is None:
+            found = Input(placeholder="filter the log (esc clears)", id="log-filter")
+            self.mount(found, before=0)
+        return found
 
     @property
     def following(self) -> bool:
