@@ -29,6 +29,18 @@ def test_a_billion_laughs_config_is_refused_not_expanded() -> None:
     assert load_plain(b"model: {width: 64}\nlr: 0.001\n") == {"model": {"width": 64}, "lr": 0.001}
 
 
+def test_only_a_text_with_an_alias_is_refused_for_it() -> None:
+    """load_plain skips the alias pass for a text without * or &: an anchor alone loads, an alias in a flow
+    mapping or after a merge key is refused, and malformed YAML is refused as malformed either way."""
+    assert load_plain(b"base: &b {lr: 1}\nname: 'a*b'\n") == {"base": {"lr": 1}, "name": "a*b"}
+    for aliased in (b"a: &x 1\nb: {c: *x}\n", b"a: &x {lr: 1}\nb:\n  <<: *x\n"):
+        with pytest.raises(YamlRefused, match="aliases"):
+            load_plain(aliased)
+    for malformed in (b"a: [1, 2\nb: 3\n", b"a: &x [1\nb: *x\n"):
+        with pytest.raises(YamlRefused, match="malformed YAML"):
+            load_plain(malformed)
+
+
 @pytest.mark.parametrize("name", sorted(GARBAGE))
 def test_one_garbage_file_is_named_and_every_check_still_answers(tmp_path: Path, name: str) -> None:
     write_capsule(tmp_path, "r", "seed0", metrics={"acc": 0.8}, items=classification_items(50, correct=40))
