@@ -18,7 +18,6 @@ import hashlib
 import json
 import re
 import shlex
-import uuid
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,10 +128,18 @@ def project_id(project: ProjectConfig) -> str:
         text = ""
     if _ID.match(text):
         return text
-    minted = uuid.uuid4().hex
+    minted = _new_id()
     project.state_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(path, (minted + "\n").encode())
     return minted
+
+
+def _new_id() -> str:
+    """A fresh random id (uuid4, hex). uuid is imported here, when an id is minted: it loads `platform` with it,
+    and the readers of the ledger (every `rgt --report`, docs/architecture.md §5) mint none."""
+    import uuid
+
+    return uuid.uuid4().hex
 
 
 def is_ours(entry: LedgerEntry, project: ProjectConfig, own_id: str) -> bool:
@@ -146,7 +153,7 @@ def new_entry(project: ProjectConfig, run: RunConfig, *, control_folder: str, lo
     """The entry for a launch about to start: the launch-time bindings, with paths as the box sees them."""
     return LedgerEntry(
         project_id=project_id(project), project_root=str(project.root), run_id=run.id,
-        launch_id=uuid.uuid4().hex, instance=run.instance, result_root=transport.resolve(run.remote_root),
+        launch_id=_new_id(), instance=run.instance, result_root=transport.resolve(run.remote_root),
         control_folder=transport.resolve(control_folder), log=transport.resolve(log), cells=tuple(run.roster),
         command=run.command, started_at=started_at, config=run_config_record(run))
 
