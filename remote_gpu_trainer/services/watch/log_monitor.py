@@ -20,12 +20,11 @@ import re
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits import rules as run_rules
 from remote_gpu_trainer.audits.gpu_health import GpuSample
 from remote_gpu_trainer.audits.liveness import Liveness
-from remote_gpu_trainer.audits.log.detector import LogDetector
 from remote_gpu_trainer.audits.log.ledger import FindingsLedger, LedgerEntry
 from remote_gpu_trainer.audits.log.lines import Line, LineSplitter
 from remote_gpu_trainer.audits.log.metrics import MetricParser
@@ -50,6 +49,10 @@ from remote_gpu_trainer.state.events import EventKind
 from remote_gpu_trainer.state.run_logs import LogFinding
 from remote_gpu_trainer.text import duration
 from remote_gpu_trainer.views import LogLineView
+
+if TYPE_CHECKING:  # the detector (and its prefilter) loads with the first line to classify: a report of a log that
+    # gained nothing classifies nothing (docs/architecture.md §5)
+    from remote_gpu_trainer.audits.log.detector import LogDetector
 
 _CELL_MARKER = re.compile("^" + re.escape(CELL_STARTED).replace(re.escape("{cell}"), r"(\S+)") + "$")
 _CELL_PREFIX = CELL_STARTED.split("{cell}")[0]  # what every marker line starts with
@@ -175,6 +178,8 @@ class RunLogMonitor:
     @property
     def detector(self) -> LogDetector:
         if self._detector is None:
+            from remote_gpu_trainer.audits.log.detector import LogDetector
+
             self._detector = LogDetector(self.catalogue)
         return self._detector
 
@@ -230,6 +235,8 @@ class RunLogMonitor:
         lines = self._redacted(splitter.feed(data) + splitter.flush())
         if mid_line and lines:
             lines = lines[1:]  # began mid-line
+        from remote_gpu_trainer.audits.log.detector import LogDetector
+
         scratch = LogDetector(self.catalogue)
         first_no = last_no - len(lines) + 1
         level = worst_by_line(scratch.feed_lines([line.text for line in lines], first_no, 0.0) + scratch.flush(0.0))
