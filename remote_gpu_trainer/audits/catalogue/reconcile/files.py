@@ -10,11 +10,13 @@ import os
 from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.audits.catalogue.model import sha256_hex
-from remote_gpu_trainer.audits.catalogue.reconcile.model import Document, DocumentProblem
 from remote_gpu_trainer.fsutil import NotRegularFile, open_regular
+
+if TYPE_CHECKING:  # loaded by the readers below: rgt.toml's reader (config/deliver.py) takes only the name rules
+    from remote_gpu_trainer.audits.catalogue.reconcile.model import Document, DocumentProblem
 
 GLOB_CHARS = "*?["
 #: rgt's own files, never documents (docs/deliver.md §6): a glob passes over them, a literal path naming one is
@@ -31,6 +33,8 @@ def read_documents(root: Path, paths: Iterable[Any]) -> tuple[list[Document], li
     A path outside the project (absolute, `..`, or a link that leaves it) is refused, not read: reconcile
     judges the project's own documents. Missing, undecodable or non-file paths, and globs that match
     nothing, are problems, so an incomplete reconcile says so (exit 2) instead of passing quietly."""
+    from remote_gpu_trainer.audits.catalogue.reconcile.model import DocumentProblem
+
     base = root.resolve()
     documents: list[Document] = []
     problems: list[DocumentProblem] = []
@@ -92,6 +96,8 @@ def _inside(base: Path, path: Path) -> bool:
 def _read_one(root: Path, rel: str, documents: list[Document], problems: list[DocumentProblem]) -> None:
     """A document read only when it is a regular file: a FIFO named in [deliver] docs made the read wait
     for a writer for ever (fsutil.open_regular never waits)."""
+    from remote_gpu_trainer.audits.catalogue.reconcile.model import Document, DocumentProblem
+
     try:
         with os.fdopen(open_regular(root / rel), "rb") as handle:
             data = handle.read()
