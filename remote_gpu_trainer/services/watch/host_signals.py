@@ -16,7 +16,7 @@ import asyncio
 import re
 import shlex
 from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -85,20 +85,24 @@ class _Claim:
     verdict: ClaimedSave | None = None  # decided: never asked again (a later rotation deletes it legitimately)
 
 
-@cache
-def _claim_patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    from remote_gpu_trainer.audits.catalogue.integrity import claim_patterns
+_PathsOf = Callable[[str, tuple[re.Pattern[str], ...]], list[str]]  # integrity.claimed_paths
 
-    return tuple(zip(("S56", "S57"), claim_patterns(), strict=False))
+
+@cache
+def _claim_patterns() -> tuple[tuple[str, re.Pattern[str], _PathsOf], ...]:
+    """(row, regex, the paths it claims in a line) for S56 and S57. VERIFY's integrity module (with ast, its YAML
+    reader and the smoke checks) is imported here, with the first log line to look at: a report whose monitor
+    read no new line looks at none (docs/architecture.md §5)."""
+    from remote_gpu_trainer.audits.catalogue.integrity import claim_patterns, claimed_paths
+
+    return tuple((row, pattern, claimed_paths) for row, pattern in zip(("S56", "S57"), claim_patterns(), strict=False))
 
 
 def claims_in(lines: Iterable[str]) -> list[tuple[str, str]]:
     """(path, row) of every save a line claims (S56, S57), oldest first, once each; URLs are not paths."""
-    from remote_gpu_trainer.audits.catalogue.integrity import claimed_paths
-
     found: dict[str, str] = {}
     for line in lines:
-        for row, pattern in _claim_patterns():
+        for row, pattern, claimed_paths in _claim_patterns():
             for path in claimed_paths(line, (pattern,)):
                 if "://" not in path and "\0" not in path:
                     found.setdefault(path, row)
