@@ -354,6 +354,8 @@ class DashboardScreen(Screen[None]):
         for position, panel_id in enumerate(PANELS):
             self.query_one(f"#{panel_id}").set_class(position == index, "-active")
         deliver = PANELS[index] == DELIVER_PANEL
+        if deliver:
+            self.query_one(DeliverPanel).populate()
         self.set_class(deliver, "-deliver")
         if deliver:
             self.deliver.refresh()

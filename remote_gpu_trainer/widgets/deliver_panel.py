@@ -29,11 +29,17 @@ class DeliverPanel(Vertical):
         self.progress: tuple[str, ...] = ()
 
     def compose(self) -> ComposeResult:
+        """Nothing until the panel is first shown (`populate`): it is hidden at start, and its table and texts
+        were work the dashboard's first frame did for nothing (issue 29)."""
+        yield from ()
+
+    def populate(self) -> None:
+        """The panel's table and texts, mounted the first time it is shown."""
+        if self.children:
+            return
         table = StableTable(id="deliver", cursor_type="row")
         table.add_columns("status", "item", "detail")
-        yield table
-        yield Static(HINT, id="deliver-summary")
-        yield Static("", id="deliver-status")
+        self.mount(table, Static(HINT, id="deliver-summary"), Static("", id="deliver-status"))
 
     def watch_deliver(self, view: DeliverView | None) -> None:
         if view is None:
