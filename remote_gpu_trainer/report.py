@@ -12,10 +12,9 @@ recolour the terminal, move the cursor or forge a line.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.clock import iso_z
-from remote_gpu_trainer.request_views import RequestView
 from remote_gpu_trainer.text import cadence_line, duration, escape_all, location_drift_line, money, short_hash, size
 from remote_gpu_trainer.views import (
     AuditFindingView,
@@ -28,6 +27,9 @@ from remote_gpu_trainer.views import (
     RunResultsView,
     RunView,
 )
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.request_views import RequestView
 
 SCHEMA = "rgt-report/v1"
 FORMATS = ("text", "markdown", "json")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from remote_gpu_trainer.request_views import RequestView
+if TYPE_CHECKING:  # in Overview's annotation only: a project with no request never loads it (docs/architecture.md §5)
+    from remote_gpu_trainer.request_views import RequestView
 
 SEVERITY_ORDER = {"critical": 0, "error": 1, "warn": 2, "info": 3}
 

@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.profiles import profile_age_text
 from remote_gpu_trainer.providers.base import InstanceStatus
-from remote_gpu_trainer.request_views import RequestView
 from remote_gpu_trainer.services import actions, box_layout, gate, instances, meter
 from remote_gpu_trainer.services.audit import audit, checklist, findings
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
-from remote_gpu_trainer.services.inbox.model import RequestState, request_view
 from remote_gpu_trainer.services.meter import MeterReading
 from remote_gpu_trainer.services.watch import gpu_samples, recovery, run_logs
 from remote_gpu_trainer.services.watch.checkpoint_cadence import cadence_view, run_cadence
@@ -51,6 +49,7 @@ from remote_gpu_trainer.views import (
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.audits.liveness import Liveness
+    from remote_gpu_trainer.request_views import RequestView
     from remote_gpu_trainer.services.session import Session
     from remote_gpu_trainer.state.db import StateDB
 
@@ -153,6 +152,10 @@ def inbox_requests(session: Session, decided: int = 10) -> tuple[RequestView, ..
     """The open requests of the approval inbox and the latest `decided` others, oldest first (services/inbox/):
     read from the database only, so looking costs no box a question."""
     rows = session.db.request_rows()
+    if not rows:  # most projects: the inbox's model (and its views) load with the first request
+        return ()
+    from remote_gpu_trainer.services.inbox.model import RequestState, request_view
+
     open_rows = [r for r in rows if r.state in (RequestState.PENDING, RequestState.EXECUTING)]
     closed = [r for r in rows if r.state not in (RequestState.PENDING, RequestState.EXECUTING)][-decided:]
     return tuple(request_view(r) for r in sorted([*open_rows, *closed], key=lambda r: r.seq))
