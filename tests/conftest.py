@@ -48,14 +48,22 @@ def room_on_the_temp_disk(tmp_path_factory: pytest.TempPathFactory) -> None:
                     f"{DISK_FULL_PERCENT - 2} % (free some space)", pytrace=False)
 
 
+@pytest.fixture(scope="session")
+def user_cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One $XDG_CACHE_HOME for the session (the dataclass code cache, remote_gpu_trainer/dataclass_code.py): the
+    `rgt` processes tests start share it, as a user's do."""
+    return tmp_path_factory.mktemp("user-cache")
+
+
 @pytest.fixture(autouse=True)
-def isolated_user_config(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
+def isolated_user_config(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, user_cache_home: Path,
                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """The developer's own ~/.config/rgt (signatures.d, ...) and registry of opened projects never change a
-    test's result. The registry lives beside the test's folder, not in it: tests that list what a command left
-    in tmp_path would otherwise find it there."""
+    """The developer's own ~/.config/rgt (signatures.d, ...), registry of opened projects and caches never
+    change a test's result. The registry lives beside the test's folder, not in it: tests that list what a
+    command left in tmp_path would otherwise find it there."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "user-config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("user-state")))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user_cache_home))
 
 
 @pytest.fixture

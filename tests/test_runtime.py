@@ -27,7 +27,9 @@ def test_the_cli_entry_point_tunes_the_process_once(project_dir: Path) -> None:
             "frozen = gc.get_freeze_count()\n"
             "garbage = [[n] for n in range(10_000)]\n"
             "assert main(['completion', 'bash']) == 0\n"
-            "assert gc.get_freeze_count() == frozen, 'a second call froze later objects'")
+            "assert gc.get_freeze_count() == frozen, 'a second call froze later objects'\n"
+            "import dataclasses\n"
+            "assert dataclasses.exec.__module__ == 'remote_gpu_trainer.dataclass_code'")  # dataclass_code.py
     before, after = settings_after(body, project_dir)
     assert before == DEFAULTS
     settings, frozen = after.rsplit(" ", 1)

@@ -1,0 +1,103 @@
+"""The dataclass code cache (remote_gpu_trainer/dataclass_code.py): classes made from cached code are the classes
+Python makes without it, a later process compiles nothing, and a cache file that is broken, foreign or not
+private is never used."""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from remote_gpu_trainer import dataclass_code
+
+DESCRIBE = """
+import dataclasses, importlib, inspect, json, sys
+from pathlib import Path
+if sys.argv[1] != "plain":
+    from remote_gpu_trainer import dataclass_code
+    dataclass_code.install(Path(sys.argv[1]))
+for name in ("remote_gpu_trainer.app", "remote_gpu_trainer.report", "remote_gpu_trainer.cli.main"):
+    importlib.import_module(name)
+
+def code(c):
+    consts = [code(k) if hasattr(k, "co_code") else repr(k) for k in c.co_consts]
+    return [c.co_code.hex(), consts, c.co_names, c.co_varnames, c.co_freevars, c.co_cellvars, c.co_flags,
+            c.co_argcount, c.co_kwonlyargcount, c.co_filename, c.co_name, c.co_qualname, c.co_firstlineno]
+
+rows = []
+for module_name, module in sorted(sys.modules.items()):
+    if not module_name.startswith("remote_gpu_trainer"):
+        continue
+    for cls in vars(module).values():
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls) and cls.__module__ == module_name):
+            continue
+        for method in ("__init__", "__repr__", "__eq__", "__setattr__", "__delattr__", "__hash__"):
+            function = inspect.unwrap(cls.__dict__[method]) if callable(cls.__dict__.get(method)) else None
+            rows.append([module_name, cls.__qualname__, method] + ([] if function is None else [
+                code(function.__code__), repr(function.__annotations__), repr(function.__defaults__),
+                repr(function.__kwdefaults__), function.__qualname__, function.__globals__ is vars(module)]))
+counts = dataclass_code.COUNTS if sys.argv[1] != "plain" else {}
+print(json.dumps({"rows": rows, "counts": counts}))
+"""
+
+
+def describe(cache: str) -> dict[str, object]:
+    """Every dataclass the dashboard, the report and the CLI create in a fresh process, method by method, and
+    the cache's counts ("plain": without the cache)."""
+    result = subprocess.run([sys.executable, "-c", DESCRIBE, cache], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stderr == "", result.stderr[-2000:]
+    described: dict[str, object] = json.loads(result.stdout)
+    return described
+
+
+def test_classes_from_cached_code_are_the_classes_python_makes(tmp_path: Path) -> None:
+    plain = describe("plain")
+    first = describe(str(tmp_path))
+    second = describe(str(tmp_path))
+    rows = plain["rows"]
+    assert isinstance(rows, list) and len({(row[0], row[1]) for row in rows}) > 150  # the classes compared
+    assert first["rows"] == rows and second["rows"] == rows
+    counts = first["counts"]
+    assert isinstance(counts, dict) and counts["compiled"] > 500  # a text met twice (same fields) is compiled once
+    assert second["counts"] == {"compiled": 0, "cached": counts["compiled"] + counts["cached"]}
+
+
+def test_a_broken_foreign_or_shared_file_is_never_used(tmp_path: Path) -> None:
+    good = {"def f(): return 1\n": compile("def f(): return 1\n", "<string>", "exec")}
+    path = tmp_path / "cache.marshal"
+    assert dataclass_code.save(path, good, set()) and dataclass_code.load(path).keys() == good.keys()
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    path.chmod(0o620)  # writable by the group: anyone in it could have put code here
+    assert dataclass_code.load(path) == {}
+    for body in (b"not marshal", marshal.dumps((2, {})), marshal.dumps((1, {"text": "not code"})),
+                 marshal.dumps([1, good]), b""):
+        path.write_bytes(body)
+        path.chmod(0o600)
+        assert dataclass_code.load(path) == {}
+    assert dataclass_code.load(tmp_path / "missing.marshal") == {}
+
+
+def test_a_broken_file_is_replaced_and_an_unwritable_folder_costs_nothing(tmp_path: Path) -> None:
+    path = dataclass_code.cache_file(tmp_path)
+    path.write_bytes(b"\x00garbage")
+    path.chmod(0o600)
+    assert describe(str(tmp_path))["counts"]["compiled"] > 500  # type: ignore[index]
+    assert len(dataclass_code.load(path)) > 500
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # the cache folder would be under a file: mkdir fails
+    assert describe(str(blocked / "rgt"))["counts"]["compiled"] > 500  # type: ignore[index]
+    assert not (blocked.parent / f".{path.name}").exists() and blocked.read_text() == ""
+
+
+def test_past_its_limit_the_cache_keeps_what_this_process_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(dataclass_code, "MAX_ENTRIES", 2)
+    codes = {f"x = {n}\n": compile(f"x = {n}\n", "<string>", "exec") for n in range(3)}
+    path = tmp_path / "cache.marshal"
+    assert dataclass_code.save(path, codes, {"x = 1\n", "x = 9\n"})
+    assert list(dataclass_code.load(path)) == ["x = 1\n"]
+    assert [p.name for p in tmp_path.iterdir()] == ["cache.marshal"]  # no temporary file left
