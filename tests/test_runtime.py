@@ -44,3 +44,16 @@ def test_an_app_opened_without_the_cli_gets_the_same_settings(project_dir: Path)
     assert before == DEFAULTS
     settings, frozen = after.rsplit(" ", 1)
     assert settings == TUNED and int(frozen) > 10_000  # textual's objects too
+
+
+def test_the_exit_does_not_walk_the_objects_once_more(project_dir: Path) -> None:
+    """The teardown's collection is skipped by freezing what is alive at exit (runtime.py): a cycle left at exit
+    is not collected, so its finalizer does not run. Without the freeze it would, which is what this tells apart."""
+    cycle = ("class Cycle:\n"
+             "    def __del__(self): print('collected at exit', flush=True)\n"
+             "c = Cycle(); c.me = c; del c\n")
+    untuned = subprocess.run([sys.executable, "-c", cycle], capture_output=True, text=True, timeout=120)
+    assert untuned.stdout == "collected at exit\n"
+    tuned = subprocess.run([sys.executable, "-c", "from remote_gpu_trainer.runtime import tune_process\n"
+                            "tune_process()\n" + cycle], cwd=project_dir, capture_output=True, text=True, timeout=120)
+    assert tuned.returncode == 0 and tuned.stdout == "" and tuned.stderr == ""

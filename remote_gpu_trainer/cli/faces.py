@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.cli.sessions import open_session
+from remote_gpu_trainer.cli.sessions import open_session, run_sync
 from remote_gpu_trainer.clock import report_now
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError
 
@@ -36,7 +36,7 @@ def report(project: str | None, fmt: str, output: str | None, strict: bool, forc
     session = open_session(project, read_only=True)
     try:
         target = output_target(output, session.project.root, session.project.file, force) if output else None
-        overview = asyncio.run(_overview_and_close(session))
+        overview = run_sync(_overview_and_close(session))
     finally:
         session.close()
     text = render(dataclasses.replace(overview, generated_at=report_now()), fmt)

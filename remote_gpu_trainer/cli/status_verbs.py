@@ -6,10 +6,10 @@ orphan bills, 2 for bad usage."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 from collections.abc import Sequence
 
 from remote_gpu_trainer.cli import printers, schemas
+from remote_gpu_trainer.cli.sessions import run_sync
 from remote_gpu_trainer.clock import iso_z
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, ConfigError
 from remote_gpu_trainer.fleet_views import FleetView
@@ -39,7 +39,7 @@ def status(args: argparse.Namespace) -> int:
     else:
         roots = [resolve_project_file(args.project).parent]
         project_registry.remember(roots[0])  # opened: `rgt status --all` lists it from now on
-    view = asyncio.run(fleet.fleet_view(roots, timeout_s=args.timeout, known_roots=fleet.registered_roots()))
+    view = run_sync(fleet.fleet_view(roots, timeout_s=args.timeout, known_roots=fleet.registered_roots()))
     if args.format == "json":
         printers.print_json(schemas.status_document(view))
     else:

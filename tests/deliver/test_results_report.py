@@ -17,7 +17,7 @@ import pytest
 from remote_gpu_trainer.audits.liveness import Liveness
 from remote_gpu_trainer.cli.main import main
 from remote_gpu_trainer.report import render
-from remote_gpu_trainer.services.deliver.build import claim_views
+from remote_gpu_trainer.services.deliver.claim_views import claim_views
 from remote_gpu_trainer.services.deliver.results import results_view
 from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.overview import Observation

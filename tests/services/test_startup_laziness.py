@@ -9,10 +9,12 @@ from pathlib import Path
 from test_log_monitor import cat_then_fail, follow_all, launched
 
 from remote_gpu_trainer.audits.log.detector import LogDetector, matchers_of
+from remote_gpu_trainer.services.audit.findings import log_findings
 from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.watch import monitors
 from remote_gpu_trainer.services.watch.log_monitor import RunLogMonitor
 from remote_gpu_trainer.services.watch.monitors import catalogue, forget_monitor, log_monitor
-from remote_gpu_trainer.services.watch.run_logs import follow_log, log_backfill
+from remote_gpu_trainer.services.watch.run_logs import current_alerts, follow_log, log_backfill
 from support.helpers import RUN, write_project
 
 
@@ -43,5 +45,36 @@ async def test_a_monitor_catching_up_with_a_read_log_makes_no_detector(tmp_path:
         assert monitor._detector is None  # nothing new: the catalogue's regexes were never needed
         backfill = await log_backfill(session, RUN)  # a log view opening: the old lines, classified again
         assert any(line.level == "error" and "OutOfMemoryError" in line.text for line in backfill)
+    finally:
+        session.close()
+
+
+async def test_a_report_of_a_clean_read_log_never_reads_the_catalogue(tmp_path: Path) -> None:
+    """The catalogue (its TOML parsed, each pattern checked: ~20 ms of an `rgt --report`) is read when a line
+    must be classified or a finding worded; a finished run whose log was read and found nothing needs neither."""
+    session = await launched(tmp_path / "p", "echo 'epoch 1 loss 0.5'; echo 'epoch 2 loss 0.4'; exit 0")
+    try:
+        await follow_all(session)
+        session.close()
+        session = open_session(str(tmp_path / "p"))  # a new `rgt --report`
+        update = await follow_log(session, RUN)
+        assert update is not None and update.lines == ()
+        assert log_findings(session, RUN) == () and current_alerts(session, RUN) == []
+        assert monitors._kept(session).catalogue is None
+    finally:
+        session.close()
+
+
+async def test_findings_read_later_are_still_worded_from_the_catalogue(tmp_path: Path) -> None:
+    session = await launched(tmp_path / "p", cat_then_fail("oom_after_training.log"))
+    try:
+        await follow_all(session)
+        session.close()
+        session = open_session(str(tmp_path / "p"))
+        await follow_log(session, RUN)
+        assert monitors._kept(session).catalogue is None  # nothing new was read
+        worded = {view.id: view for view in log_findings(session, RUN)}
+        assert "S01" in worded and worded["S01"].fix == catalogue(session).rows["S01"].fix != ""
+        assert "S01" in {alert.signature for alert in current_alerts(session, RUN)}
     finally:
         session.close()

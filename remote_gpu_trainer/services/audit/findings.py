@@ -38,9 +38,12 @@ def checklist_findings(run_id: str, items: Iterable[ChecklistItem]) -> tuple[Fin
 
 def log_findings(session: Session, run_id: str) -> tuple[FindingView, ...]:
     """The log's signature findings as the report and the checklist panel show them, named by signature."""
+    findings = session.db.log_findings(run_id)
+    if not findings:
+        return ()  # the catalogue (parsed and checked: ~20 ms) is read only to word findings there are
     rows = catalogue(session).rows
     views = []
-    for f in session.db.log_findings(run_id):
+    for f in findings:
         row = rows.get(f.signature)
         cause = row.cause if row is not None else "user signature"
         where = f"line {f.line_no}: " if f.line_no else ""

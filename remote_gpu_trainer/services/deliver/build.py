@@ -17,24 +17,27 @@ import stat
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remote_gpu_trainer.audits.catalogue.generated import GeneratedRow
-from remote_gpu_trainer.audits.catalogue.load import finite
-from remote_gpu_trainer.deliver import disclosure, evidence
-from remote_gpu_trainer.deliver.evidence import RowSpec
 from remote_gpu_trainer.deliver.inputs import read_input
 from remote_gpu_trainer.deliver.outputs import linked_outputs, linked_refusal, output_ids
 from remote_gpu_trainer.deliver.provenance import code_state
 from remote_gpu_trainer.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ConfigError, RgtError
 from remote_gpu_trainer.fsutil import file_kind, lstat_or_none
+from remote_gpu_trainer.services.deliver.claim_views import (
+    EVIDENCE_FILE,
+    ProjectJson,
+    claims_of,
+    list_of,
+    strings_of,
+    text_of,
+)
 from remote_gpu_trainer.services.deliver.sources import SourceJudge, Unchecked, amend_with
 from remote_gpu_trainer.services.evidence import store
-from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.views import BuildStep, ClaimView, DeliverRow, DeliverView, DriftView, OutputView
 
 if TYPE_CHECKING:
@@ -44,38 +47,13 @@ if TYPE_CHECKING:
 
 PASSING = ("pass", "disclosed")
 RECONCILE_FILE = "reconcile.json"
-EVIDENCE_FILE = "EVIDENCE.json"
 HASH_CACHE_MAX = 20_000
-
-
-@dataclass
-class _Read:
-    """What one view build has found so far: the lines it could not read, in order."""
-
-    root: Path
-    problems: list[str] = field(default_factory=list)
-
-    def json(self, rel: str) -> Any:
-        """A JSON file of the project, or None (absent: silently; unreadable: one problem line). Read like
-        evidence (deliver/inputs.read_input): a symlink at any step of the path is refused, never read through."""
-        if lstat_or_none(self.root / rel) is None:
-            return None
-        try:
-            data = read_input(self.root, rel, "Deliver panel").data
-        except ConfigError as exc:
-            self.problems.append(str(exc))
-            return None
-        try:
-            return loads_strict(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            self.problems.append(f"{rel}: not readable JSON ({exc})")
-            return None
 
 
 def deliver_view(root: Path) -> DeliverView:
     """The Deliver panel's view of the project at `root`: claims, figures, tables and the last reconcile."""
-    read = _Read(root)
-    claims = _claims(read.json(EVIDENCE_FILE), read)
+    read = ProjectJson(root)
+    claims = claims_of(read.json(EVIDENCE_FILE), read)
     figures = tuple(_outputs(read, "figure"))
     tables = tuple(_outputs(read, "table"))
     drifts, reconcile_line = _reconcile(read)
@@ -85,78 +63,8 @@ def deliver_view(root: Path) -> DeliverView:
     return DeliverView(claims, figures, tables, drifts, reconcile_line, tuple(read.problems), rows, caption)
 
 
-# -- claims -------------------------------------------------------------------------------------------------
-def claim_views(root: Path) -> tuple[tuple[ClaimView, ...], tuple[str, ...]]:
-    """The claims alone, as the panel shows them, and what could not be read: the evidence section of
-    `rgt --report` (services/deliver/results.py), without hashing any figure or table."""
-    read = _Read(root)
-    return _claims(read.json(EVIDENCE_FILE), read), tuple(read.problems)
-
-
-def _claims(document: Any, read: _Read) -> tuple[ClaimView, ...]:
-    if document is None:
-        return ()
-    try:
-        specs = {spec.id: spec for spec in evidence.validate(document)}
-    except ConfigError as exc:
-        read.problems.append(str(exc))
-        return ()
-    views = []
-    for claim in document["claims"]:
-        spec = specs[claim["id"]]
-        stored = claim.get("evidence") or []
-        findings = _strings(claim.get("findings"))
-        views.append(ClaimView(
-            id=spec.id, statement=_text(claim.get("statement")),
-            state=_text(claim.get("state")) or "not_built",
-            numbers=tuple(_inline(row, stored[row.index], findings) for row in spec.rows),
-            disclosure=_text(claim.get("disclosure")), findings=findings,
-            items=tuple(_items(stored[row.index]) for row in spec.rows)))
-    return tuple(views)
-
-
-def _inline(spec: RowSpec, stored: Mapping[str, Any], findings: tuple[str, ...]) -> str:
-    """A row's number with its disclosure in the inline form of deliver/disclosure.py, from the generated
-    fields `rgt build evidence` stored (the findings and drifts it weighed are in the claim's disclosure)."""
-    if not isinstance(stored.get("seeds"), int):
-        return f"{spec.metric}: not built (rgt build evidence)"
-    variance = stored.get("variance")
-    row = GeneratedRow(value=finite(stored.get("value")), direction=_text(stored.get("direction")) or None,
-                       split=_text(stored.get("split")) or None,
-                       n=stored["n"] if isinstance(stored.get("n"), int) else None, seeds=stored["seeds"],
-                       variance=variance if isinstance(variance, dict) else None, sources=())
-    notes = tuple(disclosure.FindingNote(finding, "") for finding in findings)
-    facts = disclosure.RowFacts(spec, row, findings=notes)
-    stored_items = _items(stored)
-    said = disclosure.Disclosure(tuple((code, text) for code, text in stored_items if text), findings) \
-        if stored_items else disclosure.disclose(facts)  # as built; recomputed only for a file that lacks them
-    return f"{spec.metric} {disclosure.inline(facts, said)}"
-
-
-def _items(stored: Mapping[str, Any]) -> tuple[tuple[str, str | None], ...]:
-    """The row's D1…D8 as `rgt build evidence` stored them (empty before the first build)."""
-    said = stored.get("disclosures")
-    if not isinstance(said, Mapping):
-        return ()
-    return tuple((code, text if isinstance(text, str) else None) for code, text in said.items()
-                 if isinstance(code, str))
-
-
-def _text(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _strings(value: Any) -> tuple[str, ...]:
-    """The strings of a JSON list; anything else (a hand-edited string, a number) holds none."""
-    return tuple(item for item in value if isinstance(item, str)) if isinstance(value, list) else ()
-
-
 # -- figures and tables -------------------------------------------------------------------------------------
-def _outputs(read: _Read, kind: str) -> Iterable[OutputView]:
+def _outputs(read: ProjectJson, kind: str) -> Iterable[OutputView]:
     read.problems.extend(linked_refusal(kind, rel) for rel in linked_outputs(read.root, kind))
     read.problems.extend(line for _, line in odd_documents(read.root, kind))
     for ident in output_ids(read.root, kind):
@@ -210,7 +118,7 @@ def output_view(root: Path, kind: str, ident: str, document: Mapping[str, Any]) 
         image = str(root / "figures" / ident / "final.png")
     return OutputView(kind, ident, built=True, qa_passed=qa.get("passed") is True and not failed,
                       failed_checks=failed, stale=tuple(stale_reasons(root, kind, ident, document)),
-                      disclosure=_text(document.get("disclosure")), image=image,
+                      disclosure=text_of(document.get("disclosure")), image=image,
                       open_command=open_command(image) if image else "")
 
 
@@ -219,15 +127,15 @@ def stale_reasons(root: Path, kind: str, ident: str, document: Mapping[str, Any]
     from the sha256 recorded at the build, or that is gone. Empty when the build is current."""
     folder = f"{kind}s/{ident}"
     recorded: list[tuple[str, Any]] = []
-    for entry in _list(document.get("inputs")):
+    for entry in list_of(document.get("inputs")):
         if isinstance(entry, dict):
-            recorded.append((_text(entry.get("path")), entry.get("sha256")))
+            recorded.append((text_of(entry.get("path")), entry.get("sha256")))
     source = document.get("source")
     if isinstance(source, dict):
-        recorded.append((f"{folder}/{_text(source.get('path'))}", source.get("sha256")))
-    for entry in _list(document.get("outputs")):
+        recorded.append((f"{folder}/{text_of(source.get('path'))}", source.get("sha256")))
+    for entry in list_of(document.get("outputs")):
         if isinstance(entry, dict):
-            recorded.append((f"{folder}/{_text(entry.get('path'))}", entry.get("sha256")))
+            recorded.append((f"{folder}/{text_of(entry.get('path'))}", entry.get("sha256")))
     for rel, sha in recorded:
         now = file_sha256(root, rel)
         if now is None:
@@ -274,15 +182,15 @@ def open_command(path: str, platform: str = sys.platform) -> str:
 
 
 # -- reconcile ----------------------------------------------------------------------------------------------
-def _reconcile(read: _Read) -> tuple[tuple[DriftView, ...], str]:
+def _reconcile(read: ProjectJson) -> tuple[tuple[DriftView, ...], str]:
     found = read.json(RECONCILE_FILE)
     if found is None:
         return (), "not reconciled yet: r reconciles the documents of rgt.toml [deliver] docs"
     if not isinstance(found, dict):
         read.problems.append(f"{RECONCILE_FILE}: not a JSON object")
         return (), "reconcile.json unreadable: r reconciles again"
-    drifts = tuple(_drift(entry) for entry in _list(found.get("drifts")) if isinstance(entry, dict))
-    missing = _list(found.get("missing_from_docs"))
+    drifts = tuple(_drift(entry) for entry in list_of(found.get("drifts")) if isinstance(entry, dict))
+    missing = list_of(found.get("missing_from_docs"))
     words = f"{len(drifts)} drift(s)" if drifts else "no drift"
     return drifts, f"reconciled: {words}, {len(missing)} claim(s) missing from the documents"
 
@@ -291,17 +199,17 @@ def _drift(entry: Mapping[str, Any]) -> DriftView:
     def whole(value: Any) -> int:
         return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
-    def number_text(text: Any, value: Any) -> str:
+    def numbertext_of(text: Any, value: Any) -> str:
         if isinstance(text, str) and text:
             return text
         return repr(value) if isinstance(value, int | float) and not isinstance(value, bool) else "?"
 
-    return DriftView(doc=_text(entry.get("doc")), line=whole(entry.get("line")), col=whole(entry.get("col")),
-                     claims=_strings(entry.get("claim_ids")),
-                     metric=_text(entry.get("metric")),
-                     reported=number_text(entry.get("reported_text"), entry.get("reported")),
-                     expected=number_text(entry.get("expected"), entry.get("authoritative")),
-                     context=_text(entry.get("context")))
+    return DriftView(doc=text_of(entry.get("doc")), line=whole(entry.get("line")), col=whole(entry.get("col")),
+                     claims=strings_of(entry.get("claim_ids")),
+                     metric=text_of(entry.get("metric")),
+                     reported=numbertext_of(entry.get("reported_text"), entry.get("reported")),
+                     expected=numbertext_of(entry.get("expected"), entry.get("authoritative")),
+                     context=text_of(entry.get("context")))
 
 
 # -- the panel's rows ---------------------------------------------------------------------------------------

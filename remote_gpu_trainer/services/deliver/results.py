@@ -190,9 +190,9 @@ def _run_view(run_id: str, capsules: RunCapsules, window: RunWindow, cost: RunCo
 
 
 def evidence_claims(root: Path) -> tuple[tuple[ClaimView, ...], str]:
-    """The claims of EVIDENCE.json as the Deliver panel shows them (services/deliver.claim_views: one reading
+    """The claims of EVIDENCE.json as the Deliver panel shows them (services/deliver/claim_views.py: one reading
     and one inline form for both faces), or none and why."""
-    from remote_gpu_trainer.services.deliver.build import claim_views
+    from remote_gpu_trainer.services.deliver.claim_views import claim_views
 
     if not (root / EVIDENCE_NAME).exists() and not (root / EVIDENCE_NAME).is_symlink():
         return (), f"no {EVIDENCE_NAME}: no claims written yet"

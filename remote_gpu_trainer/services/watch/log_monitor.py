@@ -142,12 +142,12 @@ class ThinnedSeries:
 
 
 class RunLogMonitor:
-    def __init__(self, run_id: str, read: Reader, db: StateDB, catalogue: Catalogue,
+    def __init__(self, run_id: str, read: Reader, db: StateDB, catalogue: Callable[[], Catalogue],
                  now: Callable[[], float], total_steps: int | None = None) -> None:
         self.run_id = run_id
         self.db = db.twin()  # its own connection: polls write from a worker thread
         self._owns_db = self.db is not db
-        self.catalogue = catalogue
+        self._catalogue = catalogue
         self.now = now
         self.follower = LogFollower(read, db.log_cursor(run_id))
         self.parser = MetricParser()
@@ -172,9 +172,14 @@ class RunLogMonitor:
         # what other tasks read while a poll digests in its thread: replaced whole, never mutated
         self.snapshot = self._snapshot(self.now())
 
-    # The detector (the catalogue's compiled regexes) and the scrubber (every profile parsed for the key names
-    # it reads) are made when the first new line arrives: a monitor that only catches up with a log it has
-    # read already (`rgt --report` on a finished run, the dashboard's first look) never needs either.
+    # The catalogue (its TOML parsed, every pattern checked), the detector (its compiled regexes) and the scrubber
+    # (every profile parsed for the key names it reads) are made when the first new line arrives: a monitor that
+    # only catches up with a log it has read already (`rgt --report` on a finished run, the dashboard's first
+    # look) never needs them.
+    @functools.cached_property
+    def catalogue(self) -> Catalogue:
+        return self._catalogue()
+
     @property
     def detector(self) -> LogDetector:
         if self._detector is None:

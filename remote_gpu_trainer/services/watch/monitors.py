@@ -57,8 +57,8 @@ def log_monitor(session: Session, run_id: str) -> RunLogMonitor | None:
             return None
         run = run_config(session, run_id)
         by_run[run_id] = RunLogMonitor(
-            run_id, lambda offset, limit: tail_log(session, run_id, offset, limit), session.db, catalogue(session),
-            now=lambda: session.clock().timestamp(), total_steps=run.total_steps or None)
+            run_id, lambda offset, limit: tail_log(session, run_id, offset, limit), session.db,
+            lambda: catalogue(session), now=lambda: session.clock().timestamp(), total_steps=run.total_steps or None)
     return by_run[run_id]
 
 

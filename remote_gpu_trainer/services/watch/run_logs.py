@@ -78,7 +78,8 @@ def take_alerts(session: Session) -> list[Alert]:
 def current_alerts(session: Session, run_id: str) -> list[Alert]:
     """Every alert the run's launch raised that is still open (warn and above; acknowledged ones left out), from
     the state database: `rgt watch RUN --once --format json` reports these, not only the ones new to this pass."""
-    return open_alerts(run_id, catalogue(session), session.db.log_findings(run_id))
+    findings = session.db.log_findings(run_id)
+    return open_alerts(run_id, catalogue(session), findings) if findings else []
 
 
 async def evaluate_rules(session: Session, run_id: str, state: RunState) -> None:
