@@ -12,7 +12,7 @@ builtins, so `install` puts one there: it compiles a text exactly as `exec` woul
 `__future__` flags: dataclasses.py has none) or takes the code compiled from the same text by an earlier process,
 then runs it with the same globals and locals. The key is the text itself, the file is named for the interpreter's
 bytecode magic number, so code from another Python is never used. A file that cannot be read, is not rgt's format,
-or is not the user's own and private to them is ignored, and replaced at exit (written whole, then renamed).
+or is not the user's own and private to them is ignored, and replaced at exit (user_cache.py).
 """
 
 from __future__ import annotations
@@ -22,29 +22,66 @@ import builtins
 import dataclasses
 import importlib.util
 import marshal
-import os
 import sys
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
-FORMAT = 1  # the first item of the file; a file of another format is ignored and replaced
-MAX_ENTRIES = 20_000  # about 7 times what all of rgt's classes write; see save()
+from remote_gpu_trainer.user_cache import read_private, user_cache_dir, write_private
+
+FORMAT = 2  # the first item of the file; a file of another format is ignored and replaced
 FILE_PREFIX = "dataclass-code"
+STALE_ALLOWANCE = 16  # texts a module may keep beyond twice what one process used (see _Store.save)
 
 _installed: Path | None = None
 COUNTS = {"compiled": 0, "cached": 0}  # this process's compiles and cache hits (tests read them)
 
 
-def user_cache_dir() -> Path:
-    """Where rgt keeps what it can rebuild: $XDG_CACHE_HOME/rgt, else ~/.cache/rgt."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "rgt"
-
-
 def cache_file(folder: Path) -> Path:
     """The file for this interpreter: its bytecode magic number in the name (code objects are version-specific)."""
     return folder / f"{FILE_PREFIX}-{sys.implementation.cache_tag}-{importlib.util.MAGIC_NUMBER.hex()}.marshal"
+
+
+class _Store:
+    """The cache as one process uses it. The file holds, per module, the marshalled code of the texts its classes
+    wrote; a module's code is unmarshalled when the module first creates a class, so a process pays for the
+    modules it imports, not for every module some other rgt command once imported (the file holds them all).
+    A module that compiled something new is written back whole, or, once it holds more than twice the texts this
+    process used (plus STALE_ALLOWANCE), with only those: that drops the texts of classes since changed, while a
+    class made later, in a function, by another command stays."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.blobs: dict[str, bytes] | None = None  # read at the first class
+        self.codes: dict[str, dict[str, CodeType]] = {}  # module -> text -> code, for modules used so far
+        self.used: dict[str, dict[str, CodeType]] = {}  # what this process used, per module
+        self.changed: set[str] = set()  # modules that compiled something
+
+    def code(self, module: str, text: str) -> CodeType:
+        if self.blobs is None:
+            self.blobs = load(self.path)
+        known = self.codes.get(module)
+        if known is None:
+            known = self.codes[module] = module_codes(self.blobs.get(module))
+        code = known.get(text)
+        if code is None:
+            code = known[text] = compile(text, "<string>", "exec", dont_inherit=True)
+            self.changed.add(module)
+            COUNTS["compiled"] += 1
+        else:
+            COUNTS["cached"] += 1
+        self.used.setdefault(module, {})[text] = code
+        return code
+
+    def save(self) -> bool:
+        if not self.changed or self.blobs is None:
+            return False
+        blobs = dict(self.blobs)
+        for module in self.changed:
+            used, known = self.used[module], self.codes[module]
+            # what other commands created lazily stays; past twice this process's texts, only these are kept
+            blobs[module] = marshal.dumps(known if len(known) <= 2 * len(used) + STALE_ALLOWANCE else used)
+        return save(self.path, blobs)
 
 
 def install(folder: Path | None = None) -> Path:
@@ -55,67 +92,52 @@ def install(folder: Path | None = None) -> Path:
     global _installed
     if _installed is not None:
         return _installed
-    path = cache_file(user_cache_dir() if folder is None else folder)
-    codes: dict[str, CodeType] = {}
-    used: set[str] = set()
-    loaded: list[int] = []  # [the number of entries read], once read
+    store = _Store(cache_file(user_cache_dir() if folder is None else folder))
 
     def cached_exec(source: Any, globals_: Any = None, locals_: Any = None, /) -> None:
         if isinstance(source, str):
-            if not loaded:
-                codes.update(load(path))
-                loaded.append(len(codes))
-            used.add(source)
-            code = codes.get(source)
-            if code is None:
-                code = codes[source] = compile(source, "<string>", "exec", dont_inherit=True)
-                COUNTS["compiled"] += 1
-            else:
-                COUNTS["cached"] += 1
-            source = code
+            module = globals_.get("__name__", "") if isinstance(globals_, dict) else ""
+            source = store.code(str(module), source)
         builtins.exec(source, globals_, locals_)
 
     dataclasses.exec = cached_exec  # type: ignore[attr-defined]  # shadows the builtin for dataclasses alone
-    atexit.register(lambda: bool(loaded) and len(codes) > loaded[0] and save(path, codes, used))
-    _installed = path
-    return path
+    atexit.register(store.save)
+    _installed = store.path
+    return store.path
 
 
-def load(path: Path) -> dict[str, CodeType]:
-    """The cached code in `path`, or an empty cache where the file is missing, unreadable, of another format,
-    or could have been written by someone else (not the user's own, or writable by group or others)."""
+def load(path: Path) -> dict[str, bytes]:
+    """The cache in `path`, module by module (each module's code still marshalled), or an empty cache where the
+    file is missing, unreadable, not private to the user (user_cache.read_private) or not rgt's format."""
+    raw = read_private(path)
+    if raw is None:
+        return {}
     try:
-        with path.open("rb") as handle:
-            info = os.fstat(handle.fileno())
-            if info.st_uid != os.getuid() or info.st_mode & 0o022:
-                return {}
-            loaded = marshal.loads(handle.read())
-    except (OSError, ValueError, EOFError, TypeError):
+        loaded = marshal.loads(raw)
+    except (ValueError, EOFError, TypeError):
         return {}
     if not (isinstance(loaded, tuple) and len(loaded) == 2 and loaded[0] == FORMAT and isinstance(loaded[1], dict)):
         return {}
-    codes = loaded[1]
-    if not all(isinstance(key, str) and isinstance(value, CodeType) for key, value in codes.items()):
+    blobs = loaded[1]
+    if not all(isinstance(key, str) and isinstance(value, bytes) for key, value in blobs.items()):
+        return {}
+    return blobs
+
+
+def module_codes(blob: bytes | None) -> dict[str, CodeType]:
+    """One module's texts and their code, or none where its part of the file is missing or not what it should be
+    (those texts are compiled again, and the part replaced at exit)."""
+    if blob is None:
+        return {}
+    try:
+        codes = marshal.loads(blob)
+    except (ValueError, EOFError, TypeError):
+        return {}
+    if not (isinstance(codes, dict) and all(isinstance(k, str) and isinstance(v, CodeType) for k, v in codes.items())):
         return {}
     return codes
 
 
-def save(path: Path, codes: dict[str, CodeType], used: set[str]) -> bool:
-    """Write the cache whole to a private temporary file beside `path`, then rename it over `path`; a failure
-    (a read-only home, a full disk) leaves the old file and costs only the next start-up's compiles. Past
-    MAX_ENTRIES only the texts this process used are kept (the rest are of classes since changed, or other verbs')."""
-    kept = codes if len(codes) <= MAX_ENTRIES else {text: codes[text] for text in used if text in codes}
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(marshal.dumps((FORMAT, kept)))
-        os.replace(temporary, path)
-    except OSError:
-        try:
-            temporary.unlink(missing_ok=True)
-        except OSError:  # the folder could not be made: there is no temporary file either
-            pass
-        return False
-    return True
+def save(path: Path, blobs: dict[str, bytes]) -> bool:
+    """Write the cache whole (user_cache.write_private)."""
+    return write_private(path, marshal.dumps((FORMAT, blobs)))

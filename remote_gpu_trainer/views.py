@@ -20,6 +20,8 @@ SEVERITY_ORDER = {"critical": 0, "error": 1, "warn": 2, "info": 3}
 
 @dataclass(frozen=True)
 class InstanceView:
+    """One box as every face shows it: its state, price, meter and gate, and what to do next."""
+
     name: str
     provider: str
     id: str
@@ -49,6 +51,8 @@ class InstanceView:
 
 @dataclass(frozen=True)
 class CheckpointView:
+    """One checkpoint of a run as pulled and verified: its size, hash, status and what loading it found."""
+
     path: str
     bytes: int | None
     sha256: str | None
@@ -83,6 +87,8 @@ class LocationDriftView:
 
 @dataclass(frozen=True)
 class GateView:
+    """The teardown gate's answer for one box: open or not, what the action destroys, and every reason."""
+
     open: bool
     action: str
     destroys: tuple[str, ...]
@@ -123,6 +129,8 @@ NO_ACTION = ActionView("terminate", "Terminate", offered=False, enabled=False, i
 
 @dataclass(frozen=True)
 class FindingView:
+    """One finding (an audit check, a checklist item or a log signature) as the report and panels list it."""
+
     id: str
     check: str
     severity: str
@@ -135,6 +143,8 @@ class FindingView:
 
 @dataclass(frozen=True)
 class ChecklistItem:
+    """One row of the run's checklist: an automatic check's result or an item a person ticks."""
+
     id: str
     kind: str  # auto | tick
     title: str
@@ -166,6 +176,8 @@ class ChecklistRow:
 
 @dataclass(frozen=True)
 class RunView:
+    """One run as every face shows it: its box, evidence state, liveness, progress, findings and gate."""
+
     id: str
     instance: str
     evidence_state: str
@@ -329,6 +341,8 @@ NO_RESULTS = ResultsView()
 
 @dataclass(frozen=True)
 class Overview:
+    """Everything the dashboard and `rgt --report` show, built by services/overview.py from one look at the boxes."""
+
     project: str
     generated_at: datetime
     currency: str
@@ -375,6 +389,8 @@ class LossAtRisk:
 
 @dataclass(frozen=True)
 class TeardownPlan:
+    """What a teardown would do to one box, shown for a person to confirm before anything is destroyed."""
+
     instance: str
     provider_id: str
     action_id: str

@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from remote_gpu_trainer import dataclass_code
 
 DESCRIBE = """
@@ -68,18 +66,22 @@ def test_classes_from_cached_code_are_the_classes_python_makes(tmp_path: Path) -
 
 
 def test_a_broken_foreign_or_shared_file_is_never_used(tmp_path: Path) -> None:
-    good = {"def f(): return 1\n": compile("def f(): return 1\n", "<string>", "exec")}
+    code = compile("def f(): return 1\n", "<string>", "exec")
+    good = {"some.module": marshal.dumps({"def f(): return 1\n": code})}
     path = tmp_path / "cache.marshal"
-    assert dataclass_code.save(path, good, set()) and dataclass_code.load(path).keys() == good.keys()
+    assert dataclass_code.save(path, good) and dataclass_code.load(path) == good
+    assert list(dataclass_code.module_codes(good["some.module"])) == ["def f(): return 1\n"]
     assert os.stat(path).st_mode & 0o777 == 0o600
     path.chmod(0o620)  # writable by the group: anyone in it could have put code here
     assert dataclass_code.load(path) == {}
-    for body in (b"not marshal", marshal.dumps((2, {})), marshal.dumps((1, {"text": "not code"})),
-                 marshal.dumps([1, good]), b""):
+    for body in (b"not marshal", marshal.dumps((1, {})), marshal.dumps((2, {"m": "not bytes"})),
+                 marshal.dumps([2, good]), b""):
         path.write_bytes(body)
         path.chmod(0o600)
         assert dataclass_code.load(path) == {}
     assert dataclass_code.load(tmp_path / "missing.marshal") == {}
+    for part in (b"not marshal", marshal.dumps({"text": "not code"}), marshal.dumps([code]), None):
+        assert dataclass_code.module_codes(part) == {}
 
 
 def test_a_broken_file_is_replaced_and_an_unwritable_folder_costs_nothing(tmp_path: Path) -> None:
@@ -87,17 +89,43 @@ def test_a_broken_file_is_replaced_and_an_unwritable_folder_costs_nothing(tmp_pa
     path.write_bytes(b"\x00garbage")
     path.chmod(0o600)
     assert describe(str(tmp_path))["counts"]["compiled"] > 500  # type: ignore[index]
-    assert len(dataclass_code.load(path)) > 500
+    assert sum(len(dataclass_code.module_codes(blob)) for blob in dataclass_code.load(path).values()) > 500
     blocked = tmp_path / "a-file"
     blocked.write_text("")  # the cache folder would be under a file: mkdir fails
     assert describe(str(blocked / "rgt"))["counts"]["compiled"] > 500  # type: ignore[index]
     assert not (blocked.parent / f".{path.name}").exists() and blocked.read_text() == ""
 
 
-def test_past_its_limit_the_cache_keeps_what_this_process_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dataclass_code, "MAX_ENTRIES", 2)
-    codes = {f"x = {n}\n": compile(f"x = {n}\n", "<string>", "exec") for n in range(3)}
-    path = tmp_path / "cache.marshal"
-    assert dataclass_code.save(path, codes, {"x = 1\n", "x = 9\n"})
-    assert list(dataclass_code.load(path)) == ["x = 1\n"]
-    assert [p.name for p in tmp_path.iterdir()] == ["cache.marshal"]  # no temporary file left
+ONE_MODULE = """
+import sys
+from pathlib import Path
+from remote_gpu_trainer import dataclass_code
+dataclass_code.install(Path(sys.argv[1]))
+import {module}
+print(dataclass_code.COUNTS["compiled"], dataclass_code.COUNTS["cached"])
+"""
+
+
+def test_a_process_reads_the_code_of_the_modules_it_imports_and_keeps_the_others(tmp_path: Path) -> None:
+    """Per module: a process that imports only views.py unmarshals views.py's code, compiles nothing, and leaves
+    the other modules' code in the file for the commands that import them."""
+    describe(str(tmp_path))  # the dashboard's, the report's and the CLI's modules
+    path = dataclass_code.cache_file(tmp_path)
+    before = dataclass_code.load(path)
+    assert "remote_gpu_trainer.views" in before and len(before) > 50
+    run = subprocess.run([sys.executable, "-c", ONE_MODULE.format(module="remote_gpu_trainer.views"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    compiled, cached = map(int, run.stdout.split())
+    assert (compiled, run.stderr) == (0, "") and cached >= 26 * 3  # views.py's classes, three methods at least
+    assert dataclass_code.load(path) == before  # nothing new: not rewritten
+    real = dataclass_code.module_codes(before["remote_gpu_trainer.views"])
+    dropped = next(iter(real))  # one text lost: the next process compiles it, so writes the module back
+    for junk in (3, 2 * len(real) + 20):  # texts of classes long gone: a few are kept, many are dropped
+        part = {text: code for text, code in real.items() if text != dropped}
+        part.update({f"x = {n}\n": compile(f"x = {n}\n", "<string>", "exec") for n in range(junk)})
+        dataclass_code.save(path, {**before, "remote_gpu_trainer.views": marshal.dumps(part)})
+        run = subprocess.run([sys.executable, "-c", ONE_MODULE.format(module="remote_gpu_trainer.views"),
+                              str(tmp_path)], capture_output=True, text=True, timeout=120)
+        assert run.stdout.split()[0] == "1"
+        kept = dataclass_code.module_codes(dataclass_code.load(path)["remote_gpu_trainer.views"])
+        assert set(kept) == set(real) | ({f"x = {n}\n" for n in range(junk)} if junk == 3 else set())

@@ -53,3 +53,49 @@ async def test_the_real_probe_reads_times_to_the_fraction_as_the_sentinel_does(t
     probed = parse_look(result.text)
     assert probed.log_mtime is not None and abs(probed.log_mtime - moment) < 0.01, result.text
     assert probed.now - moment == pytest.approx(1.25, abs=0.5) and probed.now != int(probed.now)
+
+
+async def look_at(ctl: Path, log: Path, root: Path) -> str:
+    result = await LocalTransport().run(f"bash -s -- {ctl} {log} {root}", stdin=_LOOK_SCRIPT.encode())
+    assert result.rc == 0, result.error_text
+    return result.text
+
+
+async def test_a_process_named_with_spaces_and_a_paren_is_read_by_its_own_fields(tmp_path: Path) -> None:
+    """/proc/PID/stat's second field is the process name in parentheses, spaces and all: the look splits after
+    the last ") ", so the start time it compares with pid_start is the process's own (a split on every space
+    read another field, and a live job as gone)."""
+    import shutil
+    import subprocess
+
+    ctl, log, root = tmp_path / "ctl", tmp_path / "train.log", tmp_path / "results"
+    ctl.mkdir()
+    odd = tmp_path / "my ) job x"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", odd)
+    job = subprocess.Popen([str(odd), "30"])
+    try:
+        fields = (Path("/proc") / str(job.pid) / "stat").read_text().rsplit(") ", 1)[1].split()
+        assert "my ) job x"[:15] in (Path("/proc") / str(job.pid) / "comm").read_text()
+        (ctl / "pid").write_text(f"{job.pid}\n")
+        (ctl / "pid_start").write_text(f"{fields[19]}\n")
+        assert "PID_STATE=alive" in (await look_at(ctl, log, root)).splitlines()
+        (ctl / "pid_start").write_text(f"{int(fields[19]) + 1}\n")  # another process that got the same pid
+        assert "PID_STATE=gone" in (await look_at(ctl, log, root)).splitlines()
+    finally:
+        job.kill()
+        job.wait()
+
+
+async def test_a_control_file_cannot_add_a_line_to_the_answer(tmp_path: Path) -> None:
+    """The box writes exit_code and sentinel.exited; what they hold past their first line (or 64 bytes) is
+    never a line of the look's answer, so a job cannot say its own pid is alive or its log is elsewhere."""
+    ctl, log, root = tmp_path / "ctl", tmp_path / "train.log", tmp_path / "results"
+    ctl.mkdir()
+    (ctl / "exit_code").write_text("0\nPID_STATE=alive\nLOG=1 1\n")
+    (ctl / "sentinel.exited").write_text("killed\nPID_STATE=alive\n")
+    lines = (await look_at(ctl, log, root)).splitlines()
+    assert [line for line in lines if line.startswith(("PID_STATE=", "LOG=", "EXIT_CODE="))] == [
+        "PID_STATE=gone", "EXIT_CODE=0"]
+    assert "SENTINEL_EXIT=killedPID_STATE=alive" in lines  # one line, its newlines taken out
+    probed = parse_look("\n".join(lines))
+    assert (probed.pid_state, probed.exit_code, probed.log_size) == ("gone", 0, 0)

@@ -59,3 +59,24 @@ def test_a_garbled_registry_reads_as_empty_and_is_rewritten(tmp_path: Path) -> N
     assert project_registry.known_projects() == []
     assert project_registry.remember(tmp_path)
     assert [k.root for k in project_registry.known_projects()] == [tmp_path.resolve()]
+
+
+def test_a_project_opened_again_within_a_day_is_not_rewritten(tmp_path: Path) -> None:
+    """The registry is rewritten (fsync and all) when a project is new to it or its stamp is a day old, not on
+    every open: that write was ~8 ms of each `rgt --report`."""
+    from datetime import UTC, datetime, timedelta
+
+    first = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)
+    assert project_registry.remember(tmp_path, clock=lambda: first)
+    path = project_registry.registry_path()
+    written = (path.stat().st_ino, path.stat().st_mtime_ns)
+    assert project_registry.remember(tmp_path, clock=lambda: first + timedelta(hours=23))
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == written  # left as it was
+    assert [k.last_opened for k in project_registry.known_projects()] == ["2026-12-07T09:00:00Z"]
+    assert project_registry.remember(tmp_path, clock=lambda: first + timedelta(days=1))
+    assert [k.last_opened for k in project_registry.known_projects()] == ["2026-12-08T09:00:00Z"]
+    assert project_registry.remember(tmp_path, clock=lambda: first)  # a stamp from the future is not fresh
+    assert [k.last_opened for k in project_registry.known_projects()] == ["2026-12-07T09:00:00Z"]
+    path.write_text(path.read_text().replace("2026-12-07T09:00:00Z", "not a time"))
+    assert project_registry.remember(tmp_path, clock=lambda: first)
+    assert [k.last_opened for k in project_registry.known_projects()] == ["2026-12-07T09:00:00Z"]

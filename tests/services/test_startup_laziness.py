@@ -78,3 +78,19 @@ async def test_findings_read_later_are_still_worded_from_the_catalogue(tmp_path:
         assert "S01" in {alert.signature for alert in current_alerts(session, RUN)}
     finally:
         session.close()
+
+
+async def test_a_poll_that_reads_nothing_writes_nothing(tmp_path: Path) -> None:
+    """A caught-up log's poll (each refresh, each report) commits no transaction: its commit, cursor unchanged,
+    was ~3 ms of an `rgt --report`. A poll that reads a line stores the new cursor."""
+    session = await launched(tmp_path / "p", "echo 'epoch 1 loss 0.5'; sleep 0.2; exit 0")
+    try:
+        await follow_all(session)
+        monitor = log_monitor(session, RUN)
+        assert monitor is not None
+        changes = monitor.db._conn.total_changes
+        cursor = session.db.log_cursor(RUN)
+        assert (await follow_log(session, RUN)) is not None
+        assert monitor.db._conn.total_changes == changes and session.db.log_cursor(RUN) == cursor
+    finally:
+        session.close()

@@ -40,6 +40,7 @@ from remote_gpu_trainer.audits.catalogue.smoke import (
     safe_load,
 )
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, path_problems
+from remote_gpu_trainer.shipped_toml import read_asset
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.text import escape_control
 
@@ -340,9 +341,8 @@ def _replicate_issues(capsules: list[Capsule]) -> dict[str, list[Issue]]:
 def claim_patterns() -> tuple[re.Pattern[str], ...]:
     """The saved/synced/uploaded regexes of log signatures S56 and S57 (assets/signatures.toml, a package file:
     parsed once per process, not on every audit)."""
-    import tomllib
 
-    rows = tomllib.loads(SIGNATURES.read_text(encoding="utf-8")).get("signature", [])
+    rows = read_asset(SIGNATURES).get("signature", [])
     return tuple(re.compile(row["pattern"]) for row in rows if row.get("id") in ("S56", "S57") and row.get("pattern"))
 
 

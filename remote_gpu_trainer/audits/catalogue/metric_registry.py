@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import fnmatch
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from functools import cache
 
 from remote_gpu_trainer.audits.catalogue.model import MetricRule
 from remote_gpu_trainer.audits.catalogue.runner import CATALOGUE_PATH
+from remote_gpu_trainer.shipped_toml import read_asset
 
 _PREFIXES = ("val/", "test/", "eval/", "eval_", "val_", "test_")
 DIRECTION_WORDS = {"max": "higher_is_better", "min": "lower_is_better"}
@@ -25,7 +25,7 @@ WORD_DIRECTIONS = {word: short for short, word in DIRECTION_WORDS.items()}
 
 @cache
 def shipped() -> tuple[MetricRule, ...]:
-    data = tomllib.loads(CATALOGUE_PATH.read_text(encoding="utf-8"))
+    data = read_asset(CATALOGUE_PATH)
     return tuple(MetricRule(key.lower(), row["direction"], row.get("chance"), row.get("basis", "conv"))
                  for row in data.get("metrics", []) for key in row["keys"])
 

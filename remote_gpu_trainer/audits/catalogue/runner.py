@@ -9,7 +9,6 @@ are its defaults from assets/catalogue.toml with rgt.toml `[verify.<name>]` laid
 from __future__ import annotations
 
 import importlib
-import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -25,6 +24,7 @@ from remote_gpu_trainer.audits.catalogue.model import (
     result,
     skipped,
 )
+from remote_gpu_trainer.shipped_toml import read_asset
 
 CATALOGUE_PATH = Path(__file__).resolve().parents[2] / "assets" / "catalogue.toml"
 SECTIONS = (  # V00 (inputs_readable) is here, in the catalogue itself
@@ -48,7 +48,7 @@ class CheckSpec:
 @cache
 def specs() -> dict[str, CheckSpec]:
     """assets/catalogue.toml's checks, in id order."""
-    data = tomllib.loads(CATALOGUE_PATH.read_text(encoding="utf-8"))
+    data = read_asset(CATALOGUE_PATH)
     table = data.get("checks", {})
     return {cid: CheckSpec(cid, row["name"], row["kind"], row["section"], row.get("fix", ""),
                            dict(row.get("params", {})), row.get("title", row["name"]))

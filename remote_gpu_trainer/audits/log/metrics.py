@@ -33,7 +33,6 @@ import io
 import json
 import math
 import re
-import tomllib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.audits.log.samples import Sample
+from remote_gpu_trainer.shipped_toml import read_asset
 from remote_gpu_trainer.text import strip_ansi
 
 MAX_LINE_CHARS = 4096  # work per line is capped: a printed tensor can be megabytes long
@@ -102,7 +102,7 @@ class KeyTable:
 @lru_cache(maxsize=1)
 def key_table() -> KeyTable:
     """The §4.2 table is data so a new trainer's spelling is a one-line change; read once per process."""
-    data = tomllib.loads(KEY_TABLE_PATH.read_text(encoding="utf-8"))["log_keys"]
+    data = read_asset(KEY_TABLE_PATH)["log_keys"]
     canonical = {raw.lower(): name for name, raws in data["canonical"].items() for raw in raws}
     return KeyTable(
         canonical=canonical,

@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from remote_gpu_trainer.audits.log.samples import SEVERITIES, Signature
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.shipped_toml import read_asset
 from remote_gpu_trainer.toml_table import (
     Problem,
     Problems,
@@ -133,7 +134,8 @@ def load_catalogue(
     is being watched for.
     """
     builder = _CatalogueBuilder()
-    builder.add_file(SHIPPED, user=False)
+    # parsed once per machine (shipped_toml.py); its rows have no line numbers, and need none: tests prove them
+    builder.add_rows(read_asset(SHIPPED).get("signature", []), _Origin(str(SHIPPED), None, "signature"), user=False)
     for directory in user_dirs:
         if not Path(directory).is_dir():
             continue  # no signatures.d yet: nothing to add

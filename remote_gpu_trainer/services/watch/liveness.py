@@ -30,35 +30,52 @@ if TYPE_CHECKING:
 
 LOOK_TIMEOUT_S = 30.0
 
-# Times to the nanosecond where the box's date and stat can (GNU), whole seconds where they cannot (busybox):
+# The look forks as little as it can, since every refresh of every box runs it (issue 29 measured 17.6 ms for the
+# script it replaced and 8.5 ms for this one, on a finished run): the time from bash's EPOCHREALTIME, small files
+# read with the `read` builtin, one stat for every file whose time is asked.
+# Times to the microsecond where the box's bash and stat can (GNU), whole seconds where they cannot (busybox):
 # whole seconds on both sides of an age make it up to a second short, and a stall_after of 1 s would read as
 # running for a second after the on-box sentinel (float times) said stalled.
+# /proc/PID/stat is split after the last ") ", so a process name with spaces does not shift the fields.
 _LOOK_SCRIPT = r"""set -u
 CTL="$1"; LOG="$2"; ROOT="$3"
-mt() {
-  v=$(stat -c '%.9Y' -- "$1" 2>/dev/null)
-  case "$v" in ''|*[!0-9.]*) v=$(stat -c '%Y' -- "$1");; esac
-  printf '%s' "$v"
-}
-now=$(date +%s.%N 2>/dev/null); case "$now" in ''|*[!0-9.]*) now=$(date +%s);; esac
+now=${EPOCHREALTIME-}; now=${now/,/.}
+case "$now" in ''|*[!0-9.]*) now=$(date +%s.%N 2>/dev/null); case "$now" in ''|*[!0-9.]*) now=$(date +%s);; esac;; esac
 echo "NOW=$now"
-pid=$(cat "$CTL/pid" 2>/dev/null || true)
+pid=
+[ -r "$CTL/pid" ] && { read -r pid || :; } < "$CTL/pid"
 state=gone
-if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ]; then
-  start=$(cut -d' ' -f22 "/proc/$pid/stat" 2>/dev/null || true)
-  rec=$(cat "$CTL/pid_start" 2>/dev/null || true)
-  st=$(cut -d' ' -f3 "/proc/$pid/stat" 2>/dev/null || true)
+if [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] && { read -r stat || :; } < "/proc/$pid/stat" 2>/dev/null; then
+  set -f; set -- ${stat##*) }; set +f
+  st=${1-}; start=${20-}
+  rec=
+  [ -r "$CTL/pid_start" ] && { read -r rec || :; } < "$CTL/pid_start"
   if [ -n "$rec" ] && [ "$start" != "$rec" ]; then state=gone
   elif [ "$st" = "Z" ] || [ "$st" = "X" ]; then state=zombie
   else state=alive; fi
 fi
 echo "PID_STATE=$state"
-[ -f "$CTL/exit_code" ] && echo "EXIT_CODE=$(cat "$CTL/exit_code")" && echo "FINISHED=$(mt "$CTL/exit_code")"
+code=
+[ -f "$CTL/exit_code" ] && { { read -r code || :; } < "$CTL/exit_code"; echo "EXIT_CODE=$code"; }
 [ -f "$CTL/DONE" ] && echo "DONE=1"
-if [ -f "$LOG" ]; then echo "LOG=$(stat -c '%s' -- "$LOG") $(mt "$LOG")"; fi
-[ -f "$CTL/launch.json" ] && echo "STARTED=$(mt "$CTL/launch.json")"
-[ -f "$CTL/sentinel.heartbeat" ] && echo "SENTINEL=$(mt "$CTL/sentinel.heartbeat")"
-[ -f "$CTL/sentinel.exited" ] && echo "SENTINEL_EXIT=$(head -c 64 "$CTL/sentinel.exited" | tr -d '\n')"
+# one stat for every file whose time is asked, a line each: SIZE MTIME NAME (busybox: whole seconds, asked again)
+names=()
+for f in "$CTL/exit_code" "$LOG" "$CTL/launch.json" "$CTL/sentinel.heartbeat"; do [ -f "$f" ] && names+=("$f"); done
+if [ ${#names[@]} -gt 0 ]; then
+  out=$(stat -c '%s %.9Y %n' -- "${names[@]}" 2>/dev/null)
+  while read -r size mt name; do
+    case "$mt" in ''|*[!0-9.]*) mt=$(stat -c '%Y' -- "$name" 2>/dev/null);; esac
+    case "$name" in
+      "$CTL/exit_code") echo "FINISHED=$mt";;
+      "$LOG") echo "LOG=$size $mt";;
+      "$CTL/launch.json") echo "STARTED=$mt";;
+      "$CTL/sentinel.heartbeat") echo "SENTINEL=$mt";;
+    esac
+  done <<< "$out"
+fi
+if [ -f "$CTL/sentinel.exited" ]; then
+  why=; { read -r -N 64 why || :; } < "$CTL/sentinel.exited"; echo "SENTINEL_EXIT=${why//$'\n'/}"
+fi
 if [ -d "$ROOT" ]; then
   newest=$(find "$ROOT" -type f \( -name '*.pth' -o -name '*.pt' -o -name '*.ckpt' -o -name '*.safetensors' \) \
     -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1)

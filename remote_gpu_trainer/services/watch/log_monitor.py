@@ -80,6 +80,8 @@ class Alert:
 
 @dataclass(frozen=True)
 class LogUpdate:
+    """What one poll of the log brought: new lines, whether the file restarted, an unfinished line, more to read."""
+
     lines: tuple[LogLineView, ...]
     restarted: bool
     partial: str
@@ -89,6 +91,8 @@ class LogUpdate:
 
 @dataclass(frozen=True)
 class ChartData:
+    """The loss chart's points (thinned to what a chart can show) and what its x axis counts."""
+
     steps: tuple[float, ...]  # the x of each point: steps, or epochs when `x` says so
     values: tuple[float, ...]
     title: str
@@ -150,6 +154,7 @@ class RunLogMonitor:
         self._catalogue = catalogue
         self.now = now
         self.follower = LogFollower(read, db.log_cursor(run_id))
+        self._stored_cursor = self.follower.cursor  # what the database holds: a poll that moved nothing writes nothing
         self.parser = MetricParser()
         self._detector: LogDetector | None = None  # made on first use (the `detector` property)
         self.ledger = FindingsLedger()
@@ -372,7 +377,10 @@ class RunLogMonitor:
                 alerts.append(self._alert(hit))
             changed.add(hit.signature)
         findings = [self._finding(entry) for entry in self.ledger.entries() if entry.signature in changed]
-        self.db.save_log_progress(self.run_id, self.follower.cursor, samples, findings)
+        cursor = self.follower.cursor
+        if samples or findings or cursor != self._stored_cursor:  # an empty poll's commit was ~3 ms of a report
+            self.db.save_log_progress(self.run_id, cursor, samples, findings)
+            self._stored_cursor = cursor
         self.saved += len(samples)
         return alerts
 

@@ -1,0 +1,50 @@
+"""The user's cache folder, where rgt keeps what it can always rebuild (compiled dataclass code, parsed assets):
+$XDG_CACHE_HOME/rgt, else ~/.cache/rgt.
+
+A cache file is read only when it is the user's own and private to them: whoever could write it could choose
+what rgt runs (dataclass_code.py) or what it believes its own assets say (shipped_toml.py). It is written whole
+to a private temporary file and renamed into place, so a reader never sees half of it; a failure to write (a
+read-only home, a full disk) costs the next process the work again, nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def user_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "rgt"
+
+
+def read_private(path: Path) -> bytes | None:
+    """The file's bytes, or None where it is missing, unreadable, or could have been written by someone else
+    (not the user's own, or writable by group or others)."""
+    try:
+        with path.open("rb") as handle:
+            info = os.fstat(handle.fileno())
+            if info.st_uid != os.getuid() or info.st_mode & 0o022:
+                return None
+            return handle.read()
+    except OSError:
+        return None
+
+
+def write_private(path: Path, data: bytes) -> bool:
+    """Write `data` to a private (0600) temporary file beside `path` in a private (0700) folder, then rename
+    it over `path`; False, with nothing left behind, where that failed."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            temporary.unlink(missing_ok=True)
+        except OSError:  # the folder could not be made: there is no temporary file either
+            pass
+        return False
+    return True
