@@ -22,6 +22,9 @@ DEFAULT_LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 @dataclass(frozen=True)
 class NetworkProfile:
+    """An environment profile from assets/networks/<id>.toml: the variables the job wrapper exports, the caches it
+    points at, and the hosts a proxy must not see."""
+
     id: str
     description: str
     env: tuple[tuple[str, str], ...]  # NAME → value, exported as is

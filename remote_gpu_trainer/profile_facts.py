@@ -45,6 +45,9 @@ class _RowCompat:
 
 @dataclass(frozen=True)
 class Action:
+    """One action a provider profile declares: what it stops and destroys, whether it can be undone, and when that
+    was verified. The gate and the teardown modal read these facts, never the provider's name."""
+
     id: str
     label: str
     stops_compute: bool
@@ -76,6 +79,9 @@ class Action:
 
 @dataclass(frozen=True)
 class StorageTier(_RowCompat):
+    """One storage tier of a profile: where it is, whether it survives a stop or a destroy and bills while stopped,
+    and when that was verified; what keeps billing after a teardown is read from these."""
+
     name: str
     path: str
     survives_stop: bool
@@ -125,6 +131,8 @@ class DangerClock(_RowCompat):
 
 @dataclass(frozen=True)
 class SurfaceItem(_RowCompat):
+    """A sentence the profile wants the user shown, a danger or a convenience, with when it was verified."""
+
     kind: str  # "danger" or "convenience"
     text: str
     verified: str
@@ -155,6 +163,9 @@ class StorageRate:
 
 @dataclass(frozen=True)
 class Pricing:
+    """A profile's prices: compute and storage per hour, the per-GB-month storage rates and how this provider turns
+    them hourly, and where the live price comes from."""
+
     currency: str
     compute_per_hour: float | None
     storage_per_hour: float | None
@@ -173,6 +184,9 @@ class Pricing:
 
 @dataclass(frozen=True)
 class Endpoint:
+    """One API call a profile declares (method, path under the base URL, optional body), so no client code holds a
+    provider's URLs."""
+
     method: str
     path: str  # relative to the base URL, with {id}-style placeholders
     body: str | None = None
@@ -188,6 +202,9 @@ class AuthFile:
 
 @dataclass(frozen=True)
 class ApiControl:
+    """How rgt talks to a provider's API (`control.api`): base URL, auth, rate limit, where the price is, the
+    endpoints, and the answers that mean an instance is gone."""
+
     base_url: str
     auth_scheme: str
     auth_env: tuple[str, ...]
@@ -213,6 +230,8 @@ class ApiControl:
 
 @dataclass(frozen=True)
 class Control:
+    """How a provider is driven: by its API, a CLI, the console or not at all, with what the mode needs."""
+
     mode: str
     console_url: str | None = None
     api: ApiControl | None = None
@@ -221,6 +240,9 @@ class Control:
 
 @dataclass(frozen=True)
 class Spot:
+    """Whether a provider rents interruptible (spot) boxes, how one is asked for, and how a preemption shows: its
+    grace, its signal, what to detect."""
+
     available: bool
     verified: str
     create_flag: str | None = None
@@ -242,6 +264,9 @@ class FactRef:
 
 @dataclass(frozen=True)
 class StaleFact:
+    """One profile fact older than the profile's `stale_after_months`, or never stamped, with its age, for the line
+    that names it (stale facts are shown, never blocking)."""
+
     where: str
     verified: str
     months_old: int | None  # None when unstamped: its age is unknown
@@ -255,6 +280,10 @@ class StaleFact:
 
 @dataclass(frozen=True)
 class Profile:
+    """A provider profile (assets/profiles/<id>.toml) as typed facts: actions, storage tiers, residuals, prices,
+    control and spot terms. Code asks it what a verb destroys or what keeps billing instead of branching on the
+    provider's name."""
+
     id: str
     display_name: str
     kind: str

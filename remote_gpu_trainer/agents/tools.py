@@ -28,6 +28,9 @@ LONG_MAX_S = 600
 
 @dataclass(frozen=True)
 class AgentTool:
+    """One row of the tools table: a tool's name, its one-line summary, whether it changes anything, its handler and
+    how long it may run. The MCP server and the skill are both built from these rows."""
+
     name: str
     summary: str  # one line: the tool's description for the agent and its line in the skill
     changes: bool  # it writes something (the box, the evidence store, the outputs, the inbox): logged with its actor

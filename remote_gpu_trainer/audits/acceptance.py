@@ -76,6 +76,9 @@ class Identity:
 
 @dataclass(frozen=True)
 class Difference:
+    """One entry of the scientific core whose value differs between two acceptance records, or that one of them
+    lacks."""
+
     key: str
     a: CoreValue
     b: CoreValue
@@ -84,6 +87,8 @@ class Difference:
 
 @dataclass(frozen=True)
 class Verdict:
+    """The outcome of comparing two acceptance records: MATCH, DIFF or INDEPENDENCE_FAILED, the differences, and why."""
+
     verdict: str  # MATCH, DIFF or INDEPENDENCE_FAILED
     differences: tuple[Difference, ...]
     reason: str
@@ -102,6 +107,9 @@ class Answer:
 
 @dataclass(frozen=True)
 class AcceptanceRecord:
+    """One acceptance record as read back: the run, the machine it was accepted on, its identity, the manifest hash
+    and the scientific core compared with another record's."""
+
     path: str  # where it was read from (for messages)
     run: str
     machine: str

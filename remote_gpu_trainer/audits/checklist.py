@@ -14,6 +14,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ChecklistFacts:
+    """The facts the automatic checklist items judge, gathered by the service so these functions stay pure: the
+    gate's evidence verdict and the run's roster."""
+
     gate_evidence_ok: bool
     evidence_reasons: tuple[str, ...]
     roster: tuple[str, ...] = ()

@@ -89,6 +89,9 @@ class Approval:
 
 @dataclass(frozen=True)
 class GateInputs:
+    """Everything the gate decides on, gathered by services.gate.gather_gate_inputs, so evaluate_gate reads nothing
+    and can be evaluated again right before the provider call."""
+
     run_id: str
     roster: tuple[str, ...]
     required: tuple[str, ...]
@@ -122,6 +125,8 @@ class GateInputs:
 
 @dataclass(frozen=True)
 class GateDecision:
+    """The gate's answer: open or not, every reason it is closed, and warnings that do not close it."""
+
     open: bool
     reasons: list[str]
     warnings: list[str] = field(default_factory=list)

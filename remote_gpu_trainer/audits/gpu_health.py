@@ -77,6 +77,8 @@ class GpuInfo:
 
 @dataclass(frozen=True)
 class XidEvent:
+    """One Xid line from the kernel log with the PCI address it names, so a GPU is judged only by its own events."""
+
     code: int
     pci: tuple[int, int, int] | None  # (domain, bus, device); None when the line names no device
     line: str
@@ -93,6 +95,8 @@ class KernelLog:
 
 @dataclass(frozen=True)
 class GpuFinding:
+    """One thing wrong with a GPU (an Xid, throttling, heat): a warn or a fail, with a code and a message."""
+
     level: str  # warn | fail
     code: str
     message: str
@@ -100,6 +104,8 @@ class GpuFinding:
 
 @dataclass(frozen=True)
 class GpuVerdict:
+    """One GPU's verdict over several samples: its findings and the median readings they were judged from."""
+
     index: int
     pci_bus_id: str | None
     verdict: str  # pass | warn | fail
@@ -115,6 +121,9 @@ class GpuVerdict:
 
 @dataclass(frozen=True)
 class HealthReport:
+    """The box's GPU health: the overall verdict (or no_gpu), each GPU's verdict, and notes such as an unreadable
+    kernel log; `summary` is its checklist line."""
+
     overall: str  # pass | warn | fail | no_gpu
     gpus: tuple[GpuVerdict, ...] = ()
     notes: tuple[str, ...] = field(default_factory=tuple)

@@ -40,6 +40,9 @@ class LivenessLook:
 
 @dataclass(frozen=True)
 class Liveness:
+    """A run's state as classified from one liveness look (running, finished, dead, stalled or unknown), with the
+    fact that decided it."""
+
     state: str  # running | finished | dead | stalled | unknown
     detail: str
 

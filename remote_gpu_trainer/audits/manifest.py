@@ -66,6 +66,9 @@ class Problem:
 
 @dataclass(frozen=True)
 class ManifestFile:
+    """One file PULL_MANIFEST.json lists: its path under the result root, its size and its sha256, which the pulled
+    bytes must match."""
+
     path: str
     bytes: int
     sha256: str
@@ -117,6 +120,9 @@ class Adoption:
 
 @dataclass(frozen=True)
 class Manifest:
+    """PULL_MANIFEST.json as parsed and checked: its files, links and unfinished cells, and the sha256 of its exact
+    bytes, which identifies it."""
+
     run_id: str  # rgt's run id; for an adopted manifest, the run it was adopted for
     created_at_utc: str
     files: tuple[ManifestFile, ...]  # sorted by path as a string, whatever order the bytes list them in
@@ -146,6 +152,9 @@ class Manifest:
 
 @dataclass(frozen=True)
 class MarkerCheckpoint:
+    """One checkpoint a verification load-checked, as PULL_VERIFIED.json records it: its hash, format, counts and
+    state key."""
+
     path: str
     sha256: str
     format: str
@@ -156,6 +165,9 @@ class MarkerCheckpoint:
 
 @dataclass(frozen=True)
 class Marker:
+    """PULL_VERIFIED.json as parsed: which manifest was verified, when and by which rgt, and the checkpoints it
+    load-checked. The gate takes it as evidence only with the verification record behind it."""
+
     run_id: str
     manifest_sha256: str
     verified_at: datetime

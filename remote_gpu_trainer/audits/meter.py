@@ -383,6 +383,9 @@ def fill_gap(last: Observed, seen: SnapshotT, since: datetime | None = None) -> 
 
 @dataclass(frozen=True)
 class _Segment:
+    """One stretch of time billed at one set of rates: a snapshot to the next, cut at gap edges; `estimate` marks
+    rates assumed rather than known."""
+
     start: datetime
     end: datetime
     rates: Rates

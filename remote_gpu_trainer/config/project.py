@@ -57,6 +57,8 @@ DEFAULT_LAUNCH_DISK_GB = 40
 
 @dataclass(frozen=True)
 class Metric:
+    """A run's `metric = { name, direction }`: the number the run is judged by and whether lower or higher is better."""
+
     name: str
     direction: str  # "min" | "max"
 
@@ -81,6 +83,9 @@ class LaunchConstraint:
 
 @dataclass(frozen=True)
 class InstanceConfig:
+    """`[instances.<name>]`: which box (provider, host or id), what it costs, and how `rgt up` rents it or a teardown
+    ends it."""
+
     name: str
     provider: str
     host: str | None = None
@@ -100,6 +105,9 @@ class InstanceConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
+    """`[runs.<id>]`: the job, the instance it runs on, where its results live on the box, and what rgt watches,
+    pulls and checks for it."""
+
     id: str
     instance: str
     workdir: str
@@ -143,6 +151,9 @@ class RunConfig:
 
 @dataclass(frozen=True)
 class ProjectConfig:
+    """rgt.toml as a whole, read and checked: its instances, runs and sections, and the project root the state and
+    runs/ folders hang from."""
+
     root: Path
     file: Path
     name: str

@@ -59,6 +59,8 @@ class Artifact:
 
 @dataclass(frozen=True)
 class RemoteFile:
+    """One file on a run's box: its size, and its sha256 when the box's PULL_MANIFEST.json lists it."""
+
     bytes: int | None = None
     sha256: str | None = None  # known when the box's PULL_MANIFEST.json lists it
 
@@ -101,12 +103,17 @@ class Inventory:
 
 @dataclass(frozen=True)
 class Answer:
+    """A state with its reason: where an artifact is (here, remote_only, missing, unknown), or one check's answer for
+    a grid point."""
+
     state: str
     detail: str = ""
 
 
 @dataclass(frozen=True)
 class PointResult:
+    """One grid point's state with each check's answer; `to_dict` is its entry in completeness.json."""
+
     point: GridPoint
     state: str  # complete | pull (only remote-only gaps) | unknown | incomplete
     checks: Mapping[str, Answer]
@@ -133,6 +140,9 @@ class PullItem:
 
 @dataclass(frozen=True)
 class CompletenessReport:
+    """The whole reconciliation: every grid point's result, the files still to pull and the boxes asked; it is
+    written as completeness.json and sets the exit code."""
+
     grid: GridConfig
     points: tuple[PointResult, ...]
     pull_list: tuple[PullItem, ...]

@@ -71,6 +71,9 @@ ITEMS = ("D1", "D2", "D3", "D4", "D5", "D6", "D7", "D8")
 
 @dataclass(frozen=True)
 class Disclosure:
+    """What the D1–D8 gate says about one number: the items that have something to disclose, with their texts, and
+    the findings behind them."""
+
     items: tuple[tuple[str, str], ...]  # (D1..D8, text) of the items that disclose, in that order
     finding_ids: tuple[str, ...]
 

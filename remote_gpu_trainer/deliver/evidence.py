@@ -48,6 +48,9 @@ class RowSpec:
 
 @dataclass(frozen=True)
 class ClaimSpec:
+    """One claim of EVIDENCE.json as the user wrote it, checked: its id, where the paper quotes it, and its evidence
+    rows."""
+
     id: str
     paper_anchor: str | None
     rows: tuple[RowSpec, ...]

@@ -32,6 +32,8 @@ class ClaimEvidence:
 
 @dataclass(frozen=True)
 class Ladder:
+    """Where a claim stands on the ladder, and why it did not climb to the next step (None at the top)."""
+
     state: str
     stopped: str | None  # why the next step was not entered; None at the top
 

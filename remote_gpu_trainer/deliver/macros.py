@@ -29,6 +29,9 @@ _LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"
 
 @dataclass(frozen=True)
 class MacroRow:
+    """One evidence row's macro for final.tex: the row it stands for, the macro's name, the formatted number and its
+    inline disclosure."""
+
     subject: str  # claim:<id> or claim:<id>#<row>, as VERIFY names the row
     name: str  # without the backslash
     value: str  # the formatted number, or n/a

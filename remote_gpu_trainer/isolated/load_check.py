@@ -70,6 +70,9 @@ class LoadCheckFailure(Exception):
 
 @dataclass
 class WalkResult:
+    """What the walk over a loaded checkpoint counted: tensors, elements, and the labels of tensors that are not
+    finite."""
+
     tensors: int = 0
     elements: int = 0
     nonfinite: list[str] = field(default_factory=list)

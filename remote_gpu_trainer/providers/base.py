@@ -40,6 +40,9 @@ PRICE_SOURCES = ("api", "profile", "user", "none")
 
 @dataclass(frozen=True)
 class CommandResult:
+    """What a command run through a transport returned: its exit status and both outputs as bytes, decoded
+    (leniently) only when asked."""
+
     rc: int
     stdout: bytes
     stderr: bytes
@@ -75,6 +78,9 @@ def command_label(command: str) -> str:
 
 @dataclass(frozen=True)
 class RemoteStat:
+    """What a transport's `stat` says about one path: size, mtime and kind, the same from the local and SSH
+    transports."""
+
     size: int
     mtime: float
     kind: str  # "file" | "dir" | "symlink" | "other"

@@ -100,6 +100,9 @@ class ApproveScreen(ModalScreen[str | None]):
 
 @dataclass(frozen=True)
 class Grant:
+    """What a person typed into the allowance form; services/inbox/allowances.py checks it again before granting
+    anything."""
+
     max_price_per_hour: float
     total: float
     hours: float

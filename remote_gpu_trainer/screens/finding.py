@@ -20,6 +20,9 @@ from remote_gpu_trainer.widgets.glyphs import plain
 
 @dataclass(frozen=True)
 class FindingDecision:
+    """What the user decided on the finding screen (acknowledge or waive, with a note, a disclosure and a scope);
+    services/audit/findings.py checks and records it."""
+
     status: str  # acknowledged | waived
     note: str
     disclosure: str

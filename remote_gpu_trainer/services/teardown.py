@@ -54,6 +54,9 @@ WaitProgress = Callable[[WaitStep], None]
 
 @dataclass(frozen=True)
 class TeardownResult:
+    """How a teardown ended: the instance, the last state seen, whether the provider confirmed it gone, and the
+    message to show."""
+
     instance: str
     final_state: str
     confirmed: bool

@@ -38,6 +38,9 @@ def parse_id(text: str, prefix: str) -> int | None:
 
 @dataclass(frozen=True)
 class RequestRow:
+    """One stored request of the inbox: what an agent asked for, the plan a person was shown, the bindings it was
+    filed under, and where its state stands."""
+
     seq: int
     filed_at: datetime
     kind: str
@@ -61,6 +64,9 @@ class RequestRow:
 
 @dataclass(frozen=True)
 class AllowanceRow:
+    """One spending allowance a person granted: its price ceiling, total and expiry, its revocation, and what its
+    uses have spent so far."""
+
     seq: int
     granted_at: datetime
     granted_by: str

@@ -23,6 +23,9 @@ _COLUMNS = ("seq, check_id, subject, severity, status, scope, message, disclosur
 
 @dataclass(frozen=True)
 class FindingRecord:
+    """One stored finding record, keyed by (check, subject), with its lifecycle status and who moved it last; every
+    face shows findings from these."""
+
     seq: int
     check: str
     subject: str
@@ -67,6 +70,9 @@ class FindingWrite:
 
 @dataclass(frozen=True)
 class AuditRecord:
+    """One stored audit run: when it ran, the digest of the inputs it read (audit_if_changed compares it) and each
+    check's answer."""
+
     seq: int
     at: datetime
     inputs_sha256: str

@@ -14,6 +14,9 @@ from remote_gpu_trainer.state.store import Store
 
 @dataclass(frozen=True)
 class Snapshot:
+    """An instance's state and rates at one moment, written when they change: the meter bills each snapshot's rates
+    until the next one."""
+
     at: datetime
     instance: str
     provider: str

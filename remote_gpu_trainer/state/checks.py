@@ -13,6 +13,9 @@ from remote_gpu_trainer.state.store import Store
 
 @dataclass(frozen=True)
 class ChecklistTick:
+    """The user's answer to one manual checklist item for a run (or for every run), with its note and when it was
+    given."""
+
     item_id: str
     status: str
     note: str

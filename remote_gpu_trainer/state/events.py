@@ -61,6 +61,9 @@ class EventKind(StrEnum):
 
 @dataclass(frozen=True)
 class Event:
+    """One entry of the append-only event log as read back: what happened, to which run or instance, who did it, and
+    its payload."""
+
     seq: int
     at: datetime
     kind: str  # an EventKind; a kind only a newer rgt knows stays a plain string

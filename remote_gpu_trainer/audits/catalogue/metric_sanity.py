@@ -202,6 +202,9 @@ class FloorInputs:
 
 @dataclass(frozen=True)
 class Floor:
+    """A metric's chance floor from the registry: its value and the kind of chance level it comes from (a proportion
+    kind also has a standard error)."""
+
     value: float
     kind: str
 

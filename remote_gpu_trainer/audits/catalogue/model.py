@@ -300,6 +300,9 @@ class Capsule:
 
 @dataclass(frozen=True)
 class SplitMember:
+    """One member of a split manifest: its split and id, and the path, sha256, group and time that VERIFY's leakage
+    checks compare across splits."""
+
     split: str
     id: str
     path: str | None

@@ -12,6 +12,9 @@ from remote_gpu_trainer.audits.catalogue.model import Capsule, EvidenceRef, Numb
 
 @dataclass(frozen=True)
 class SeedValue:
+    """One seed's value of a reported number with the capsule and test it came from, so a check can cite the metrics
+    file (`ref`)."""
+
     capsule: Capsule
     test: TestArtifacts
     value: float

@@ -11,6 +11,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class DfRow:
+    """One `df` row of the environment survey: its target and the total, used and available counts, None where df
+    printed `-`."""
+
     target: str
     total: int | None  # None where df printed "-" (inodes not reported)
     used: int | None

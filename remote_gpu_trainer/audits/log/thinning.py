@@ -91,6 +91,9 @@ def by_key(samples: Iterable[Sample]) -> dict[str, list[Sample]]:
 
 @dataclass
 class _KeyState:
+    """What the thinner keeps per series key: how many samples it has seen, the buckets closed at the current size,
+    and the bucket being filled."""
+
     seen: int = 0
     closed: int = 0  # buckets closed at the current size
     bucket: _Bucket = field(default_factory=lambda: _Bucket(BUCKET))

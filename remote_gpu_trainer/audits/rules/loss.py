@@ -69,6 +69,8 @@ def is_spike(window: Sequence[float], x: float) -> bool:
 
 @dataclass(frozen=True)
 class LossPoint:
+    """One loss sample as the spike math replays it: its step (when the log gave one), time and value."""
+
     step: int | None
     t: float
     value: float
@@ -76,6 +78,9 @@ class LossPoint:
 
 @dataclass(frozen=True)
 class Spike:
+    """A loss sample far above its rolling window (§3.2), with the window's median, sigma and size, its z, and
+    whether it proved transient."""
+
     point: LossPoint
     position: int  # index in the replayed points
     median: float
@@ -87,6 +92,9 @@ class Spike:
 
 @dataclass(frozen=True)
 class Divergence:
+    """A run of high loss samples long enough to call the run diverging: where it began and the sample that completed
+    it."""
+
     point: LossPoint  # the sample that completed the run
     position: int
     median: float

@@ -91,6 +91,9 @@ class Plan:
 
 @dataclass(frozen=True)
 class Rendered:
+    """What one render produced for the builder: the source.csv bytes, the gate's checks, the PNG's size in pixels
+    and the fonts used."""
+
     source: bytes
     checks: Mapping[str, Check]
     px: tuple[int, int]

@@ -262,6 +262,9 @@ def _curve_rows(series: Series, curves: list[tuple[str, list[tuple[Any, float]]]
 # -- bar and scatter ------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Reading:
+    """One metric of one metrics.json for a bar or scatter figure: its value, the direction the file gives, and the n
+    and split it was measured on."""
+
     value: float
     direction: Any
     n: int | None

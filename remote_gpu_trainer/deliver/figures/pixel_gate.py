@@ -37,6 +37,9 @@ PASSING = ("pass", "disclosed")
 
 @dataclass(frozen=True)
 class Check:
+    """One gate check's result: pass, fail, warn or disclosed, its notes, and the sentences that ride into
+    figure.json's disclosure."""
+
     status: str  # pass | fail | warn | disclosed
     notes: tuple[str, ...] = ()
     disclosure: tuple[str, ...] = ()  # sentences that ride into figure.json's disclosure

@@ -29,6 +29,8 @@ EXPECT_KEYS = ("rows", "value_axis", "direction", "baseline", "scale", "inverted
 
 @dataclass(frozen=True)
 class Series:
+    """One series of figure.json: its label and the capsules it is drawn from."""
+
     label: str
     capsules: tuple[str, ...]
 

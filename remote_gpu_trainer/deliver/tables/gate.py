@@ -63,6 +63,9 @@ class GateResult:
 
 @dataclass
 class _Verdicts:
+    """The table gate's fails and disclosures, collected per check while it runs and turned into one GateResult at
+    the end."""
+
     fails: dict[str, list[str]] = field(default_factory=dict)
     disclosures: dict[str, list[str]] = field(default_factory=dict)
 

@@ -44,6 +44,8 @@ class TableRow:
 
 @dataclass(frozen=True)
 class TableSpec:
+    """table.json as the user wrote it, checked: the rows, the layout, the claims it supports and the caption."""
+
     rows: tuple[TableRow, ...]
     layout: Layout
     supports_claims: tuple[str, ...] = ()

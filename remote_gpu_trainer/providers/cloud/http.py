@@ -226,6 +226,9 @@ def path_segment(value: str) -> str:
 
 @dataclass
 class _Failure:
+    """Why one HTTP attempt failed, reduced to plain values (httpx's exceptions never leave _send), for the retry
+    rules and the final error to decide from."""
+
     kind: str  # "status" | "connect" | "timeout" | "transport"
     status: int | None = None
     message: str = ""

@@ -116,6 +116,9 @@ def accept_host_key(known_hosts_file: Path, host: str, port: int, key: asyncssh.
 
 @dataclass
 class _Lookup:
+    """One known_hosts lookup made during a connect: the host and port, the trusted keys found and the file that
+    decided, kept to tell an unknown key from a changed one."""
+
     host: str
     port: int
     keys: list[asyncssh.SSHKey]

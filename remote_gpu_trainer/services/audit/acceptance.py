@@ -84,6 +84,8 @@ TAIL_CHARS = 300
 
 @dataclass(frozen=True)
 class AcceptOutcome:
+    """One written acceptance record: where it was written, its document, and the problems that make it not ok."""
+
     path: Path
     document: dict[str, Any]
     problems: tuple[Problem, ...]
@@ -95,6 +97,8 @@ class AcceptOutcome:
 
 @dataclass(frozen=True)
 class Comparison:
+    """Two acceptance records of a run and the verdict of comparing them."""
+
     a: AcceptanceRecord
     b: AcceptanceRecord
     verdict: Verdict

@@ -41,6 +41,9 @@ SKIPPED_DIRS = {".rgt", ".git", ".venv", "__pycache__"}
 
 @dataclass(frozen=True)
 class AuditOutcome:
+    """What one audit did: every check's result, the finding records it raised and fixed, and the view built after
+    it."""
+
     results: tuple[CheckResult, ...]
     raised: tuple[FindingRecord, ...]
     fixed: tuple[FindingRecord, ...]

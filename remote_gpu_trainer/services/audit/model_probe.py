@@ -64,6 +64,8 @@ FIELDS: dict[str, dict[str, str]] = {
 
 @dataclass(frozen=True)
 class CellAnswer:
+    """One cell's probe answer: the subject the check reads it by, where the probe ran, and what it answered."""
+
     cell: str
     subject: str  # capsule:<run>/<cell>, the key the check reads the answer by
     where: str  # "here" or "on <instance>"
@@ -72,6 +74,9 @@ class CellAnswer:
 
 @dataclass(frozen=True)
 class ProbeOutcome:
+    """What `rgt probe` did: the answers it stored, the check's result in the audit that followed, and that check's
+    findings on the probed capsules."""
+
     check: str
     name: str
     run_id: str

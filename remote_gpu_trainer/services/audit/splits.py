@@ -60,6 +60,9 @@ class Source:
 
 @dataclass(frozen=True)
 class SplitRequest:
+    """What a split manifest is built from: its set id, the source of each split, how members are hashed (with the
+    record fields a record hash covers), and its provenance (dataset, method, seed)."""
+
     split_set_id: str
     sources: tuple[Source, ...]
     hash_unit: str = "file_bytes"

@@ -43,6 +43,9 @@ LIVE = ("open", "acknowledged")
 
 @dataclass(frozen=True)
 class RowOutcome:
+    """One evidence row after a build: its number, its shown and inline forms, its disclosures, and the macro that
+    carries it."""
+
     subject: str
     macro: str  # the macro's name, without the backslash
     value: float | None
@@ -59,6 +62,8 @@ class RowOutcome:
 
 @dataclass(frozen=True)
 class ClaimOutcome:
+    """One claim after a build: its ladder state and why it stopped, its disclosure and findings, and its rows."""
+
     id: str
     state: str
     stopped: str | None  # why the ladder stopped where it did
@@ -69,6 +74,9 @@ class ClaimOutcome:
 
 @dataclass(frozen=True)
 class BuildOutcome:
+    """What `rgt build evidence` wrote and found: the EVIDENCE.json path, every claim, the macros file, and any
+    re-audit or unread document to report."""
+
     evidence_path: Path
     generated_at: str
     claims: tuple[ClaimOutcome, ...]

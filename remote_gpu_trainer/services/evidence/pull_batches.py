@@ -32,6 +32,9 @@ STREAMER_ARGS = ("-S", "-")
 
 @dataclass(frozen=True)
 class Wanted:
+    """One file the pull asks the box's streamer for: its path as the manifest lists it and the size its record must
+    have."""
+
     path: str  # as the manifest lists it, relative to the result root
     size: int
 

@@ -35,6 +35,9 @@ SHOWN = 5  # changes named in one line; the rest are counted
 
 @dataclass(frozen=True)
 class Entry:
+    """One entry of an evidence-store snapshot: what it is, its permission bits and its content (a file's sha256, a
+    link's target); snapshots are compared on these, never on size or mtime."""
+
     kind: str  # "file", "folder", "link", or file_kind's word for anything else
     mode: int  # the permission bits
     content: str | None  # a file's sha256, a link's target; None for the rest

@@ -79,6 +79,9 @@ class HostSignals:
 
 @dataclass
 class _Claim:
+    """One save a log line claimed (S56, S57): the box paths that could hold it, when it was first seen absent, and
+    the verdict once decided, kept across ticks for S64."""
+
     kind: str  # S56 or S57
     candidates: tuple[str, ...]  # resolved paths on the box, any of which holds the claimed file
     first_absent: float | None = None

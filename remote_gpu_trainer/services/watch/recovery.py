@@ -39,6 +39,9 @@ _STABLE_DETAIL = ("finished", "dead", "unknown")
 
 @dataclass(frozen=True)
 class SeenState:
+    """The last liveness state rgt saw for a run, its detail and since when, kept beside the note so a pull or a
+    verification, which do not look at the box, can still say it."""
+
     state: str
     detail: str
     since: str

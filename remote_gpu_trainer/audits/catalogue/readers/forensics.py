@@ -40,6 +40,8 @@ MISSING: Any = _Missing()
 
 @dataclass(frozen=True)
 class Difference:
+    """One dotted config key whose value differs between two runs (MISSING on the side without it)."""
+
     key: str
     a: Any  # MISSING when run a has no such key
     b: Any
@@ -47,6 +49,8 @@ class Difference:
 
 @dataclass(frozen=True)
 class ConfigDiff:
+    """How two runs' flattened configs differ, volatile keys dropped; V01 asks whether exactly one key varies."""
+
     differences: tuple[Difference, ...]
 
     @property

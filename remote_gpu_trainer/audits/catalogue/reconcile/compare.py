@@ -77,6 +77,9 @@ def approximate_marker(lead: str) -> str | None:
 
 @dataclass
 class _Tally:
+    """What reconcile accumulates over every document: the drifts, coarse quotes and notes, and where each claim was
+    quoted."""
+
     drifts: list[Drift] = field(default_factory=list)
     coarse_quotes: list[CoarseQuote] = field(default_factory=list)
     infos: list[Note] = field(default_factory=list)
