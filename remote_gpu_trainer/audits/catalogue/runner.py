@@ -36,6 +36,9 @@ CheckFn = Callable[[ProjectEvidence, Mapping[str, Any]], CheckResult]
 
 @dataclass(frozen=True)
 class CheckSpec:
+    """One check as assets/catalogue.toml declares it: its id, name, kind (auto or probe), section, fix, title and
+    default params, over which rgt.toml's `[verify.<name>]` is laid."""
+
     id: str
     name: str
     kind: str  # auto | probe
