@@ -74,11 +74,17 @@ def escape_all(value: T) -> T:
         return escape_control(value)  # type: ignore[return-value]
     if isinstance(value, tuple | list):
         items = [escape_all(item) for item in value]
+        if isinstance(value, tuple) and all(new is old for new, old in zip(items, value, strict=True)):
+            return value  # nothing to escape: an immutable value is its own copy
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     if isinstance(value, dict):
         return {escape_all(k): escape_all(v) for k, v in value.items()}  # type: ignore[return-value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {f.name: escape_all(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        fields = [f.name for f in dataclasses.fields(value) if f.init]
+        changes = {name: escape_all(getattr(value, name)) for name in fields}
+        frozen = value.__dataclass_params__.frozen  # type: ignore[attr-defined]
+        if frozen and all(changes[name] is getattr(value, name) for name in fields):
+            return value  # a frozen record with nothing to escape, kept rather than rebuilt (a report's Overview)
         return dataclasses.replace(value, **changes)
     return value
 

@@ -102,3 +102,26 @@ def test_invisible_and_direction_changing_characters_and_lone_surrogates_are_esc
     shown = escape_control(f"best{char}.pth")
     assert shown == (f"best\\u{ord(char):04x}.pth" if ord(char) >= 0x100 else f"best\\x{ord(char):02x}.pth")
     shown.encode("utf-8")
+
+
+def test_escape_all_keeps_a_frozen_record_with_nothing_to_escape_and_rebuilds_one_with_something() -> None:
+    """The report escapes its whole Overview: records with nothing to escape are kept (not copied field by field),
+    and a string to escape, however deep, still makes its records new ones."""
+    import dataclasses
+
+    @dataclasses.dataclass(frozen=True)
+    class Row:
+        name: str
+        tags: tuple[str, ...] = ()
+
+    @dataclasses.dataclass(frozen=True)
+    class Table:
+        rows: tuple[Row, ...]
+        title: str = ""
+
+    clean = Table((Row("a", ("x",)), Row("b")), "t")
+    assert escape_all(clean) is clean
+    dirty = Table((Row("a", ("x",)), Row("b", ("\x1b[2J",))), "t")
+    escaped = escape_all(dirty)
+    assert escaped is not dirty and escaped.rows[0] is dirty.rows[0]
+    assert escaped.rows[1].tags == ("\\x1b[2J",) and dirty.rows[1].tags == ("\x1b[2J",)

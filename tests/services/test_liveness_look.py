@@ -99,3 +99,17 @@ async def test_a_control_file_cannot_add_a_line_to_the_answer(tmp_path: Path) ->
     assert "SENTINEL_EXIT=killedPID_STATE=alive" in lines  # one line, its newlines taken out
     probed = parse_look("\n".join(lines))
     assert (probed.pid_state, probed.exit_code, probed.log_size) == ("gone", 0, 0)
+
+
+async def test_the_newest_checkpoint_is_the_newest_by_time_not_by_text(tmp_path: Path) -> None:
+    """Times are compared as numbers: a checkpoint from 2001 (nine digits) is older than one from 2023, though its
+    time sorts after it as text; only checkpoint files count, in folders with spaces too."""
+    ctl, log, root = tmp_path / "ctl", tmp_path / "train.log", tmp_path / "results"
+    ctl.mkdir()
+    (root / "seed 0").mkdir(parents=True)
+    old, new, other = root / "seed 0" / "old.pth", root / "seed 0" / "new best.pth", root / "notes.txt"
+    for path, moment in ((old, 999_999_999.5), (new, 1_700_000_000.25), (other, 1_800_000_000.0)):
+        path.write_text("x")
+        os.utime(path, (moment, moment))
+    probed = parse_look(await look_at(ctl, log, root))
+    assert probed.newest_ckpt_mtime == pytest.approx(1_700_000_000.25, abs=1e-3)

@@ -78,7 +78,7 @@ if [ -f "$CTL/sentinel.exited" ]; then
 fi
 if [ -d "$ROOT" ]; then
   newest=$(find "$ROOT" -type f \( -name '*.pth' -o -name '*.pt' -o -name '*.ckpt' -o -name '*.safetensors' \) \
-    -printf '%T@ %p\n' 2>/dev/null | sort -n | tail -n 1)
+    -printf '%T@ %p\n' 2>/dev/null | awk 'NR == 1 || $1 > t { t = $1; newest = $0 } END { print newest }')
   [ -n "$newest" ] && echo "CKPT=${newest%% *}" && echo "CKPT_BIRTH=$(stat -c '%W' -- "${newest#* }" 2>/dev/null)"
 fi
 exit 0
