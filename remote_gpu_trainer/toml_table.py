@@ -18,7 +18,6 @@ Imports only the standard library and errors.py, so the pure audits and DELIVER 
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 import tomllib
@@ -73,6 +72,8 @@ def problems_error(lines: list[str]) -> ConfigError:
 
 def did_you_mean(word: str, allowed: Any) -> str:
     """` (did you mean 'x'?)` for the closest allowed word, else ` (allowed: a, b)`."""
+    import difflib  # only for this message: not on every start-up (docs/architecture.md §5)
+
     names = sorted(allowed)
     close = difflib.get_close_matches(word, names, n=1)
     return f" (did you mean {close[0]!r}?)" if close else f" (allowed: {', '.join(names)})"

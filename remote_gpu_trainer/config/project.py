@@ -7,7 +7,6 @@ one ConfigError whose message is the first problem plus a count; `problems` keep
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import re
@@ -316,6 +315,7 @@ class _ProjectReader:
         provider = body.text("provider", required=True, nonempty=True)
         known = provider_table.names()  # which providers exist, and what each needs: providers/table.py
         if provider is not None and provider not in known:
+            import difflib  # only for this message: not on every start-up (docs/architecture.md §5)
             close = difflib.get_close_matches(provider, known, n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
             body.problem("provider", f"unknown provider {provider!r}: {hint}known: {', '.join(known)}")

@@ -28,7 +28,6 @@ Choices the spec leaves open, made here:
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -547,6 +546,8 @@ def parse_csv(text: str, t: float, source: str = "csv") -> list[Sample]:
     Lightning writes train and validation values of one step on separate rows with empty cells; merging
     gives one record per step. Rows without a step stay separate. `nan`/`inf` cells are kept (S70).
     """
+    import csv  # a CSV log is rare beside the text ones: not on every start-up (docs/architecture.md §5)
+
     records: dict[object, dict[int, float]] = {}
     header: list[str] = []
     try:
