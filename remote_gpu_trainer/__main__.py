@@ -1,3 +1,3 @@
-from remote_gpu_trainer.cli import main
+from remote_gpu_trainer.cli import run
 
-raise SystemExit(main())
+run()

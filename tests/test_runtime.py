@@ -57,3 +57,46 @@ def test_the_exit_does_not_walk_the_objects_once_more(project_dir: Path) -> None
     tuned = subprocess.run([sys.executable, "-c", "from remote_gpu_trainer.runtime import tune_process\n"
                             "tune_process()\n" + cycle], cwd=project_dir, capture_output=True, text=True, timeout=120)
     assert tuned.returncode == 0 and tuned.stdout == "" and tuned.stderr == ""
+
+
+EXIT_NOW = """
+import atexit, sys, threading, time
+from concurrent.futures import ThreadPoolExecutor
+from remote_gpu_trainer.runtime import exit_now
+
+class Cycle:
+    def __del__(self): print("finalized", flush=True)
+
+def late():
+    time.sleep(0.3)
+    print("thread done")
+
+c = Cycle(); c.me = c
+atexit.register(lambda: print("atexit ran"))
+threading.Thread(target=late).start()
+ThreadPoolExecutor(2).submit(time.sleep, 0.01)  # never shut down: its idle worker must not hold the exit
+sys.stdout.write("buffered, unflushed")
+exit_now(int(sys.argv[1]))
+"""
+
+
+def test_exit_now_ends_as_python_would_less_the_teardown(project_dir: Path) -> None:
+    """runtime.exit_now: the thread that is not a daemon is waited for, then the atexit handlers run, then the
+    buffers are flushed, with the exit code given; an executor left open does not hold the exit; only the
+    finalizer of an object still alive is skipped."""
+    result = subprocess.run([sys.executable, "-c", EXIT_NOW, "3"], cwd=project_dir, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 3 and result.stderr == ""
+    assert result.stdout == "buffered, unflushedthread done\natexit ran\n"  # one buffer, in the order written
+
+
+def test_the_program_exits_with_main_s_code_and_argparse_s_own_exits_stay(project_dir: Path) -> None:
+    report = subprocess.run([sys.executable, "-m", "remote_gpu_trainer", "--report", str(project_dir), "--strict"],
+                            cwd=project_dir, capture_output=True, text=True, timeout=120)
+    assert report.returncode == 1 and "rgt report" in report.stdout and report.stderr == ""
+    version = subprocess.run([sys.executable, "-m", "remote_gpu_trainer", "--version"], capture_output=True,
+                             text=True, timeout=60)
+    assert version.returncode == 0 and version.stdout.startswith("rgt ")
+    usage = subprocess.run([sys.executable, "-m", "remote_gpu_trainer", "--no-such-option"], capture_output=True,
+                           text=True, timeout=60)
+    assert usage.returncode == 2 and "unrecognized arguments" in usage.stderr

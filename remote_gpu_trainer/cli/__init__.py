@@ -6,6 +6,16 @@ launch_verbs.py and evidence_verbs.py hold one function per verb; faces.py the T
 printers.py and schemas.py what is printed (progress, tables, the JSON documents).
 """
 
-from remote_gpu_trainer.cli.main import main
+from typing import NoReturn
 
-__all__ = ["main"]
+from remote_gpu_trainer.cli.main import main
+from remote_gpu_trainer.runtime import exit_now
+
+__all__ = ["main", "run"]
+
+
+def run() -> NoReturn:
+    """The `rgt` program (console scripts and `python -m remote_gpu_trainer`): main(), then the end of the
+    process without the interpreter's teardown of its memory (runtime.exit_now). What argparse ends itself
+    (`--help`, `--version`, a usage error) exits the usual way."""
+    exit_now(main())
