@@ -43,6 +43,7 @@ async def test_a_monitor_catching_up_with_a_read_log_makes_no_detector(tmp_path:
         update = await follow_log(session, RUN)
         assert update is not None and update.lines == () and not update.more
         assert monitor._detector is None  # nothing new: the catalogue's regexes were never needed
+        assert monitor._parser is None  # nor the metric parser's
         backfill = await log_backfill(session, RUN)  # a log view opening: the old lines, classified again
         assert any(line.level == "error" and "OutOfMemoryError" in line.text for line in backfill)
     finally:

@@ -27,7 +27,6 @@ from remote_gpu_trainer.audits.gpu_health import GpuSample
 from remote_gpu_trainer.audits.liveness import Liveness
 from remote_gpu_trainer.audits.log.ledger import FindingsLedger, LedgerEntry
 from remote_gpu_trainer.audits.log.lines import Line, LineSplitter
-from remote_gpu_trainer.audits.log.metrics import MetricParser
 from remote_gpu_trainer.audits.log.progress import TrainingProgress
 from remote_gpu_trainer.audits.log.samples import Hit, Sample, severity_rank
 from remote_gpu_trainer.audits.log.signatures import Catalogue
@@ -53,6 +52,7 @@ from remote_gpu_trainer.views import LogLineView
 if TYPE_CHECKING:  # the detector (and its prefilter) loads with the first line to classify: a report of a log that
     # gained nothing classifies nothing (docs/architecture.md §5)
     from remote_gpu_trainer.audits.log.detector import LogDetector
+    from remote_gpu_trainer.audits.log.metrics import MetricParser  # likewise: parsing waits for a line to parse
 
 _CELL_MARKER = re.compile("^" + re.escape(CELL_STARTED).replace(re.escape("{cell}"), r"(\S+)") + "$")
 _CELL_PREFIX = CELL_STARTED.split("{cell}")[0]  # what every marker line starts with
@@ -155,7 +155,7 @@ class RunLogMonitor:
         self.now = now
         self.follower = LogFollower(read, db.log_cursor(run_id))
         self._stored_cursor = self.follower.cursor  # what the database holds: a poll that moved nothing writes nothing
-        self.parser = MetricParser()
+        self._parser: MetricParser | None = None  # made on first use (the `parser` property)
         self._detector: LogDetector | None = None  # made on first use (the `detector` property)
         self.ledger = FindingsLedger()
         self.progress = TrainingProgress(total_steps=total_steps)
@@ -177,13 +177,21 @@ class RunLogMonitor:
         # what other tasks read while a poll digests in its thread: replaced whole, never mutated
         self.snapshot = self._snapshot(self.now())
 
-    # The catalogue (its TOML parsed, every pattern checked), the detector (its compiled regexes) and the scrubber
-    # (every profile parsed for the key names it reads) are made when the first new line arrives: a monitor that
-    # only catches up with a log it has read already (`rgt --report` on a finished run, the dashboard's first
-    # look) never needs them.
+    # The catalogue (its TOML parsed, every pattern checked), the detector (its compiled regexes), the metric parser
+    # (its own) and the scrubber (every profile parsed for the key names it reads) are made when the first new line
+    # arrives: a monitor that only catches up with a log it has read already (`rgt --report` on a finished run, the
+    # dashboard's first look) never needs them.
     @functools.cached_property
     def catalogue(self) -> Catalogue:
         return self._catalogue()
+
+    @property
+    def parser(self) -> MetricParser:
+        if self._parser is None:
+            from remote_gpu_trainer.audits.log.metrics import MetricParser
+
+            self._parser = MetricParser()
+        return self._parser
 
     @property
     def detector(self) -> LogDetector:
@@ -315,6 +323,8 @@ class RunLogMonitor:
         frame is no newer value: tqdm clears its bar with one before it prints a line (Hugging Face's dicts
         come as `bar\\r<blanks>\\r{...}`), and the bar before it is the newest position."""
         samples: list[Sample] = []
+        if not lines:
+            return samples  # a poll that read nothing makes no parser
         feed = self.parser.feed
         last = len(lines) - 1
         for index, line in enumerate(lines):
@@ -329,7 +339,7 @@ class RunLogMonitor:
         """The wrapper started the roster's next cell in the same log: a new training from step 0, so its
         series, progress and chart start afresh (otherwise seed1's first steps read as a step regression
         and a loss spike of seed0). The boundary is recorded so a restarted rgt restores this cell only."""
-        self.parser = MetricParser()
+        self._parser = None  # a fresh parser for the new cell's first line
         self.thinner = SeriesThinner()
         self.progress = TrainingProgress(total_steps=self.progress.configured_total)
         self.series.clear()
