@@ -309,3 +309,23 @@ async def test_eta_and_cost_to_finish_come_from_the_step_rate(tmp_path: Path) ->
         assert box.eta_s == pytest.approx(160.0) and box.cost_to_finish == pytest.approx(0.89 * 160 / 3600)
     finally:
         session.close()
+
+
+async def test_the_tail_others_read_is_replaced_whole_never_changed_in_place(tmp_path: Path) -> None:
+    """The rules read the monitor's last lines on the event loop while a poll digests a big chunk in a thread;
+    when they iterated the deque the digest extends, the dashboard's worker died of `deque mutated during
+    iteration` (bench_log_ingest.py). What they get now is a tuple that a later poll replaces, never changes."""
+    session = await launched(tmp_path / "p", "echo 'epoch 1 loss 0.5'; exit 0")
+    try:
+        await follow_all(session)
+        monitor = log_monitor(session, RUN)
+        assert monitor is not None
+        seen = monitor.tail
+        assert isinstance(seen, tuple) and "epoch 1 loss 0.5" in seen
+        with log_on_box(tmp_path / "p", session).open("a") as log:
+            log.write("epoch 2 loss 0.4\n")
+        await follow_all(session)
+        assert monitor.tail == (*seen, "epoch 2 loss 0.4")
+        assert "epoch 2 loss 0.4" not in seen  # the old one, untouched
+    finally:
+        session.close()

@@ -341,7 +341,6 @@ def _replicate_issues(capsules: list[Capsule]) -> dict[str, list[Issue]]:
 def claim_patterns() -> tuple[re.Pattern[str], ...]:
     """The saved/synced/uploaded regexes of log signatures S56 and S57 (assets/signatures.toml, a package file:
     parsed once per process, not on every audit)."""
-
     rows = read_asset(SIGNATURES).get("signature", [])
     return tuple(re.compile(row["pattern"]) for row in rows if row.get("id") in ("S56", "S57") and row.get("pattern"))
 

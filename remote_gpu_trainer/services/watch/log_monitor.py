@@ -159,7 +159,10 @@ class RunLogMonitor:
         self._detector: LogDetector | None = None  # made on first use (the `detector` property)
         self.ledger = FindingsLedger()
         self.progress = TrainingProgress(total_steps=total_steps)
-        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)  # the digest's own; others read `tail`
+        # the last lines, replaced whole after each digest: the rules read it on the loop while a poll digests in a
+        # thread, and iterating the deque itself then was `deque mutated during iteration` (bench_log_ingest.py)
+        self.tail: tuple[str, ...] = ()
         self.series: dict[str, deque[Sample]] = {}
         self.first_series: dict[str, list[Sample]] = {}
         self.last_line_t: float | None = None
@@ -304,7 +307,8 @@ class RunLogMonitor:
         first, get = chunk.first_line_no, level.get
         views = [LogLineView(first + i, line.text, get(first + i)) for i, line in enumerate(chunk.lines)
                  if not line.redraw]
-        self.tail.extend(view.text for view in views[-TAIL_LINES:])
+        self._tail.extend(view.text for view in views[-TAIL_LINES:])
+        self.tail = tuple(self._tail)
         if chunk.lines:
             self.last_line_t = t
         alerts = self._record(hits, rows)
@@ -374,7 +378,7 @@ class RunLogMonitor:
             all_samples.extend(window)
         signals = run_rules.RunSignals(
             now=self.now(), t_log=t_log, started_at=started_at, liveness=liveness, exit_code=exit_code,
-            log_tail=tuple(self.tail), last_log_line_t=self.last_line_t, samples=all_samples,
+            log_tail=self.tail, last_log_line_t=self.last_line_t, samples=all_samples,
             planned_steps=self.progress.total_steps, gpu_samples=tuple(gpu), **(more or {}),
         )
         return self._record([*flushed, *run_rules.evaluate(signals)], [])
