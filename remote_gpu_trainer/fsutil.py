@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
-from collections.abc import Iterator, Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 from remote_gpu_trainer.errors import VerbFailed
 
@@ -166,3 +169,37 @@ def remove_if_present(path: Path) -> None:
     """Unlink the path; one already gone is fine."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
+
+
+def sync_filesystem(folder: Path) -> bool:
+    """syncfs(2) of the file system that holds `folder`: every dirty page on it written out and waited for, in one
+    call instead of an fsync per file (Linux; since 5.8 it also returns a writeback error that happened since the
+    folder was opened). False where the platform has no syncfs or the call failed: the caller then fsyncs each
+    file itself, so a False never costs durability."""
+    call = _syncfs()
+    if call is None:
+        return False
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        return bool(call(fd) == 0)
+    finally:
+        os.close(fd)
+
+
+@functools.cache
+def _syncfs() -> Callable[[int], int] | None:
+    """libc's syncfs, where this is Linux and libc has it (ctypes releases the GIL for the call)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        function = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return cast(Callable[[int], int], function)
