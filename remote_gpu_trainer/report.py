@@ -192,9 +192,9 @@ def _round(value: float | None) -> float | None:
 
 
 def render(overview: Overview, fmt: str) -> str:
-    overview = escape_all(overview)
     if fmt == "json":
-        return json.dumps(to_dict(overview), indent=2, ensure_ascii=False) + "\n"
+        return json.dumps(to_dict(overview), indent=2, ensure_ascii=False) + "\n"  # to_dict escapes it
+    overview = escape_all(overview)
     if fmt == "markdown":
         return _markdown(overview)
     return _text(overview)
