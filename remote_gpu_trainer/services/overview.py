@@ -82,20 +82,11 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
     now = session.clock()
     names = sorted(session.project.instances)
     run_ids = sorted(session.project.runs)
-    status_answers, run_answers = await asyncio.gather(
-        session.answers({f"status:{name}": partial(instances.instance_status, session, name) for name in names},
-                        wait_s),
+    (statuses, gpus, boxes), run_answers = await asyncio.gather(
+        _boxes(session, names, wait_s),
         session.answers({f"run:{run_id}": partial(bounded_run_state, session, run_id) for run_id in run_ids},
                         wait_s))
-    statuses = {name: status_answers.get(f"status:{name}") or instances.waiting_status(session, name)
-                for name in names}
     run_states = {run_id: run_answers.get(f"run:{run_id}") or WAITING_RUN for run_id in run_ids}
-    gpu_answers, boxes = await asyncio.gather(
-        session.answers({f"gpu:{name}": partial(gpu_samples.gpu_text, session, name, statuses[name]) for name in names},
-                        wait_s),
-        session.answers({name: partial(gate.teardown_verdict, session, name, statuses[name].provider_id)
-                         for name in names if _gated(session, name, statuses[name].state)}, wait_s))
-    gpus = {name: gpu_answers[f"gpu:{name}"] for name in names if f"gpu:{name}" in gpu_answers}
     readings = await asyncio.to_thread(meter_readings, session, statuses, run_states)
     for run_id, state in run_states.items():
         if state is not WAITING_RUN:  # rules judge fresh answers only
@@ -103,6 +94,24 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
             await run_logs.evaluate_rules(session, run_id, state)
             recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when it changed
     return Observation(now, statuses, run_states, gpus, readings, boxes)
+
+
+async def _boxes(session: Session, names: list[str], wait_s: float | None
+                 ) -> tuple[dict[str, InstanceStatus], dict[str, str], dict[str, gate.BoxVerdict]]:
+    """Each box's status, then its GPU line and its teardown gate, which need the status and nothing of the
+    runs: asked while the runs' liveness looks are still out, so the gate's reading of the evidence overlaps
+    the wait for the boxes (issue 29: ~5 ms of a report). Each step waits at most `wait_s`, as before."""
+    status_answers = await session.answers(
+        {f"status:{name}": partial(instances.instance_status, session, name) for name in names}, wait_s)
+    statuses = {name: status_answers.get(f"status:{name}") or instances.waiting_status(session, name)
+                for name in names}
+    gpu_answers, boxes = await asyncio.gather(
+        session.answers({f"gpu:{name}": partial(gpu_samples.gpu_text, session, name, statuses[name]) for name in names},
+                        wait_s),
+        session.answers({name: partial(gate.teardown_verdict, session, name, statuses[name].provider_id)
+                         for name in names if _gated(session, name, statuses[name].state)}, wait_s))
+    gpus = {name: gpu_answers[f"gpu:{name}"] for name in names if f"gpu:{name}" in gpu_answers}
+    return statuses, gpus, boxes
 
 
 def _gated(session: Session, name: str, state: str) -> bool:
