@@ -27,7 +27,7 @@ from pathlib import Path
 from types import CodeType
 from typing import Any
 
-from remote_gpu_trainer.user_cache import read_private, user_cache_dir, write_private
+from remote_gpu_trainer.user_cache import read_tagged, unmarshal, user_cache_dir, write_private
 
 FORMAT = 2  # the first item of the file; a file of another format is ignored and replaced
 FILE_PREFIX = "dataclass-code"
@@ -109,17 +109,8 @@ def install(folder: Path | None = None) -> Path:
 def load(path: Path) -> dict[str, bytes]:
     """The cache in `path`, module by module (each module's code still marshalled), or an empty cache where the
     file is missing, unreadable, not private to the user (user_cache.read_private) or not rgt's format."""
-    raw = read_private(path)
-    if raw is None:
-        return {}
-    try:
-        loaded = marshal.loads(raw)
-    except (ValueError, EOFError, TypeError):
-        return {}
-    if not (isinstance(loaded, tuple) and len(loaded) == 2 and loaded[0] == FORMAT and isinstance(loaded[1], dict)):
-        return {}
-    blobs = loaded[1]
-    if not all(isinstance(key, str) and isinstance(value, bytes) for key, value in blobs.items()):
+    blobs = read_tagged(path, FORMAT)
+    if not (isinstance(blobs, dict) and all(isinstance(k, str) and isinstance(v, bytes) for k, v in blobs.items())):
         return {}
     return blobs
 
@@ -127,12 +118,7 @@ def load(path: Path) -> dict[str, bytes]:
 def module_codes(blob: bytes | None) -> dict[str, CodeType]:
     """One module's texts and their code, or none where its part of the file is missing or not what it should be
     (those texts are compiled again, and the part replaced at exit)."""
-    if blob is None:
-        return {}
-    try:
-        codes = marshal.loads(blob)
-    except (ValueError, EOFError, TypeError):
-        return {}
+    codes = unmarshal(blob)
     if not (isinstance(codes, dict) and all(isinstance(k, str) and isinstance(v, CodeType) for k, v in codes.items())):
         return {}
     return codes

@@ -16,7 +16,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.user_cache import read_private, user_cache_dir, write_private
+from remote_gpu_trainer.user_cache import read_tagged, user_cache_dir, write_private
 
 FORMAT = 1  # the first item of a cached key; a file of another format is parsed again
 
@@ -43,14 +43,5 @@ def _name(path: Path) -> str:
 
 
 def _cached(cached: Path, key: tuple[object, ...]) -> dict[str, Any] | None:
-    raw = read_private(cached)
-    if raw is None:
-        return None
-    try:
-        found = marshal.loads(raw)
-    except (ValueError, EOFError, TypeError):
-        return None
-    if not (isinstance(found, tuple) and len(found) == 2 and found[0] == key and isinstance(found[1], dict)):
-        return None
-    data: dict[str, Any] = found[1]
-    return data
+    data = read_tagged(cached, key)
+    return data if isinstance(data, dict) else None

@@ -9,6 +9,7 @@ read-only home, a full disk) costs the next process the work again, nothing else
 
 from __future__ import annotations
 
+import marshal
 import os
 from pathlib import Path
 
@@ -48,3 +49,23 @@ def write_private(path: Path, data: bytes) -> bool:
             pass
         return False
     return True
+
+
+def unmarshal(raw: bytes | None) -> object | None:
+    """marshal data back as values, or None where there is none or it is not marshal data at all."""
+    if raw is None:
+        return None
+    try:
+        return marshal.loads(raw)
+    except (ValueError, EOFError, TypeError):
+        return None
+
+
+def read_tagged(path: Path, tag: object) -> object | None:
+    """What a private cache file written as `marshal.dumps((tag, value))` holds, when its tag is `tag` (a format
+    number, a key naming the version of what was cached); None otherwise: read_private's refusals, not marshal
+    data, or another tag. The caller checks the value's shape."""
+    found = unmarshal(read_private(path))
+    if isinstance(found, tuple) and len(found) == 2 and found[0] == tag:
+        return found[1]
+    return None

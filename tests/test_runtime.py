@@ -100,3 +100,14 @@ def test_the_program_exits_with_main_s_code_and_argparse_s_own_exits_stay(projec
     usage = subprocess.run([sys.executable, "-m", "remote_gpu_trainer", "--no-such-option"], capture_output=True,
                            text=True, timeout=60)
     assert usage.returncode == 2 and "unrecognized arguments" in usage.stderr
+
+
+def test_exit_now_exits_120_when_its_flush_fails_as_python_does(project_dir: Path) -> None:
+    """A flush that fails at the end (a full disk, a reader gone) is not a success: 120, as Python's own exit
+    says it, unless the command had already failed with its own code."""
+    script = ("import sys\nfrom remote_gpu_trainer.runtime import exit_now\n"
+              "sys.stdout = open('/dev/full', 'w')\nsys.stdout.write('lost')\nexit_now(int(sys.argv[1]))\n")
+    for code, expected in ((0, 120), (3, 3)):
+        result = subprocess.run([sys.executable, "-c", script, str(code)], cwd=project_dir, capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == expected
