@@ -13,7 +13,8 @@ import fnmatch
 import tomllib
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+
+from remote_gpu_trainer.shipped_toml import ASSETS
 
 CHECKS = ("model", "state")
 
@@ -47,7 +48,7 @@ class CheckpointKind:
 @cache
 def kinds() -> tuple[CheckpointKind, ...]:
     """The table, in order; the last row takes every name."""
-    text = resources.files("remote_gpu_trainer").joinpath("assets/checkpoints.toml").read_text(encoding="utf-8")
+    text = (ASSETS / "checkpoints.toml").read_text(encoding="utf-8")
     data = tomllib.loads(text)
     named = {key: tuple(str(name) for name in value) for key, value in data.get("globals", {}).items()}
     table = []

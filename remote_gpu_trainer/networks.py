@@ -10,10 +10,10 @@ same list of hosts (audits/env_audit/proxy.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from remote_gpu_trainer.errors import ConfigError
+from remote_gpu_trainer.shipped_toml import ASSETS
 from remote_gpu_trainer.toml_table import Problems, SourceLines, Table, parse_toml
 
 SCHEMA = "remote-gpu-trainer/NETWORK/v1"
@@ -38,7 +38,7 @@ class NetworkProfile:
 
 
 def _folder() -> Any:
-    return resources.files("remote_gpu_trainer").joinpath("assets/networks")
+    return ASSETS / "networks"
 
 
 def network_ids() -> tuple[str, ...]:

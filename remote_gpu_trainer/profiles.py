@@ -12,7 +12,6 @@ month stamps are errors that name the file and the dotted key, read with the typ
 from __future__ import annotations
 
 import re
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from remote_gpu_trainer.profile_facts import (
     profile_age_text,
     stale_facts,
 )
+from remote_gpu_trainer.shipped_toml import ASSETS
 from remote_gpu_trainer.toml_table import Field, Problems, SourceLines, Table, parse_toml, read_text
 
 __all__ = [  # the facts are re-exported: callers import profiles, whichever half they need
@@ -79,7 +79,7 @@ _GONE_WHEN = re.compile(r"^(http:\d{3}|absent:list|status:[A-Za-z_-]+|null:[A-Za
 
 
 def _profiles_dir() -> Any:
-    return resources.files("remote_gpu_trainer").joinpath("assets/profiles")
+    return ASSETS / "profiles"
 
 
 def profile_ids() -> list[str]:

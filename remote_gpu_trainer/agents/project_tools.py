@@ -41,16 +41,9 @@ async def report_document(call: Call) -> dict[str, Any]:
     """The report's document, as cli/faces.py builds it: the logs caught up, every box asked, the results read."""
     from remote_gpu_trainer.clock import report_now
     from remote_gpu_trainer.report import to_dict
-    from remote_gpu_trainer.services.deliver.results import results_view
-    from remote_gpu_trainer.services.overview import build, observe
-    from remote_gpu_trainer.services.watch import run_logs
+    from remote_gpu_trainer.services.overview import report_overview
 
-    session = call.session()
-    await run_logs.catch_up_logs(session)
-    seen = await observe(session)
-    overview = await build(session, seen)
-    overview = dataclasses.replace(overview, results=await asyncio.to_thread(results_view, session, seen),
-                                   generated_at=report_now())
+    overview = dataclasses.replace(await report_overview(call.session()), generated_at=report_now())
     return to_dict(overview)
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import sys
@@ -91,15 +90,10 @@ def write_output(target: Path, data: bytes, shown: str, force: bool) -> None:
 
 
 async def _overview_and_close(session: Session) -> Overview:
-    """The Overview with the results the report opens with (services/deliver/results.py, built for the report only)."""
-    from remote_gpu_trainer.services.deliver.results import results_view
-    from remote_gpu_trainer.services.overview import build, observe
-    from remote_gpu_trainer.services.watch import run_logs
+    """The report's Overview (services/overview.report_overview), then every connection closed."""
+    from remote_gpu_trainer.services.overview import report_overview
 
     try:
-        await run_logs.catch_up_logs(session)  # findings and the ETA reflect the log as it is now
-        seen = await observe(session)
-        overview = await build(session, seen)
-        return dataclasses.replace(overview, results=await asyncio.to_thread(results_view, session, seen))
+        return await report_overview(session)
     finally:
         await session.close_transports()

@@ -74,18 +74,33 @@ async def observe_and_build(session: Session, wait_s: float | None = None) -> Ov
     return await build(session, await observe(session, wait_s))
 
 
-async def observe(session: Session, wait_s: float | None = None) -> Observation:
+async def report_overview(session: Session) -> Overview:
+    """The Overview `rgt --report` prints (and the agents' rgt_report returns): every box asked and every log
+    caught up, with the results the report opens with (services/deliver/results.py, built for the report only).
+    The project's capsules and claims are read in a worker thread while the boxes are asked: they need no
+    answer, and the wait for the liveness looks is most of a report's wall time (issue 29)."""
+    from remote_gpu_trainer.services.deliver.results import read_results, results_view
+
+    seen, read = await asyncio.gather(observe(session, catch_up=True), asyncio.to_thread(read_results, session))
+    overview = await build(session, seen)
+    return dataclasses.replace(overview, results=await asyncio.to_thread(results_view, session, seen, read))
+
+
+async def observe(session: Session, wait_s: float | None = None, *, catch_up: bool = False) -> Observation:
     """Every box is asked at once, each within its own timeout; with `wait_s` (the dashboard) a box that has
     not answered by then shows what was last known, marked as waiting, while its question goes on for the
     next refresh; without it (a report) all answers are awaited, so a hung box costs its timeout once, not
-    once per question. Records a meter sample per instance and runs the rules on fresh answers."""
+    once per question. Records a meter sample per instance and runs the rules on fresh answers. With
+    `catch_up` (a headless report) the logs' news is read meanwhile (run_logs.catch_up_logs), so the rules
+    and the ETA judge each log as it is now."""
     now = session.clock()
     names = sorted(session.project.instances)
     run_ids = sorted(session.project.runs)
-    (statuses, gpus, boxes), run_answers = await asyncio.gather(
+    (statuses, gpus, boxes), run_answers, _ = await asyncio.gather(
         _boxes(session, names, wait_s),
         session.answers({f"run:{run_id}": partial(bounded_run_state, session, run_id) for run_id in run_ids},
-                        wait_s))
+                        wait_s),
+        run_logs.catch_up_logs(session) if catch_up else _nothing())
     run_states = {run_id: run_answers.get(f"run:{run_id}") or WAITING_RUN for run_id in run_ids}
     readings = await asyncio.to_thread(meter_readings, session, statuses, run_states)
     for run_id, state in run_states.items():
@@ -94,6 +109,10 @@ async def observe(session: Session, wait_s: float | None = None) -> Observation:
             await run_logs.evaluate_rules(session, run_id, state)
             recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when it changed
     return Observation(now, statuses, run_states, gpus, readings, boxes)
+
+
+async def _nothing() -> None:
+    """The step observe() skips (no log to catch up), in its gather."""
 
 
 async def _boxes(session: Session, names: list[str], wait_s: float | None

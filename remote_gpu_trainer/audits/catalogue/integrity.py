@@ -40,13 +40,13 @@ from remote_gpu_trainer.audits.catalogue.smoke import (
     safe_load,
 )
 from remote_gpu_trainer.audits.manifest import MANIFEST_NAME, MARKER_NAME, path_problems
-from remote_gpu_trainer.shipped_toml import read_asset
+from remote_gpu_trainer.shipped_toml import ASSETS, read_asset
 from remote_gpu_trainer.strict_json import loads_strict
 from remote_gpu_trainer.text import escape_control
 
 SCAN_SKIP = {"runs", "venv", "node_modules", "site-packages", "__pycache__"}
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".safetensors")
-SIGNATURES = Path(__file__).resolve().parents[2] / "assets" / "signatures.toml"
+SIGNATURES = ASSETS / "signatures.toml"
 
 
 # -- V29 rederive -------------------------------------------------------------------------------------------

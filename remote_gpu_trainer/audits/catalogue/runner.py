@@ -12,7 +12,6 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.audits.catalogue import attribution
@@ -24,9 +23,9 @@ from remote_gpu_trainer.audits.catalogue.model import (
     result,
     skipped,
 )
-from remote_gpu_trainer.shipped_toml import read_asset
+from remote_gpu_trainer.shipped_toml import ASSETS, read_asset
 
-CATALOGUE_PATH = Path(__file__).resolve().parents[2] / "assets" / "catalogue.toml"
+CATALOGUE_PATH = ASSETS / "catalogue.toml"
 SECTIONS = (  # V00 (inputs_readable) is here, in the catalogue itself
     "comparability", "statistics", "metric_sanity", "leakage", "collapse", "smoke", "integrity", "documents")
 

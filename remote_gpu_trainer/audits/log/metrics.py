@@ -35,17 +35,16 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from remote_gpu_trainer.audits.log.samples import Sample
-from remote_gpu_trainer.shipped_toml import read_asset
+from remote_gpu_trainer.shipped_toml import ASSETS, read_asset
 from remote_gpu_trainer.text import strip_ansi
 
 MAX_LINE_CHARS = 4096  # work per line is capped: a printed tensor can be megabytes long
 MAX_JSON_DEPTH = 8
 MAX_KEY_CHARS = 128
-KEY_TABLE_PATH = Path(__file__).resolve().parents[2] / "assets" / "metrics.toml"
+KEY_TABLE_PATH = ASSETS / "metrics.toml"
 
 NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _NONFINITE = r"(?ai:nan|[-+]?inf(?:inity)?)"  # ASCII: under Unicode case folding `İnf` matched, and float() raised

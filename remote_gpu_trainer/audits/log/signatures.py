@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 from remote_gpu_trainer.audits.log.samples import SEVERITIES, Signature
 from remote_gpu_trainer.errors import ConfigError
-from remote_gpu_trainer.shipped_toml import read_asset
+from remote_gpu_trainer.shipped_toml import ASSETS, read_asset
 from remote_gpu_trainer.toml_table import (
     Problem,
     Problems,
@@ -28,7 +28,7 @@ from remote_gpu_trainer.toml_table import (
     unknown_keys,
 )
 
-SHIPPED = Path(__file__).resolve().parents[2] / "assets" / "signatures.toml"
+SHIPPED = ASSETS / "signatures.toml"
 
 LOG_SOURCES = ("log", "log(dmesg)", "log(ssh)")
 RULE_SOURCES = ("proc", "host", "metric", "gpu")

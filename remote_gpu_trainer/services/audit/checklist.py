@@ -6,7 +6,6 @@ import dataclasses
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 from remote_gpu_trainer.audits.checklist import CHECKS, ChecklistFacts
@@ -14,6 +13,7 @@ from remote_gpu_trainer.config.project import RunConfig
 from remote_gpu_trainer.errors import ConfigError, RgtError
 from remote_gpu_trainer.services.audit import findings
 from remote_gpu_trainer.services.audit.audit import for_run
+from remote_gpu_trainer.shipped_toml import ASSETS
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.views import NO_AUDIT, AuditView, ChecklistItem, ChecklistRow, CheckView, GateView, RunView
@@ -22,7 +22,7 @@ TICK_STATUSES = ("open", "ticked", "not_applicable")
 
 
 def load_items() -> list[dict[str, Any]]:
-    text = resources.files("remote_gpu_trainer").joinpath("assets/checklist.toml").read_text(encoding="utf-8")
+    text = (ASSETS / "checklist.toml").read_text(encoding="utf-8")
     items = tomllib.loads(text).get("items", [])
     for item in items:
         if item.get("kind") == "auto" and item.get("check") not in CHECKS:

@@ -39,7 +39,6 @@ from remote_gpu_trainer.clock import utc_now
 from remote_gpu_trainer.config.project import ProjectConfig, RunConfig
 from remote_gpu_trainer.errors import VerbFailed
 from remote_gpu_trainer.fsutil import atomic_write, fsync_dir, lstat_or_none
-from remote_gpu_trainer.isolated.load_check import LOAD_CHECK_VERSION
 from remote_gpu_trainer.run_records import run_config_record
 from remote_gpu_trainer.services.evidence.local_root import (
     box_folders,
@@ -55,7 +54,6 @@ from remote_gpu_trainer.state.db import StateDB
 from remote_gpu_trainer.strict_json import loads_strict
 
 MARKER_TEMP_PREFIX = ".rgt-tmp-PULL_VERIFIED."
-VERIFIER_VERSION = f"{__version__}+{LOAD_CHECK_VERSION}"
 STATUSES = ("pending", "pulled", "verified", "missing", "size_mismatch", "hash_mismatch", "unloadable",
             "nonfinite")
 _STATUS_OF_CODE = {
@@ -104,6 +102,14 @@ class VerifyResult:
     marker: Path | None = None
     cells: tuple[CellOutcome, ...] = ()  # cells the box's wrapper recorded as failed or never started
     adopted_run_id: str | None = None  # the manifest verified was adopted (docs/gate.md §2.1), naming this run id
+
+
+def verifier_version() -> str:
+    """PULL_VERIFIED.json's `verifier_version`: rgt's version and the load check's. The load check program is
+    imported here, when a marker is written, not by every report that reads checkpoint statuses (issue 29)."""
+    from remote_gpu_trainer.isolated.load_check import LOAD_CHECK_VERSION
+
+    return f"{__version__}+{LOAD_CHECK_VERSION}"
 
 
 async def verify(project: ProjectConfig, run: RunConfig, db: StateDB,
@@ -288,7 +294,7 @@ def _finish(root: Path, run: RunConfig, db: StateDB, manifest: Manifest | None, 
     if ok and manifest is not None:
         verified_at = utc_now()  # after the last read: nothing read later can predate it
         data = marker_bytes(run_id=manifest.run_id, manifest_sha256=manifest.sha256, verified_at=verified_at,
-                            verifier_version=VERIFIER_VERSION, files=len(manifest.files),
+                            verifier_version=verifier_version(), files=len(manifest.files),
                             total_bytes=manifest.total_bytes, checkpoints=checkpoints)
         marker_sha = sha256_bytes(data)
         marker_path = _write_marker(root, data)

@@ -32,7 +32,6 @@ from remote_gpu_trainer.audits.log.samples import Hit, Sample, severity_rank
 from remote_gpu_trainer.audits.log.signatures import Catalogue
 from remote_gpu_trainer.audits.log.thinning import SeriesThinner, by_key
 from remote_gpu_trainer.audits.rules.signals import GpuReading
-from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys
 from remote_gpu_trainer.services.box_layout import CELL_STARTED
 from remote_gpu_trainer.services.watch.host_signals import HostHistory
 from remote_gpu_trainer.services.watch.log_follow import (
@@ -53,6 +52,7 @@ if TYPE_CHECKING:  # the detector (and its prefilter) loads with the first line 
     # gained nothing classifies nothing (docs/architecture.md §5)
     from remote_gpu_trainer.audits.log.detector import LogDetector
     from remote_gpu_trainer.audits.log.metrics import MetricParser  # likewise: parsing waits for a line to parse
+    from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber  # and scrubbing for news to scrub
 
 _CELL_MARKER = re.compile("^" + re.escape(CELL_STARTED).replace(re.escape("{cell}"), r"(\S+)") + "$")
 _CELL_PREFIX = CELL_STARTED.split("{cell}")[0]  # what every marker line starts with
@@ -206,6 +206,8 @@ class RunLogMonitor:
 
     @functools.cached_property
     def scrubber(self) -> KeyScrubber:
+        from remote_gpu_trainer.providers.cloud.credentials import KeyScrubber, known_keys  # with the first news
+
         return KeyScrubber(known_keys())  # read once per monitor: keys set later need a new session
 
     def close(self) -> None:
