@@ -113,3 +113,42 @@ async def test_the_newest_checkpoint_is_the_newest_by_time_not_by_text(tmp_path:
         os.utime(path, (moment, moment))
     probed = parse_look(await look_at(ctl, log, root))
     assert probed.newest_ckpt_mtime == pytest.approx(1_700_000_000.25, abs=1e-3)
+
+
+async def test_the_newest_checkpoint_comes_with_its_own_birth_time(tmp_path: Path) -> None:
+    """S94's write time is the newest checkpoint's birth-to-last-write gap: its birth is read in the one stat the
+    look makes for the control files and the log (issue 29: a stat of its own cost a fork), and it is that
+    checkpoint's birth, not another file's. Birth times are whole seconds, so the files are born a second apart."""
+    ctl, log, root = tmp_path / "ctl", tmp_path / "train.log", tmp_path / "results"
+    ctl.mkdir()
+    root.mkdir()
+    log.write_text("step 1\n")
+    (ctl / "exit_code").write_text("0\n")
+    newest, older = root / "newest.pt", root / "older.pt"
+    next_second(birth(log))  # each file born in a second of its own: a birth read off another line differs
+    newest.write_text("x")
+    born = birth(newest)
+    next_second(born)
+    older.write_text("x")
+    os.utime(older, (1_000_000_000, 1_000_000_000))
+    os.utime(newest, (1_700_000_000, 1_700_000_000))
+    text = await look_at(ctl, log, root)
+    probed = parse_look(text)
+    assert probed.newest_ckpt_mtime == pytest.approx(1_700_000_000, abs=1e-3)
+    assert probed.newest_ckpt_birth == born, text
+    assert probed.finished_at is not None and probed.log_size == len("step 1\n")  # the same stat's other lines
+    if born:  # a file system that keeps birth times: the other files' are not the one read
+        assert birth(log) < born < birth(older)
+
+
+def birth(path: Path) -> int:
+    """The file's birth time in whole seconds as GNU stat reads it (0 where the file system keeps none)."""
+    import subprocess
+
+    return int(subprocess.run(["stat", "-c", "%W", str(path)], capture_output=True, text=True, check=True).stdout)
+
+
+def next_second(after: int) -> None:
+    """Wait until the clock's whole second is past `after`."""
+    while int(time.time()) <= after:
+        time.sleep(0.05)
