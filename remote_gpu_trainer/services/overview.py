@@ -77,13 +77,12 @@ async def observe_and_build(session: Session, wait_s: float | None = None) -> Ov
 async def report_overview(session: Session) -> Overview:
     """The Overview `rgt --report` prints (and the agents' rgt_report returns): every box asked and every log
     caught up, with the results the report opens with (services/deliver/results.py, built for the report only).
-    The project's capsules and claims are read in a worker thread while the boxes are asked: they need no
-    answer, and the wait for the liveness looks is most of a report's wall time (issue 29)."""
-    from remote_gpu_trainer.services.deliver.results import read_results, results_view
+    The logs are read while the boxes are asked (observe's `catch_up`), so each box is asked its status once."""
+    from remote_gpu_trainer.services.deliver.results import results_view
 
-    seen, read = await asyncio.gather(observe(session, catch_up=True), asyncio.to_thread(read_results, session))
+    seen = await observe(session, catch_up=True)
     overview = await build(session, seen)
-    return dataclasses.replace(overview, results=await asyncio.to_thread(results_view, session, seen, read))
+    return dataclasses.replace(overview, results=await asyncio.to_thread(results_view, session, seen))
 
 
 async def observe(session: Session, wait_s: float | None = None, *, catch_up: bool = False) -> Observation:

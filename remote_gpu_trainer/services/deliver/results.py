@@ -75,37 +75,18 @@ class RunCapsules:
     left_out: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class ProjectResults:
-    """What the project's own files say, before any box is asked: each run's capsules, and the claims of
-    EVIDENCE.json with the note on them."""
-
-    found: dict[str, RunCapsules]
-    claims: tuple[ClaimView, ...]
-    evidence_note: str
-
-
-def read_results(session: Session) -> ProjectResults:
-    """The capsules under runs/ and the claims: files only, no state database and no observation, so the report
-    reads them in a worker thread while the boxes are asked (services/overview.report_overview)."""
+def results_view(session: Session, seen: Observation) -> ResultsView:
+    """Every run of rgt.toml, and every run folder with capsules, with its results; then the claims."""
     root = session.project.root
     found = read_runs(root, session.project.audit.metrics) if (root / "runs").is_dir() else {}
-    claims, note = evidence_claims(root)
-    return ProjectResults(found, claims, note)
-
-
-def results_view(session: Session, seen: Observation, read: ProjectResults | None = None) -> ResultsView:
-    """Every run of rgt.toml, and every run folder with capsules, with its results; then the claims. `read` is
-    what read_results() found, when the caller read it already."""
-    read = read if read is not None else read_results(session)
-    found = read.found
     run_ids = sorted(set(session.project.runs) | set(found))
     windows = {run_id: run_window(session, run_id, found.get(run_id, RunCapsules()).window, seen)
                for run_id in run_ids}
     costs = run_costs(session, windows, seen.at)
     runs = tuple(_run_view(run_id, found.get(run_id, RunCapsules()), windows[run_id], costs.get(run_id))
                  for run_id in run_ids)
-    return ResultsView(runs=runs, claims=read.claims, evidence_note=read.evidence_note)
+    claims, note = evidence_claims(root)
+    return ResultsView(runs=runs, claims=claims, evidence_note=note)
 
 
 def read_runs(root: Path, declared: Mapping[str, MetricRule]) -> dict[str, RunCapsules]:
