@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import marshal
 import os
+import stat
 from pathlib import Path
 
 
@@ -22,14 +23,33 @@ def user_cache_dir() -> Path:
 def read_private(path: Path) -> bytes | None:
     """The file's bytes, or None where it is missing, unreadable, or could have been written by someone else
     (not the user's own, or writable by group or others)."""
+    opened = open_private(path)
+    if opened is None:
+        return None
     try:
-        with path.open("rb") as handle:
-            info = os.fstat(handle.fileno())
-            if info.st_uid != os.getuid() or info.st_mode & 0o022:
-                return None
+        with os.fdopen(opened[0], "rb") as handle:
             return handle.read()
     except OSError:
         return None
+
+
+def open_private(path: Path) -> tuple[int, int] | None:
+    """An open descriptor of the file and its size, where read_private would read it: a regular file that is the
+    user's own and not writable by group or others; None otherwise. The caller closes the descriptor; what it
+    reads through it is the file that was checked, whatever is renamed over the path later."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(descriptor)
+    except OSError:
+        os.close(descriptor)
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o022 or not stat.S_ISREG(info.st_mode):
+        os.close(descriptor)
+        return None
+    return descriptor, info.st_size
 
 
 def write_private(path: Path, data: bytes) -> bool:

@@ -82,6 +82,29 @@ def test_a_broken_foreign_or_shared_file_is_never_used(tmp_path: Path) -> None:
     assert dataclass_code.load(tmp_path / "missing.marshal") == {}
     for part in (b"not marshal", marshal.dumps({"text": "not code"}), marshal.dumps([code]), None):
         assert dataclass_code.module_codes(part) == {}
+    for table in ((dataclass_code.FORMAT, {"some.module": (0, 10_000)}),  # a part beyond the file's end
+                  (dataclass_code.FORMAT - 1, {"some.module": (0, 1)}), (dataclass_code.FORMAT, {"m": (-1, 1)})):
+        head = marshal.dumps(table)
+        path.write_bytes(dataclass_code.TABLE_LENGTH.pack(len(head)) + head + b"x")
+        assert dataclass_code.load(path) == {}
+    path.write_bytes(marshal.dumps((2, good)))  # the format before the table of contents: one marshalled dict
+    assert dataclass_code.load(path) == {}
+
+
+def test_each_module_is_its_own_part_of_the_file(tmp_path: Path) -> None:
+    """The file is a table of contents and a part per module, read one by one: a damaged part costs its module's
+    texts (compiled again), never another module's."""
+    code = compile("def f(): return 1\n", "<string>", "exec")
+    good = marshal.dumps({"def f(): return 1\n": code})
+    path = tmp_path / "cache.marshal"
+    assert dataclass_code.save(path, {"damaged.module": b"\x00not marshal at all", "some.module": good})
+    file = dataclass_code.CacheFile(path)
+    try:
+        assert dataclass_code.module_codes(file.blob("damaged.module")) == {}
+        assert list(dataclass_code.module_codes(file.blob("some.module"))) == ["def f(): return 1\n"]
+        assert file.blob("never.cached") is None
+    finally:
+        file.close()
 
 
 def test_a_broken_file_is_replaced_and_an_unwritable_folder_costs_nothing(tmp_path: Path) -> None:
