@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from remote_gpu_trainer.audits.catalogue.generated import STD_OVER_SEEDS, GeneratedRow
+from remote_gpu_trainer.audits.catalogue.generated_row import STD_OVER_SEEDS, GeneratedRow
 from remote_gpu_trainer.deliver.evidence import RowSpec
 
 DEFAULT_PRECISION = 2  # decimals shown when the row declares no `precision`

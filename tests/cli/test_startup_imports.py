@@ -71,6 +71,7 @@ def test_the_report_reads_capsules_without_pandas_scipy_or_matplotlib(project_di
     loaded = imported(["--report", str(project_dir), "--format", "json"], project_dir)
     assert {"remote_gpu_trainer.deliver.results", "remote_gpu_trainer.services.deliver.claim_views"} <= loaded.keys()
     assert "remote_gpu_trainer.services.deliver.build" not in loaded  # the claims alone: no figure or table judged
+    assert "remote_gpu_trainer.audits.catalogue.generated" not in loaded  # rows read as stored, not computed again
     assert [name for name in ("pandas", "scipy", "numpy", "matplotlib", "pyarrow", *HEAVY) if name in loaded] == []
 
 

@@ -13,43 +13,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from remote_gpu_trainer.audits.catalogue.comparability import metric_direction
+from remote_gpu_trainer.audits.catalogue.generated_row import (
+    GENERATED_ROW_FIELDS,
+    NO_VARIANCE,
+    STD_OVER_SEEDS,
+    GeneratedRow,
+)
 from remote_gpu_trainer.audits.catalogue.load import finite
 from remote_gpu_trainer.audits.catalogue.metric_registry import DIRECTION_WORDS
 from remote_gpu_trainer.audits.catalogue.model import EvidenceRef, Number, ProjectEvidence
 from remote_gpu_trainer.audits.catalogue.numbers import SeedValue, aggregate, sample_std, seed_values
 from remote_gpu_trainer.audits.catalogue.smoke import Issue
-
-#: the row fields `rgt build evidence` owns, in the order it writes them after the user's fields
-GENERATED_ROW_FIELDS = ("value", "direction", "split", "n", "seeds", "variance", "sources")
-STD_OVER_SEEDS = "std_over_seeds"  # the variance type as V05 names it
-NO_VARIANCE = "none"
-
-
-@dataclass(frozen=True)
-class GeneratedRow:
-    """A row's generated fields, plus what the disclosures read and the JSON does not hold: the cells that
-    gave no value (`missing`), the unit metrics.json states, and the per-seed values used."""
-
-    value: float | None
-    direction: str | None  # higher_is_better | lower_is_better | monitor | None (unknown)
-    split: str | None  # None: the files state no split, or different ones
-    n: int | None  # None: the files state no n, or different ones
-    seeds: int
-    variance: Mapping[str, Any] | None
-    sources: tuple[Mapping[str, str | None], ...]
-    missing: tuple[str, ...] = ()
-    unit: str | None = None
-    used: tuple[SeedValue, ...] = ()
-
-    def fields(self) -> dict[str, Any]:
-        """The generated fields as EVIDENCE.json holds them, in GENERATED_ROW_FIELDS order."""
-        return {"value": self.value, "direction": self.direction, "split": self.split, "n": self.n,
-                "seeds": self.seeds, "variance": dict(self.variance) if self.variance is not None else None,
-                "sources": [dict(source) for source in self.sources]}
 
 
 def generate_row(project: ProjectEvidence, number: Number) -> GeneratedRow:

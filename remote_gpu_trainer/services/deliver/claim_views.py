@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.catalogue.generated import GeneratedRow
+from remote_gpu_trainer.audits.catalogue.generated_row import GeneratedRow
 from remote_gpu_trainer.audits.catalogue.load import finite
 from remote_gpu_trainer.deliver import disclosure, evidence
 from remote_gpu_trainer.deliver.evidence import RowSpec

@@ -18,7 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from remote_gpu_trainer.audits.catalogue.generated import GeneratedRow, generate_row
+from remote_gpu_trainer.audits.catalogue.generated import generate_row
+from remote_gpu_trainer.audits.catalogue.generated_row import GeneratedRow
 from remote_gpu_trainer.audits.catalogue.model import Number, ProjectEvidence
 from remote_gpu_trainer.audits.catalogue.reconcile.compare import reconcile
 from remote_gpu_trainer.audits.catalogue.reconcile.files import read_documents
