@@ -41,7 +41,7 @@ async def report_document(call: Call) -> dict[str, Any]:
     """The report's document, as cli/faces.py builds it: the logs caught up, every box asked, the results read."""
     from remote_gpu_trainer.clock import report_now
     from remote_gpu_trainer.report import to_dict
-    from remote_gpu_trainer.services.overview import report_overview
+    from remote_gpu_trainer.services.report_overview import report_overview
 
     overview = dataclasses.replace(await report_overview(call.session()), generated_at=report_now())
     return to_dict(overview)

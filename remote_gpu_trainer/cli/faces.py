@@ -91,7 +91,7 @@ def write_output(target: Path, data: bytes, shown: str, force: bool) -> None:
 
 async def _overview_and_close(session: Session) -> Overview:
     """The report's Overview (services/overview.report_overview), then every connection closed."""
-    from remote_gpu_trainer.services.overview import report_overview
+    from remote_gpu_trainer.services.report_overview import report_overview
 
     try:
         return await report_overview(session)

@@ -74,17 +74,6 @@ async def observe_and_build(session: Session, wait_s: float | None = None) -> Ov
     return await build(session, await observe(session, wait_s))
 
 
-async def report_overview(session: Session) -> Overview:
-    """The Overview `rgt --report` prints (and the agents' rgt_report returns): every box asked and every log
-    caught up, with the results the report opens with (services/deliver/results.py, built for the report only).
-    The logs are read while the boxes are asked (observe's `catch_up`), so each box is asked its status once."""
-    from remote_gpu_trainer.services.deliver.results import results_view
-
-    seen = await observe(session, catch_up=True)
-    overview = await build(session, seen)
-    return dataclasses.replace(overview, results=await asyncio.to_thread(results_view, session, seen))
-
-
 async def observe(session: Session, wait_s: float | None = None, *, catch_up: bool = False) -> Observation:
     """Every box is asked at once, each within its own timeout; with `wait_s` (the dashboard) a box that has
     not answered by then shows what was last known, marked as waiting, while its question goes on for the
