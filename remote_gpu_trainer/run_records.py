@@ -29,10 +29,12 @@ class LocationDrift:
 def run_config_record(run: RunConfig) -> dict[str, Any]:
     """A run's configuration as JSON, stored with each launch and verification: the gate still covers a
     run after its table left rgt.toml, judged by the configuration it ran and was verified under. `location_drift` is
-    written only when there is some (a verification of a run whose rgt.toml table moved since its launch)."""
+    written only when there is some (a verification of a run whose rgt.toml table moved since its launch); the
+    recovery limits never are."""
     record = asdict(run)
     if not run.location_drift:
         del record["location_drift"]
+    del record["recover"]  # rgt.toml's say now, bound by its approval (config/recover.py), not the launch's
     return record
 
 

@@ -111,6 +111,10 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
                   f"({escape_control(state.liveness.detail)})", flush=True)
             last = current
         followed = await _progress_or_follow_up(session, run_id, state, ticker)
+        if await recovered(session, run_id, state) and not args.once:
+            last = None  # the relaunched run is watched on, from its new launch
+            await asyncio.sleep(args.interval)
+            continue
         if args.once:
             return EXIT_OK if followed and not watched_state.unanswered(state) else EXIT_FAILED
         if watched_state.ended_here(state):
@@ -118,6 +122,20 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
         if state.liveness.detail == "not launched":
             raise VerbFailed(f"run {run_id} was never launched: `rgt run {run_id}` first")
         await asyncio.sleep(args.interval)
+
+
+async def recovered(session: Session, run_id: str, state: RunState) -> bool:
+    """A preempted run with `runs.<id>.recover` handed to recovery (services/recover/run.py); its outcome printed.
+    True when the run was relaunched. Nothing is imported for a run without limits."""
+    if run_config(session, run_id).recover is None:
+        return False
+    from remote_gpu_trainer.services.recover.run import recover_run
+
+    outcome = await recover_run(session, run_id, state)
+    if outcome is None:
+        return False
+    print(f"{iso_z(session.clock())} {escape_control(outcome.line())}", flush=True)
+    return outcome.relaunched
 
 
 async def _resume(session: Session, args: argparse.Namespace) -> int:

@@ -42,7 +42,7 @@ PROJECT_VERBS: dict[str, tuple[str, str]] = {
 RUN_VERBS: dict[str, tuple[str, str]] = {
     "up": ("launch_verbs", "up"), "push": ("launch_verbs", "push"), "run": ("launch_verbs", "run"),
     "watch": ("launch_verbs", "watch"), "pull": ("evidence_verbs", "pull"), "verify": ("evidence_verbs", "verify"),
-    "down": ("evidence_verbs", "down"),
+    "down": ("evidence_verbs", "down"), "recover": ("recover_verbs", "recover"),
 }
 
 

@@ -17,7 +17,8 @@ from remote_gpu_trainer import __version__
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.providers import table
 
-VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "audit", "finding", "probe",
+VERBS = ("demo", "init", "info", "up", "push", "run", "watch", "recover", "pull", "verify", "down", "audit", "finding",
+         "probe",
          "accept", "tick", "events", "trust", "capsule", "splits", "build", "reconcile", "completeness", "completion",
          "help", "status", "adopt", "mcp", "approve", "reject", "skill")
 # One line per verb: `rgt help`, `rgt VERB --help` and the verb list say what each one does.
@@ -56,6 +57,8 @@ VERB_HELP = {
     "approve": "approve an agent's request at a terminal (the plan is shown again, an irreversible one needs the "
                "instance id typed); --allowance: let rents and resumes within a price and a total through",
     "reject": "reject an agent's request at a terminal, with a note the agent reads",
+    "recover": "show what rgt may do on its own when RUN is preempted (runs.RUN.recover), and what it did; approve or "
+               "revoke those limits at a terminal",
     "skill": "print the SKILL.md that teaches an agent (Claude Code, Codex) to drive rgt; --install DIR writes it",
     "status": "list every box of the project (--all: of every project you opened) with its burn, cost and idle "
               "time, and, in each cloud account those projects configure, the boxes that bill and no project "
@@ -103,12 +106,14 @@ VERB_EXAMPLES = {
     "approve": ("rgt approve Q-000003", "rgt approve --list",
                 "rgt approve --allowance --max-price 1.50 --total 20 --hours 12"),
     "reject": ('rgt reject Q-000003 --note "pull and verify first"',),
+    "recover": ("rgt recover r1", "rgt recover r1 --approve", "rgt recover r1 --revoke",
+                "rgt recover r1 --format json"),
     "skill": ("rgt skill", "rgt skill --install ~/.claude/skills"),
     "status": ("rgt status", "rgt status --all", "rgt status --all --format json --timeout 10"),
 }
 SHELLS = ("bash", "zsh", "tcsh")
 FORMATS = ("text", "json")  # of the verbs that print a result; --report has markdown as well
-RUN_VERBS = ("up", "push", "run", "watch", "pull", "verify", "down")
+RUN_VERBS = ("up", "push", "run", "watch", "recover", "pull", "verify", "down")
 
 
 class Parser(argparse.ArgumentParser):
@@ -160,7 +165,7 @@ def verb_parser(verb: str) -> Parser:
     _ARGUMENTS.get(verb, _run_arguments)(parser)
     if verb in RUN_VERBS:
         _RUN_OPTIONS.get(verb, _no_options)(parser)
-    if verb in ("info", "events", "watch", "pull", "verify", "audit", "finding"):
+    if verb in ("info", "events", "watch", "recover", "pull", "verify", "audit", "finding"):
         parser.add_argument("--format", choices=FORMATS, default="text",
                             help="text for people (default) or json: one document with a versioned schema")
     return parser
@@ -463,6 +468,13 @@ def _skill_arguments(parser: Parser) -> None:
                         "a file it did not write)")
 
 
+def _recover_options(parser: Parser) -> None:
+    parser.add_argument("--approve", action="store_true", help="approve the limits runs.RUN.recover states, at a "
+                        "terminal: you type the max_spend shown (an agent's shell cannot approve)")
+    parser.add_argument("--revoke", action="store_true", help="withdraw the approval: nothing is recovered until a "
+                        "person approves again")
+
+
 def _no_options(parser: Parser) -> None:
     """push, pull and verify take the run and the project only."""
 
@@ -479,4 +491,5 @@ _ARGUMENTS: dict[str, Callable[[Parser], None]] = {
 }
 _RUN_OPTIONS: dict[str, Callable[[Parser], None]] = {
     "down": _down_options, "run": _launch_options, "up": _up_options, "watch": _watch_options,
+    "recover": _recover_options,
 }

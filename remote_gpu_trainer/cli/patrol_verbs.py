@@ -98,7 +98,24 @@ async def tick(roots: list[Path], notify: bool) -> int:
 async def _after(found: patrolling.Look, notify: bool) -> list[str]:
     """A project's follow-ups and notifications; its failure is a message, never the end of the patrol."""
     try:
-        return await patrolling.after_lines(found, notify)
+        return [*await patrolling.after_lines(found, notify), *await _recover(found)]
     except (RgtError, OSError, sqlite3.Error) as exc:
         found.unfinished = True
         return [f"{found.root}: {exc}"]
+
+
+async def _recover(found: patrolling.Look) -> list[str]:
+    """Each preempted run with `runs.<id>.recover` handed to recovery (services/recover/run.py), one line each; the
+    fleet wing never imports the launch wing, so the patrol's face does this (docs/remote-ops.md §10.1)."""
+    session = found.session
+    if session is None or not any(session.project.runs[run_id].recover for run_id in found.states
+                                  if run_id in session.project.runs):
+        return []
+    from remote_gpu_trainer.services.recover.run import recover_run
+
+    lines = []
+    for run_id, state in sorted(found.states.items()):
+        outcome = await recover_run(session, run_id, state) if run_id in session.project.runs else None
+        if outcome is not None:
+            lines.append(outcome.line())
+    return lines

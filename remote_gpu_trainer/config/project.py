@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from remote_gpu_trainer.config.audit import AuditConfig, read_audit_config
 from remote_gpu_trainer.config.deliver import DeliverConfig, GridConfig, read_deliver_config, read_grid_config
 from remote_gpu_trainer.config.notify import NotifyConfig, read_notify_config
+from remote_gpu_trainer.config.recover import RecoverLimits, read_recover
 from remote_gpu_trainer.errors import ConfigError
 from remote_gpu_trainer.providers import table as provider_table
 from remote_gpu_trainer.remote.build_manifest import name_problem
@@ -47,7 +48,7 @@ _RUN_KEYS = {
     "instance", "workdir", "command", "log", "remote_root", "roster", "required", "metric", "push",
     "checkpoint_globs", "state_keys", "allowed_globals", "python", "stall_after", "gpus", "total_steps",
     "smoke", "smoke_timeout", "notify", "auto",
-    "auto_resume", "network", "cache_dir", "mtbp_hours", "disk_budget", "checkpoint_bytes",
+    "auto_resume", "recover", "network", "cache_dir", "mtbp_hours", "disk_budget", "checkpoint_bytes",
 }
 _LAUNCH_KEYS = {"gpu", "count", "max_price_per_hour", "image", "disk_gb", "region", "interruptible", "ssh_keys"}
 DEFAULT_SMOKE_TIMEOUT_S = 300.0
@@ -130,6 +131,7 @@ class RunConfig:
     notify: bool = True  # false: launched without the sentinel even when [notify] is set (config/notify.py)
     auto: tuple[str, ...] = ()  # follow-ups a watcher starts once the run finished: "pull", then "verify"
     auto_resume: bool = False  # true: a preempted run may be relaunched on its still-billing box (--resume)
+    recover: RecoverLimits | None = None  # what recovery may spend, once a person approved it (config/recover.py)
     network: str | None = None  # an environment profile in assets/networks/ (e.g. "china"), exported by the wrapper
     cache_dir: str | None = None  # where that profile puts the HF/torch/pip caches (default: <workdir>/.cache)
     mtbp_hours: float | None = None  # mean time between preemptions for Young/Daly (beats the instance's)
@@ -519,7 +521,7 @@ def _run_numbers(body: Table) -> dict[str, Any]:
 
 
 def _resilience(body: Table) -> dict[str, Any]:
-    """auto_resume, network, cache_dir and mtbp_hours (docs/remote-ops.md §10, §12), each checked here."""
+    """auto_resume, recover, network, cache_dir and mtbp_hours (docs/remote-ops.md §10, §12), each checked here."""
     from remote_gpu_trainer.networks import network_ids
 
     cache_dir = body.text("cache_dir", nonempty=True)
@@ -528,6 +530,7 @@ def _resilience(body: Table) -> dict[str, Any]:
         cache_dir = None
     return {
         "auto_resume": body.flag("auto_resume", False),
+        "recover": read_recover(body),
         "network": body.text("network", nonempty=True, choices=network_ids()),
         "cache_dir": cache_dir,
         "mtbp_hours": body.number("mtbp_hours", above=True, message="must be a number of hours > 0"),

@@ -27,12 +27,16 @@ from remote_gpu_trainer.providers.base import Transport
 # below services owns them, the layout names them here for every reader
 from remote_gpu_trainer.providers.transports.detach import LAUNCH_LOG, WRAPPER
 
-__all__ = ["CELL_STARTED", "LAUNCH_JSON", "LAUNCH_LOG", "SLURM_OUT", "WRAPPER", "cell_command", "cell_root",
-           "ctl_dir", "log_path", "wrapper_path"]
+__all__ = ["CELL_STARTED", "CHECKPOINT_NAMES", "LAUNCH_JSON", "LAUNCH_LOG", "RESUME_VAR", "SLURM_OUT", "WRAPPER",
+           "cell_command", "cell_root", "ctl_dir", "log_path", "resume_lines", "wrapper_path"]
 
 CELL_STARTED = "== rgt: cell {cell} started"  # the wrapper's marker line: the log monitor starts a new series
 LAUNCH_JSON = "launch.json"  # what was launched and when; liveness reads its time as the start
 SLURM_OUT = "slurm.out"  # a batch job's stdout and stderr (the wrapper writes the run's own log itself)
+# What a checkpoint is called, for the newest one the liveness look ages (services/watch/liveness.py, whose script
+# names the same patterns) and the one `{resume}` names.
+CHECKPOINT_NAMES = ("*.pth", "*.pt", "*.ckpt", "*.safetensors")
+RESUME_VAR = "RGT_RESUME"  # the wrapper's variable behind `{resume}`: the newest checkpoint in the cell's root
 
 
 def ctl_dir(run: RunConfig) -> str:
@@ -54,14 +58,31 @@ def wrapper_path(run: RunConfig) -> str:
 
 
 def cell_command(run: RunConfig, transport: Transport, cell: str) -> str:
-    """The run's command for one cell: `{cell}` the cell id, `{out}` the quoted `remote_root/<cell>`, and
+    """The run's command for one cell: `{cell}` the cell id, `{out}` the quoted `remote_root/<cell>`,
     `{workdir}` the quoted workdir (for tools that write under their current folder: `cd {out} && python
-    {workdir}/train.py` keeps Lightning's `lightning_logs/` inside the cell)."""
+    {workdir}/train.py` keeps Lightning's `lightning_logs/` inside the cell), and `{resume}` the newest checkpoint
+    in the cell's root as the cell starts, quoted, or an empty argument when there is none (resume_lines)."""
     out = transport.resolve(cell_root(run, cell))
     workdir = transport.resolve(run.workdir)
     try:
-        return run.command.format(cell=cell, out=shlex.quote(out), workdir=shlex.quote(workdir))
+        return run.command.format(cell=cell, out=shlex.quote(out), workdir=shlex.quote(workdir),
+                                  resume=f'"${RESUME_VAR}"')
     except (KeyError, IndexError, ValueError) as exc:
         raise ConfigError(
-            f"runs.{run.id}.command: bad placeholder {exc}: only {{cell}}, {{out}} and {{workdir}} are filled in"
+            f"runs.{run.id}.command: bad placeholder {exc}: only {{cell}}, {{out}}, {{workdir}} and {{resume}} are "
+            "filled in"
         ) from None
+
+
+def resume_lines(run: RunConfig, transport: Transport, cell: str) -> list[str]:
+    """The wrapper's lines that set `{resume}` for a cell, when the command names it: the newest checkpoint under the
+    cell's result root by modification time, found on the box when the cell starts (so a relaunch after a
+    preemption, on the same box or on one its checkpoint was pushed to, resumes from it), empty when there is none.
+    The path never passes through rgt: it goes from find to the command in a quoted variable."""
+    if "{resume}" not in run.command:
+        return []
+    out = shlex.quote(transport.resolve(cell_root(run, cell)))
+    names = " -o ".join(f"-name {shlex.quote(name)}" for name in CHECKPOINT_NAMES)
+    pick = "awk 'NR == 1 || $1 > t { t = $1; p = $0 } END { sub(/^[^ ]* /, \"\", p); print p }'"
+    return [f"  {RESUME_VAR}=$(find {out} -type f \\( {names} \\) -printf '%T@ %p\\n' 2>/dev/null | {pick})",
+            f"  export {RESUME_VAR}"]

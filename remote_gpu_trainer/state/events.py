@@ -57,6 +57,7 @@ class EventKind(StrEnum):
     AGENT_TOOL = "agent_tool"  # an agent called a tool of `rgt mcp` that changes something (its actor: agent:NAME)
     REQUEST = "request"  # an agent filed a request in the approval inbox, or it changed state (docs/agents.md)
     ALLOWANCE = "allowance"  # a person granted or revoked a spending allowance, or a request used one
+    RECOVER = "recover"  # a step of recovering a preempted run: approved, revoked, decided, quoted, rented, launched
 
 
 @dataclass(frozen=True)
@@ -459,3 +460,15 @@ def agent_tool_called(db: EventLog, *, tool: str, run_id: str | None, instance: 
     code and the one line of the refusal) and the `arguments` the agent passed, secrets already replaced."""
     return db.append_event(EventKind.AGENT_TOOL, f"agent tool {tool}: {outcome}", run_id=run_id, instance=instance,
                            actor=actor, detail={"tool": tool, "outcome": outcome, "arguments": arguments})
+
+
+# -- recovery of a preempted run (services/recover/) ----------------------------------------------------------------
+
+def recover_step(db: EventLog, *, run_id: str, instance: str | None, step: str, summary: str, actor: str,
+                  detail: dict[str, Any]) -> Event:
+    """RECOVER, written before each step recovery takes and for a person's approval or revocation of its limits
+    (docs/remote-ops.md §10.1). Payload: the `step` (approved, revoked, decided, refused, quoted, rented, pushed,
+    launched, failed) and what it carries (the limits and launch binding approved, the decision and its reasons, the
+    quote, the box)."""
+    return db.append_event(EventKind.RECOVER, summary, run_id=run_id, instance=instance, actor=actor,
+                           detail={"step": step, **detail})

@@ -15,7 +15,8 @@ from support.helpers import run_rgt
 # written out here, not read from the parser: a verb dropped from VERBS must fail this file
 EXPECTED_VERBS = {"demo", "init", "info", "up", "push", "run", "watch", "pull", "verify", "down", "tick",
                   "audit", "finding", "probe", "accept", "events", "trust", "capsule", "splits", "completion", "help",
-                  "build", "reconcile", "completeness", "status", "adopt", "mcp", "approve", "reject", "skill"}
+                  "build", "reconcile", "completeness", "status", "adopt", "mcp", "approve", "reject", "skill",
+                  "recover"}
 OPTIONS_OF = {"down": ("--confirm", "--stop", "--accept-loss"),
               "watch": ("--once", "--interval", "--format", "--all", "--notify", "--progress-every"),
               "verify": ("--format",), "pull": ("--format",), "events": ("--run", "--format"),
@@ -26,7 +27,8 @@ OPTIONS_OF = {"down": ("--confirm", "--stop", "--accept-loss"),
               "accept": ("--on", "--here", "--compare", "--format"),
               "capsule": ("--write", "--force"),
               "status": ("--all", "--timeout", "--format"),
-              "splits": ("--split", "--split-list", "--csv", "--jsonl", "--hash-unit", "--fields", "--method")}
+              "splits": ("--split", "--split-list", "--csv", "--jsonl", "--hash-unit", "--fields", "--method"),
+              "recover": ("--approve", "--revoke", "--format")}
 
 
 def flat(text: str) -> str:

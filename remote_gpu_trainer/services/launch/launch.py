@@ -30,6 +30,7 @@ from remote_gpu_trainer.services.box_layout import (
     cell_root,
     ctl_dir,
     log_path,
+    resume_lines,
     wrapper_path,
 )
 from remote_gpu_trainer.services.gate import session_box_key
@@ -74,6 +75,7 @@ def wrapper_script(run: RunConfig, transport: Transport) -> str:
             'if [ "$rc" -eq 0 ]; then',
             f"  mkdir -p {out}",
             f'  echo "{CELL_STARTED.format(cell=cell)}" >> "$LOG"',
+            *resume_lines(run, transport, cell),
             f"  ( {cell_command(run, transport, cell)} ) >> \"$LOG\" 2>&1 &",
             "  child=$!",
             '  wait "$child"; crc=$?',
@@ -140,11 +142,13 @@ def _folder_files(folder: Path) -> list[tuple[str, Path]]:
 async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, db: StateDB,
                  clock: Clock = utc_now, *, actor: str = "user", method: str = "setsid",
                  batch: BatchJobs | None = None, box: str | None = None,
-                 notify: sentinel.SentinelPlan | None = None, ledger: bool = False) -> dict[str, object]:
+                 notify: sentinel.SentinelPlan | None = None, ledger: bool = False,
+                 recover: dict[str, object] | None = None) -> dict[str, object]:
     """Push, then start the wrapper detached (`setsid`) or as a batch job (`sbatch`, submitted through
     `batch`, the provider's batch-job verbs); refuses while a recorded launch is still alive, so the inputs
     of a live run are never rewritten. With `ledger` the run's entry is written into the box's ledger
-    before the job starts (services/box_ledger.py): a box that cannot take it gets no job."""
+    before the job starts (services/box_ledger.py): a box that cannot take it gets no job. `recover` marks a
+    relaunch that recovery made (services/recover/run.py), in the launch record, where restarts are counted."""
     if method == "sbatch" and batch is None:
         raise ConfigError(f"instances.{run.instance}: its profile launches runs with sbatch, but its provider "
                           "has no batch jobs")
@@ -164,7 +168,7 @@ async def launch(project: ProjectConfig, run: RunConfig, transport: Transport, d
     detail: dict[str, object] = {"ctl_dir": ctl, "log": log_path(run), "started_at": iso_offset(started),
                                  "method": method, "pushed": pushed,
                                  "log_offset": log_before.size if log_before is not None else 0,
-                                 **guards.relaunch_detail(db, run.id)}
+                                 **guards.relaunch_detail(db, run.id), **({"recover": recover} if recover else {})}
     if ledger:
         entry = box_ledger.new_entry(project, run, control_folder=ctl, log=log_path(run),
                                      started_at=iso_offset(started), transport=transport)
@@ -212,7 +216,8 @@ def _text(value: object) -> str | None:
     return str(value) if value is not None else None
 
 
-async def launch_run(session: Session, run_id: str, actor: str = "user", *, resume: bool = False) -> dict[str, Any]:
+async def launch_run(session: Session, run_id: str, actor: str = "user", *, resume: bool = False,
+                     recover: dict[str, object] | None = None) -> dict[str, Any]:
     """`rgt run`: refuse a run that is still running or whose id already holds results, then launch it
     detached and start its log where this launch's lines begin. `resume` (services/launch/resume.py, which has
     checked preemption and auto_resume) relaunches on the results already there."""
@@ -235,7 +240,7 @@ async def launch_run(session: Session, run_id: str, actor: str = "user", *, resu
                           method="sbatch" if primitive == "sbatch" else "setsid",
                           batch=provider if isinstance(provider, BatchJobs) else None,
                           box=await session_box_key(session, run.instance), notify=notify,
-                          ledger=box_ledger.keeps_ledger(session.profile(run.instance)))
+                          ledger=box_ledger.keeps_ledger(session.profile(run.instance)), recover=recover)
     # the wrapper appends to the log: this launch's lines start at the recorded offset (a shared log
     # would otherwise replay the previous launch's crashes as this one's)
     session.db.reset_log_state(run_id, int(str(detail.get("log_offset", 0))))

@@ -1,0 +1,179 @@
+"""Recovering a preempted run on its own, within the limits a person approved (docs/remote-ops.md §10.1).
+
+A watcher that sees a run preempted (the TUI, `rgt watch RUN`, the patrol `rgt watch --all`) calls `recover_run`.
+It takes the run's lock (fsutil.run_lock: the same one pull, verify and teardown hold, so recovery never relaunches
+onto a box being torn down or pulled from, and two watchers never recover one preemption twice), asks the box and
+the provider again under it (the watcher's answer may be stale: another watcher may have recovered the run
+meanwhile), decides (audits/recover.py), writes the decision to the event log, and only then acts:
+- the box came back and still holds the run: the run is relaunched there (`rgt run --resume`'s launch, marked in its
+  launch record as a recovery under the approval, which is what restarts are counted from); `{resume}` in the
+  command names the newest checkpoint of each cell (services/box_layout.resume_lines);
+- the box is gone: renting an equivalent box is the next step of this work and is not done yet; the decision, with
+  that reason, is recorded and notified, and the run waits for a person (`rgt up`);
+- a limit or the approval forbids it: nothing is done, the reason is recorded once and notified once.
+Recovery never stops, terminates or deletes anything, and never calls services/teardown.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.audits.preemption import is_preempted
+from remote_gpu_trainer.audits.recover import Decision, RecoveryFacts, Step, decide
+from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
+from remote_gpu_trainer.fsutil import run_lock
+from remote_gpu_trainer.services import meter
+from remote_gpu_trainer.services.bindings import run_config
+from remote_gpu_trainer.services.instances import instance_status
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.recover.approval import check_approval
+from remote_gpu_trainer.services.watch.liveness import RunState, run_state
+from remote_gpu_trainer.services.watch.watched_state import with_provider_word
+from remote_gpu_trainer.state import events
+from remote_gpu_trainer.state.events import EventKind
+from remote_gpu_trainer.text import escape_control
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.config.project import RunConfig
+    from remote_gpu_trainer.services.session import Session
+
+ACTOR = "rgt:recover"
+DECIDED, LAUNCHING, LAUNCHED, FAILED, RENTED = "decided", "launching", "launched", "failed", "rented"
+NOT_YET = "renting an equivalent box is not available to recovery yet: `rgt up` rents one with your typed approval"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one call did for a run: the step decided, why, and whether the run was relaunched."""
+
+    run_id: str
+    step: Step
+    reasons: tuple[str, ...]
+    relaunched: bool = False
+
+    def line(self) -> str:
+        """One line for a watcher's output."""
+        verb = "relaunched" if self.relaunched else str(self.step)
+        return f"{self.run_id}: recovery {verb}: " + "; ".join(self.reasons)
+
+
+async def recover_run(session: Session, run_id: str, seen: RunState | None = None) -> Outcome | None:
+    """Recover the run if it is preempted and recovery may act. None when there is nothing to consider: no
+    `recover` limits, a read-only session, or a watcher's answer (`seen`) that is not a preemption. Another rgt
+    holding the run's lock (a pull, a teardown, another watcher's recovery) leaves this look to that one."""
+    run = run_config(session, run_id)
+    if run.recover is None or session.read_only or (seen is not None and not is_preempted(seen.liveness)):
+        return None
+    try:
+        with run_lock(session.project.state_dir, run_id, "recovering"):
+            return await _recover_locked(session, run)
+    except VerbFailed as held:
+        return Outcome(run_id, Step.WAIT, (str(held),))
+
+
+async def _recover_locked(session: Session, run: RunConfig) -> Outcome:
+    facts = await gather_facts(session, run)
+    decision = decide(facts)
+    if decision.step == Step.NONE:
+        return Outcome(run.id, Step.NONE, decision.reasons)
+    if decision.step == Step.RENT:
+        decision = Decision(Step.REFUSED, (*decision.reasons, NOT_YET))
+    fresh = _record(session, run, decision)
+    if decision.step == Step.RESUME_HERE:
+        return await _resume_here(session, run, facts)
+    if fresh and decision.step == Step.REFUSED:
+        await _notify(session, run, f"rgt: {run.id} was preempted and is not recovered",
+                      "\n".join(decision.reasons))
+    return Outcome(run.id, decision.step, decision.reasons)
+
+
+async def gather_facts(session: Session, run: RunConfig) -> RecoveryFacts:
+    """The box and the provider asked now, the approval and the counts read from the event and launch logs."""
+    assert run.recover is not None
+    status = await instance_status(session, run.instance)
+    state = with_provider_word(await run_state(session, run.id), status)
+    approval = check_approval(session, run, run.recover)
+    return RecoveryFacts(
+        run_id=run.id, preempted=is_preempted(state.liveness), limits=run.recover, approval=approval,
+        restarts_used=restarts_used(session, run.id, approval.seq), spent=spent(session, run.id),
+        now=session.clock(), box_state=status.state, box_holds_run=state.liveness.state != "unknown")
+
+
+def restarts_used(session: Session, run_id: str, approval_seq: int | None) -> int:
+    """Relaunches recovery made under this approval (each launch record marks its approval's event)."""
+    if approval_seq is None:
+        return 0
+    return sum(1 for record in session.db.launch_history(run_id)
+               if isinstance(record.detail.get("recover"), dict) and
+               record.detail["recover"].get("approval") == approval_seq)
+
+
+def spent(session: Session, run_id: str) -> float:
+    """What the boxes recovery rented for the run have billed so far, by their meters (none: 0)."""
+    rented = {event.instance for event in session.db.events(run_id=run_id, kind=EventKind.RECOVER)
+              if event.detail.get("step") == RENTED and event.instance}
+    return sum(meter.meter_reading(session, name).total for name in sorted(rented) if name in session.project.instances)
+
+
+def _record(session: Session, run: RunConfig, decision: Decision) -> bool:
+    """The decision in the event log, before anything is done; a refusal or a wait the last decision already said
+    is not written again (a patrol looks every few minutes). True when it was written."""
+    detail = {"decision": str(decision.step), "reasons": list(decision.reasons)}
+    last = next((event for event in reversed(session.db.events(run_id=run.id, kind=EventKind.RECOVER))
+                 if event.detail.get("step") == DECIDED), None)
+    if decision.step != Step.RESUME_HERE and last is not None and \
+            {key: last.detail.get(key) for key in detail} == detail:
+        return False
+    events.recover_step(session.db, run_id=run.id, instance=run.instance, step=DECIDED, actor=ACTOR,
+                        summary=f"recovery of {run.id}: {decision.step}: " + "; ".join(decision.reasons),
+                        detail=detail)
+    return True
+
+
+async def _resume_here(session: Session, run: RunConfig, facts: RecoveryFacts) -> Outcome:
+    """Relaunch the run on its box, recorded as restart N under the approval."""
+    restart = facts.restarts_used + 1
+    mark: dict[str, object] = {"approval": facts.approval.seq, "restart": restart}
+    events.recover_step(session.db, run_id=run.id, instance=run.instance, step=LAUNCHING, actor=ACTOR,
+                        summary=f"recovery of {run.id}: relaunching on {run.instance} (restart {restart})",
+                        detail=mark)
+    try:
+        await launch_run(session, run.id, actor=ACTOR, resume=True, recover=mark)
+    except (RgtError, ConfigError, OSError) as exc:
+        reason = escape_control(str(exc))
+        events.recover_step(session.db, run_id=run.id, instance=run.instance, step=FAILED, actor=ACTOR,
+                            summary=f"recovery of {run.id}: the relaunch failed: {reason}", detail={"error": reason})
+        await _notify(session, run, f"rgt: recovering {run.id} failed", reason)
+        return Outcome(run.id, Step.REFUSED, (f"the relaunch failed: {reason}",))
+    events.recover_step(session.db, run_id=run.id, instance=run.instance, step=LAUNCHED, actor=ACTOR,
+                        summary=f"recovery of {run.id}: relaunched on {run.instance} (restart {restart})",
+                        detail=mark)
+    await _notify(session, run, f"rgt: {run.id} was preempted and relaunched",
+                  f"restart {restart} of {facts.limits.max_restarts if facts.limits else '?'} on {run.instance}")
+    return Outcome(run.id, Step.RESUME_HERE, (f"relaunched on {run.instance}, restart {restart}",), relaunched=True)
+
+
+async def _notify(session: Session, run: RunConfig, title: str, body: str) -> None:
+    """Through `[notify]` (services/fleet/notify.py's channels), when the project has one; a channel that cannot be
+    read is recorded, never raised: recovery's record stands whether or not a message went out."""
+    from remote_gpu_trainer.services.fleet.notify import channels, send
+
+    try:
+        found = channels(session.project.root, session.project.notify)
+        if found is None:
+            return
+        delivery = await send(found, title, body)
+        outcome: dict[str, object] = {"taken": delivery.taken, "unconfirmed": delivery.unconfirmed}
+    except ConfigError as exc:
+        outcome = {"error": str(exc)}
+    events.recover_step(session.db, run_id=run.id, instance=run.instance, step="notified", actor=ACTOR,
+                        summary=f"recovery of {run.id}: notified: {title}", detail={"title": title, **outcome})
+
+
+def history(session: Session, run_id: str) -> list[dict[str, object]]:
+    """The run's recovery events, oldest first, as plain data (for the report and `rgt recover RUN`)."""
+    return [{"seq": event.seq, "at": event.at.isoformat(), "actor": event.actor, "summary": event.summary,
+             **json.loads(json.dumps(event.detail))}
+            for event in session.db.events(run_id=run_id, kind=EventKind.RECOVER)]
