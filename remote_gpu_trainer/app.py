@@ -11,6 +11,7 @@ from textual.screen import Screen
 
 from remote_gpu_trainer.runtime import tune_process
 from remote_gpu_trainer.screens.auto_follow import watch_follow_ups
+from remote_gpu_trainer.screens.auto_recover import watch_preemptions
 from remote_gpu_trainer.screens.dashboard import DashboardScreen
 from remote_gpu_trainer.services.session import Session
 
@@ -33,6 +34,7 @@ class RgtApp(App[None]):
         dashboard = DashboardScreen(self.session)
         self.push_screen(dashboard)
         watch_follow_ups(dashboard)  # finished runs with `auto` are pulled and verified (screens/auto_follow.py)
+        watch_preemptions(dashboard)  # preempted runs with `recover` limits go to recovery (screens/auto_recover.py)
 
     async def on_unmount(self) -> None:
         await self.session.close_transports()

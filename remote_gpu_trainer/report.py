@@ -15,13 +15,23 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from remote_gpu_trainer.clock import iso_z
-from remote_gpu_trainer.text import cadence_line, duration, escape_all, location_drift_line, money, short_hash, size
+from remote_gpu_trainer.text import (
+    cadence_line,
+    duration,
+    escape_all,
+    location_drift_line,
+    money,
+    recovery_line,
+    short_hash,
+    size,
+)
 from remote_gpu_trainer.views import (
     AuditFindingView,
     AuditView,
     CadenceView,
     ClaimView,
     Overview,
+    RecoveryView,
     ResultRowView,
     ResultsView,
     RunResultsView,
@@ -169,7 +179,18 @@ def _run_dict(run: RunView) -> dict[str, Any]:
         "checkpoint_cadence": _cadence_json(run.checkpoint_cadence),
         "location_drift": [{"key": d.key, "launched": _drift_json(d.launched), "now": _drift_json(d.now)}
                            for d in run.location_drift],
+        "recovery": _recovery_json(run.recovery),
     }
+
+
+def _recovery_json(view: RecoveryView | None) -> dict[str, object] | None:
+    """runs[].recovery (docs/formats.md, Report JSON): null for a run without `recover` limits."""
+    if view is None:
+        return None
+    return {"approved": view.approved, "why_not": view.why_not or None, "restarts_used": view.restarts_used,
+            "max_restarts": view.max_restarts, "spent": _round(view.spent), "max_spend": _round(view.max_spend),
+            "currency": view.currency, "until": view.until, "checkpoint_age_s": _round(view.checkpoint_age_s),
+            "last": view.last or None}
 
 
 def _drift_json(value: str | tuple[str, ...] | None) -> str | list[str] | None:
@@ -244,12 +265,7 @@ def _text(o: Overview) -> str:
         out.append("")
         out.append(f"RUN {run.id} on {run.instance}: {run.evidence_state} · liveness {run.liveness}"
                    f" ({run.liveness_detail})")
-        if run.location_drift:
-            out.append(f"  {location_drift_line(run.location_drift)}")
-        if run.sentinel:
-            out.append(f"  sentinel: {run.sentinel}")
-        if run.checkpoint_cadence is not None:
-            out.append(f"  {cadence_line(run.checkpoint_cadence)}")
+        out.extend(f"  {note}" for note in _run_notes(run))
         gate = "OPEN" if run.gate.open else "CLOSED"
         out.append(f"  gate {gate}: {run.gate.action}")
         out.extend(f"    - {reason}" for reason in run.gate.reasons)
@@ -277,6 +293,15 @@ def _text(o: Overview) -> str:
     out.extend(_audit_text(o.audit))
     out.extend(_requests_text(o))
     return "\n".join(out) + "\n"
+
+
+def _run_notes(run: RunView) -> list[str]:
+    """What the text report says of a run under its heading, each when there is something to say: its launch's
+    drift from rgt.toml, the sentinel, the Young/Daly cadence, its recovery."""
+    notes = [location_drift_line(run.location_drift)] if run.location_drift else []
+    notes += [f"sentinel: {run.sentinel}"] if run.sentinel else []
+    notes += [cadence_line(run.checkpoint_cadence)] if run.checkpoint_cadence is not None else []
+    return notes + ([recovery_line(run.recovery)] if run.recovery is not None else [])
 
 
 def _requests_text(o: Overview) -> list[str]:

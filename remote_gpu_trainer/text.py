@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 if TYPE_CHECKING:  # annotations only; audits import this module, so it imports nothing above audits
     from remote_gpu_trainer.audits.gpu_health import GpuSample
     from remote_gpu_trainer.fleet_views import BoxView, FleetView, OrphanView, ProjectRowView
-    from remote_gpu_trainer.views import CadenceView, LocationDriftView
+    from remote_gpu_trainer.views import CadenceView, LocationDriftView, RecoveryView
 
 T = TypeVar("T")
 
@@ -279,6 +279,14 @@ def _drift_value(value: str | tuple[str, ...] | None) -> str:
     if value is None:
         return "(unset)"
     return "[" + ", ".join(value) + "]" if isinstance(value, tuple) else value
+
+
+def recovery_line(view: RecoveryView) -> str:
+    """A recoverable run's recovery (docs/remote-ops.md §10.1), the same in the run panel and the report."""
+    approval = "approved" if view.approved else f"NOT APPROVED ({view.why_not})"
+    age = "" if view.checkpoint_age_s is None else f" · newest checkpoint {duration(view.checkpoint_age_s)} old"
+    return (f"recovery {approval} · restarts {view.restarts_used}/{view.max_restarts} · spent "
+            f"{view.spent:.2f}/{view.max_spend:.2f} {view.currency} · until {view.until}{age}")
 
 
 def cadence_line(view: CadenceView) -> str:

@@ -76,6 +76,23 @@ class CadenceView:
 
 
 @dataclass(frozen=True)
+class RecoveryView:
+    """A run with `recover` limits (docs/remote-ops.md §10.1): whether a person's approval stands, the restarts and
+    spending used against their limits, and the newest checkpoint's age on the box."""
+
+    approved: bool
+    why_not: str  # "" while the approval stands
+    restarts_used: int
+    max_restarts: int
+    spent: float
+    max_spend: float
+    currency: str
+    until: str  # ISO-8601 with its offset
+    checkpoint_age_s: float | None = None  # the newest checkpoint under remote_root, by the box's clock
+    last: str = ""  # the latest recovery event, in words
+
+
+@dataclass(frozen=True)
 class LocationDriftView:
     """A location key rgt.toml now sets otherwise than the run's latest launch did (docs/gate.md §7,
     "Launch-time bindings"): the run stays where its launch put it; the edit applies to the next launch."""
@@ -200,6 +217,7 @@ class RunView:
     sentinel: str = ""  # the on-box sentinel: alive, silent since T, exited after E; "" when notifications are off
     checkpoint_cadence: CadenceView | None = None  # Young/Daly W; None when the box is not preemptible or C unknown
     location_drift: tuple[LocationDriftView, ...] = ()  # location keys edited in rgt.toml since the launch
+    recovery: RecoveryView | None = None  # runs.<id>.recover: what recovery may still do, and did
 
     def sorted_findings(self) -> list[FindingView]:
         """Worst first, then by id (docs/ux.md §8): the same order in every report format and in the TUI."""

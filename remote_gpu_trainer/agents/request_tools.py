@@ -56,6 +56,10 @@ async def request_resume(call: Call, run: Run, why: Why, hours: Hours = 1.0) -> 
     return await _file(call, "resume", why, run_id=run, params={"hours": hours})
 
 
+async def request_recovery(call: Call, run: Run, why: Why) -> Outcome:
+    return await _file(call, "recover", why, run_id=run)
+
+
 async def request_finding_decision(
         call: Call, finding: Annotated[str, Field(description="the VERIFY finding's id (rgt_findings lists them)")],
         decision: Annotated[Literal["acknowledge", "waive"], Field(

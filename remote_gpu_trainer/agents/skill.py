@@ -43,7 +43,8 @@ records what happened, checks every file against the box's manifest, and keeps t
    approves the price). `rgt_push` copies the run's files, `rgt_run` launches it after the phase-0 environment
    audit. Follow it with `rgt_watch` (one look per call: liveness, step, loss, ETA, alerts) until it is
    `finished` (or `dead`, `preempted`: read `rgt_recovery_note`; a relaunch on the same box is
-   `rgt_request_resume`).
+   `rgt_request_resume`; for recovery without asking each time, `rgt_request_recovery` asks a person to approve the
+   run's `recover` limits once).
 2. **VERIFY.** `rgt_pull` brings the results home, `rgt_verify` load-verifies them (and runs the audit);
    `rgt_audit` and `rgt_findings` show the VERIFY findings. A finding is disclosed, never hidden: to acknowledge or
    waive one, propose it with `rgt_request_finding_decision`.

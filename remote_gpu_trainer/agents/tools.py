@@ -84,6 +84,9 @@ TOOLS: tuple[AgentTool, ...] = (
               True, request_tools.request_teardown),
     AgentTool("rgt_request_resume", "Ask a person to relaunch a preempted run on its still-billing box "
               "(rgt run RUN --resume).", True, request_tools.request_resume, long=True, key="run"),
+    AgentTool("rgt_request_recovery", "Ask a person to approve the run's recovery limits (runs.RUN.recover in "
+              "rgt.toml): once approved, a watcher relaunches the run within them when it is preempted.", True,
+              request_tools.request_recovery),
     AgentTool("rgt_request_finding_decision", "Ask a person to acknowledge (with a disclosure) or waive a VERIFY "
               "finding, with the note you propose.", True, request_tools.request_finding_decision),
     AgentTool("rgt_requests", "Your requests and their states (pending, executing, done, failed, refused, "

@@ -56,7 +56,7 @@ async def recover(session: Session, args: argparse.Namespace) -> int:
 def _show(session: Session, run_id: str, fmt: str) -> int:
     """The limits, whether the approval stands, restarts and spending, and the recovery events of the run."""
     from remote_gpu_trainer.services.recover.approval import check_approval
-    from remote_gpu_trainer.services.recover.run import history, restarts_used, spent
+    from remote_gpu_trainer.services.recover.ledger import history, restarts_used, spent
 
     run = run_config(session, run_id)
     limits = run.recover

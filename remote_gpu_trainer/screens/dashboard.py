@@ -26,6 +26,7 @@ from remote_gpu_trainer.screens.box_actions import BoxActions
 from remote_gpu_trainer.screens.confirm import ConfirmScreen
 from remote_gpu_trainer.screens.deliver_actions import DELIVER_PANEL, DeliverActions
 from remote_gpu_trainer.screens.finding import FindingScreen
+from remote_gpu_trainer.screens.log_poll import log_poll_due, poll_log_once
 from remote_gpu_trainer.screens.note import NoteScreen
 from remote_gpu_trainer.screens.topbar import topbar_text
 from remote_gpu_trainer.services import instances
@@ -55,7 +56,7 @@ TITLES = ("1 Instances · meter", "2 Checkpoints", "3 Log · loss", "4 Checklist
 TAB_TITLES = ("1 Instances", "2 Checkpoints", "3 Log", "4 Checklist", "5 Deliver")  # five fit in 80 columns
 REFRESH_S = 2.0  # from the end of one refresh to the start of the next
 OVERVIEW_WAIT_S = 1.5  # how long a refresh waits for slow boxes before drawing the rows that answered
-LOG_POLL_S = 0.5
+LOG_POLL_S = run_logs.LIVE_POLL_S  # the timer's tick; a run that ended is read less often (run_logs.log_poll_interval)
 AUDIT_POLL_S = 10.0  # how often the dashboard looks whether an input of the VERIFY audits changed
 
 
@@ -97,6 +98,7 @@ class DashboardScreen(Screen[None]):
         self.busy: set[str] = set()
         self.log_backfilled = False
         self.log_polling = False
+        self.log_polled_at = -1e9  # time.monotonic() of the last log poll the timer started
         self.refreshing = False  # one overview refresh at a time; a request meanwhile is served after it
         self.refresh_again = False
         self.refresh_timer: Timer | None = None
@@ -133,7 +135,7 @@ class DashboardScreen(Screen[None]):
         self.call_after_refresh(self.refresh_overview)  # once the first frame is drawn; it re-arms itself when done
         # the log's backfill (a read of the whole log and the signature catalogue's matchers) waits for the first
         # overview to be drawn, or for the poll's first tick when the boxes are slow (issue 29: first frame)
-        self.set_interval(LOG_POLL_S, self.poll_log)
+        self.set_interval(LOG_POLL_S, self.log_tick)
         self.set_interval(AUDIT_POLL_S, self.audit_if_changed)
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
@@ -257,6 +259,11 @@ class DashboardScreen(Screen[None]):
             return None
         return self.overview.run(self.run_id)
 
+    def log_tick(self) -> None:
+        """The log timer: a poll when the shown run's interval (run_logs.log_poll_interval) has passed."""
+        if log_poll_due(self):
+            self.poll_log()
+
     @work(group="log")
     async def poll_log(self) -> None:
         """One poll at a time, never cancelled by the next tick: a poll that is digesting a chunk finishes."""
@@ -264,38 +271,9 @@ class DashboardScreen(Screen[None]):
             return
         self.log_polling = True
         try:
-            await self._poll_log_once()
+            await poll_log_once(self)
         finally:
             self.log_polling = False
-
-    async def _poll_log_once(self) -> None:
-        run_id = self.run_id
-        assert run_id is not None
-        panel = self.query_one(LogPanel)
-        try:
-            if not self.log_backfilled:
-                backfill = await run_logs.log_backfill(self.session, run_id)
-                if not self.showing() or self.run_id != run_id:  # removed, or another run is shown now
-                    return
-                panel.append(backfill)
-                self.log_backfilled = True
-            update = await run_logs.follow_log(self.session, run_id, max_reads=1)
-        except RgtError:
-            return  # the box is unreachable or gone; the overview says so
-        if update is None or not self.showing() or self.run_id != run_id:
-            return
-        if update.restarted:
-            panel.reset("the log was truncated or replaced: following it from its first line")
-        panel.append(update.lines)
-        panel.set_progress(update.partial)
-        self.show_alerts(update.alerts)
-        if update.alerts:
-            self.refresh_overview()  # the checklist lists the findings the toasts announce
-        chart = run_logs.loss_chart(self.session, self.run_id)
-        if chart is not None:
-            panel.query_one(LossChart).set_series(chart.steps, chart.values, chart.title, chart.x)
-        if update.more:
-            self.call_later(self.poll_log)  # a backlog: keep reading, one bounded chunk per frame
 
     def show_alerts(self, alerts: Sequence[Alert]) -> None:
         """One toast per new or worse finding; the findings list keeps them all (docs/ux.md §7)."""

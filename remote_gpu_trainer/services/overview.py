@@ -31,7 +31,13 @@ from remote_gpu_trainer.services.evidence.verify import checkpoint_statuses
 from remote_gpu_trainer.services.meter import MeterReading
 from remote_gpu_trainer.services.watch import gpu_samples, recovery, run_logs
 from remote_gpu_trainer.services.watch.checkpoint_cadence import cadence_view, run_cadence
-from remote_gpu_trainer.services.watch.liveness import WAITING_RUN, RunState, bounded_run_state
+from remote_gpu_trainer.services.watch.liveness import (
+    WAITING_RUN,
+    RunState,
+    bounded_run_state,
+    remember_look,
+    settled_state,
+)
 from remote_gpu_trainer.services.watch.monitors import opened_monitor
 from remote_gpu_trainer.services.watch.watched_state import with_provider_word
 from remote_gpu_trainer.text import money
@@ -44,11 +50,13 @@ from remote_gpu_trainer.views import (
     InstanceView,
     LocationDriftView,
     Overview,
+    RecoveryView,
     RunView,
 )
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.audits.liveness import Liveness
+    from remote_gpu_trainer.config.project import RunConfig
     from remote_gpu_trainer.request_views import RequestView
     from remote_gpu_trainer.services.session import Session
     from remote_gpu_trainer.state.db import StateDB
@@ -84,16 +92,22 @@ async def observe(session: Session, wait_s: float | None = None, *, catch_up: bo
     now = session.clock()
     names = sorted(session.project.instances)
     run_ids = sorted(session.project.runs)
+    # a watcher (wait_s) trusts a settled run's recent look; a report asks every box
+    settled = {} if wait_s is None else {run_id: state for run_id in run_ids
+                                         if (state := settled_state(session, run_id)) is not None}
+    asked = [run_id for run_id in run_ids if run_id not in settled]
     (statuses, gpus, boxes), run_answers, _ = await asyncio.gather(
         _boxes(session, names, wait_s),
-        session.answers({f"run:{run_id}": partial(bounded_run_state, session, run_id) for run_id in run_ids},
-                        wait_s),
+        session.answers({f"run:{run_id}": partial(bounded_run_state, session, run_id) for run_id in asked}, wait_s),
         run_logs.catch_up_logs(session) if catch_up else _nothing())
-    run_states = {run_id: run_answers.get(f"run:{run_id}") or WAITING_RUN for run_id in run_ids}
+    run_states = {run_id: settled.get(run_id) or run_answers.get(f"run:{run_id}") or WAITING_RUN for run_id in run_ids}
     readings = await asyncio.to_thread(meter_readings, session, statuses, run_states)
     for run_id, state in run_states.items():
-        if state is not WAITING_RUN:  # rules judge fresh answers only
-            state = run_states[run_id] = with_provider_word(state, statuses.get(run_config(session, run_id).instance))
+        if state is WAITING_RUN:
+            continue
+        state = run_states[run_id] = with_provider_word(state, statuses.get(run_config(session, run_id).instance))
+        if run_id not in settled:  # rules judge fresh answers only
+            remember_look(session, run_id, state)
             await run_logs.evaluate_rules(session, run_id, state)
             recovery.refresh(session, run_id, state.liveness)  # .rgt/recovery/<run-id>.md, when it changed
     return Observation(now, statuses, run_states, gpus, readings, boxes)
@@ -235,7 +249,17 @@ def run_view(session: Session, run_id: str, state: RunState, statuses: dict[str,
         sentinel=state.sentinel or "",
         checkpoint_cadence=cadence_view(run_cadence(session, run_id, state, status.detail), state),
         location_drift=tuple(LocationDriftView(d.key, d.launched, d.now) for d in run.location_drift),
+        recovery=_recovery(session, run, state),
     )
+
+
+def _recovery(session: Session, run: RunConfig, state: RunState) -> RecoveryView | None:
+    """What recovery may still do for the run, and did (services/recover/ledger.py, loaded for such runs only)."""
+    if run.recover is None:
+        return None
+    from remote_gpu_trainer.services.recover.ledger import recovery_view
+
+    return recovery_view(session, run, state)
 
 
 def box_gate_reasons(instance: str, run_id: str | None, runs: Sequence[RunView], seen: Observation) -> list[str]:

@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import DataTable, ProgressBar, Static
 
-from remote_gpu_trainer.text import cadence_line, location_drift_line
+from remote_gpu_trainer.text import cadence_line, location_drift_line, recovery_line
 from remote_gpu_trainer.views import Overview, RunView
 from remote_gpu_trainer.widgets.glyphs import badge, plain, short_hash, show_text, size
 from remote_gpu_trainer.widgets.stable_table import StableTable
@@ -52,6 +52,8 @@ class CheckpointsPanel(Vertical):
             self.summary += f" · sentinel {run.sentinel}"
         if run.checkpoint_cadence is not None:  # Young/Daly on a preemptible box (docs/remote-ops.md §10)
             self.summary += f"\n{cadence_line(run.checkpoint_cadence)}"
+        if run.recovery is not None:  # runs.<id>.recover: approved or not, restarts and spending (§10.1)
+            self.summary += f"\n{recovery_line(run.recovery)}"
         if run.location_drift:  # rgt.toml moved the run since its launch: shown, applied at the next (docs/gate.md §7)
             self.summary += f"\n{location_drift_line(run.location_drift)}"
         show_text(summary, plain(self.summary))

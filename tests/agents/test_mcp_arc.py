@@ -23,7 +23,7 @@ TOOLS = {
     "rgt_status", "rgt_report", "rgt_events", "rgt_watch", "rgt_push", "rgt_run", "rgt_pull", "rgt_verify",
     "rgt_audit", "rgt_findings", "rgt_build", "rgt_reconcile", "rgt_completeness", "rgt_recovery_note",
     "rgt_request_rent", "rgt_request_stop", "rgt_request_teardown", "rgt_request_resume",
-    "rgt_request_finding_decision", "rgt_requests",
+    "rgt_request_finding_decision", "rgt_requests", "rgt_request_recovery",
 }
 RUNPOD_KEY = "rpa_" + "Q7f3K9x2M4p8R1t6W0z5" + "Yb2Nc4Dd"  # token-shaped, in the variable RunPod's client reads
 SERVICE_SECRET = "correct-horse-battery-" + "staple-42"  # no token shape: a secret only by its variable's name

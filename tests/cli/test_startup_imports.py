@@ -40,7 +40,8 @@ def test_the_report_of_a_sim_project_loads_no_ssh_http_torch_or_textual(project_
     # detector (and VERIFY's integrity module, for the saves a line claims) with the first log line to look at;
     # rgt.toml's reader takes reconcile's name rules, not its model; the inbox's views load with a first request;
     # the assets are read by path, not through importlib.resources (tempfile, zipfile); the load check program
-    # loads when a marker is written, and the key scrubber (every profile's key names) with a log's first news
+    # loads when a marker is written, and the key scrubber (every profile's key names) with a log's first news;
+    # recovery's ledger only for a run with `recover` limits
     assert [name for name in REPORT_LAZY if name in loaded] == []
 
 
@@ -48,7 +49,7 @@ REPORT_LAZY = ("filelock", "remote_gpu_trainer.services.evidence.load_checks", "
                "remote_gpu_trainer.audits.log.detector", "remote_gpu_trainer.audits.catalogue.reconcile.model",
                "remote_gpu_trainer.audits.catalogue.integrity", "remote_gpu_trainer.request_views",
                "importlib.resources", "zipfile", "tempfile", "remote_gpu_trainer.isolated.load_check",
-               "remote_gpu_trainer.providers.cloud.credentials")
+               "remote_gpu_trainer.providers.cloud.credentials", "remote_gpu_trainer.services.recover")
 
 
 def test_version_loads_no_verb_module_and_no_session(project_dir: Path) -> None:

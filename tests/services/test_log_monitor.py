@@ -329,3 +329,13 @@ async def test_the_tail_others_read_is_replaced_whole_never_changed_in_place(tmp
         assert "epoch 2 loss 0.4" not in seen  # the old one, untouched
     finally:
         session.close()
+
+
+def test_a_run_that_ended_has_its_log_read_less_often() -> None:
+    """A finished or dead run's log grows only when the run is launched again: watchers stat it every 5 s, not every
+    0.5 s (issue 29: the poll was a sixth of an idle dashboard's CPU); a run that may be writing is read at once."""
+    from remote_gpu_trainer.services.watch.run_logs import LIVE_POLL_S, QUIET_POLL_S, log_poll_interval
+
+    assert [log_poll_interval(state) for state in ("running", "stalled", "unknown", None)] == [LIVE_POLL_S] * 4
+    assert [log_poll_interval(state) for state in ("finished", "dead", "not_launched")] == [QUIET_POLL_S] * 3
+    assert QUIET_POLL_S > LIVE_POLL_S

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 import signal
-import sys
-import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from remote_gpu_trainer.audits.recover import Step
 from remote_gpu_trainer.config.project import load_project
+from remote_gpu_trainer.report import render, to_dict
 from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.gate import gate_view
 from remote_gpu_trainer.services.instances import create_instance, instance_status
@@ -26,92 +23,23 @@ from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.recover import approval
 from remote_gpu_trainer.services.recover.run import recover_run
-from remote_gpu_trainer.services.session import Session
-from remote_gpu_trainer.services.watch.liveness import RunState, run_state
-from remote_gpu_trainer.services.watch.watched_state import with_provider_word
+from remote_gpu_trainer.services.report_overview import report_overview
 from remote_gpu_trainer.state.events import EventKind
-from support.helpers import FIXTURES, INSTANCE, RUN, wait_file, wait_for_liveness, write_project
+from support.helpers import INSTANCE, RUN, wait_file, wait_for_liveness
+from support.recover_project import (
+    PERSON,
+    checkpoint,
+    disk,
+    hold,
+    launched_and_preempted,
+    launches,
+    never_torn_down,
+    preempt,
+    project,
+    seen_by_watcher,
+    wait_exists,
+)
 from support.webhook_receiver import Receiver, receiver  # noqa: F401 (the fixture)
-
-TRAINER = FIXTURES / "resumable_trainer.py"
-PERSON = "person:/dev/pts/test"
-TEARDOWN_KINDS = (EventKind.TORN_DOWN, EventKind.STOPPED, EventKind.TEARDOWN_UNCONFIRMED)
-
-
-def project(root: Path, *, restarts: int = 3, apprise: str | None = None) -> Path:
-    until = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0).isoformat()
-    limits = (f'recover = {{ max_price_per_hour = 1.0, max_spend = 25, max_restarts = {restarts}, '
-              f'until = "{until}" }}')
-    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(TRAINER))} {{out}} {{resume}}"
-    write_project(root, command, roster=("seed0",), extra_run=limits,
-                  instance_body='provider = "sim"\ninterruptible = true')
-    if apprise is not None:
-        secret = root / "apprise.txt"
-        secret.write_text(apprise + "\n")
-        secret.chmod(0o600)
-        with open(root / "rgt.toml", "a", encoding="utf-8") as handle:
-            handle.write('\n[notify]\napprise_file = "apprise.txt"\n')
-    return root
-
-
-def disk(root: Path) -> Path:
-    return root / ".rgt" / "sim" / INSTANCE
-
-
-def checkpoint(root: Path, step: int) -> Path:
-    return disk(root) / "workspace" / "rgt" / RUN / "seed0" / f"ckpt_{step:03d}.pt"
-
-
-def hold(root: Path, step: int | None) -> None:
-    """Make the trainer wait at `step` (None: let it run to the end)."""
-    path = disk(root) / "workspace" / "job" / "hold"
-    if step is None:
-        path.unlink(missing_ok=True)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(str(step))
-
-
-def preempt(root: Path) -> None:
-    """What a spot box's provider does: SIGTERM to the job's process group; then its exit code is written."""
-    ctl = disk(root) / "workspace" / "job" / ".rgt" / RUN
-    os.killpg(int(wait_file(ctl / "pgid").strip()), signal.SIGTERM)
-    assert wait_file(ctl / "exit_code").strip() == "143"
-
-
-async def seen_by_watcher(session: Session) -> RunState:
-    """The run's state as a watcher reads it: the liveness look with the provider's word."""
-    status = await instance_status(session, INSTANCE)
-    return with_provider_word(await run_state(session, RUN), status)
-
-
-async def launched_and_preempted(session: Session, root: Path, at_step: int = 2) -> RunState:
-    await create_instance(session, INSTANCE)
-    hold(root, at_step)
-    await launch_run(session, RUN)
-    wait_exists(checkpoint(root, at_step - 1))
-    preempt(root)
-    seen = await seen_by_watcher(session)
-    assert seen.liveness.detail.startswith("preempted"), seen.liveness
-    return seen
-
-
-def wait_exists(path: Path, timeout: float = 60.0) -> None:
-    """Until the trainer has saved this checkpoint (renamed into place whole)."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-
-
-def launches(session: Session) -> list[dict[str, object]]:
-    return [record.detail for record in session.db.launch_history(RUN)]
-
-
-def never_torn_down(session: Session) -> None:
-    assert [e.kind for e in session.db.events() if e.kind in TEARDOWN_KINDS
-            or e.detail.get("action") in ("terminate", "stop")] == []
-    assert (disk(session.project.root) / "workspace").is_dir()
 
 
 def test_a_preempted_run_resumes_on_its_box_once_approved_and_its_evidence_opens_the_gate(
@@ -132,6 +60,10 @@ def test_a_preempted_run_resumes_on_its_box_once_approved_and_its_evidence_opens
                        if e.detail["step"] == "decided"]
             assert len(decided) == 1
 
+            waiting = (await report_overview(session)).runs[0].recovery
+            assert waiting is not None and not waiting.approved and waiting.restarts_used == 0
+            assert waiting.why_not.startswith("no person approved") and waiting.checkpoint_age_s is not None
+
             approval.approve(session, RUN, "25.00", PERSON)
             hold(root, None)
             outcome = await recover_run(session, RUN, seen)
@@ -142,6 +74,11 @@ def test_a_preempted_run_resumes_on_its_box_once_approved_and_its_evidence_opens
             assert approved is not None and approved.actor == PERSON
             assert len(launches(session)) == 2 and relaunch["recover"] == {"approval": approved.seq, "restart": 1}
             await wait_for_liveness(session)
+            shown = await report_overview(session)
+            document = to_dict(shown)["runs"][0]["recovery"]
+            assert document["approved"] is True and document["why_not"] is None
+            assert (document["restarts_used"], document["max_restarts"], document["spent"]) == (1, 3, 0.0)
+            assert "recovery approved · restarts 1/3 · spent 0.00/25.00 USD" in render(shown, "text")
             log = (disk(root) / "workspace" / "job" / "train.log").read_text()
             assert f"resumed from {checkpoint(root, 1)} at step 2" in log and "finished from step 2" in log
 

@@ -19,6 +19,7 @@ from remote_gpu_trainer.errors import ConfigError, GateRefused, RgtError, VerbFa
 from remote_gpu_trainer.providers.base import Creatable
 from remote_gpu_trainer.request_views import RequestPlan, RequestView
 from remote_gpu_trainer.services import teardown
+from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.inbox.model import (
     RequestKind,
     RequestState,
@@ -206,6 +207,9 @@ async def _execute(session: Session, row: RequestRow, plan: RequestPlan, actor: 
 
         detail = await resume_run(session, row.run_id, actor=actor)
         return f"resumed {row.run_id}: pid {detail.get('pid')}"
+    if kind == RequestKind.RECOVER:
+        assert row.run_id is not None
+        return _approve_recovery(session, row.run_id, actor)
     return _decide_finding(session, row, actor)
 
 
@@ -228,6 +232,17 @@ async def _rent(session: Session, run_id: str, plan: RequestPlan, actor: str) ->
                                 smoke, actor=actor)
     return (f"rented {run.instance}: {launch.provider} {created.provider_id} ({created.state}); put "
             f"{rent.config_line(created.provider_id)} under [instances.{run.instance}]")
+
+
+def _approve_recovery(session: Session, run_id: str, actor: str) -> str:
+    """The person's approval of the limits the plan showed (the plan's digest was checked against them now)."""
+    from remote_gpu_trainer.services.recover import approval
+
+    limits = run_config(session, run_id).recover
+    if limits is None:
+        raise VerbFailed(f"runs.{run_id}.recover is no longer set: nothing was approved")
+    event = approval.approve(session, run_id, f"{limits.max_spend:.2f}", actor)
+    return f"recovery of {run_id} approved within its limits (event {event.seq})"
 
 
 def _decide_finding(session: Session, row: RequestRow, actor: str) -> str:

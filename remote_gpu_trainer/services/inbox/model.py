@@ -23,6 +23,7 @@ class RequestKind(StrEnum):
     TEARDOWN = "teardown"  # terminate the box, behind the gate, with its id typed
     RESUME = "resume"  # relaunch a preempted run on its still-billing box: `rgt run RUN --resume`
     FINDING = "finding_decision"  # acknowledge or waive a VERIFY finding with the agent's note and disclosure
+    RECOVER = "recover"  # approve runs.<id>.recover, the limits recovery acts within (never through an allowance)
 
 
 class RequestState(StrEnum):

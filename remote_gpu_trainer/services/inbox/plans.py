@@ -41,6 +41,9 @@ async def plan_request(session: Session, kind: RequestKind, run_id: str | None, 
     if kind == RequestKind.RESUME:
         assert run_id is not None
         return await _resume_plan(session, run_id, _hours(params))
+    if kind == RequestKind.RECOVER:
+        assert run_id is not None
+        return _recover_plan(session, run_id)
     return _finding_plan(session, params), {}
 
 
@@ -142,6 +145,18 @@ async def _resume_plan(session: Session, run_id: str, hours: float) -> tuple[Req
     material = (f"resume {run_id} on {status.provider_id}", f"price {hourly} {currency}")
     plan = RequestPlan(lines=lines, material=material, price_per_hour=hourly, currency=currency, blocked=blocked)
     return plan, {"provider_id": status.provider_id, "launches": launches_of(session, [run_id])}
+
+
+def _recover_plan(session: Session, run_id: str) -> tuple[RequestPlan, Binding]:
+    """A person's approval of the run's recovery limits as rgt.toml states them now (services/recover/approval.py):
+    the material is the limits and the launch configuration they bind, so an edit of either sends it back."""
+    from remote_gpu_trainer.services.recover.approval import approval_prompt, launch_binding
+
+    run = run_config(session, run_id)
+    lines = approval_prompt(session, run_id)  # refuses a run without limits, in one line
+    assert run.recover is not None
+    plan = RequestPlan(lines=lines, material=(f"limits {run.recover.canonical()}", f"binding {launch_binding(run)}"))
+    return plan, {"provider_id": None, "launches": launches_of(session, [run_id])}
 
 
 def _finding_plan(session: Session, params: dict[str, Any]) -> RequestPlan:

@@ -41,7 +41,7 @@ async def file_request(session: Session, kind: RequestKind, *, actor: str, why: 
     session.require_writable(f"filing a {kind} request")
     kind = RequestKind(kind)
     body = _checked(session, kind, why, run_id, instance, dict(params or {}))
-    if kind in (RequestKind.RENT, RequestKind.RESUME):
+    if kind in (RequestKind.RENT, RequestKind.RESUME, RequestKind.RECOVER):
         assert run_id is not None
         instance = session.project.run(run_id).instance
     plan, binding = await plan_request(session, kind, run_id, instance, body)
@@ -91,6 +91,10 @@ def _checked(session: Session, kind: RequestKind, why: str, run_id: str | None, 
         if not isinstance(hours, (int, float)) or isinstance(hours, bool) or not 0 < hours <= 24 * 31:
             raise ConfigError(f"`hours` must be a number of hours between 0 and {24 * 31}, not {hours!r}")
         return {"hours": float(hours)}
+    if kind == RequestKind.RECOVER:
+        if not run_id or run_id not in session.project.runs:
+            raise ConfigError(f"a recover request names a run of {session.project.file}: {run_id!r} is not one")
+        return {}
     if kind in (RequestKind.TEARDOWN, RequestKind.STOP):
         if not instance or instance not in session.project.instances:
             raise ConfigError(f"a {kind} request names an instance of {session.project.file}: {instance!r} is not one")

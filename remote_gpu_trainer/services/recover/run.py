@@ -16,7 +16,6 @@ Recovery never stops, terminates or deletes anything, and never calls services/t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,11 +23,11 @@ from remote_gpu_trainer.audits.preemption import is_preempted
 from remote_gpu_trainer.audits.recover import Decision, RecoveryFacts, Step, decide
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.fsutil import run_lock
-from remote_gpu_trainer.services import meter
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.recover.approval import check_approval
+from remote_gpu_trainer.services.recover.ledger import restarts_used, spent
 from remote_gpu_trainer.services.watch.liveness import RunState, run_state
 from remote_gpu_trainer.services.watch.watched_state import with_provider_word
 from remote_gpu_trainer.state import events
@@ -40,7 +39,7 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
 
 ACTOR = "rgt:recover"
-DECIDED, LAUNCHING, LAUNCHED, FAILED, RENTED = "decided", "launching", "launched", "failed", "rented"
+DECIDED, LAUNCHING, LAUNCHED, FAILED = "decided", "launching", "launched", "failed"
 NOT_YET = "renting an equivalent box is not available to recovery yet: `rgt up` rents one with your typed approval"
 
 
@@ -101,22 +100,6 @@ async def gather_facts(session: Session, run: RunConfig) -> RecoveryFacts:
         now=session.clock(), box_state=status.state, box_holds_run=state.liveness.state != "unknown")
 
 
-def restarts_used(session: Session, run_id: str, approval_seq: int | None) -> int:
-    """Relaunches recovery made under this approval (each launch record marks its approval's event)."""
-    if approval_seq is None:
-        return 0
-    return sum(1 for record in session.db.launch_history(run_id)
-               if isinstance(record.detail.get("recover"), dict) and
-               record.detail["recover"].get("approval") == approval_seq)
-
-
-def spent(session: Session, run_id: str) -> float:
-    """What the boxes recovery rented for the run have billed so far, by their meters (none: 0)."""
-    rented = {event.instance for event in session.db.events(run_id=run_id, kind=EventKind.RECOVER)
-              if event.detail.get("step") == RENTED and event.instance}
-    return sum(meter.meter_reading(session, name).total for name in sorted(rented) if name in session.project.instances)
-
-
 def _record(session: Session, run: RunConfig, decision: Decision) -> bool:
     """The decision in the event log, before anything is done; a refusal or a wait the last decision already said
     is not written again (a patrol looks every few minutes). True when it was written."""
@@ -170,10 +153,3 @@ async def _notify(session: Session, run: RunConfig, title: str, body: str) -> No
         outcome = {"error": str(exc)}
     events.recover_step(session.db, run_id=run.id, instance=run.instance, step="notified", actor=ACTOR,
                         summary=f"recovery of {run.id}: notified: {title}", detail={"title": title, **outcome})
-
-
-def history(session: Session, run_id: str) -> list[dict[str, object]]:
-    """The run's recovery events, oldest first, as plain data (for the report and `rgt recover RUN`)."""
-    return [{"seq": event.seq, "at": event.at.isoformat(), "actor": event.actor, "summary": event.summary,
-             **json.loads(json.dumps(event.detail))}
-            for event in session.db.events(run_id=run_id, kind=EventKind.RECOVER)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import shlex
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -222,6 +223,38 @@ async def run_state_of(session: Session, run: RunConfig, instance_name: str) -> 
                     exit_code=seen.exit_code, started_at=seen.started_at,
                     sentinel=_sentinel(seen, launch), newest_ckpt_age_s=_age(seen.now, seen.newest_ckpt_mtime),
                     ckpt_write_s=write_time_from_file(seen.newest_ckpt_birth, seen.newest_ckpt_mtime))
+
+
+SETTLED = ("finished", "dead")  # a run in one of these changes only when it is launched again
+SETTLED_LOOK_S = 10.0  # how long a watcher trusts a settled run's last look (docs/ux.md §4: probes every 10 s)
+
+
+def settled_state(session: Session, run_id: str) -> RunState | None:
+    """The run's last look, when it found the run ended less than SETTLED_LOOK_S ago under the launch it still
+    has: a watcher that refreshes every 2 s need not fork a look on the box each time for a run that cannot move
+    until it is launched again (issue 29: an idle dashboard's CPU). None: look now."""
+    kept = _settled(session).get(run_id)
+    if kept is None or time.monotonic() - kept[1] >= SETTLED_LOOK_S or kept[0] != _launch_key(session, run_id):
+        return None
+    return kept[2]
+
+
+def remember_look(session: Session, run_id: str, state: RunState) -> None:
+    """Keep a settled look for settled_state; forget the run's once it is anything else."""
+    if state.liveness.state in SETTLED:
+        _settled(session)[run_id] = (_launch_key(session, run_id), time.monotonic(), state)
+    else:
+        _settled(session).pop(run_id, None)
+
+
+def _settled(session: Session) -> dict[str, tuple[str | None, float, RunState]]:
+    return session.cache(__name__, dict)
+
+
+def _launch_key(session: Session, run_id: str) -> str | None:
+    """The run's latest launch as the launches table names it: a relaunch (here or by another rgt) changes it."""
+    launch = session.db.launch(run_id)
+    return None if launch is None else str(launch.get("at"))
 
 
 async def bounded_run_state(session: Session, run_id: str) -> RunState:

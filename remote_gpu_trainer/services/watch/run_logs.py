@@ -24,6 +24,17 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.services.watch.liveness import RunState
 
 
+LIVE_POLL_S = 0.5  # a run whose log may grow now: running, stalled, or not known
+QUIET_POLL_S = 5.0  # one that ended or never started: its log grows only when it is launched again
+LIVE_STATES = ("running", "stalled", "unknown")
+
+
+def log_poll_interval(liveness: str | None) -> float:
+    """How often a watcher reads a run's log: a finished or dead run's log is stat'ed every 5 s, not every 0.5 s
+    (issue 29: the log poll was a sixth of an idle dashboard's CPU); a relaunch makes it live again."""
+    return LIVE_POLL_S if liveness is None or liveness in LIVE_STATES else QUIET_POLL_S
+
+
 async def follow_log(session: Session, run_id: str, max_reads: int = 8) -> LogUpdate | None:
     """New lines since the last call (at most `max_reads` MiB), classified, with the alerts they raised;
     None before launch. The TUI reads 1 MiB at a time so each batch renders before the next."""

@@ -1,0 +1,59 @@
+"""What recovery did for a run, read back from the launch and event logs (docs/remote-ops.md §10.1): the restarts
+made under the standing approval, what the boxes it rented billed, its events, and the view the report and the
+dashboard show. Reads only, and imports nothing of the launch wing, so services/overview.py may use it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from remote_gpu_trainer.services import meter
+from remote_gpu_trainer.services.recover.approval import check_approval
+from remote_gpu_trainer.state.events import EventKind
+from remote_gpu_trainer.views import RecoveryView
+
+if TYPE_CHECKING:
+    from remote_gpu_trainer.config.project import RunConfig
+    from remote_gpu_trainer.services.session import Session
+    from remote_gpu_trainer.services.watch.liveness import RunState
+
+RENTED = "rented"  # the step of a box rented by recovery: its meter counts toward max_spend
+
+
+def restarts_used(session: Session, run_id: str, approval_seq: int | None) -> int:
+    """Relaunches recovery made under this approval (each launch record marks its approval's event)."""
+    if approval_seq is None:
+        return 0
+    return sum(1 for record in session.db.launch_history(run_id)
+               if isinstance(record.detail.get("recover"), dict) and
+               record.detail["recover"].get("approval") == approval_seq)
+
+
+def spent(session: Session, run_id: str) -> float:
+    """What the boxes recovery rented for the run have billed so far, by their meters (none: 0)."""
+    rented = {event.instance for event in session.db.events(run_id=run_id, kind=EventKind.RECOVER)
+              if event.detail.get("step") == RENTED and event.instance}
+    return sum(meter.meter_reading(session, name).total for name in sorted(rented) if name in session.project.instances)
+
+
+def history(session: Session, run_id: str) -> list[dict[str, object]]:
+    """The run's recovery events, oldest first, as plain data (for the report and `rgt recover RUN`)."""
+    return [{"seq": event.seq, "at": event.at.isoformat(), "actor": event.actor, "summary": event.summary,
+             **json.loads(json.dumps(event.detail))}
+            for event in session.db.events(run_id=run_id, kind=EventKind.RECOVER)]
+
+
+def recovery_view(session: Session, run: RunConfig, state: RunState) -> RecoveryView | None:
+    """The run's recovery as the report and the dashboard show it; None for a run without `recover` limits."""
+    limits = run.recover
+    if limits is None:
+        return None
+    check = check_approval(session, run, limits)
+    found = session.db.events(run_id=run.id, kind=EventKind.RECOVER)
+    last = next((event.summary for event in reversed(found) if event.detail.get("step") != "notified"), "")
+    return RecoveryView(
+        approved=check.ok, why_not=check.reason, restarts_used=restarts_used(session, run.id, check.seq),
+        max_restarts=limits.max_restarts, spent=spent(session, run.id), max_spend=limits.max_spend,
+        currency=session.profile(run.instance).pricing.currency, until=limits.until.isoformat(),
+        checkpoint_age_s=state.newest_ckpt_age_s, last=last)

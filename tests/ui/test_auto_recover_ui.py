@@ -1,0 +1,44 @@
+"""The TUI as a watcher of preempted runs (screens/auto_recover.py, docs/remote-ops.md §10.1): the dashboard shows a
+preempted run's recovery as refused until a person approves its limits, then, once approved, relaunches it on its
+box, says so, and tears nothing down. The real app through Pilot, on an interruptible sim box whose job the test
+preempts with SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.recover import approval
+from remote_gpu_trainer.state.events import EventKind
+from support.helpers import RUN, wait_for_liveness
+from support.recover_project import PERSON, hold, launched_and_preempted, launches, never_torn_down, project
+from support.tui_helpers import dashboard, notified, wait_until
+
+
+async def test_the_dashboard_relaunches_a_preempted_run_only_once_its_limits_are_approved(tmp_path: Path) -> None:
+    root = project(tmp_path / "p")
+    session = open_session(str(root))
+    await launched_and_preempted(session, root)
+    app = RgtApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: notified(app, "r1: recovery refused: no person approved recovery of r1"),
+                         timeout=60)
+        overview = dashboard(app).overview
+        assert overview is not None and overview.runs[0].recovery is not None
+        assert not overview.runs[0].recovery.approved and len(launches(session)) == 1
+    session.close()
+
+    again = open_session(str(root))
+    approval.approve(again, RUN, "25.00", PERSON)
+    hold(root, None)
+    second = RgtApp(again)
+    async with second.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: notified(second, "r1: recovery relaunched: relaunched on box, restart 1"),
+                         timeout=60)
+        await asyncio.wait_for(wait_for_liveness(again), 60)
+    launched = [e for e in again.db.events(run_id=RUN, kind=EventKind.RECOVER) if e.detail["step"] == "launched"]
+    assert len(launched) == 1 and launched[0].actor == "rgt:recover" and len(launches(again)) == 2
+    never_torn_down(again)
+    again.close()
