@@ -441,6 +441,9 @@ def test_no_verb_leaves_the_api_key_anywhere(world: World, key_home: Path, tmp_p
     assert rgt("approve", "Q-000001", proj).rc == 2  # no terminal here: refused
     assert rgt("reject", "Q-000001", proj, "--note", "no").rc == 2
     assert rgt("skill").rc == 0
+    assert rgt("recover", "c1", proj).rc == 0
+    assert rgt("recover", "c1", proj, "--format", "json").rc == 0
+    assert rgt("recover", "c1", proj, "--approve").rc == 2  # no terminal here: refused
 
     # -- the key really went out, and the calls that echoed it really happened ---------------------------------
     assert rgt.verbs() == set(VERBS) - (set() if with_env_key else {"demo"})
