@@ -19,7 +19,7 @@ STORED = {
     "host_key_trusted", "meter_gap", "env_audit", "env_ack", "launch", "rerun", "cell_started", "finding_ack",
     "checklist", "pull", "pull_failed", "pull_incomplete", "verify", "launch_refused", "launched",
     "launch_over_budget", "verify_audit", "finding_status", "probe", "acceptance", "notified", "auto_follow",
-    "adopted", "request", "allowance", "agent_tool",
+    "adopted", "request", "allowance", "agent_tool", "recover",
 }
 
 
