@@ -9,6 +9,7 @@ reaps. Any transport failure becomes `unknown`, never `dead`.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import shlex
 import time
@@ -252,9 +253,10 @@ def _settled(session: Session) -> dict[str, tuple[str | None, float, RunState]]:
 
 
 def _launch_key(session: Session, run_id: str) -> str | None:
-    """The run's latest launch as the launches table names it: a relaunch (here or by another rgt) changes it."""
+    """The run's latest launch record whole (its pid or job, its start, its log offset): a relaunch, here or by
+    another rgt, changes it, even within the second its time is stored to."""
     launch = session.db.launch(run_id)
-    return None if launch is None else str(launch.get("at"))
+    return None if launch is None else json.dumps(launch, sort_keys=True, default=str)
 
 
 async def bounded_run_state(session: Session, run_id: str) -> RunState:
