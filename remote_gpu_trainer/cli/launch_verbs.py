@@ -132,7 +132,7 @@ async def recovered(session: Session, run_id: str, state: RunState) -> bool:
     from remote_gpu_trainer.services.recover.run import recover_run
 
     outcome = await recover_run(session, run_id, state)
-    if outcome is None or outcome.step == "none":  # another watcher relaunched it meanwhile
+    if outcome is None:
         return False
     print(f"{iso_z(session.clock())} {escape_control(outcome.line())}", flush=True)
     return outcome.relaunched

@@ -39,15 +39,15 @@ async def recover(session: Session, args: argparse.Namespace) -> int:
             print(f"recovery of {args.run} revoked by {escape_control(actor)}: nothing is recovered until a person "
                   "approves again")
             return EXIT_OK
+        limits = run_config(session, args.run).recover  # the limits shown are the limits approved
         for line in approval.approval_prompt(session, args.run):
             print(escape_control(line))
-        limits = run_config(session, args.run).recover
         assert limits is not None  # approval_prompt refused a run without limits
         typed = ask(f"type the max_spend shown ({limits.max_spend:.2f}) to approve, anything else to cancel: ")
         if typed.strip() != f"{limits.max_spend:.2f}":
             print("not approved: nothing was recorded")
             return EXIT_FAILED
-        event = approval.approve(session, args.run, typed, actor)
+        event = approval.approve(session, args.run, limits, actor)
         print(f"recovery of {args.run} approved by {escape_control(actor)} (event {event.seq})")
         return EXIT_OK
     return _show(session, args.run, args.format)

@@ -48,7 +48,7 @@ async def _recover(screen: DashboardScreen, run_id: str) -> None:
     from remote_gpu_trainer.services.recover.run import recover_run  # the launch wing: once a run was preempted
 
     outcome = await recover_run(screen.session, run_id)
-    if outcome is None or outcome.step == "none":  # under the lock it was no longer preempted: nothing to say
+    if outcome is None:
         return
     screen.notify(outcome.line(), title="recovery", severity="information" if outcome.relaunched else "warning",
                   timeout=30)

@@ -64,7 +64,7 @@ def test_a_preempted_run_resumes_on_its_box_once_approved_and_its_evidence_opens
             assert waiting is not None and not waiting.approved and waiting.restarts_used == 0
             assert waiting.why_not.startswith("no person approved") and waiting.checkpoint_age_s is not None
 
-            approval.approve(session, RUN, "25.00", PERSON)
+            approval.approve(session, RUN, session.project.run(RUN).recover, PERSON)
             hold(root, None)
             outcome = await recover_run(session, RUN, seen)
             assert outcome is not None and outcome.relaunched, outcome
@@ -106,7 +106,7 @@ def test_max_restarts_stops_recovery_and_a_stale_approval_recovers_nothing(tmp_p
         session = open_session(str(root))
         try:
             seen = await launched_and_preempted(session, root)
-            approval.approve(session, RUN, "25.00", PERSON)
+            approval.approve(session, RUN, session.project.run(RUN).recover, PERSON)
             hold(root, 4)  # the relaunch waits at step 4, where the test preempts it again
             first = await recover_run(session, RUN, seen)
             assert first is not None and first.relaunched
@@ -145,7 +145,7 @@ def test_two_watchers_recover_one_preemption_once(tmp_path: Path) -> None:
         first, second = open_session(str(root)), open_session(str(root))
         try:
             seen = await launched_and_preempted(first, root)
-            approval.approve(first, RUN, "25.00", PERSON)
+            approval.approve(first, RUN, first.project.run(RUN).recover, PERSON)
             hold(root, None)
             outcomes = await asyncio.gather(recover_run(first, RUN, seen), recover_run(second, RUN, seen))
             assert sorted(bool(o and o.relaunched) for o in outcomes) == [False, True], outcomes
@@ -176,7 +176,7 @@ def test_a_run_without_limits_or_not_preempted_is_left_alone(tmp_path: Path) -> 
             running = await seen_by_watcher(session)
             assert running.liveness.state == "running"
             assert await recover_run(session, RUN, running) is None  # a watcher's running run: nothing asked
-            approval.approve(session, RUN, "25.00", PERSON)
+            approval.approve(session, RUN, session.project.run(RUN).recover, PERSON)
             os.killpg(int(wait_file(disk(root) / "workspace" / "job" / ".rgt" / RUN / "pgid")), signal.SIGKILL)
             dead = await seen_by_watcher(session)
             assert dead.liveness.state == "dead" and not dead.liveness.detail.startswith("preempted")

@@ -83,3 +83,22 @@ def test_a_recovery_request_names_a_run_with_limits(tmp_path: Path) -> None:
             session.close()
 
     asyncio.run(go())
+
+
+def test_limits_edited_after_they_were_shown_are_not_approved(tmp_path: Path) -> None:
+    """What a person approves is what they were shown: rgt.toml edited between the prompt and the answer records
+    nothing (services/recover/approval.approve)."""
+    from remote_gpu_trainer.services.recover import approval
+
+    root = tmp_path / "p"
+    write_project(root, extra_run=LIMITS)
+    session = open_session(str(root))
+    try:
+        shown = session.project.run(RUN).recover
+        (root / "rgt.toml").write_text((root / "rgt.toml").read_text().replace("max_spend = 12.5", "max_spend = 99"))
+        session.project = load_project(root / "rgt.toml")
+        with pytest.raises(ConfigError, match="changed since it was shown: nothing was approved"):
+            approval.approve(session, RUN, shown, PERSON)  # type: ignore[arg-type]
+        assert last_decision(session, RUN) is None and not standing(session)
+    finally:
+        session.close()

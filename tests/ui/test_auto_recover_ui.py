@@ -31,7 +31,7 @@ async def test_the_dashboard_relaunches_a_preempted_run_only_once_its_limits_are
     session.close()
 
     again = open_session(str(root))
-    approval.approve(again, RUN, "25.00", PERSON)
+    approval.approve(again, RUN, again.project.run(RUN).recover, PERSON)
     hold(root, None)
     second = RgtApp(again)
     async with second.run_test(size=(160, 48)) as pilot:

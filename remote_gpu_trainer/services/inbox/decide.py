@@ -238,10 +238,10 @@ def _approve_recovery(session: Session, run_id: str, actor: str) -> str:
     """The person's approval of the limits the plan showed (the plan's digest was checked against them now)."""
     from remote_gpu_trainer.services.recover import approval
 
-    limits = run_config(session, run_id).recover
+    limits = run_config(session, run_id).recover  # the plan's digest, checked just before, holds these limits
     if limits is None:
         raise VerbFailed(f"runs.{run_id}.recover is no longer set: nothing was approved")
-    event = approval.approve(session, run_id, f"{limits.max_spend:.2f}", actor)
+    event = approval.approve(session, run_id, limits, actor)
     return f"recovery of {run_id} approved within its limits (event {event.seq})"
 
 

@@ -54,19 +54,19 @@ def approval_prompt(session: Session, run_id: str) -> tuple[str, ...]:
             "recovery never tears anything down; a box it rents bills on the meter and shows in `rgt status`")
 
 
-def approve(session: Session, run_id: str, typed_spend: str, actor: str) -> Event:
-    """Record a person's approval of the run's limits as rgt.toml states them now. `typed_spend` is what they typed:
-    it must be max_spend as the prompt showed it (two decimals), so the figure was read, not skipped."""
+def approve(session: Session, run_id: str, shown: RecoverLimits, actor: str) -> Event:
+    """Record a person's approval of the limits they were `shown` (by `rgt recover --approve`, or in an inbox
+    request's plan); refused, with nothing recorded, when rgt.toml states other limits now (edited while they read)."""
     session.require_writable("approving recovery")
     run = _recoverable(session, run_id)
     limits = run.recover
+    if limits != shown:
+        raise ConfigError(f"run {run_id}: runs.{run_id}.recover changed since it was shown: nothing was approved; "
+                          "read the limits again")
     assert limits is not None
-    shown = f"{limits.max_spend:.2f}"
-    if typed_spend.strip() != shown:
-        raise ConfigError(f"run {run_id}: typed {typed_spend.strip()!r}, not the max_spend shown ({shown}): "
-                          "nothing was approved")
+    currency = session.profile(run.instance).pricing.currency
     return events.recover_step(session.db, run_id=run_id, instance=run.instance, step=APPROVED, actor=actor,
-                                summary=f"recovery of {run_id} approved: " + "; ".join(limits.lines()),
+                                summary=f"recovery of {run_id} approved: " + "; ".join(limits.lines(currency)),
                                 detail={"limits": json.loads(limits.canonical()), "binding": launch_binding(run)})
 
 

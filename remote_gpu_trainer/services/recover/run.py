@@ -60,7 +60,8 @@ class Outcome:
 
 async def recover_run(session: Session, run_id: str, seen: RunState | None = None) -> Outcome | None:
     """Recover the run if it is preempted and recovery may act. None when there is nothing to consider: no
-    `recover` limits, a read-only session, or a watcher's answer (`seen`) that is not a preemption. Another rgt
+    `recover` limits, a read-only session, a watcher's answer (`seen`) that is not a preemption, or a run that,
+    asked again under the lock, is no longer preempted (another watcher relaunched it). Another rgt
     holding the run's lock (a pull, a teardown, another watcher's recovery) leaves this look to that one."""
     run = run_config(session, run_id)
     if run.recover is None or session.read_only or (seen is not None and not is_preempted(seen.liveness)):
@@ -72,11 +73,11 @@ async def recover_run(session: Session, run_id: str, seen: RunState | None = Non
         return Outcome(run_id, Step.WAIT, (str(held),))
 
 
-async def _recover_locked(session: Session, run: RunConfig) -> Outcome:
+async def _recover_locked(session: Session, run: RunConfig) -> Outcome | None:
     facts = await gather_facts(session, run)
     decision = decide(facts)
     if decision.step == Step.NONE:
-        return Outcome(run.id, Step.NONE, decision.reasons)
+        return None
     if decision.step == Step.RENT:
         decision = Decision(Step.REFUSED, (*decision.reasons, NOT_YET))
     fresh = _record(session, run, decision)
