@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from remote_gpu_trainer.services.instances import create_instance
 from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.overview import build, observe
-from support.helpers import INSTANCE, RUN, wait_for_liveness, write_project
+from support.helpers import INSTANCE, RUN, launched_and_finished, write_project
 
 
 async def test_build_writes_nothing_and_observe_records_what_it_saw(tmp_path: Path) -> None:
     write_project(tmp_path / "p")
     session = open_session(str(tmp_path / "p"))
     try:
-        await create_instance(session, INSTANCE)
-        await launch_run(session, RUN)
-        await wait_for_liveness(session)
+        await launched_and_finished(session)
         connection = session.db._conn
         before = connection.total_changes
         seen = await observe(session)
@@ -42,9 +39,7 @@ async def test_a_watcher_trusts_a_settled_runs_recent_look_and_a_report_or_a_rel
     write_project(tmp_path / "p")
     session = open_session(str(tmp_path / "p"))
     try:
-        await create_instance(session, INSTANCE)
-        await launch_run(session, RUN)
-        await wait_for_liveness(session)
+        await launched_and_finished(session)
         first = await observe(session, wait_s=5.0)
         assert first.run_states[RUN].liveness.state == "finished"
         exit_code = tmp_path / "p" / ".rgt" / "sim" / INSTANCE / "workspace" / "job" / ".rgt" / RUN / "exit_code"

@@ -132,11 +132,16 @@ price_per_hour = 1.25
 
 def wait_file(path: Path, timeout: float = 60.0) -> str:
     """The file's text once it exists (a marker another process writes), waiting up to `timeout`."""
+    wait_exists(path, timeout)
+    return path.read_text()
+
+
+def wait_exists(path: Path, timeout: float = 60.0) -> None:
+    """Until the file exists (another process writes it, or renames it into place whole), up to `timeout`."""
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.05)
-    return path.read_text()
 
 
 def wait_gone(path: Path, timeout: float = 30.0) -> None:

@@ -9,7 +9,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch.liveness import RunState, run_state
 from remote_gpu_trainer.services.watch.watched_state import with_provider_word
 from remote_gpu_trainer.state.events import EventKind
-from support.helpers import FIXTURES, INSTANCE, RUN, wait_file, write_project
+from support.helpers import FIXTURES, INSTANCE, RUN, wait_exists, wait_file, write_project
 
 TRAINER = FIXTURES / "resumable_trainer.py"
 PERSON = "person:/dev/pts/test"
@@ -82,14 +81,6 @@ async def launched_and_preempted(session: Session, root: Path, at_step: int = 2)
     seen = await seen_by_watcher(session)
     assert seen.liveness.detail.startswith("preempted"), seen.liveness
     return seen
-
-
-def wait_exists(path: Path, timeout: float = 60.0) -> None:
-    """Until the trainer has saved this checkpoint (renamed into place whole)."""
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
 
 
 def launches(session: Session) -> list[dict[str, object]]:
