@@ -61,24 +61,43 @@ def error_code(exc: OSError) -> str:
 def send_file(out: "BinaryIO", fd: int, size: int) -> bytes:
     """Exactly `size` bytes, then the trailer: OK, or ERR when the file did not hold exactly `size`
     bytes while it was read (shrank, grew, or a read failed; short bytes are padded so that the
-    stream stays in step, and the client drops them)."""
-    left = size
+    stream stays in step, and the client drops them).
+
+    The bytes go from the page cache to stdout by sendfile(2), without passing through this process; where
+    the kernel refuses that (an older kernel, stdout opened for appending), they are read and written."""
+    out.flush()  # the header first: sendfile writes to the descriptor, under the buffer
+    sent = _sendfile(out.fileno(), fd, size)
     trailer = b"OK\n"
-    while left:
+    while sent < size:
         try:
-            data = os.read(fd, min(BLOCK, left))
+            data = os.pread(fd, min(BLOCK, size - sent), sent)
         except OSError:
             data, trailer = b"", b"ERR io\n"
         if not data:
-            out.write(b"\0" * left)
+            out.write(b"\0" * (size - sent))
             return trailer if trailer != b"OK\n" else b"ERR changed\n"
         out.write(data)
-        left -= len(data)
+        sent += len(data)
     try:
-        grew = bool(os.read(fd, 1))
+        grew = bool(os.pread(fd, 1, size))
     except OSError:
         return b"ERR io\n"
     return b"ERR changed\n" if grew else trailer
+
+
+def _sendfile(out_fd: int, fd: int, size: int) -> int:
+    """How many of the file's first `size` bytes sendfile(2) wrote to `out_fd`: fewer when the file ended
+    sooner, or when the kernel refused (the caller reads and writes the rest, and finds out which)."""
+    sent = 0
+    while sent < size:
+        try:
+            count = os.sendfile(out_fd, fd, sent, min(BLOCK << 3, size - sent))
+        except (OSError, AttributeError):
+            break
+        if not count:
+            break
+        sent += count
+    return sent
 
 
 def stream(root: str, files: "list[list[object]]") -> int:

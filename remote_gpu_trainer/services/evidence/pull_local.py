@@ -24,7 +24,7 @@ from remote_gpu_trainer.fsutil import lstat_or_none, remove_if_present, sync_fil
 from remote_gpu_trainer.services.evidence.local_root import CHUNK, hash_with_cache_sync
 from remote_gpu_trainer.state.db import StateDB
 
-BATCH_WRITERS = 8  # threads writing one batch's files (concurrent fsyncs share journal commits)
+FSYNC_THREADS = 8  # threads fsyncing one chunk's files where syncfs is not to be had (they share journal commits)
 CHUNK_FILES = 256  # files of a batch held open until renamed (ulimit -n is often 1024; two batches in flight)
 
 
@@ -183,12 +183,15 @@ def write_batch(items: Sequence[tuple[ManifestFile, Path, memoryview | None]],
                 sync: Callable[[Path], bool] = sync_filesystem) -> list[tuple[ManifestFile, Path, os.stat_result]]:
     """Write each file whose bytes hash to the manifest's; the others are left for the per-file path.
 
-    The `.part` files are written at once by several threads, made durable together, then renamed into place:
-    one `sync` (fsutil.sync_filesystem: syncfs(2)) per file system they are on, or, where that is not to be had,
-    an fsync of each (several at once, sharing the journal's commits). Either way every file's bytes are on disk
-    before its name appears, as `seal` does for one file; an fsync per file made 2,000 files of 100 KB 0.9 s
-    slower than rsync's whole pull (bench_pull_ssh.py). CHUNK_FILES at a time, each held open until it is
-    renamed, so the rename is checked against the very file written (`_same_file`)."""
+    The `.part` files are written one after the other by the calling thread (the pull writes two batches at
+    once, each in its own thread; more writers only contend for the file system's locks and the GIL:
+    bench_pull_ssh.py measured 8 writers per batch 0.4 s of CPU dearer than one, for no faster pull), made
+    durable together, then renamed into place: one `sync` (fsutil.sync_filesystem: syncfs(2)) per file system
+    they are on, or, where that is not to be had, an fsync of each (several at once, sharing the journal's
+    commits). Either way every file's bytes are on disk before its name appears, as `seal` does for one file;
+    an fsync per file made 2,000 files of 100 KB 0.9 s slower than rsync's whole pull (bench_pull_ssh.py).
+    CHUNK_FILES at a time, each held open until it is renamed, so the rename is checked against the very file
+    written (`_same_file`)."""
     out: list[tuple[ManifestFile, Path, os.stat_result]] = []
     for start in range(0, len(items), CHUNK_FILES):
         out.extend(_write_chunk(items[start:start + CHUNK_FILES], sync))
@@ -197,14 +200,14 @@ def write_batch(items: Sequence[tuple[ManifestFile, Path, memoryview | None]],
 
 def _write_chunk(items: Sequence[tuple[ManifestFile, Path, memoryview | None]],
                  sync: Callable[[Path], bool]) -> list[tuple[ManifestFile, Path, os.stat_result]]:
-    with ThreadPoolExecutor(BATCH_WRITERS) as pool:
-        parts = list(pool.map(lambda item: _write_part(*item), items))
+    folders: set[Path] = set()  # made (or found) already: one mkdir per folder, not per file
+    parts = [_write_part(*item, folders) for item in items]
     written = [(item, part) for item, part in zip(items, parts, strict=True) if part is not None]
     out = []
     try:
         folders = {os.fstat(fd).st_dev: part.parent for _, (part, fd) in written}
         if not all(sync(folder) for folder in folders.values()):
-            with ThreadPoolExecutor(BATCH_WRITERS) as pool:
+            with ThreadPoolExecutor(FSYNC_THREADS) as pool:
                 durable = list(pool.map(lambda pair: _fsynced(*pair[1]), written))
             written = [pair for pair, ok in zip(written, durable, strict=True) if ok]
         for (entry, target, _), (part, fd) in written:
@@ -221,14 +224,17 @@ def _write_chunk(items: Sequence[tuple[ManifestFile, Path, memoryview | None]],
     return out
 
 
-def _write_part(entry: ManifestFile, target: Path, data: memoryview | None) -> tuple[Path, int] | None:
+def _write_part(entry: ManifestFile, target: Path, data: memoryview | None,
+                folders: set[Path]) -> tuple[Path, int] | None:
     """A new `.part` with exactly these bytes, not yet durable and still open, if they are the manifest's; None
     otherwise (or when the local disk refuses: the per-file path reports why)."""
     if data is None or hashlib.sha256(data).hexdigest() != entry.sha256:
         return None
     part = target.with_name(target.name + ".part")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.parent not in folders:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            folders.add(target.parent)
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except OSError:
         return None  # something is there (not ours to remove) or the folder is refused: the per-file path says

@@ -117,6 +117,24 @@ def test_the_streamer_sends_regular_files_and_names_everything_else(tmp_path: Pa
         ("cell/gone", "missing"), ("../etc/passwd", "unsafe_path")]
 
 
+def test_the_streamer_writes_the_same_records_where_the_kernel_refuses_sendfile(tmp_path: Path) -> None:
+    """sendfile(2) refuses an output opened for appending (EINVAL): the streamer then reads and writes the
+    bytes itself, and the records are the very ones it sends down a pipe."""
+    (tmp_path / "cell").mkdir()
+    files = {"cell/a.bin": os.urandom(3 << 20), "cell/b.bin": os.urandom(100 << 10), "cell/c.bin": b""}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    asked = [[name, len(data)] for name, data in files.items()] + [["cell/gone", 0]]
+    piped = run_streamer(tmp_path, asked)
+    appended = tmp_path / "out.bin"
+    with open(appended, "ab") as sink:
+        subprocess.run([sys.executable, "-"], input=program_stdin("stream_files.py", {"root": str(tmp_path),
+                       "files": asked}), stdout=sink, timeout=60, check=True)
+    assert appended.read_bytes() == piped
+    got = parse(piped, [Wanted(name, size) for name, size in asked])  # type: ignore[arg-type]
+    assert {path: bytes(body) for path, body in got.items()} == files
+
+
 def test_malformed_params_exit_2_and_send_nothing(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-"], input=program_stdin("stream_files.py", {"root": 5}),
                           capture_output=True, timeout=60)
