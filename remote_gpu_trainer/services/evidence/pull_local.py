@@ -200,8 +200,8 @@ def write_batch(items: Sequence[tuple[ManifestFile, Path, memoryview | None]],
 
 def _write_chunk(items: Sequence[tuple[ManifestFile, Path, memoryview | None]],
                  sync: Callable[[Path], bool]) -> list[tuple[ManifestFile, Path, os.stat_result]]:
-    folders: set[Path] = set()  # made (or found) already: one mkdir per folder, not per file
-    parts = [_write_part(*item, folders) for item in items]
+    made: set[Path] = set()  # folders made (or found) already: one mkdir per folder, not per file
+    parts = [_write_part(*item, made) for item in items]
     written = [(item, part) for item, part in zip(items, parts, strict=True) if part is not None]
     out = []
     try:
@@ -225,16 +225,16 @@ def _write_chunk(items: Sequence[tuple[ManifestFile, Path, memoryview | None]],
 
 
 def _write_part(entry: ManifestFile, target: Path, data: memoryview | None,
-                folders: set[Path]) -> tuple[Path, int] | None:
+                made: set[Path]) -> tuple[Path, int] | None:
     """A new `.part` with exactly these bytes, not yet durable and still open, if they are the manifest's; None
     otherwise (or when the local disk refuses: the per-file path reports why)."""
     if data is None or hashlib.sha256(data).hexdigest() != entry.sha256:
         return None
     part = target.with_name(target.name + ".part")
     try:
-        if target.parent not in folders:
+        if target.parent not in made:
             target.parent.mkdir(parents=True, exist_ok=True)
-            folders.add(target.parent)
+            made.add(target.parent)
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     except OSError:
         return None  # something is there (not ours to remove) or the folder is refused: the per-file path says
