@@ -115,3 +115,10 @@ def quote_refusals(limits: RecoverLimits, *, price_per_hour: float | None, gpu: 
         reasons.append(f"an hour at {price_per_hour:.4f} would take recovery's spending from {spent:.2f} past "
                        f"max_spend {limits.max_spend:.2f}")
     return reasons
+
+
+def home_copy_due(last_asked: float, interval_s: float, now: float) -> bool:
+    """Whether the box is asked for the run's newest checkpoints again (services/recover/checkpoint_home.py): once per
+    interval (the Young/Daly cadence W), counted from the last time it was asked or a copy was kept; times on one
+    monotonic clock, 0 for never."""
+    return last_asked <= 0 or now - last_asked >= interval_s

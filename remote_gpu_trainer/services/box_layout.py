@@ -82,7 +82,13 @@ def resume_lines(run: RunConfig, transport: Transport, cell: str) -> list[str]:
     if "{resume}" not in run.command:
         return []
     out = shlex.quote(transport.resolve(cell_root(run, cell)))
-    names = " -o ".join(f"-name {shlex.quote(name)}" for name in CHECKPOINT_NAMES)
     pick = "awk 'NR == 1 || $1 > t { t = $1; p = $0 } END { sub(/^[^ ]* /, \"\", p); print p }'"
-    return [f"  {RESUME_VAR}=$(find {out} -type f \\( {names} \\) -printf '%T@ %p\\n' 2>/dev/null | {pick})",
-            f"  export {RESUME_VAR}"]
+    return [f"  {RESUME_VAR}=$({checkpoint_find(out)} | {pick})", f"  export {RESUME_VAR}"]
+
+
+def checkpoint_find(folder: str) -> str:
+    """The find that lists every checkpoint under `folder` (a shell word, already quoted) as `MTIME PATH` lines:
+    one definition of what a checkpoint is on the box, for `{resume}` and for the copy kept home
+    (services/recover/checkpoint_home.py)."""
+    names = " -o ".join(f"-name {shlex.quote(name)}" for name in CHECKPOINT_NAMES)
+    return f"find {folder} -type f \\( {names} \\) -printf '%T@ %p\\n' 2>/dev/null"

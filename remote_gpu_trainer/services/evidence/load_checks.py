@@ -35,7 +35,7 @@ from remote_gpu_trainer.state.db import StateDB
 
 LOAD_CHECK_MIN_TIMEOUT_S = 120.0
 LOAD_CHECK_S_PER_GIB = 30.0
-_DETERMINISTIC_ERRORS = {"blocked_global", "nonfinite", "no_tensors", "no_state_key"}
+DETERMINISTIC_ERRORS = {"blocked_global", "nonfinite", "no_tensors", "no_state_key"}
 _PROBLEM_CODES = {
     "blocked_global": "ckpt_blocked_global", "nonfinite": "ckpt_nonfinite", "no_tensors": "ckpt_no_tensors",
     "no_state_key": "ckpt_no_state_key", "timeout": "ckpt_timeout",
@@ -115,9 +115,9 @@ async def _check_fresh(root: Path, run: RunConfig, groups: dict[str, list[str]],
         local = root.joinpath(*paths[0].split("/"))
         copies = f"; {len(paths) - 1} more path(s) hold the same bytes" if len(paths) > 1 else ""
         request = load_check_request(run, kind_of(paths[0]))
-        result = await pool.check(local, request, timeout or _check_timeout(local), started=lambda: report(
+        result = await pool.check(local, request, timeout or check_timeout(local), started=lambda: report(
             f"load-verifying {paths[0]} ({next(counter)}/{len(fresh)}{copies})"))
-        if result.get("ok") or result.get("error") in _DETERMINISTIC_ERRORS:
+        if result.get("ok") or result.get("error") in DETERMINISTIC_ERRORS:
             db.store_load_check(sha256, keys[sha256], result)
         verdicts[sha256] = result
 
@@ -146,12 +146,12 @@ def _checkpoints(groups: dict[str, list[str]], verdicts: dict[str, dict[str, Any
                     path=path, sha256=sha256, format=str(result["format"]), tensors=int(result["tensors"]),
                     elements=int(result["elements"]), state_key=str(result["state_key"])))
             else:
-                per_file[path].append(_load_check_problem(path, result))
+                per_file[path].append(load_check_problem(path, result))
     checkpoints.sort(key=lambda checkpoint: checkpoint.path)
     return checkpoints
 
 
-def _check_timeout(path: Path) -> float:
+def check_timeout(path: Path) -> float:
     """A file's load-check timeout: LOAD_CHECK_MIN_TIMEOUT_S, or LOAD_CHECK_S_PER_GIB per GiB when that is longer."""
     return max(LOAD_CHECK_MIN_TIMEOUT_S, LOAD_CHECK_S_PER_GIB * path.stat().st_size / (1 << 30))
 
@@ -322,7 +322,7 @@ class LoadCheckPool:
             await worker.kill()
 
 
-def _load_check_problem(path: str, result: dict[str, Any]) -> Problem:
+def load_check_problem(path: str, result: dict[str, Any]) -> Problem:
     """The Problem for a failed verdict, its detail in the words a user acts on."""
     error = str(result.get("error"))
     code = _PROBLEM_CODES.get(error, "ckpt_crash")
