@@ -190,7 +190,9 @@ def _recovery_json(view: RecoveryView | None) -> dict[str, object] | None:
     return {"approved": view.approved, "why_not": view.why_not or None, "restarts_used": view.restarts_used,
             "max_restarts": view.max_restarts, "spent": _round(view.spent), "max_spend": _round(view.max_spend),
             "currency": view.currency, "until": view.until, "checkpoint_age_s": _round(view.checkpoint_age_s),
-            "last": view.last or None}
+            "last": view.last or None, "checkpoint_home": view.home or None, "checkpoint_home_age_s":
+            _round(view.home_age_s), "checkpoint_home_every_s": _round(view.home_every_s),
+            "checkpoint_home_cells": view.home_cells, "cells": view.cells}
 
 
 def _drift_json(value: str | tuple[str, ...] | None) -> str | list[str] | None:

@@ -286,7 +286,18 @@ def recovery_line(view: RecoveryView) -> str:
     approval = "approved" if view.approved else f"NOT APPROVED ({view.why_not})"
     age = "" if view.checkpoint_age_s is None else f" · newest checkpoint {duration(view.checkpoint_age_s)} old"
     return (f"recovery {approval} · restarts {view.restarts_used}/{view.max_restarts} · spent "
-            f"{view.spent:.2f}/{view.max_spend:.2f} {view.currency} · until {view.until}{age}")
+            f"{view.spent:.2f}/{view.max_spend:.2f} {view.currency} · until {view.until}{age} · {home_line(view)}")
+
+
+def home_line(view: RecoveryView) -> str:
+    """The checkpoint kept home (services/recover/checkpoint_home.py): what recovery would resume from, its age
+    against how often it is refreshed, and OLD when it is older than twice that."""
+    every = "" if view.home_every_s is None else f" (refreshed every {duration(view.home_every_s)})"
+    if view.home_age_s is None:
+        return f"no checkpoint kept home yet{every}"
+    old = " OLD" if view.home_every_s is not None and view.home_age_s > 2 * view.home_every_s else ""
+    cells = "" if view.cells <= 1 else f", {view.home_cells}/{view.cells} cells"
+    return f"kept home: {escape_control(view.home)} {duration(view.home_age_s)} old{old}{every}{cells}"
 
 
 def cadence_line(view: CadenceView) -> str:

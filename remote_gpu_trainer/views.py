@@ -90,6 +90,11 @@ class RecoveryView:
     until: str  # ISO-8601 with its offset
     checkpoint_age_s: float | None = None  # the newest checkpoint under remote_root, by the box's clock
     last: str = ""  # the latest recovery event, in words
+    home: str = ""  # the stalest cell's checkpoint kept home (cell/path: what recovery would resume that cell from)
+    home_age_s: float | None = None  # how long ago the run wrote it (None: nothing kept home yet)
+    home_every_s: float | None = None  # how often the box is asked for newer ones (the Young/Daly cadence W)
+    home_cells: int = 0  # cells with a copy kept home, of `cells`
+    cells: int = 0
 
 
 @dataclass(frozen=True)

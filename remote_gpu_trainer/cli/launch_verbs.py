@@ -125,12 +125,16 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
 
 
 async def recovered(session: Session, run_id: str, state: RunState) -> bool:
-    """A preempted run with `runs.<id>.recover` handed to recovery (services/recover/run.py); its outcome printed.
-    True when the run was relaunched. Nothing is imported for a run without limits."""
+    """A run with `runs.<id>.recover`: while it runs, its newest checkpoint kept home when due
+    (services/recover/checkpoint_home.py); once preempted, handed to recovery (services/recover/run.py). What either
+    did is printed. True when the run was relaunched. Nothing is imported for a run without limits."""
     if run_config(session, run_id).recover is None:
         return False
+    from remote_gpu_trainer.services.recover.checkpoint_home import watcher_lines
     from remote_gpu_trainer.services.recover.run import recover_run
 
+    for line in await watcher_lines(session, run_id, state.liveness.state):
+        print(f"{iso_z(session.clock())} {line}", flush=True)
     outcome = await recover_run(session, run_id, state)
     if outcome is None:
         return False

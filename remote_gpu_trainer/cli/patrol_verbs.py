@@ -105,17 +105,22 @@ async def _after(found: patrolling.Look, notify: bool) -> list[str]:
 
 
 async def _recover(found: patrolling.Look) -> list[str]:
-    """Each preempted run with `runs.<id>.recover` handed to recovery (services/recover/run.py), one line each; the
-    fleet wing never imports the launch wing, so the patrol's face does this (docs/remote-ops.md §10.1)."""
+    """Each run with `runs.<id>.recover`: its checkpoint kept home while it runs, and handed to recovery
+    (services/recover/run.py) once preempted, one line for each thing done; the fleet wing never imports the launch
+    wing, so the patrol's face does this (docs/remote-ops.md §10.1)."""
     session = found.session
     if session is None or not any(session.project.runs[run_id].recover for run_id in found.states
                                   if run_id in session.project.runs):
         return []
+    from remote_gpu_trainer.services.recover.checkpoint_home import watcher_lines
     from remote_gpu_trainer.services.recover.run import recover_run
 
     lines = []
     for run_id, state in sorted(found.states.items()):
-        outcome = await recover_run(session, run_id, state) if run_id in session.project.runs else None
+        if run_id not in session.project.runs:
+            continue
+        lines += await watcher_lines(session, run_id, state.liveness.state)
+        outcome = await recover_run(session, run_id, state)
         if outcome is not None:
             lines.append(outcome.line())
     return lines

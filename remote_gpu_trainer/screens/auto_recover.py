@@ -2,7 +2,9 @@
 with `recover` limits preempted, a worker hands it to recovery (services/recover/run.py decides under the run's lock,
 records each step once for every watcher, and relaunches only within a person's standing approval), then says the
 outcome in a notification and refreshes the overview. A run recovery refused is asked again at most every RETRY_S
-(its limits or approval may change meanwhile), not at every refresh. Nothing here can tear anything down.
+(its limits or approval may change meanwhile), not at every refresh. While such a run runs, another worker keeps its
+newest checkpoint home when that is due (services/recover/checkpoint_home.py decides when; this only offers it every
+HOME_LOOK_S). Nothing here can tear anything down.
 """
 
 from __future__ import annotations
@@ -15,14 +17,22 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.views import Overview, RunView
 
 WORKER_PREFIX = "auto-recover-"
+HOME_PREFIX = "checkpoint-home-"
 RETRY_S = 60.0  # a refused or waiting run is handed to recovery again at most this often
+HOME_LOOK_S = 60.0  # a running run is offered to checkpoint_home at most this often (it asks the box once per W)
 PREEMPTED = "preempted"
 
 
 def watch_preemptions(screen: DashboardScreen) -> None:
     """Start recoveries from each overview the dashboard shows."""
     tried: dict[str, float] = {}
-    screen.watch(screen, "overview", lambda overview: start_recoveries(screen, overview, tried), init=False)
+    offered: dict[str, float] = {}
+
+    def on_overview(overview: Overview | None) -> None:
+        start_recoveries(screen, overview, tried)
+        keep_checkpoints_home(screen, overview, offered)
+
+    screen.watch(screen, "overview", on_overview, init=False)
 
 
 def preempted(run: RunView) -> bool:
@@ -44,6 +54,31 @@ def start_recoveries(screen: DashboardScreen, overview: Overview | None, tried: 
         screen.run_worker(_recover(screen, run.id), name=name, group="auto-recover")
 
 
+def keep_checkpoints_home(screen: DashboardScreen, overview: Overview | None, offered: dict[str, float]) -> None:
+    """While a run with `recover` limits runs, a worker keeps its newest checkpoint home when that is due."""
+    if overview is None or overview.read_only:
+        return
+    now = time.monotonic()
+    for run in overview.runs:
+        name = f"{HOME_PREFIX}{run.id}"
+        if run.recovery is None or run.liveness not in ("running", "stalled") \
+                or now - offered.get(run.id, -HOME_LOOK_S) < HOME_LOOK_S:
+            continue
+        if any(worker.name == name and not worker.is_finished for worker in screen.workers):
+            continue
+        offered[run.id] = now
+        screen.run_worker(_keep_home(screen, run.id, run.liveness), name=name, group="checkpoint-home")
+
+
+async def _keep_home(screen: DashboardScreen, run_id: str, liveness: str) -> None:
+    from remote_gpu_trainer.services.recover.checkpoint_home import watcher_lines
+
+    lines = await watcher_lines(screen.session, run_id, liveness)
+    if lines:
+        screen.notify("\n".join(lines), title="checkpoint kept home", timeout=10, markup=False)  # box text
+        screen.refresh_overview()
+
+
 async def _recover(screen: DashboardScreen, run_id: str) -> None:
     from remote_gpu_trainer.services.recover.run import recover_run  # the launch wing: once a run was preempted
 
@@ -51,5 +86,5 @@ async def _recover(screen: DashboardScreen, run_id: str) -> None:
     if outcome is None:
         return
     screen.notify(outcome.line(), title="recovery", severity="information" if outcome.relaunched else "warning",
-                  timeout=30)
+                  timeout=30, markup=False)
     screen.refresh_overview()

@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -187,3 +190,31 @@ def test_bytes_that_are_not_the_ones_the_box_stated_are_not_kept_and_the_copy_be
             session.close()
 
     asyncio.run(go())
+
+
+def test_rgt_watch_keeps_a_running_recoverable_runs_checkpoint_home_and_says_so(tmp_path: Path) -> None:
+    root = project(tmp_path / "p")
+
+    async def launched() -> None:
+        session = open_session(str(root))
+        try:
+            await create_instance(session, INSTANCE)
+            hold(root, 2)
+            await launch_run(session, RUN)
+            wait_exists(checkpoint(root, 1))
+        finally:
+            await session.close_transports()
+            session.close()
+
+    asyncio.run(launched())
+    watched = subprocess.run([sys.executable, "-m", "remote_gpu_trainer", "watch", RUN, "--once"], cwd=root,
+                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert watched.returncode == 0, watched.stderr
+    assert re.search(r"r1: seed0/ckpt_001\.pt kept home \([\d,]+ bytes, loads weights-only: \d+ tensors\)",
+                     watched.stdout), watched.stdout
+    kept = home_dir(load_project(root / "rgt.toml"), RUN) / "seed0" / "ckpt_001.pt"
+    assert kept.read_bytes() == checkpoint(root, 1).read_bytes()
+    again = subprocess.run([sys.executable, "-m", "remote_gpu_trainer", "watch", RUN, "--once"], cwd=root,
+                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert again.returncode == 0 and "kept home" not in again.stdout  # the interval since that copy has not passed
+    hold(root, None)

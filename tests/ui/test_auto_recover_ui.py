@@ -1,6 +1,7 @@
 """The TUI as a watcher of preempted runs (screens/auto_recover.py, docs/remote-ops.md §10.1): the dashboard shows a
 preempted run's recovery as refused until a person approves its limits, then, once approved, relaunches it on its
-box, says so, and tears nothing down. The real app through Pilot, on an interruptible sim box whose job the test
+box, says so, and tears nothing down; while such a run runs, it keeps the run's newest checkpoint home and shows it.
+The real app through Pilot, on an interruptible sim box whose job the test
 preempts with SIGTERM."""
 
 from __future__ import annotations
@@ -9,11 +10,23 @@ import asyncio
 from pathlib import Path
 
 from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.services.instances import create_instance
+from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.recover import approval
+from remote_gpu_trainer.services.recover.checkpoint_home import home_copies
 from remote_gpu_trainer.state.events import EventKind
-from support.helpers import RUN, wait_for_liveness
-from support.recover_project import PERSON, hold, launched_and_preempted, launches, never_torn_down, project
+from remote_gpu_trainer.text import recovery_line
+from support.helpers import INSTANCE, RUN, wait_exists, wait_for_liveness
+from support.recover_project import (
+    PERSON,
+    checkpoint,
+    hold,
+    launched_and_preempted,
+    launches,
+    never_torn_down,
+    project,
+)
 from support.tui_helpers import dashboard, notified, wait_until
 
 
@@ -42,3 +55,28 @@ async def test_the_dashboard_relaunches_a_preempted_run_only_once_its_limits_are
     assert len(launched) == 1 and launched[0].actor == "rgt:recover" and len(launches(again)) == 2
     never_torn_down(again)
     again.close()
+
+
+async def test_while_a_recoverable_run_runs_the_dashboard_keeps_its_newest_checkpoint_home(tmp_path: Path) -> None:
+    root = project(tmp_path / "p")
+    session = open_session(str(root))
+    await create_instance(session, INSTANCE)
+    hold(root, 2)
+    await launch_run(session, RUN)
+    wait_exists(checkpoint(root, 1))
+    app = RgtApp(session)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_until(pilot, lambda: notified(app, "r1: seed0/ckpt_001.pt kept home"), timeout=60)
+        await wait_until(pilot, lambda: "kept home: seed0/ckpt_001.pt" in _recovery_line(app), timeout=30)
+    kept = home_copies(session, RUN)["seed0"]
+    assert kept.local.read_bytes() == checkpoint(root, 1).read_bytes() and kept.loaded
+    hold(root, None)
+    await session.close_transports()
+    session.close()
+
+
+def _recovery_line(app: RgtApp) -> str:
+    overview = dashboard(app).overview
+    if overview is None or overview.runs[0].recovery is None:
+        return ""
+    return recovery_line(overview.runs[0].recovery)

@@ -308,3 +308,15 @@ def _monotonic_at(session: Session, at: datetime) -> float:
 def age_s(copy: HomeCopy, now: datetime) -> float:
     """The kept checkpoint's age: how long ago the run wrote it, by the box's clock against ours."""
     return max(0.0, now.timestamp() - copy.box_mtime)
+
+
+async def watcher_lines(session: Session, run_id: str, liveness_state: str) -> list[str]:
+    """A watcher's part (the TUI, `rgt watch RUN`, the patrol): while the run runs, keep its checkpoint home when
+    that is due; a line for each copy kept and each cell not kept, nothing otherwise."""
+    if liveness_state not in ("running", "stalled"):
+        return []
+    kept = await keep_home(session, run_id)
+    if kept is None:
+        return []
+    return ([f"{run_id}: {copy.cell}/{escape_control(copy.path)} kept home ({copy.size:,} bytes, {copy.verdict})"
+             for copy in kept.copied] + [f"{run_id}: checkpoint not kept home: {problem}" for problem in kept.problems])

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.services import meter
 from remote_gpu_trainer.services.recover.approval import check_approval
+from remote_gpu_trainer.services.recover.checkpoint_home import age_s, home_copies, interval_s
 from remote_gpu_trainer.state.events import EventKind
 from remote_gpu_trainer.views import RecoveryView
 
@@ -52,8 +53,14 @@ def recovery_view(session: Session, run: RunConfig, state: RunState) -> Recovery
     check = check_approval(session, run, limits)
     found = session.db.events(run_id=run.id, kind=EventKind.RECOVER)
     last = next((event.summary for event in reversed(found) if event.detail.get("step") != "notified"), "")
+    kept = home_copies(session, run.id)
+    stalest = min(kept.values(), key=lambda copy: copy.box_mtime, default=None)
+    now = session.clock()
     return RecoveryView(
         approved=check.ok, why_not=check.reason, restarts_used=restarts_used(session, run.id, check.seq),
         max_restarts=limits.max_restarts, spent=spent(session, run.id), max_spend=limits.max_spend,
         currency=session.profile(run.instance).pricing.currency, until=limits.until.isoformat(),
-        checkpoint_age_s=state.newest_ckpt_age_s, last=last)
+        checkpoint_age_s=state.newest_ckpt_age_s, last=last,
+        home=f"{stalest.cell}/{stalest.path}" if stalest is not None else "",
+        home_age_s=age_s(stalest, now) if stalest is not None else None, home_every_s=interval_s(session, run),
+        home_cells=len(kept), cells=len(run.roster))
