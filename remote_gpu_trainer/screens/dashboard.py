@@ -76,6 +76,7 @@ class DashboardScreen(Screen[None]):
         Binding("a", "acknowledge", "Acknowledge", show=False),
         Binding("u", "audit", "Audit", show=False),
         Binding("n", "next_run", "Next run", show=False),
+        Binding("R", "approve_recovery", "Approve recovery", show=False),
         Binding("b", "build", "Build"),  # b and the first r: only while the Deliver panel is shown
         Binding("r", "reconcile", "Reconcile"),
         Binding("r", "refresh", "Refresh", show=False),  # elsewhere r refreshes
@@ -374,6 +375,12 @@ class DashboardScreen(Screen[None]):
         self.refresh_overview()
 
     action_inbox = action_approvals
+
+    def action_approve_recovery(self) -> None:
+        """`R`: a person approves the shown run's recovery limits, typing max_spend (screens/recover_approval.py)."""
+        from remote_gpu_trainer.screens.recover_approval import open_approval
+
+        open_approval(self, self.run_id)
 
     def action_refresh(self) -> None:
         self.refresh_overview()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from remote_gpu_trainer.audits.recover import Step
 from remote_gpu_trainer.config.project import load_project
+from remote_gpu_trainer.fsutil import run_lock
 from remote_gpu_trainer.report import render, to_dict
 from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.gate import gate_view
@@ -182,6 +183,31 @@ def test_a_run_without_limits_or_not_preempted_is_left_alone(tmp_path: Path) -> 
             assert dead.liveness.state == "dead" and not dead.liveness.detail.startswith("preempted")
             assert await recover_run(session, RUN, dead) is None  # killed, not preempted: a person reads the log
             assert len(launches(session)) == 1
+        finally:
+            await session.close_transports()
+            session.close()
+
+    asyncio.run(go())
+
+
+def test_a_run_whose_lock_another_rgt_holds_is_left_to_it_and_nothing_is_said_or_written(tmp_path: Path) -> None:
+    """A pull (or a teardown, or another watcher) holds the run's lock: recovery does nothing this look, writes no
+    decision and gives the watcher no line to print; once the lock is free, the next look recovers."""
+    root = project(tmp_path / "p")
+
+    async def go() -> None:
+        session = open_session(str(root))
+        try:
+            seen = await launched_and_preempted(session, root)
+            approval.approve(session, RUN, session.project.run(RUN).recover, PERSON)
+            with run_lock(session.project.state_dir, RUN, "pulling"):
+                assert await recover_run(session, RUN, seen) is None
+            assert [e.detail["step"] for e in session.db.events(run_id=RUN, kind=EventKind.RECOVER)] == ["approved"]
+            assert len(launches(session)) == 1
+            hold(root, None)
+            later = await recover_run(session, RUN, seen)
+            assert later is not None and later.relaunched, later
+            await wait_for_liveness(session)
         finally:
             await session.close_transports()
             session.close()

@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from textual.widgets import Button, Static
+
 from remote_gpu_trainer.app import RgtApp
+from remote_gpu_trainer.screens.recover_approval import RecoverApproveScreen
 from remote_gpu_trainer.services.instances import create_instance
 from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.opening import open_session
@@ -80,3 +83,31 @@ def _recovery_line(app: RgtApp) -> str:
     if overview is None or overview.runs[0].recovery is None:
         return ""
     return recovery_line(overview.runs[0].recovery)
+
+
+async def test_a_person_approves_recovery_in_the_tui_by_typing_the_max_spend_shown(tmp_path: Path) -> None:
+    root = project(tmp_path / "p")
+    session = open_session(str(root))
+    app = RgtApp(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: dashboard(app).overview is not None, timeout=30)
+        await pilot.press("R")
+        await wait_until(pilot, lambda: isinstance(app.screen, RecoverApproveScreen), timeout=10)
+        shown = str(app.screen.query_one("#recover-lines", Static).render())
+        assert "at most 25.00 USD spent by recovery in all" in shown, shown
+        for key in "2.5":
+            await pilot.press(key)
+        await pilot.press("enter")  # a figure that is not the one shown approves nothing
+        await wait_until(pilot, lambda: notified(app, "'2.5' is not 25.00: nothing was approved"), timeout=10)
+        assert isinstance(app.screen, RecoverApproveScreen) and app.screen.query_one("#approve", Button).disabled
+        assert approval.last_decision(session, RUN) is None
+        await pilot.press("backspace", "backspace", "backspace")
+        for key in "25.00":
+            await pilot.press(key)
+        assert not app.screen.query_one("#approve", Button).disabled
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: notified(app, "recovery of r1 approved by person:tui"), timeout=10)
+    decided = approval.last_decision(session, RUN)
+    assert decided is not None and decided.actor == "person:tui" and decided.detail["step"] == "approved"
+    assert approval.check_approval(session, session.project.run(RUN), session.project.run(RUN).recover).ok
+    session.close()

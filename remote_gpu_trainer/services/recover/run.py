@@ -61,16 +61,17 @@ class Outcome:
 async def recover_run(session: Session, run_id: str, seen: RunState | None = None) -> Outcome | None:
     """Recover the run if it is preempted and recovery may act. None when there is nothing to consider: no
     `recover` limits, a read-only session, a watcher's answer (`seen`) that is not a preemption, or a run that,
-    asked again under the lock, is no longer preempted (another watcher relaunched it). Another rgt
-    holding the run's lock (a pull, a teardown, another watcher's recovery) leaves this look to that one."""
+    asked again under the lock, is no longer preempted (another watcher relaunched it), or a run whose lock another
+    rgt holds (a pull, a teardown, another watcher's recovery): this look is left to that one, and a patrol that looks
+    every few minutes does not print a line for each wait."""
     run = run_config(session, run_id)
     if run.recover is None or session.read_only or (seen is not None and not is_preempted(seen.liveness)):
         return None
     try:
         with run_lock(session.project.state_dir, run_id, "recovering"):
             return await _recover_locked(session, run)
-    except VerbFailed as held:
-        return Outcome(run_id, Step.WAIT, (str(held),))
+    except VerbFailed:
+        return None  # the holder (a pull, a teardown, another watcher's recovery) acts; the next look asks again
 
 
 async def _recover_locked(session: Session, run: RunConfig) -> Outcome | None:
