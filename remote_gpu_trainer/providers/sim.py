@@ -80,7 +80,10 @@ class SimProvider(Provider, Creatable):
             gpu="none (sim)", price_per_hour=pricing.compute_per_hour if rented else None,
             price_source=pricing.source if rented else "none",
             storage_per_hour=pricing.storage_per_hour if rented else None,
-            detail={"disk": str(self.disk(instance)), "history": (record or {}).get("history", [])},
+            detail={"disk": str(self.disk(instance)), "history": (record or {}).get("history", []),
+                    # the provider's own word for why, where a test plays one that names it (Lambda says
+                    # "preempted" of a spot instance it reclaimed): read by audits/preemption.provider_words
+                    **({"raw_state": str(record["raw_state"])} if record and record.get("raw_state") else {})},
         )
 
     async def list_instances(self) -> list[InstanceStatus]:

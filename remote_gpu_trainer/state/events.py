@@ -467,8 +467,8 @@ def agent_tool_called(db: EventLog, *, tool: str, run_id: str | None, instance: 
 def recover_step(db: EventLog, *, run_id: str, instance: str | None, step: str, summary: str, actor: str,
                   detail: dict[str, Any]) -> Event:
     """RECOVER, written before each step recovery takes and for a person's approval or revocation of its limits
-    (docs/remote-ops.md §10.1). Payload: the `step` (approved, revoked, decided, refused, quoted, rented, pushed,
-    launched, failed) and what it carries (the limits and launch binding approved, the decision and its reasons, the
+    (docs/remote-ops.md §10.1). Payload: the `step` (approved, revoked, decided, quoted, renting, rented, pushed,
+    launching, launched, failed, notified, checkpoint_home) and what it carries (the limits and launch binding approved, the decision and its reasons, the
     quote, the box)."""
     return db.append_event(EventKind.RECOVER, summary, run_id=run_id, instance=instance, actor=actor,
                            detail={"step": step, **detail})

@@ -5,8 +5,10 @@ spot box's provider does (SIGTERM to the job's process group)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
+import shutil
 import signal
 import sys
 from datetime import UTC, datetime, timedelta
@@ -93,3 +95,13 @@ def never_torn_down(session: Session) -> None:
     assert (disk(session.project.root) / "workspace").is_dir()
 
 
+
+
+def taken_by_provider(root: Path) -> None:
+    """What a spot provider does when it reclaims the box for good: the box and its disk are gone, and its API says
+    terminated with its own word for why (Lambda's instance status `preempted`)."""
+    record_path = root / ".rgt" / "sim" / f"{INSTANCE}.json"
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    record.update(state="terminated", raw_state="preempted")
+    record_path.write_text(json.dumps(record), encoding="utf-8")
+    shutil.rmtree(disk(root))

@@ -32,10 +32,18 @@ def restarts_used(session: Session, run_id: str, approval_seq: int | None) -> in
 
 
 def spent(session: Session, run_id: str) -> float:
-    """What the boxes recovery rented for the run have billed so far, by their meters (none: 0)."""
-    rented = {event.instance for event in session.db.events(run_id=run_id, kind=EventKind.RECOVER)
-              if event.detail.get("step") == RENTED and event.instance}
-    return sum(meter.meter_reading(session, name).total for name in sorted(rented) if name in session.project.instances)
+    """What the boxes recovery rented for the run have billed so far, by their meters (none: 0): each from its
+    `rented` event until now, or until the next box recovery rented under the same instance name (the name is
+    reused when the provider took the box before, and its meter then also holds the first box's hours)."""
+    rented = [event for event in session.db.events(run_id=run_id, kind=EventKind.RECOVER)
+              if event.detail.get("step") == RENTED and event.instance in session.project.instances]
+    now = session.clock()
+    total = 0.0
+    for index, event in enumerate(rented):
+        assert event.instance is not None
+        later = [e.at for e in rented[index + 1:] if e.instance == event.instance]
+        total += meter.window_cost(session, event.instance, event.at, later[0] if later else now).total
+    return total
 
 
 def history(session: Session, run_id: str) -> list[dict[str, object]]:

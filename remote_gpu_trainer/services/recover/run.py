@@ -8,8 +8,9 @@ meanwhile), decides (audits/recover.py), writes the decision to the event log, a
 - the box came back and still holds the run: the run is relaunched there (`rgt run --resume`'s launch, marked in its
   launch record as a recovery under the approval, which is what restarts are counted from); `{resume}` in the
   command names the newest checkpoint of each cell (services/box_layout.resume_lines);
-- the box is gone: renting an equivalent box is the next step of this work and is not done yet; the decision, with
-  that reason, is recorded and notified, and the run waits for a person (`rgt up`);
+- the box is gone: a replacement is rented within the limits and the checkpoints kept home are pushed to it
+  (services/recover/replace.py), then the run is relaunched there as above; a quote the limits refuse, or a box
+  recovery cannot rent yet, is recorded and notified, and the run waits for a person (`rgt up`);
 - a limit or the approval forbids it: nothing is done, the reason is recorded once and notified once.
 Recovery never stops, terminates or deletes anything, and never calls services/teardown.py.
 """
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 ACTOR = "rgt:recover"
 DECIDED, LAUNCHING, LAUNCHED, FAILED = "decided", "launching", "launched", "failed"
-NOT_YET = "renting an equivalent box is not available to recovery yet: `rgt up` rents one with your typed approval"
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ async def _recover_locked(session: Session, run: RunConfig) -> Outcome | None:
     if decision.step == Step.NONE:
         return None
     if decision.step == Step.RENT:
-        decision = Decision(Step.REFUSED, (*decision.reasons, NOT_YET))
+        return await _rent_and_resume(session, run, facts, decision)
     fresh = _record(session, run, decision)
     if decision.step == Step.RESUME_HERE:
         return await _resume_here(session, run, facts)
@@ -117,6 +117,32 @@ def _record(session: Session, run: RunConfig, decision: Decision) -> bool:
     return True
 
 
+async def _rent_and_resume(session: Session, run: RunConfig, facts: RecoveryFacts, decision: Decision) -> Outcome:
+    """Quote; rent within the limits and push the checkpoints kept home (services/recover/replace.py); relaunch. A
+    quote the limits refuse is recorded as the decision (once, however often a watcher looks) and notified."""
+    from remote_gpu_trainer.services.recover.replace import quote_replacement, rent_quoted
+
+    quoted, refused = quote_replacement(session, run, facts)
+    if refused or quoted is None:
+        refusal = Decision(Step.REFUSED, (*decision.reasons, *refused))
+        if _record(session, run, refusal):
+            await _notify(session, run, f"rgt: {run.id} was preempted and is not recovered", "\n".join(refused))
+        return Outcome(run.id, Step.REFUSED, refusal.reasons)
+    _record(session, run, decision)
+    try:
+        await rent_quoted(session, run, facts, quoted)
+    except (RgtError, ConfigError, OSError) as exc:
+        return await _failed(session, run, f"renting a replacement failed: {escape_control(str(exc))}")
+    return await _resume_here(session, run, facts)
+
+
+async def _failed(session: Session, run: RunConfig, reason: str) -> Outcome:
+    events.recover_step(session.db, run_id=run.id, instance=run.instance, step=FAILED, actor=ACTOR,
+                        summary=f"recovery of {run.id}: {reason}", detail={"error": reason})
+    await _notify(session, run, f"rgt: recovering {run.id} failed", reason)
+    return Outcome(run.id, Step.REFUSED, (reason,))
+
+
 async def _resume_here(session: Session, run: RunConfig, facts: RecoveryFacts) -> Outcome:
     """Relaunch the run on its box, recorded as restart N under the approval."""
     restart = facts.restarts_used + 1
@@ -127,11 +153,7 @@ async def _resume_here(session: Session, run: RunConfig, facts: RecoveryFacts) -
     try:
         await launch_run(session, run.id, actor=ACTOR, resume=True, recover=mark)
     except (RgtError, ConfigError, OSError) as exc:
-        reason = escape_control(str(exc))
-        events.recover_step(session.db, run_id=run.id, instance=run.instance, step=FAILED, actor=ACTOR,
-                            summary=f"recovery of {run.id}: the relaunch failed: {reason}", detail={"error": reason})
-        await _notify(session, run, f"rgt: recovering {run.id} failed", reason)
-        return Outcome(run.id, Step.REFUSED, (f"the relaunch failed: {reason}",))
+        return await _failed(session, run, f"the relaunch failed: {escape_control(str(exc))}")
     events.recover_step(session.db, run_id=run.id, instance=run.instance, step=LAUNCHED, actor=ACTOR,
                         summary=f"recovery of {run.id}: relaunched on {run.instance} (restart {restart})",
                         detail=mark)
