@@ -468,7 +468,7 @@ def recover_step(db: EventLog, *, run_id: str, instance: str | None, step: str, 
                   detail: dict[str, Any]) -> Event:
     """RECOVER, written before each step recovery takes and for a person's approval or revocation of its limits
     (docs/remote-ops.md §10.1). Payload: the `step` (approved, revoked, decided, quoted, renting, rented, pushed,
-    launching, launched, failed, notified, checkpoint_home) and what it carries (the limits and launch binding approved, the decision and its reasons, the
-    quote, the box)."""
+    launching, launched, failed, notified, checkpoint_home) and what it carries (the limits and launch binding
+    approved, the decision and its reasons, the quote, the box, the checkpoint kept home)."""
     return db.append_event(EventKind.RECOVER, summary, run_id=run_id, instance=instance, actor=actor,
                            detail={"step": step, **detail})
