@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,13 @@ from remote_gpu_trainer.services.recover.checkpoint_home import home_copies, hom
 from remote_gpu_trainer.state.events import EventKind
 from support.helpers import INSTANCE, RUN, wait_for_liveness
 from support.recover_project import checkpoint, disk, hold, project, wait_exists
+
+
+@pytest.fixture(autouse=True)
+def trainer_released(tmp_path: Path) -> Iterator[None]:
+    """Each test's trainer may wait at a step when the test ends: let it finish, so no job outlives its test."""
+    yield
+    hold(tmp_path / "p", None)
 
 
 def sha256(path: Path) -> str:
