@@ -85,11 +85,11 @@ async def rent_quoted(session: Session, run: RunConfig, facts: RecoveryFacts, qu
                         summary=f"recovery of {run.id}: renting a replacement for {run.instance} ({quoted.text})",
                         detail=mark)
     status = await create_instance(session, run.instance, actor=ACTOR)
+    if status.state != "running":  # nothing billing was made (a sim record that says running over a lost disk)
+        raise RgtError(f"no replacement box: {run.instance} reads {status.state} after the create, not running")
     events.recover_step(session.db, run_id=run.id, instance=run.instance, step=RENTED, actor=ACTOR,
-                        summary=f"recovery of {run.id}: rented {status.provider_id} for {run.instance} "
-                                f"({status.state})", detail={**mark, "provider_id": status.provider_id})
-    if status.state != "running":
-        raise RgtError(f"the replacement box {status.provider_id} is {status.state}, not running")
+                        summary=f"recovery of {run.id}: rented {status.provider_id} for {run.instance}",
+                        detail={**mark, "provider_id": status.provider_id})
     return await push_checkpoints(session, run)
 
 
