@@ -20,6 +20,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from remote_gpu_trainer.request_views import RequestView
+from remote_gpu_trainer.screens.typed_field import type_into
 from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.widgets.glyphs import plain
 
@@ -66,14 +67,8 @@ class ApproveScreen(ModalScreen[str | None]):
                 yield Button("Approve", id="approve", variant="error", disabled=True)
 
     def on_key(self, event: events.Key) -> None:
-        """Typing goes into the id field wherever the focus is (it starts on Cancel, so Enter alone never
-        approves); a key that arrives before the dialog is composed is left alone."""
-        field = next(self.query("#approve-id").results(Input), None)
-        if field is not None and event.is_printable and event.character and self.focused is not field:
-            field.focus()
-            field.insert_text_at_cursor(event.character)
-            event.stop()
-            event.prevent_default()
+        """Typing goes into the #approve-id field wherever the focus is (screens/typed_field.py)."""
+        type_into(self, "#approve-id", event)
 
     @on(Input.Changed, "#approve-id")
     def _typed(self, event: Input.Changed) -> None:

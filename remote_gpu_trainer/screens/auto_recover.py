@@ -10,7 +10,8 @@ HOME_LOOK_S). Nothing here can tear anything down.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.screens.dashboard import DashboardScreen
@@ -41,33 +42,34 @@ def preempted(run: RunView) -> bool:
 
 
 def start_recoveries(screen: DashboardScreen, overview: Overview | None, tried: dict[str, float]) -> None:
-    if overview is None or overview.read_only:
-        return
-    now = time.monotonic()
-    for run in overview.runs:
-        name = f"{WORKER_PREFIX}{run.id}"
-        if run.recovery is None or not preempted(run) or now - tried.get(run.id, -RETRY_S) < RETRY_S:
-            continue
-        if any(worker.name == name and not worker.is_finished for worker in screen.workers):
-            continue  # one worker per run at a time; the run's lock keeps other processes out
-        tried[run.id] = now
-        screen.run_worker(_recover(screen, run.id), name=name, group="auto-recover")
+    """Each preempted run with `recover` limits handed to recovery, at most every RETRY_S."""
+    _start_workers(screen, overview, tried, RETRY_S, WORKER_PREFIX,
+                   lambda run: run.recovery is not None and preempted(run), lambda run: _recover(screen, run.id))
 
 
 def keep_checkpoints_home(screen: DashboardScreen, overview: Overview | None, offered: dict[str, float]) -> None:
     """While a run with `recover` limits runs, a worker keeps its newest checkpoint home when that is due."""
+    _start_workers(screen, overview, offered, HOME_LOOK_S, HOME_PREFIX,
+                   lambda run: run.recovery is not None and run.liveness in ("running", "stalled"),
+                   lambda run: _keep_home(screen, run.id, run.liveness))
+
+
+def _start_workers(screen: DashboardScreen, overview: Overview | None, last: dict[str, float], every_s: float,
+                   prefix: str, wanted: Callable[[RunView], bool],
+                   work: Callable[[RunView], Coroutine[Any, Any, None]]) -> None:
+    """For each run `wanted` picks: one worker named `prefix` + the run's id at a time (the run's lock keeps other
+    processes out), started at most every `every_s`."""
     if overview is None or overview.read_only:
         return
     now = time.monotonic()
     for run in overview.runs:
-        name = f"{HOME_PREFIX}{run.id}"
-        if run.recovery is None or run.liveness not in ("running", "stalled") \
-                or now - offered.get(run.id, -HOME_LOOK_S) < HOME_LOOK_S:
+        name = f"{prefix}{run.id}"
+        if not wanted(run) or now - last.get(run.id, -every_s) < every_s:
             continue
         if any(worker.name == name and not worker.is_finished for worker in screen.workers):
             continue
-        offered[run.id] = now
-        screen.run_worker(_keep_home(screen, run.id, run.liveness), name=name, group="checkpoint-home")
+        last[run.id] = now
+        screen.run_worker(work(run), name=name, group=prefix.rstrip("-"))
 
 
 async def _keep_home(screen: DashboardScreen, run_id: str, liveness: str) -> None:

@@ -19,6 +19,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 from remote_gpu_trainer.errors import RgtError
+from remote_gpu_trainer.screens.typed_field import type_into
 from remote_gpu_trainer.services.inbox.model import person_actor
 from remote_gpu_trainer.text import escape_control
 
@@ -59,14 +60,8 @@ class RecoverApproveScreen(ModalScreen[bool]):
                 yield Button("Approve", id="approve", variant="warning", disabled=True)
 
     def on_key(self, event: events.Key) -> None:
-        """Typing goes into the figure field wherever the focus is (it starts on Cancel, so Enter alone never
-        approves); a key that arrives before the dialog is composed is left alone."""
-        field = next(self.query("#recover-figure").results(Input), None)
-        if field is not None and event.is_printable and event.character and self.focused is not field:
-            field.focus()
-            field.insert_text_at_cursor(event.character)
-            event.stop()
-            event.prevent_default()
+        """Typing goes into the #recover-figure field wherever the focus is (screens/typed_field.py)."""
+        type_into(self, "#recover-figure", event)
 
     @on(Input.Changed, "#recover-figure")
     def _typed(self, event: Input.Changed) -> None:

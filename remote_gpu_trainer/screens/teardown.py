@@ -14,6 +14,7 @@ from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from remote_gpu_trainer.screens.typed_field import type_into
 from remote_gpu_trainer.text import escape_control
 from remote_gpu_trainer.views import TeardownPlan
 
@@ -54,17 +55,8 @@ class TeardownScreen(ModalScreen[str | None]):
                 yield Button(self.plan.action_label, id="confirm", variant="error", disabled=True)
 
     def on_key(self, event: events.Key) -> None:
-        """Typing goes into the id field wherever the focus is (it starts on Cancel, so Enter alone never
-        confirms): the approval is what was typed, and only a matching id enables the action. A key that
-        arrives before the dialog is composed is left alone rather than crashing the app."""
-        fields = self.query("#confirm-id").results(Input)
-        field = next(fields, None)
-        typing_elsewhere = isinstance(self.focused, Input)  # e.g. the names of runs given up
-        if field is not None and not typing_elsewhere and event.is_printable and event.character:
-            field.focus()
-            field.insert_text_at_cursor(event.character)
-            event.stop()
-            event.prevent_default()
+        """Typing goes into the #confirm-id field wherever the focus is (screens/typed_field.py)."""
+        type_into(self, "#confirm-id", event, over_other_inputs=False)
 
     @on(Input.Changed, "#confirm-id")
     def _typed(self, event: Input.Changed) -> None:

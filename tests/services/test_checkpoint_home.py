@@ -22,14 +22,13 @@ import torch
 from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.gate import gate_view
-from remote_gpu_trainer.services.instances import create_instance, instance_status, remote
-from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.instances import instance_status, remote
 from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.recover import checkpoint_home
 from remote_gpu_trainer.services.recover.checkpoint_home import home_copies, home_dir, keep_home
 from remote_gpu_trainer.state.events import EventKind
 from support.helpers import INSTANCE, RUN, wait_for_liveness
-from support.recover_project import checkpoint, disk, hold, project, wait_exists
+from support.recover_project import checkpoint, disk, hold, launched_holding, project, wait_exists
 
 
 @pytest.fixture(autouse=True)
@@ -50,11 +49,8 @@ def test_the_newest_checkpoint_is_kept_home_verified_once_per_interval_and_never
     async def go() -> None:
         session = open_session(str(root))
         try:
-            await create_instance(session, INSTANCE)
-            hold(root, 3)
-            await launch_run(session, RUN)
+            await launched_holding(session, root, 3)
             on_box = checkpoint(root, 2)
-            wait_exists(on_box)
             kept = await keep_home(session, RUN, force=True)
             assert kept is not None and kept.asked and kept.problems == (), kept
             (copy,) = kept.copied
@@ -104,10 +100,7 @@ def test_a_checkpoint_that_does_not_load_weights_only_is_kept_with_its_verdict_a
     async def go() -> None:
         session = open_session(str(root))
         try:
-            await create_instance(session, INSTANCE)
-            hold(root, 1)
-            await launch_run(session, RUN)
-            wait_exists(checkpoint(root, 0))
+            await launched_holding(session, root, 1)
             good = await keep_home(session, RUN, force=True)
             assert good is not None and [c.path for c in good.copied] == ["ckpt_000.pt"]
 
@@ -155,10 +148,7 @@ def test_a_run_without_recover_limits_keeps_nothing_home(tmp_path: Path) -> None
     async def go() -> None:
         session = open_session(str(root))
         try:
-            await create_instance(session, INSTANCE)
-            hold(root, 1)
-            await launch_run(session, RUN)
-            wait_exists(checkpoint(root, 0))
+            await launched_holding(session, root, 1)
             assert await keep_home(session, RUN, force=True) is None
             assert not home_dir(session.project, RUN).exists()
             assert disk(root).is_dir()
@@ -175,10 +165,7 @@ def test_bytes_that_are_not_the_ones_the_box_stated_are_not_kept_and_the_copy_be
     async def go() -> None:
         session = open_session(str(root))
         try:
-            await create_instance(session, INSTANCE)
-            hold(root, 2)
-            await launch_run(session, RUN)
-            wait_exists(checkpoint(root, 1))
+            await launched_holding(session, root, 2)
             first = await keep_home(session, RUN, force=True)
             assert first is not None and [c.path for c in first.copied] == ["ckpt_001.pt"]
             run = session.project.run(RUN)
@@ -206,10 +193,7 @@ def test_rgt_watch_keeps_a_running_recoverable_runs_checkpoint_home_and_says_so(
     async def launched() -> None:
         session = open_session(str(root))
         try:
-            await create_instance(session, INSTANCE)
-            hold(root, 2)
-            await launch_run(session, RUN)
-            wait_exists(checkpoint(root, 1))
+            await launched_holding(session, root, 2)
         finally:
             await session.close_transports()
             session.close()

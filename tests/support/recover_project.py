@@ -74,11 +74,16 @@ async def seen_by_watcher(session: Session) -> RunState:
     return with_provider_word(await run_state(session, RUN), status)
 
 
-async def launched_and_preempted(session: Session, root: Path, at_step: int = 2) -> RunState:
+async def launched_holding(session: Session, root: Path, at_step: int) -> None:
+    """The run launched on a fresh sim box and waiting at `at_step`, its checkpoint of the step before written."""
     await create_instance(session, INSTANCE)
     hold(root, at_step)
     await launch_run(session, RUN)
     wait_exists(checkpoint(root, at_step - 1))
+
+
+async def launched_and_preempted(session: Session, root: Path, at_step: int = 2) -> RunState:
+    await launched_holding(session, root, at_step)
     preempt(root)
     seen = await seen_by_watcher(session)
     assert seen.liveness.detail.startswith("preempted"), seen.liveness

@@ -13,19 +13,18 @@ from textual.widgets import Button, Static
 
 from remote_gpu_trainer.app import RgtApp
 from remote_gpu_trainer.screens.recover_approval import RecoverApproveScreen
-from remote_gpu_trainer.services.instances import create_instance
-from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.opening import open_session
 from remote_gpu_trainer.services.recover import approval
 from remote_gpu_trainer.services.recover.checkpoint_home import home_copies
 from remote_gpu_trainer.state.events import EventKind
 from remote_gpu_trainer.text import recovery_line
-from support.helpers import INSTANCE, RUN, wait_exists, wait_for_liveness
+from support.helpers import RUN, wait_for_liveness
 from support.recover_project import (
     PERSON,
     checkpoint,
     hold,
     launched_and_preempted,
+    launched_holding,
     launches,
     never_torn_down,
     project,
@@ -63,10 +62,7 @@ async def test_the_dashboard_relaunches_a_preempted_run_only_once_its_limits_are
 async def test_while_a_recoverable_run_runs_the_dashboard_keeps_its_newest_checkpoint_home(tmp_path: Path) -> None:
     root = project(tmp_path / "p")
     session = open_session(str(root))
-    await create_instance(session, INSTANCE)
-    hold(root, 2)
-    await launch_run(session, RUN)
-    wait_exists(checkpoint(root, 1))
+    await launched_holding(session, root, 2)
     app = RgtApp(session)
     async with app.run_test(size=(160, 48)) as pilot:
         await wait_until(pilot, lambda: notified(app, "r1: seed0/ckpt_001.pt kept home"), timeout=60)
