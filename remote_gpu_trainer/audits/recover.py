@@ -3,9 +3,10 @@ the recovery service gathers.
 
 Spending is the user's decision. Recovery acts only inside `runs.<id>.recover` (config/recover.py) and only while a
 person's approval of exactly those limits stands; every refusal names the limit or the missing approval, so the
-user reads why a run waits. What recovery may do is resume the run on its own box when that box is back, or rent an
-equivalent one within the limits; it never tears anything down (services/teardown.py is the only code that acts on
-the teardown gate, and recovery never calls it).
+user reads why a run waits. What recovery may do is resume the run on its own box when that box is back, start that
+box again when its provider stopped it (a RunPod spot pod interrupted to EXITED) within the limits, or rent an
+equivalent one within the limits. It never tears anything down (services/teardown.py is the only code that acts on
+the teardown gate, and recovery never calls it), and never undoes a stop or teardown a person made.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Step(StrEnum):
 
     NONE = "none"  # nothing to recover: the run is not preempted
     RESUME_HERE = "resume_here"  # the preempted box is back: relaunch the run there
+    START_BOX = "start_box"  # the provider stopped the box and it can be started again: start it within the limits
     RENT = "rent"  # the box is gone: rent an equivalent one within the limits
     WAIT = "wait"  # the provider is bringing the box back: look again later
     REFUSED = "refused"  # preempted, but a limit or the approval forbids recovery: a person decides
@@ -52,6 +54,8 @@ class RecoveryFacts:
     now: datetime
     box_state: str  # the run's box as its provider says now: running, stopped, terminated, unknown, ...
     box_holds_run: bool  # the box answers and still holds the run's files (its disk is back)
+    box_startable: bool = False  # the provider can start the stopped box again through its API (RunPod, vast.ai)
+    put_down: str = ""  # rgt down stopped or tore down the box since the run's launch: what it wrote (a person decided)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,9 @@ def decide(facts: RecoveryFacts) -> Decision:
         return Decision(Step.RESUME_HERE, ("the preempted box is back and still holds the run",))
     if facts.box_state in COMING_STATES:
         return Decision(Step.WAIT, (f"the provider says the box is {facts.box_state}: waiting for it",))
+    if facts.box_state == "stopped" and facts.box_startable:
+        return Decision(Step.START_BOX, ("the provider stopped the box: it is started again within the limits, and "
+                                         "the run resumes there once it answers",))
     return Decision(Step.RENT, (f"the box is {facts.box_state}"
                                 + ("" if facts.box_state not in BACK_STATES else " but no longer holds the run")
                                 + ": an equivalent box is rented within the limits",))
@@ -84,6 +91,8 @@ def refusals(facts: RecoveryFacts) -> list[str]:
     reasons = []
     if not facts.approval.ok:
         reasons.append(facts.approval.reason)
+    if facts.put_down:
+        reasons.append(f"{facts.put_down}: a person put the box down, and recovery never undoes that")
     if facts.now >= limits.until:
         reasons.append(f"the recovery window ended at {limits.until.isoformat()} (runs.{facts.run_id}.recover.until)")
     if facts.restarts_used >= limits.max_restarts:

@@ -58,8 +58,8 @@ def test_a_run_whose_box_the_provider_took_resumes_on_a_replacement_from_the_che
             hold(root, None)
             outcome = await recover_run(session, RUN, seen)
             assert outcome is not None and outcome.relaunched, outcome
-            assert steps(session) == ["checkpoint_home", "approved", "quoted", "decided", "renting", "rented",
-                                      "pushed", "launching", "launched"]
+            assert steps(session) == ["checkpoint_home", "approved", "preempted", "quoted", "decided", "renting",
+                                      "rented", "pushed", "launching", "launched"]
             assert (await instance_status(session, INSTANCE)).state == "running"
             assert checkpoint(root, 2).is_file()  # pushed to the new box's cell root, where {resume} looks
             await wait_for_liveness(session)
@@ -100,7 +100,7 @@ def test_a_quote_above_max_price_per_hour_rents_nothing_and_says_why_once(tmp_pa
             again = await recover_run(session, RUN, seen)
             assert again is not None and again.step == Step.REFUSED
             assert "renting" not in steps(session) and "rented" not in steps(session)
-            assert steps(session) == ["approved", "quoted", "decided"]  # quoted and refused once, however often asked
+            assert steps(session) == ["approved", "preempted", "quoted", "decided"]  # said once, however often asked
             assert (await instance_status(session, INSTANCE)).state == "terminated"  # nothing was created
             assert not disk(root).exists() and len(launches(session)) == 1
             creations = [e for e in session.db.events(kind=EventKind.APPROVAL) if e.detail.get("action") == "create"]

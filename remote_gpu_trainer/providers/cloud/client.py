@@ -205,6 +205,11 @@ class CloudClient:
     async def terminate(self, provider_id: str) -> None:
         raise UnsupportedAction(f"{self.provider}: terminate is not available through the API")
 
+    async def start(self, provider_id: str) -> None:
+        """Start a stopped instance again through the profile's `start` endpoint (recovery of a spot box its
+        provider stopped, services/recover/start_box.py): it bills again from then."""
+        await self.call("start", provider_id)
+
     async def _preflight(self, provider_id: str) -> CloudInstance | None:
         """A read with the same base and auth before any destructive call (docs/providers.md §0); None if gone."""
         try:

@@ -301,6 +301,17 @@ class CloudProvider(Provider, WaitsGone):
         await self.client().terminate(provider_id)
         await self._drop_ssh(instance)
 
+    def can_start(self) -> bool:
+        """A stopped box can be started again through the API: the profile has a `start` endpoint and rgt has a key."""
+        api = self.profile.control.api
+        return self._ssh is None and api is not None and api.endpoint("start") is not None
+
+    async def start(self, instance: InstanceConfig) -> None:
+        """Start the stopped box again (only services/recover/start_box.py calls this, within a person's limits)."""
+        if not self.can_start():
+            raise UnsupportedAction(f"{self.name}: rgt cannot start instances through this API")
+        await self.client().start(self._require_id(instance))
+
     async def wait_gone(self, instance: InstanceConfig, timeout_s: float = 600.0,
                         poll_s: float = 5.0) -> TeardownOutcome:
         """Poll until the provider says gone, then list what still bills (the client's residual audit)."""

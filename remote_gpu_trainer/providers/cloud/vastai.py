@@ -102,6 +102,10 @@ class VastAIClient(CloudClient, Launches, Quotes):
         needs the same GPU to be free."""
         self._check_success("stop", provider_id, await self.call("stop", provider_id))
 
+    async def start(self, provider_id: str) -> None:
+        """Run a stopped instance again (the profile's body sets `state: running`); it needs the same GPU free."""
+        self._check_success("start", provider_id, await self.call("start", provider_id))
+
     async def terminate(self, provider_id: str) -> None:
         """Destroy the instance and its disk; Local Volumes are separate and keep billing."""
         if await self._preflight(provider_id) is None:

@@ -20,6 +20,10 @@ if TYPE_CHECKING:
     from remote_gpu_trainer.services.watch.liveness import RunState
 
 RENTED = "rented"  # the step of a box rented by recovery: its meter counts toward max_spend
+STARTED = "started"  # the step of a stopped box recovery started again: its meter from then counts toward max_spend
+BILLED_STEPS = (RENTED, STARTED)
+PREEMPTED = "preempted"  # the step that keeps a watcher's sight of the provider's preemption word for this launch
+PUT_DOWN_KINDS = (EventKind.TORN_DOWN, EventKind.STOPPED, EventKind.TEARDOWN_UNCONFIRMED)
 
 
 def restarts_used(session: Session, run_id: str, approval_seq: int | None) -> int:
@@ -32,11 +36,12 @@ def restarts_used(session: Session, run_id: str, approval_seq: int | None) -> in
 
 
 def spent(session: Session, run_id: str) -> float:
-    """What the boxes recovery rented for the run have billed so far, by their meters (none: 0): each from its
-    `rented` event until now, or until the next box recovery rented under the same instance name (the name is
-    reused when the provider took the box before, and its meter then also holds the first box's hours)."""
+    """What the boxes recovery rented or started again for the run have billed so far, by their meters (none: 0):
+    each from its `rented` or `started` event until now, or until the next such event under the same instance name
+    (the name is reused when the provider took the box before, and its meter then also holds the first box's
+    hours)."""
     rented = [event for event in session.db.events(run_id=run_id, kind=EventKind.RECOVER)
-              if event.detail.get("step") == RENTED and event.instance in session.project.instances]
+              if event.detail.get("step") in BILLED_STEPS and event.instance in session.project.instances]
     now = session.clock()
     total = 0.0
     for index, event in enumerate(rented):
@@ -44,6 +49,32 @@ def spent(session: Session, run_id: str) -> float:
         later = [e.at for e in rented[index + 1:] if e.instance == event.instance]
         total += meter.window_cost(session, event.instance, event.at, later[0] if later else now).total
     return total
+
+
+def launch_seq(session: Session, run_id: str) -> int:
+    """The event of the run's current launch (0: never launched): what recovery knows of this launch is written
+    after it."""
+    found = session.db.events(run_id=run_id, kind=EventKind.LAUNCH, limit=1)
+    return found[-1].seq if found else 0
+
+
+def seen_preempted(session: Session, run_id: str) -> str | None:
+    """What a watcher saw the provider say of this launch's box, if it saw a preemption word (vast.ai's "outbid"):
+    the word is gone once the box is back, and the job it killed left no exit code, so this record is what says why
+    the run is dead."""
+    after = launch_seq(session, run_id)
+    return next((str(event.detail.get("evidence", "")) for event in
+                 reversed(session.db.events(run_id=run_id, kind=EventKind.RECOVER))
+                 if event.seq > after and event.detail.get("step") == PREEMPTED), None)
+
+
+def put_down_since_launch(session: Session, run_id: str, instance: str) -> str:
+    """What `rgt down` wrote when it stopped or tore down the run's box after its current launch ("" if nothing):
+    a box a person put down is not one recovery starts or replaces."""
+    after = launch_seq(session, run_id)
+    found = [event for kind in PUT_DOWN_KINDS for event in session.db.events(kind=kind)
+             if event.instance == instance and event.seq > after]
+    return max(found, key=lambda event: event.seq).summary if found else ""
 
 
 def history(session: Session, run_id: str) -> list[dict[str, object]]:

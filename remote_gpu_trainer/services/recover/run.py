@@ -5,13 +5,20 @@ It takes the run's lock (fsutil.run_lock: the same one pull, verify and teardown
 onto a box being torn down or pulled from, and two watchers never recover one preemption twice), asks the box and
 the provider again under it (the watcher's answer may be stale: another watcher may have recovered the run
 meanwhile), decides (audits/recover.py), writes the decision to the event log, and only then acts:
+- the preemption is what the box and the provider say now (a preemption word, exit 143 on an interruptible box), or
+  what a watcher saw the provider say of this launch's box (ledger.seen_preempted: vast.ai's "outbid" is gone once the
+  box is back, and the job it killed left no exit code);
+- the provider is bringing the box back (vast.ai: stopped while it intends to run, the bid to win again): wait;
+- the provider stopped the box and can start it again (a RunPod spot pod gone EXITED): it is started within the
+  limits (services/recover/start_box.py), and a later look resumes the run there;
 - the box came back and still holds the run: the run is relaunched there (`rgt run --resume`'s launch, marked in its
   launch record as a recovery under the approval, which is what restarts are counted from); `{resume}` in the
   command names the newest checkpoint of each cell (services/box_layout.resume_lines);
 - the box is gone: a replacement is rented within the limits and the checkpoints kept home are pushed to it
   (services/recover/replace.py), then the run is relaunched there as above; a quote the limits refuse, or a box
   recovery cannot rent yet, is recorded and notified, and the run waits for a person (`rgt up`);
-- a limit or the approval forbids it: nothing is done, the reason is recorded once and notified once.
+- a limit or the approval forbids it, or `rgt down` stopped or tore down the box since the launch (a person decided):
+  nothing is done, the reason is recorded once and notified once.
 Recovery never stops, terminates or deletes anything, and never calls services/teardown.py.
 """
 
@@ -28,7 +35,13 @@ from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.recover.approval import check_approval
-from remote_gpu_trainer.services.recover.ledger import restarts_used, spent
+from remote_gpu_trainer.services.recover.ledger import (
+    PREEMPTED,
+    put_down_since_launch,
+    restarts_used,
+    seen_preempted,
+    spent,
+)
 from remote_gpu_trainer.services.watch.liveness import RunState, run_state
 from remote_gpu_trainer.services.watch.watched_state import with_provider_word
 from remote_gpu_trainer.state import events
@@ -37,6 +50,7 @@ from remote_gpu_trainer.text import escape_control
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.config.project import RunConfig
+    from remote_gpu_trainer.providers.base import InstanceStatus
     from remote_gpu_trainer.services.session import Session
 
 ACTOR = "rgt:recover"
@@ -81,6 +95,8 @@ async def _recover_locked(session: Session, run: RunConfig) -> Outcome | None:
         return None
     if decision.step == Step.RENT:
         return await _rent_and_resume(session, run, facts, decision)
+    if decision.step == Step.START_BOX:
+        return await _start_box(session, run, facts, decision)
     fresh = _record(session, run, decision)
     if decision.step == Step.RESUME_HERE:
         return await _resume_here(session, run, facts)
@@ -92,14 +108,39 @@ async def _recover_locked(session: Session, run: RunConfig) -> Outcome | None:
 
 async def gather_facts(session: Session, run: RunConfig) -> RecoveryFacts:
     """The box and the provider asked now, the approval and the counts read from the event and launch logs."""
+    from remote_gpu_trainer.services.recover.start_box import startable
+
     assert run.recover is not None
     status = await instance_status(session, run.instance)
     state = with_provider_word(await run_state(session, run.id), status)
     approval = check_approval(session, run, run.recover)
     return RecoveryFacts(
-        run_id=run.id, preempted=is_preempted(state.liveness), limits=run.recover, approval=approval,
+        run_id=run.id, preempted=_preempted(session, run, state), limits=run.recover, approval=approval,
         restarts_used=restarts_used(session, run.id, approval.seq), spent=spent(session, run.id),
-        now=session.clock(), box_state=status.state, box_holds_run=state.liveness.state != "unknown")
+        now=session.clock(), box_state=box_state(status), box_holds_run=state.liveness.state != "unknown",
+        box_startable=startable(session, run.instance),
+        put_down=put_down_since_launch(session, run.id, run.instance))
+
+
+def box_state(status: InstanceStatus) -> str:
+    """The box's state as recovery reads it: `resuming` for a box stopped while its provider intends it to run
+    (vast.ai's outbid instance, which comes back by itself on the same GPU when the bid wins again)."""
+    api = status.detail.get("api")
+    intends = api.get("intended_status") if isinstance(api, dict) else None
+    return "resuming" if status.state == "stopped" and intends == "running" else status.state
+
+
+def _preempted(session: Session, run: RunConfig, state: RunState) -> bool:
+    """Preempted now (and the word kept for this launch, once), or dead after a watcher saw this launch's box preempted:
+    no exit code, or the signal's (137, 143), since any other exit is the job's own and a person reads its log."""
+    if is_preempted(state.liveness):
+        if seen_preempted(session, run.id) is None:
+            events.recover_step(session.db, run_id=run.id, instance=run.instance, step=PREEMPTED, actor=ACTOR,
+                                summary=f"recovery of {run.id}: {escape_control(state.liveness.detail)}",
+                                detail={"evidence": state.liveness.detail})
+        return True
+    return state.liveness.state == "dead" and state.exit_code in (None, 137, 143) \
+        and seen_preempted(session, run.id) is not None
 
 
 def _record(session: Session, run: RunConfig, decision: Decision) -> bool:
@@ -134,6 +175,27 @@ async def _rent_and_resume(session: Session, run: RunConfig, facts: RecoveryFact
     except (RgtError, ConfigError, OSError) as exc:
         return await _failed(session, run, f"renting a replacement failed: {escape_control(str(exc))}")
     return await _resume_here(session, run, facts)
+
+
+async def _start_box(session: Session, run: RunConfig, facts: RecoveryFacts, decision: Decision) -> Outcome:
+    """Start the box its provider stopped, within the limits (services/recover/start_box.py); the run is relaunched by
+    a later look once the box answers. A refusal is recorded as the decision (once) and notified."""
+    from remote_gpu_trainer.services.recover.start_box import start_stopped
+
+    provider_id = session.provider(run.instance).provider_id(session.instance(run.instance))
+    _record(session, run, decision)
+    try:
+        refused = await start_stopped(session, run, facts, provider_id)
+    except (RgtError, ConfigError, OSError) as exc:
+        return await _failed(session, run, f"starting {provider_id} again failed: {escape_control(str(exc))}")
+    if refused:
+        refusal = Decision(Step.REFUSED, (*decision.reasons, *refused))
+        if _record(session, run, refusal):
+            await _notify(session, run, f"rgt: {run.id} was preempted and is not recovered", "\n".join(refused))
+        return Outcome(run.id, Step.REFUSED, refusal.reasons)
+    await _notify(session, run, f"rgt: {run.id} was preempted: its box is starting again",
+                  f"{provider_id} ({run.instance}) was stopped by its provider and started within the limits")
+    return Outcome(run.id, Step.START_BOX, (f"started {provider_id} again: the run resumes there once it answers",))
 
 
 async def _failed(session: Session, run: RunConfig, reason: str) -> Outcome:
