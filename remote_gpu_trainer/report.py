@@ -192,7 +192,8 @@ def _recovery_json(view: RecoveryView | None) -> dict[str, object] | None:
             "currency": view.currency, "until": view.until, "checkpoint_age_s": _round(view.checkpoint_age_s),
             "last": view.last or None, "checkpoint_home": view.home or None, "checkpoint_home_age_s":
             _round(view.home_age_s), "checkpoint_home_every_s": _round(view.home_every_s),
-            "checkpoint_home_cells": view.home_cells, "cells": view.cells}
+            "checkpoint_home_cells": view.home_cells, "cells": view.cells,
+            "preempted_seen": view.preempted_seen or None}
 
 
 def _drift_json(value: str | tuple[str, ...] | None) -> str | list[str] | None:

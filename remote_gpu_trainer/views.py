@@ -95,6 +95,7 @@ class RecoveryView:
     home_every_s: float | None = None  # how often the box is asked for newer ones (the Young/Daly cadence W)
     home_cells: int = 0  # cells with a copy kept home, of `cells`
     cells: int = 0
+    preempted_seen: str = ""  # what a watcher saw the provider say of this launch's box ("" if no preemption seen)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from remote_gpu_trainer.audits.liveness import Liveness
 PREEMPTED = "preempted"
 PREEMPT_WORDS = ("preempt", "interrupt", "outbid")
 SIGTERM_EXIT = 143
+SIGNAL_EXITS = (None, 137, SIGTERM_EXIT)  # a job killed from outside: no exit code, SIGKILL's or SIGTERM's
+TAKEN_STATES = ("stopped", "terminated")  # what a provider says of an interruptible box it reclaimed
 
 
 def provider_words(detail: Mapping[str, Any]) -> tuple[str, ...]:
@@ -37,13 +39,18 @@ def preempted_word(words: Iterable[str]) -> str | None:
 
 
 def refine(liveness: Liveness, *, exit_code: int | None = None, interruptible: bool = False,
-           words: Iterable[str] = ()) -> Liveness:
-    """`liveness` with the detail `preempted: <evidence>` when the evidence says so, else unchanged."""
+           words: Iterable[str] = (), taken: str | None = None) -> Liveness:
+    """`liveness` with the detail `preempted: <evidence>` when the evidence says so, else unchanged. `taken`: the
+    provider's state (stopped, terminated) of an interruptible box that rgt did not put down; it counts for a job
+    that cannot be read (the box is away) or that was killed from outside, never for one that exited on its own."""
     if liveness.state not in ("dead", "unknown") or is_preempted(liveness):
         return liveness
     word = preempted_word(words)
     if word is not None:
         return Liveness(liveness.state, f"{PREEMPTED}: the provider says {word!r}")
+    if taken is not None and (liveness.state == "unknown" or exit_code in SIGNAL_EXITS):
+        return Liveness(liveness.state, f"{PREEMPTED}: the provider says {taken} of this interruptible box, and "
+                                        "rgt did not put it down")
     if liveness.state == "dead" and exit_code == SIGTERM_EXIT and interruptible:
         return Liveness("dead", f"{PREEMPTED}: exit 143 (SIGTERM) on an interruptible box")
     return liveness

@@ -37,8 +37,10 @@ def watch_preemptions(screen: DashboardScreen) -> None:
 
 
 def preempted(run: RunView) -> bool:
-    """The overview's word for a run the watchers call preempted (audits/preemption.py)."""
-    return run.liveness in ("dead", "unknown") and run.liveness_detail.startswith(PREEMPTED)
+    """The overview's word for a run the watchers call preempted (audits/preemption.py), or a dead run whose box a
+    watcher saw preempted under this launch (vast.ai's outbid box, back without its word: recovery resumes it)."""
+    seen = run.recovery is not None and bool(run.recovery.preempted_seen) and run.liveness == "dead"
+    return seen or (run.liveness in ("dead", "unknown") and run.liveness_detail.startswith(PREEMPTED))
 
 
 def start_recoveries(screen: DashboardScreen, overview: Overview | None, tried: dict[str, float]) -> None:

@@ -105,7 +105,8 @@ async def observe(session: Session, wait_s: float | None = None, *, catch_up: bo
     for run_id, state in run_states.items():
         if state is WAITING_RUN:
             continue
-        state = run_states[run_id] = with_provider_word(state, statuses.get(run_config(session, run_id).instance))
+        state = run_states[run_id] = with_provider_word(session, run_id, state,
+                                                                statuses.get(run_config(session, run_id).instance))
         if run_id not in settled:  # rules judge fresh answers only
             remember_look(session, run_id, state)
             await run_logs.evaluate_rules(session, run_id, state)

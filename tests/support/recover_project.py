@@ -71,7 +71,7 @@ def preempt(root: Path) -> None:
 async def seen_by_watcher(session: Session) -> RunState:
     """The run's state as a watcher reads it: the liveness look with the provider's word."""
     status = await instance_status(session, INSTANCE)
-    return with_provider_word(await run_state(session, RUN), status)
+    return with_provider_word(session, RUN, await run_state(session, RUN), status)
 
 
 async def launched_holding(session: Session, root: Path, at_step: int) -> None:

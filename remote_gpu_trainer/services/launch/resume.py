@@ -34,7 +34,7 @@ async def resume_run(session: Session, run_id: str, actor: str = "user") -> dict
     if session.db.launch(run_id) is None:
         raise VerbFailed(f"run {run_id} was never launched: `rgt run {run_id}` launches it")
     status = await instance_status(session, run.instance)
-    state = with_provider_word(await run_state(session, run_id), status)
+    state = with_provider_word(session, run_id, await run_state(session, run_id), status)
     if not preemption.is_preempted(state.liveness):
         raise VerbFailed(f"run {run_id} is {state.liveness.state} ({state.liveness.detail}), not preempted: "
                          "--resume relaunches only a preempted run")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from remote_gpu_trainer.services import meter
 from remote_gpu_trainer.services.recover.approval import check_approval
 from remote_gpu_trainer.services.recover.checkpoint_home import age_s, home_copies, interval_s
+from remote_gpu_trainer.services.watch.watched_state import launch_seq
 from remote_gpu_trainer.state.events import EventKind
 from remote_gpu_trainer.views import RecoveryView
 
@@ -23,7 +24,6 @@ RENTED = "rented"  # the step of a box rented by recovery: its meter counts towa
 STARTED = "started"  # the step of a stopped box recovery started again: its meter from then counts toward max_spend
 BILLED_STEPS = (RENTED, STARTED)
 PREEMPTED = "preempted"  # the step that keeps a watcher's sight of the provider's preemption word for this launch
-PUT_DOWN_KINDS = (EventKind.TORN_DOWN, EventKind.STOPPED, EventKind.TEARDOWN_UNCONFIRMED)
 
 
 def restarts_used(session: Session, run_id: str, approval_seq: int | None) -> int:
@@ -51,13 +51,6 @@ def spent(session: Session, run_id: str) -> float:
     return total
 
 
-def launch_seq(session: Session, run_id: str) -> int:
-    """The event of the run's current launch (0: never launched): what recovery knows of this launch is written
-    after it."""
-    found = session.db.events(run_id=run_id, kind=EventKind.LAUNCH, limit=1)
-    return found[-1].seq if found else 0
-
-
 def seen_preempted(session: Session, run_id: str) -> str | None:
     """What a watcher saw the provider say of this launch's box, if it saw a preemption word (vast.ai's "outbid"):
     the word is gone once the box is back, and the job it killed left no exit code, so this record is what says why
@@ -66,15 +59,6 @@ def seen_preempted(session: Session, run_id: str) -> str | None:
     return next((str(event.detail.get("evidence", "")) for event in
                  reversed(session.db.events(run_id=run_id, kind=EventKind.RECOVER))
                  if event.seq > after and event.detail.get("step") == PREEMPTED), None)
-
-
-def put_down_since_launch(session: Session, run_id: str, instance: str) -> str:
-    """What `rgt down` wrote when it stopped or tore down the run's box after its current launch ("" if nothing):
-    a box a person put down is not one recovery starts or replaces."""
-    after = launch_seq(session, run_id)
-    found = [event for kind in PUT_DOWN_KINDS for event in session.db.events(kind=kind)
-             if event.instance == instance and event.seq > after]
-    return max(found, key=lambda event: event.seq).summary if found else ""
 
 
 def history(session: Session, run_id: str) -> list[dict[str, object]]:
@@ -102,4 +86,4 @@ def recovery_view(session: Session, run: RunConfig, state: RunState) -> Recovery
         checkpoint_age_s=state.newest_ckpt_age_s, last=last,
         home=f"{stalest.cell}/{stalest.path}" if stalest is not None else "",
         home_age_s=age_s(stalest, now) if stalest is not None else None, home_every_s=interval_s(session, run),
-        home_cells=len(kept), cells=len(run.roster))
+        home_cells=len(kept), cells=len(run.roster), preempted_seen=seen_preempted(session, run.id) or "")

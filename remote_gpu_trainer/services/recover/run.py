@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.audits.preemption import is_preempted
+from remote_gpu_trainer.audits.preemption import SIGNAL_EXITS, is_preempted
 from remote_gpu_trainer.audits.recover import Decision, RecoveryFacts, Step, decide
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.fsutil import run_lock
@@ -35,15 +35,9 @@ from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.recover.approval import check_approval
-from remote_gpu_trainer.services.recover.ledger import (
-    PREEMPTED,
-    put_down_since_launch,
-    restarts_used,
-    seen_preempted,
-    spent,
-)
+from remote_gpu_trainer.services.recover.ledger import PREEMPTED, restarts_used, seen_preempted, spent
 from remote_gpu_trainer.services.watch.liveness import RunState, run_state
-from remote_gpu_trainer.services.watch.watched_state import with_provider_word
+from remote_gpu_trainer.services.watch.watched_state import put_down_since_launch, with_provider_word
 from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.events import EventKind
 from remote_gpu_trainer.text import escape_control
@@ -79,7 +73,7 @@ async def recover_run(session: Session, run_id: str, seen: RunState | None = Non
     rgt holds (a pull, a teardown, another watcher's recovery): this look is left to that one, and a patrol that looks
     every few minutes does not print a line for each wait."""
     run = run_config(session, run_id)
-    if run.recover is None or session.read_only or (seen is not None and not is_preempted(seen.liveness)):
+    if run.recover is None or session.read_only or (seen is not None and not _may_be_preempted(session, run, seen)):
         return None
     try:
         with run_lock(session.project.state_dir, run_id, "recovering"):
@@ -112,7 +106,7 @@ async def gather_facts(session: Session, run: RunConfig) -> RecoveryFacts:
 
     assert run.recover is not None
     status = await instance_status(session, run.instance)
-    state = with_provider_word(await run_state(session, run.id), status)
+    state = with_provider_word(session, run.id, await run_state(session, run.id), status)
     approval = check_approval(session, run, run.recover)
     return RecoveryFacts(
         run_id=run.id, preempted=_preempted(session, run, state), limits=run.recover, approval=approval,
@@ -120,6 +114,11 @@ async def gather_facts(session: Session, run: RunConfig) -> RecoveryFacts:
         now=session.clock(), box_state=box_state(status), box_holds_run=state.liveness.state != "unknown",
         box_startable=startable(session, run.instance),
         put_down=put_down_since_launch(session, run.id, run.instance))
+
+
+def _may_be_preempted(session: Session, run: RunConfig, seen: RunState) -> bool:
+    """A watcher's answer worth a look under the lock: preempted, or dead after this launch's box was seen so."""
+    return is_preempted(seen.liveness) or _remembered(session, run, seen)
 
 
 def box_state(status: InstanceStatus) -> str:
@@ -131,15 +130,20 @@ def box_state(status: InstanceStatus) -> str:
 
 
 def _preempted(session: Session, run: RunConfig, state: RunState) -> bool:
-    """Preempted now (and the word kept for this launch, once), or dead after a watcher saw this launch's box preempted:
-    no exit code, or the signal's (137, 143), since any other exit is the job's own and a person reads its log."""
+    """Preempted now (the evidence then kept for this launch, once), or preempted as a watcher saw it before."""
     if is_preempted(state.liveness):
         if seen_preempted(session, run.id) is None:
             events.recover_step(session.db, run_id=run.id, instance=run.instance, step=PREEMPTED, actor=ACTOR,
                                 summary=f"recovery of {run.id}: {escape_control(state.liveness.detail)}",
                                 detail={"evidence": state.liveness.detail})
         return True
-    return state.liveness.state == "dead" and state.exit_code in (None, 137, 143) \
+    return _remembered(session, run, state)
+
+
+def _remembered(session: Session, run: RunConfig, state: RunState) -> bool:
+    """Dead after a watcher saw this launch's box preempted, with no exit code or the signal's (137, 143): any other
+    exit is the job's own, and a person reads its log."""
+    return state.liveness.state == "dead" and state.exit_code in SIGNAL_EXITS \
         and seen_preempted(session, run.id) is not None
 
 

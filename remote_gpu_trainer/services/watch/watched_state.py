@@ -17,18 +17,47 @@ from remote_gpu_trainer.providers.base import InstanceStatus
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.watch.liveness import RunState, run_state
+from remote_gpu_trainer.state.events import EventKind
+
+PUT_DOWN_KINDS = (EventKind.TORN_DOWN, EventKind.STOPPED, EventKind.TEARDOWN_UNCONFIRMED)
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
 
 
-def with_provider_word(state: RunState, status: InstanceStatus | None) -> RunState:
-    """The run's state, its detail `preempted: ...` when the instance's API says preempted, interrupted or
-    outbid (a state word or status message)."""
+def with_provider_word(session: Session, run_id: str, state: RunState, status: InstanceStatus | None) -> RunState:
+    """The run's state, its detail `preempted: ...` when the instance's API says preempted, interrupted or outbid (a
+    state word or status message), or says stopped or terminated of an interruptible box that `rgt down` did not put
+    down since the run's launch (RunPod's interrupted spot pod is EXITED, with no word for why)."""
     if status is None:
         return state
-    refined = preemption.refine(state.liveness, words=preemption.provider_words(status.detail))
+    refined = preemption.refine(state.liveness, words=preemption.provider_words(status.detail),
+                                exit_code=state.exit_code, taken=_taken(session, run_id, status))
     return state if refined == state.liveness else dataclasses.replace(state, liveness=refined)
+
+
+def _taken(session: Session, run_id: str, status: InstanceStatus) -> str | None:
+    """The provider's state for an interruptible box it stopped or took while rgt did not (None otherwise)."""
+    if status.state not in preemption.TAKEN_STATES:
+        return None
+    instance = run_config(session, run_id).instance
+    interruptible = session.instance(instance).preemptible or preemption.interruptible_status(status.detail)
+    return status.state if interruptible and not put_down_since_launch(session, run_id, instance) else None
+
+
+def launch_seq(session: Session, run_id: str) -> int:
+    """The event of the run's current launch (0: never launched): what is known of this launch is written after it."""
+    found = session.db.events(run_id=run_id, kind=EventKind.LAUNCH, limit=1)
+    return found[-1].seq if found else 0
+
+
+def put_down_since_launch(session: Session, run_id: str, instance: str) -> str:
+    """What `rgt down` wrote when it stopped or tore down the run's box after its current launch ("" if nothing): a
+    box a person put down is neither preempted nor one recovery starts or replaces."""
+    after = launch_seq(session, run_id)
+    found = [event for kind in PUT_DOWN_KINDS for event in session.db.events(kind=kind)
+             if event.instance == instance and event.seq > after]
+    return max(found, key=lambda event: event.seq).summary if found else ""
 
 
 async def watched_run_state(session: Session, run_id: str) -> RunState:
@@ -45,7 +74,7 @@ async def watched_run_state(session: Session, run_id: str) -> RunState:
         status = await instance_status(session, run_config(session, run_id).instance)
     except RgtError:
         return state
-    return with_provider_word(state, status)
+    return with_provider_word(session, run_id, state, status)
 
 
 def unanswered(state: RunState) -> bool:
