@@ -21,22 +21,15 @@ from remote_gpu_trainer.services.opening import open_session
 from support import fake_clouds
 from support.fake_clouds import FakeVast
 from support.helpers import RUN, toml_string, write_project
+from support.recover_cloud import ALIAS, point_alias
 from support.sshd_fixtures import Sshd, free_port
 
 pytestmark = pytest.mark.sshd
 vast_fake = fake_clouds.vast_fake
 cloud_env = fake_clouds.cloud_env
 
-INSTANCE, ALIAS, VAST_ID = "gpu", "vast-box", "7"
+INSTANCE, VAST_ID = "gpu", "7"
 OUTBID = "Instance outbid, paused"
-
-
-def point_alias(home: Path, server: Sshd, port: int) -> None:
-    """The user's ssh config: the alias rgt.toml names, at `port` (the sshd's, or one nobody listens on)."""
-    ssh_dir = home / ".ssh"
-    ssh_dir.mkdir(parents=True, exist_ok=True)
-    (ssh_dir / "config").write_text(f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
-                                    f"  IdentityFile {server.client_key}\n  IdentitiesOnly yes\n")
 
 
 def vast_project(root: Path, box: Path, api: str) -> Path:

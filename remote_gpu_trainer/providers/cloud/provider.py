@@ -337,9 +337,11 @@ class CloudProvider(Provider, WaitsGone):
             await SSHTransport(str(target), self.settings, self.pool).close()
 
     async def close(self) -> None:
-        """Close the HTTP client and every SSH connection; detached jobs on the boxes live on."""
-        if self._client is not None:
-            await self._client.close()
+        """Close the HTTP client and every SSH connection; detached jobs on the boxes live on. A later call opens a
+        new client (a session closes its transports between looks and goes on using its providers)."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
         await self.pool.close_all()
 
 

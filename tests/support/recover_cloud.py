@@ -1,0 +1,124 @@
+"""A recoverable run on a cloud box whose provider API is a local fake (tests/support/fake_clouds.py) and whose SSH
+is a real sshd on this machine (tests/support/sshd_fixtures.py): the user's ssh config names the box by an alias,
+which a test points at the sshd or at a port nobody listens on (the box is away while its provider holds it).
+
+The run is the real torch trainer of tests/fixtures/resumable_trainer.py, resuming from `{resume}`, with `recover`
+limits; the test preempts it as the provider does (vast.ai: pause at once, no signal, so SIGKILL; RunPod: SIGTERM,
+exit 143) and changes the fake's instance as the provider's API then shows it."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from remote_gpu_trainer.services.instances import instance_status, trust_host_key
+from remote_gpu_trainer.services.launch.launch import launch_run
+from remote_gpu_trainer.services.recover import approval
+from remote_gpu_trainer.services.session import Session
+from remote_gpu_trainer.services.watch.liveness import RunState
+from remote_gpu_trainer.services.watch.watched_state import watched_run_state
+from support.helpers import FIXTURES, INSTANCE, RUN, toml_string, wait_exists, wait_file, write_project
+from support.sshd_fixtures import Sshd, free_port
+
+TRAINER = FIXTURES / "resumable_trainer.py"
+ALIAS = "spot-box"
+PERSON = "person:/dev/pts/test"
+
+
+def point_alias(home: Path, server: Sshd, port: int) -> None:
+    """The user's ssh config: the alias rgt.toml names, at `port` (the sshd's, or one nobody listens on)."""
+    ssh_dir = home / ".ssh"
+    ssh_dir.mkdir(parents=True, exist_ok=True)
+    (ssh_dir / "config").write_text(f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User root\n"
+                                    f"  IdentityFile {server.client_key}\n  IdentitiesOnly yes\n")
+
+
+async def box_away(session: Session, home: Path, server: Sshd) -> None:
+    """The box stops answering SSH (its provider paused or stopped it): new connections find nobody."""
+    point_alias(home, server, free_port())
+    await session.close_transports()
+
+
+async def box_back(session: Session, home: Path, server: Sshd) -> None:
+    point_alias(home, server, server.port)
+    await session.close_transports()
+
+
+def project(root: Path, box: Path, provider: str, provider_id: str, api: str, *, restarts: int = 3) -> Path:
+    """rgt.toml: the box by provider and id, reached over the alias; interruptible; the run with `recover` limits."""
+    until = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0).isoformat()
+    limits = (f'recover = {{ max_price_per_hour = 1.0, max_spend = 25, max_restarts = {restarts}, '
+              f'until = "{until}" }}')
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(TRAINER))} {{out}} {{resume}}"
+    body = (f'provider = "{provider}"\nid = "{provider_id}"\napi_base = {toml_string(api)}\nhost = "{ALIAS}"\n'
+            "interruptible = true")
+    write_project(root, command, roster=("seed0",), extra_run=limits, instance_body=body, box=box)
+    return root
+
+
+def checkpoint(box: Path, step: int) -> Path:
+    return box / "rgt" / RUN / "seed0" / f"ckpt_{step:03d}.pt"
+
+
+def hold(box: Path, step: int | None) -> None:
+    """Make the trainer wait at `step` (None: let it run to the end)."""
+    path = box / "job" / "hold"
+    if step is None:
+        path.unlink(missing_ok=True)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(str(step))
+
+
+def kill_job(box: Path, sig: signal.Signals, timeout: float = 30.0) -> None:
+    """What the provider does to the job: `sig` to its process group; returns once no process of it is left."""
+    group = int(wait_file(box / "job" / ".rgt" / RUN / "pgid").strip())
+    os.killpg(group, sig)
+    deadline = time.monotonic() + timeout
+    while _members(group):
+        assert time.monotonic() < deadline, f"process group {group} still alive after {sig.name}"
+        time.sleep(0.05)
+
+
+def _members(group: int) -> list[int]:
+    """The live (not zombie) processes of a process group, read from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def exit_code(box: Path) -> str:
+    return wait_file(box / "job" / ".rgt" / RUN / "exit_code").strip()
+
+
+async def launched_holding(session: Session, server: Sshd, box: Path, at_step: int) -> None:
+    """The box's host key trusted as a person does (the fingerprint compared), the run launched and waiting at
+    `at_step` with the checkpoint of the step before written."""
+    await instance_status(session, INSTANCE)  # first contact: rgt asks before it trusts
+    await trust_host_key(session, INSTANCE, server.host_public_key().get_fingerprint("sha256"))
+    hold(box, at_step)
+    await launch_run(session, RUN)
+    wait_exists(checkpoint(box, at_step - 1))
+
+
+def approve(session: Session) -> None:
+    """A person approves the run's limits as rgt.toml states them now."""
+    limits = session.project.run(RUN).recover
+    assert limits is not None
+    approval.approve(session, RUN, limits, PERSON)
+
+
+async def seen(session: Session) -> RunState:
+    """The run as `rgt watch RUN` reads it: the box's answer and, when it is dead or unknown, the provider's."""
+    return await watched_run_state(session, RUN)
