@@ -56,6 +56,7 @@ class RecoveryFacts:
     box_holds_run: bool  # the box answers and still holds the run's files (its disk is back)
     box_startable: bool = False  # the provider can start the stopped box again through its API (RunPod, vast.ai)
     put_down: str = ""  # rgt down stopped or tore down the box since the run's launch: what it wrote (a person decided)
+    rented: str = ""  # the box recovery already rented since the run's launch (one rent per launch), "" if none
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ def decide(facts: RecoveryFacts) -> Decision:
     if facts.box_state == "stopped" and facts.box_startable:
         return Decision(Step.START_BOX, ("the provider stopped the box: it is started again within the limits, and "
                                          "the run resumes there once it answers",))
+    if facts.rented:
+        return Decision(Step.REFUSED, (f"the box recovery rented for this launch, {facts.rented}, is "
+                                       f"{facts.box_state} and does not hold the run: one rent per launch, a person "
+                                       "decides",))
     return Decision(Step.RENT, (f"the box is {facts.box_state}"
                                 + ("" if facts.box_state not in BACK_STATES else " but no longer holds the run")
                                 + ": an equivalent box is rented within the limits",))

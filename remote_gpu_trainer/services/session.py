@@ -33,6 +33,9 @@ C = TypeVar("C")
 PROVIDER_TIMEOUT_S = 20.0
 
 
+MAX_REPLACEMENTS = 100  # a chain of boxes recovery rented one in place of another is followed at most this far
+
+
 class Session:
     def __init__(self, project: ProjectConfig, *, clock: Clock = utc_now, read_only: bool = False,
                  provider_timeout_s: float = PROVIDER_TIMEOUT_S) -> None:
@@ -82,13 +85,20 @@ class Session:
 
     # -- plumbing ------------------------------------------------------------------------------------
     def instance(self, name: str) -> InstanceConfig:
-        """The instance as configured; a box `rgt up` rented (and rgt.toml does not name yet) gets its id."""
+        """The instance as configured; a box `rgt up` rented (and rgt.toml does not name yet) gets its id, and a box
+        recovery rented in place of that one (docs/remote-ops.md §10.1) gets the replacement's: only an instance with
+        a `launch` constraint can be rented, so only such an instance asks the event log."""
         config = self.project.instances[name]
-        if config.id is None:
-            launched = self.db.launched_provider_id(name)
-            if launched is not None:
-                return dataclasses.replace(config, id=launched)
-        return config
+        current = config.id
+        if current is None:
+            current = self.db.launched_provider_id(name)
+        if current is not None and config.launch is not None:
+            for _ in range(MAX_REPLACEMENTS):
+                replacement = self.db.replacement_of(name, current)
+                if replacement is None:
+                    break
+                current = replacement
+        return config if current == config.id else dataclasses.replace(config, id=current)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:

@@ -109,6 +109,18 @@ class EventLog(Store):
         ident = json.loads(row[0]).get("provider_id") if row else None
         return str(ident) if ident else None
 
+    def replacement_of(self, instance: str, provider_id: str) -> str | None:
+        """The provider id of the box recovery rented under this instance name to replace `provider_id` (a LAUNCHED
+        event whose `replaces` names it), if any: the newest such."""
+        rows = self._all(
+            "SELECT detail FROM events WHERE instance = ? AND kind IN (?, ?) ORDER BY seq DESC",
+            (instance, EventKind.LAUNCHED, EventKind.LAUNCH_OVER_BUDGET))
+        for (detail,) in rows:
+            data = json.loads(detail)
+            if data.get("replaces") == provider_id and data.get("provider_id"):
+                return str(data["provider_id"])
+        return None
+
     def events(self, *, run_id: str | None = None, kind: EventKind | None = None,
                limit: int | None = None) -> list[Event]:
         query = "SELECT seq, at, kind, run_id, instance, actor, summary, detail FROM events WHERE 1=1"
@@ -398,16 +410,21 @@ def launch_failed(db: EventLog, *, run_id: str, instance: str, error: str) -> Ev
 
 def instance_rented(db: EventLog, *, over_budget: bool, run_id: str, instance: str, provider: str,
                     provider_id: str, state: str, raw_state: str, price_per_hour: float,
-                    price_shown: str, price_source: str, config_line: str) -> Event:
+                    price_shown: str, price_source: str, config_line: str, replaces: str | None = None) -> Event:
     """LAUNCHED, or LAUNCH_OVER_BUDGET when the box came up above the approved price: written as soon as the
     provider created a box, whatever came next, so `launched_provider_id` finds it. Payload: `provider_id`,
-    `state`, `raw_state`, `price_per_hour`, `price_source` and the `config_line` to put in rgt.toml."""
+    `state`, `raw_state`, `price_per_hour`, `price_source` and the `config_line` to put in rgt.toml; `replaces`
+    (added 2026-12-08) the id of the box recovery rented it in place of (docs/remote-ops.md §10.1)."""
     kind = EventKind.LAUNCH_OVER_BUDGET if over_budget else EventKind.LAUNCHED
+    detail: dict[str, Any] = {"provider_id": provider_id, "state": state, "raw_state": raw_state,
+                              "price_per_hour": price_per_hour, "price_source": price_source,
+                              "config_line": config_line}
+    if replaces is not None:
+        detail["replaces"] = replaces
     return db.append_event(
-        kind, f"{instance} launched as {provider} {provider_id} ({state}) at {price_shown}/h", run_id=run_id,
-        instance=instance, actor="rgt",
-        detail={"provider_id": provider_id, "state": state, "raw_state": raw_state, "price_per_hour": price_per_hour,
-                "price_source": price_source, "config_line": config_line})
+        kind, f"{instance} launched as {provider} {provider_id} ({state}) at {price_shown}/h"
+        + (f", replacing {replaces}" if replaces else ""), run_id=run_id, instance=instance, actor="rgt",
+        detail=detail)
 
 
 # -- watching without the laptop: the patrol's notifications and automatic follow-ups (docs/remote-ops.md §9.2) --

@@ -11,7 +11,9 @@ or ever stop or destroy anything (the fakes log every request: no DELETE, no sto
 from __future__ import annotations
 
 import asyncio
+import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from remote_gpu_trainer.audits.preemption import is_preempted
@@ -22,6 +24,7 @@ from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.gate import gate_view
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.recover.checkpoint_home import keep_home
 from remote_gpu_trainer.services.recover.ledger import spent
 from remote_gpu_trainer.services.recover.run import recover_run
 from remote_gpu_trainer.services.report_overview import report_overview
@@ -39,7 +42,9 @@ from support.recover_cloud import (
     hold,
     kill_job,
     launched_holding,
+    loopback_key,
     project,
+    rent_project,
     seen,
 )
 from support.sshd_fixtures import Sshd
@@ -227,6 +232,105 @@ def test_a_pod_a_person_stopped_with_rgt_down_is_not_preempted_and_never_started
             assert await recover_run(session, RUN) is None  # asked directly: not preempted either
             posts = [r.body for r in runpod_fake.requests() if r.method != "GET"]
             assert posts == [{"action": "stop"}], posts  # the person's stop, and no start
+        finally:
+            await session.close_transports()
+            session.close()
+
+    asyncio.run(go())
+
+
+def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_from_the_checkpoint_kept_home(
+        tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd,
+        sshd_factory: Callable[..., Sshd]) -> None:
+    """The outbid box never comes back: vast.ai destroys it, its disk with it. Recovery rents the cheapest offer under
+    the limits through the API (the box rgt.toml's `launch` says), trusts the new box's first host key under the
+    person's approval, pushes the checkpoint kept home and relaunches; the run finishes there and its evidence, pulled
+    from the new box, opens the gate. The session reads the instance as the new box; nothing is destroyed by rgt."""
+    replacement = sshd_factory("replacement", client_key=sshd.client_key)  # another box: another host key
+    row = vast_fake.add_instance(VAST_ID, ssh_host="127.0.0.1", ssh_port=sshd.port)
+    vast_fake.offers = [{"id": 900, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.35},
+                        {"id": 901, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.45}]
+    loopback_key(cloud_env, sshd)
+    box = tmp_path / "box"
+    root = rent_project(tmp_path / "p", box, VAST_ID, vast_fake.url)
+
+    async def comes_up() -> None:  # vast.ai provisions the rented box, then it runs, reached at its SSH address
+        while not (new := [i for i in vast_fake.instances if i != VAST_ID]):
+            await asyncio.sleep(0.05)
+        vast_fake.instances[new[0]].update(actual_status="running", intended_status="running", cur_state="running",
+                                           ssh_host="127.0.0.1", ssh_port=replacement.port)
+
+    async def go() -> None:
+        session = open_session(str(root))
+        try:
+            await launched_holding(session, sshd, box, at_step=2)
+            kept = await keep_home(session, RUN)
+            assert kept is not None and [c.path for c in kept.copied] == ["ckpt_001.pt"], kept
+            approve(session)
+
+            kill_job(box, signal.SIGKILL)
+            row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+            waiting = await recover_run(session, RUN, await seen(session))
+            assert waiting is not None and waiting.step == Step.WAIT, waiting
+            vast_fake.deleted.add(VAST_ID)  # destroyed, its disk with it
+            shutil.rmtree(box)
+            await session.close_transports()
+            gone = await seen(session)
+            assert is_preempted(gone.liveness) and (await instance_status(session, INSTANCE)).state == "terminated"
+
+            hold(box, None)
+            up = asyncio.create_task(comes_up())
+            outcome = await recover_run(session, RUN, gone)
+            await up
+            assert outcome is not None and outcome.relaunched, outcome
+            new_id = session.instance(INSTANCE).id
+            assert new_id not in (None, VAST_ID)
+            assert steps(session) == ["checkpoint_home", "approved", "preempted", "decided", "quoted", "decided",
+                                      "renting", "trusted", "rented", "pushed", "launching", "launched"]
+            launched = [e for e in session.db.events(kind=EventKind.LAUNCHED)]
+            assert [(e.detail["provider_id"], e.detail["replaces"]) for e in launched] == [(new_id, VAST_ID)]
+            trusted = [e for e in session.db.events(kind=EventKind.HOST_KEY_TRUSTED)]
+            assert [e.actor for e in trusted] == ["user", "rgt:recover"]
+            await finished_and_gated(session, box, resumed_from=1)
+            assert (await instance_status(session, INSTANCE)).provider_id == new_id
+            assert spent(session, RUN) > 0
+            puts = [(r.method, r.path) for r in vast_fake.requests() if r.method not in ("GET", "POST")]
+            assert puts == [("PUT", "/v0/asks/900/")], puts  # one rent, the cheapest offer; no DELETE, no stop
+            assert await recover_run(session, RUN, await seen(session)) is None  # a second watcher: nothing to do
+        finally:
+            await session.close_transports()
+            session.close()
+
+    asyncio.run(go())
+
+
+def test_a_replacement_quoted_above_max_price_per_hour_is_never_rented(
+        tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd) -> None:
+    """Every offer costs more than the recovery limit allows (though less than the launch ceiling): nothing is rented,
+    the refusal is recorded and said once however often a watcher looks, and the run waits for a person."""
+    row = vast_fake.add_instance(VAST_ID, ssh_host="127.0.0.1", ssh_port=sshd.port)
+    vast_fake.offers = [{"id": 900, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.8}]
+    loopback_key(cloud_env, sshd)
+    box = tmp_path / "box"
+    root = rent_project(tmp_path / "p", box, VAST_ID, vast_fake.url, max_price=0.5)
+
+    async def go() -> None:
+        session = open_session(str(root))
+        try:
+            await launched_holding(session, sshd, box, at_step=2)
+            approve(session)
+            kill_job(box, signal.SIGKILL)
+            row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+            await recover_run(session, RUN, await seen(session))
+            vast_fake.deleted.add(VAST_ID)
+            await session.close_transports()
+            for _ in range(2):  # a patrol's looks
+                refused = await recover_run(session, RUN, await seen(session))
+                assert refused is not None and refused.step == Step.REFUSED and not refused.relaunched, refused
+                assert any("no rentable offer of 1x RTX 4090 under $0.50/h" in r for r in refused.reasons), refused
+            assert steps(session) == ["approved", "preempted", "decided", "quoted", "decided"]
+            assert [r for r in vast_fake.requests() if r.method not in ("GET", "POST")] == []  # nothing rented
+            assert session.instance(INSTANCE).id == VAST_ID and launches(session) == 1
         finally:
             await session.close_transports()
             session.close()

@@ -61,6 +61,27 @@ def project(root: Path, box: Path, provider: str, provider_id: str, api: str, *,
     return root
 
 
+def rent_project(root: Path, box: Path, provider_id: str, api: str, *, max_price: float = 1.0) -> Path:
+    """rgt.toml for a vast.ai box reached where its API says (no `host`), with the launch constraint `rgt up` rents
+    by: what recovery rents a replacement with."""
+    until = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0).isoformat()
+    limits = (f'recover = {{ max_price_per_hour = {max_price}, max_spend = 25, max_restarts = 3, '
+              f'until = "{until}" }}')
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(TRAINER))} {{out}} {{resume}}"
+    body = (f'provider = "vastai"\nid = "{provider_id}"\napi_base = {toml_string(api)}\n'
+            'launch = { gpu = "RTX 4090", max_price_per_hour = 1.0, image = "pytorch/pytorch", interruptible = true }')
+    write_project(root, command, roster=("seed0",), extra_run=limits, instance_body=body, box=box)
+    return root
+
+
+def loopback_key(home: Path, server: Sshd) -> None:
+    """The user's ssh config: the client key for every box on this machine (the boxes the fake's API points at)."""
+    ssh_dir = home / ".ssh"
+    ssh_dir.mkdir(parents=True, exist_ok=True)
+    (ssh_dir / "config").write_text(f"Host 127.0.0.1\n  User root\n  IdentityFile {server.client_key}\n"
+                                    "  IdentitiesOnly yes\n")
+
+
 def checkpoint(box: Path, step: int) -> Path:
     return box / "rgt" / RUN / "seed0" / f"ckpt_{step:03d}.pt"
 

@@ -51,6 +51,8 @@ def approval_prompt(session: Session, run_id: str) -> tuple[str, ...]:
     return (f"recovery of run {run_id} on its own, after a preemption, within:", *(f"  {line}" for line in
             limits.lines(currency)),
             f"bound to: {run.command!r} in {run.workdir}, results in {run.remote_root}",
+            *(("a box it rents through the provider's API is trusted at its first host key, once, under this "
+               "approval",) if session.project.instances[run.instance].launch is not None else ()),
             "recovery never tears anything down; a box it rents bills on the meter and shows in `rgt status`")
 
 

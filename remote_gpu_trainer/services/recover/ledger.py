@@ -61,6 +61,14 @@ def seen_preempted(session: Session, run_id: str) -> str | None:
                  if event.seq > after and event.detail.get("step") == PREEMPTED), None)
 
 
+def rented_since_launch(session: Session, run_id: str) -> str:
+    """The box recovery rented since the run's current launch ("" if none): recovery rents at most one per launch."""
+    after = launch_seq(session, run_id)
+    return next((str(event.detail.get("provider_id", "")) for event in
+                 reversed(session.db.events(run_id=run_id, kind=EventKind.RECOVER))
+                 if event.seq > after and event.detail.get("step") == RENTED), "")
+
+
 def history(session: Session, run_id: str) -> list[dict[str, object]]:
     """The run's recovery events, oldest first, as plain data (for the report and `rgt recover RUN`)."""
     return [{"seq": event.seq, "at": event.at.isoformat(), "actor": event.actor, "summary": event.summary,

@@ -35,7 +35,13 @@ from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.launch.launch import launch_run
 from remote_gpu_trainer.services.recover.approval import check_approval
-from remote_gpu_trainer.services.recover.ledger import PREEMPTED, restarts_used, seen_preempted, spent
+from remote_gpu_trainer.services.recover.ledger import (
+    PREEMPTED,
+    rented_since_launch,
+    restarts_used,
+    seen_preempted,
+    spent,
+)
 from remote_gpu_trainer.services.watch.liveness import RunState, run_state
 from remote_gpu_trainer.services.watch.watched_state import put_down_since_launch, with_provider_word
 from remote_gpu_trainer.state import events
@@ -113,7 +119,7 @@ async def gather_facts(session: Session, run: RunConfig) -> RecoveryFacts:
         restarts_used=restarts_used(session, run.id, approval.seq), spent=spent(session, run.id),
         now=session.clock(), box_state=box_state(status), box_holds_run=state.liveness.state != "unknown",
         box_startable=startable(session, run.instance),
-        put_down=put_down_since_launch(session, run.id, run.instance))
+        put_down=put_down_since_launch(session, run.id, run.instance), rented=rented_since_launch(session, run.id))
 
 
 def _may_be_preempted(session: Session, run: RunConfig, seen: RunState) -> bool:
@@ -167,7 +173,7 @@ async def _rent_and_resume(session: Session, run: RunConfig, facts: RecoveryFact
     quote the limits refuse is recorded as the decision (once, however often a watcher looks) and notified."""
     from remote_gpu_trainer.services.recover.replace import quote_replacement, rent_quoted
 
-    quoted, refused = quote_replacement(session, run, facts)
+    quoted, refused = await quote_replacement(session, run, facts)
     if refused or quoted is None:
         refusal = Decision(Step.REFUSED, (*decision.reasons, *refused))
         if _record(session, run, refusal):
