@@ -11,13 +11,18 @@ or ever stop or destroy anything (the fakes log every request: no DELETE, no sto
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from remote_gpu_trainer.audits.preemption import is_preempted
 from remote_gpu_trainer.audits.recover import Step
+from remote_gpu_trainer.cli import main
 from remote_gpu_trainer.config.project import load_project
 from remote_gpu_trainer.services import teardown
 from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
@@ -239,6 +244,46 @@ def test_a_pod_a_person_stopped_with_rgt_down_is_not_preempted_and_never_started
     asyncio.run(go())
 
 
+def destroyed_vast(tmp_path: Path, home: Path, fake: FakeVast, first: Sshd) -> tuple[Path, Path, dict[str, Any]]:
+    """A vast.ai box at `first`, two offers the limits allow, and the project that rents by its launch constraint."""
+    row = fake.add_instance(VAST_ID, ssh_host="127.0.0.1", ssh_port=first.port)
+    fake.offers = [{"id": 900, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.35},
+                   {"id": 901, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.45}]
+    loopback_key(home, first)
+    box = tmp_path / "box"
+    return rent_project(tmp_path / "p", box, VAST_ID, fake.url), box, row
+
+
+async def replaced(session: Session, fake: FakeVast, row: dict[str, Any], box: Path, first: Sshd,
+                   replacement: Sshd, *, relaunch_holds_at: int | None) -> None:
+    """The run launched on `first` with its checkpoint kept home and recovery approved; then outbid (waited for), then
+    destroyed with its disk; recovery rents the offer at `replacement` and relaunches there."""
+    async def comes_up() -> None:  # vast.ai provisions the rented box, then it runs, reached at its SSH address
+        while not (new := [i for i in fake.instances if i != VAST_ID]):
+            await asyncio.sleep(0.05)
+        fake.instances[new[0]].update(actual_status="running", intended_status="running", cur_state="running",
+                                      ssh_host="127.0.0.1", ssh_port=replacement.port)
+
+    await launched_holding(session, first, box, at_step=2)
+    kept = await keep_home(session, RUN)
+    assert kept is not None and [c.path for c in kept.copied] == ["ckpt_001.pt"], kept
+    approve(session)
+    kill_job(box, signal.SIGKILL)
+    row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+    waiting = await recover_run(session, RUN, await seen(session))
+    assert waiting is not None and waiting.step == Step.WAIT, waiting
+    fake.deleted.add(VAST_ID)  # destroyed, its disk with it
+    shutil.rmtree(box)
+    await session.close_transports()
+    gone = await seen(session)
+    assert is_preempted(gone.liveness) and (await instance_status(session, INSTANCE)).state == "terminated"
+    hold(box, relaunch_holds_at)
+    up = asyncio.create_task(comes_up())
+    outcome = await recover_run(session, RUN, gone)
+    await up
+    assert outcome is not None and outcome.relaunched, outcome
+
+
 def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_from_the_checkpoint_kept_home(
         tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd,
         sshd_factory: Callable[..., Sshd]) -> None:
@@ -247,42 +292,12 @@ def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_
     person's approval, pushes the checkpoint kept home and relaunches; the run finishes there and its evidence, pulled
     from the new box, opens the gate. The session reads the instance as the new box; nothing is destroyed by rgt."""
     replacement = sshd_factory("replacement", client_key=sshd.client_key)  # another box: another host key
-    row = vast_fake.add_instance(VAST_ID, ssh_host="127.0.0.1", ssh_port=sshd.port)
-    vast_fake.offers = [{"id": 900, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.35},
-                        {"id": 901, "gpu_name": "RTX 4090", "num_gpus": 1, "dph_total": 0.45}]
-    loopback_key(cloud_env, sshd)
-    box = tmp_path / "box"
-    root = rent_project(tmp_path / "p", box, VAST_ID, vast_fake.url)
-
-    async def comes_up() -> None:  # vast.ai provisions the rented box, then it runs, reached at its SSH address
-        while not (new := [i for i in vast_fake.instances if i != VAST_ID]):
-            await asyncio.sleep(0.05)
-        vast_fake.instances[new[0]].update(actual_status="running", intended_status="running", cur_state="running",
-                                           ssh_host="127.0.0.1", ssh_port=replacement.port)
+    root, box, row = destroyed_vast(tmp_path, cloud_env, vast_fake, sshd)
 
     async def go() -> None:
         session = open_session(str(root))
         try:
-            await launched_holding(session, sshd, box, at_step=2)
-            kept = await keep_home(session, RUN)
-            assert kept is not None and [c.path for c in kept.copied] == ["ckpt_001.pt"], kept
-            approve(session)
-
-            kill_job(box, signal.SIGKILL)
-            row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
-            waiting = await recover_run(session, RUN, await seen(session))
-            assert waiting is not None and waiting.step == Step.WAIT, waiting
-            vast_fake.deleted.add(VAST_ID)  # destroyed, its disk with it
-            shutil.rmtree(box)
-            await session.close_transports()
-            gone = await seen(session)
-            assert is_preempted(gone.liveness) and (await instance_status(session, INSTANCE)).state == "terminated"
-
-            hold(box, None)
-            up = asyncio.create_task(comes_up())
-            outcome = await recover_run(session, RUN, gone)
-            await up
-            assert outcome is not None and outcome.relaunched, outcome
+            await replaced(session, vast_fake, row, box, sshd, replacement, relaunch_holds_at=None)
             new_id = session.instance(INSTANCE).id
             assert new_id not in (None, VAST_ID)
             assert steps(session) == ["checkpoint_home", "approved", "preempted", "decided", "quoted", "decided",
@@ -302,6 +317,43 @@ def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_
             session.close()
 
     asyncio.run(go())
+
+
+def test_rgt_down_cannot_destroy_the_replacement_before_its_results_are_home_nor_forget_it_with_a_lost_database(
+        tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd, sshd_factory: Callable[..., Sshd],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The relaunched run is still running on the replacement recovery rented. `rgt down` with the new box's id is
+    refused (its results are not home); with the state database lost, the instance reads as the destroyed box again,
+    so `rgt down` has nothing to act on, and `rgt status` lists the replacement as an orphan that bills: unknown is
+    never empty, and the box is never destroyed."""
+    replacement = sshd_factory("replacement", client_key=sshd.client_key)
+    root, box, row = destroyed_vast(tmp_path, cloud_env, vast_fake, sshd)
+
+    async def go() -> str:
+        session = open_session(str(root))
+        try:
+            await replaced(session, vast_fake, row, box, sshd, replacement, relaunch_holds_at=3)
+            return str(session.instance(INSTANCE).id)
+        finally:
+            await session.close_transports()
+            session.close()
+
+    new_id = asyncio.run(go())
+    code = main(["down", RUN, str(root), "--confirm", new_id])
+    out = capsys.readouterr()
+    assert code == 3 and "run r1 is running on the box" in out.err and "results not known to be home" in out.err, out
+    for name in ("state.db", "state.db-wal", "state.db-shm"):
+        (root / ".rgt" / name).unlink(missing_ok=True)
+    code = main(["down", RUN, str(root), "--confirm", new_id])
+    out = capsys.readouterr()
+    assert code == 3 and "instance state is terminated: nothing to terminate" in out.err, out  # the old box
+    code = main(["status", str(root), "--timeout", "10", "--format", "json"])
+    document = json.loads(capsys.readouterr().out)
+    assert code == 1 and [o["id"] for o in document["orphans"]] == [new_id], document
+    assert [o["bills"] for o in document["orphans"]] == [True]
+    assert [r for r in vast_fake.requests() if r.method == "DELETE" or r.body == {"state": "stopped"}] == []
+    hold(box, None)
+    kill_job(box, signal.SIGKILL)  # the test's own job
 
 
 def test_a_replacement_quoted_above_max_price_per_hour_is_never_rented(
