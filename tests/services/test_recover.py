@@ -9,7 +9,6 @@ down (the sim box keeps billing and no teardown event is written)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from remote_gpu_trainer.services.recover import approval
 from remote_gpu_trainer.services.recover.run import recover_run
 from remote_gpu_trainer.services.report_overview import report_overview
 from remote_gpu_trainer.state.events import EventKind
-from support.helpers import INSTANCE, RUN, wait_file, wait_for_liveness
+from support.helpers import INSTANCE, RUN, kill_group, wait_for_liveness
 from support.recover_project import (
     PERSON,
     checkpoint,
@@ -178,7 +177,7 @@ def test_a_run_without_limits_or_not_preempted_is_left_alone(tmp_path: Path) -> 
             assert running.liveness.state == "running"
             assert await recover_run(session, RUN, running) is None  # a watcher's running run: nothing asked
             approval.approve(session, RUN, session.project.run(RUN).recover, PERSON)
-            os.killpg(int(wait_file(disk(root) / "workspace" / "job" / ".rgt" / RUN / "pgid")), signal.SIGKILL)
+            kill_group(disk(root) / "workspace" / "job" / ".rgt" / RUN / "pgid", signal.SIGKILL)
             dead = await seen_by_watcher(session)
             assert dead.liveness.state == "dead" and not dead.liveness.detail.startswith("preempted")
             assert await recover_run(session, RUN, dead) is None  # killed, not preempted: a person reads the log

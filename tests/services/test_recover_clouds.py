@@ -52,7 +52,9 @@ from support.recover_cloud import (
     rent_project,
     seen,
 )
+from support.recover_project import notify_to
 from support.sshd_fixtures import Sshd
+from support.webhook_receiver import Receiver, receiver  # noqa: F401 (the fixture)
 
 vast_fake = fake_clouds.vast_fake
 runpod_fake = fake_clouds.runpod_fake
@@ -286,13 +288,14 @@ async def replaced(session: Session, fake: FakeVast, row: dict[str, Any], box: P
 
 def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_from_the_checkpoint_kept_home(
         tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd,
-        sshd_factory: Callable[..., Sshd]) -> None:
+        sshd_factory: Callable[..., Sshd], receiver: Receiver) -> None:  # noqa: F811 (the fixture)
     """The outbid box never comes back: vast.ai destroys it, its disk with it. Recovery rents the cheapest offer under
     the limits through the API (the box rgt.toml's `launch` says), trusts the new box's first host key under the
     person's approval, pushes the checkpoint kept home and relaunches; the run finishes there and its evidence, pulled
     from the new box, opens the gate. The session reads the instance as the new box; nothing is destroyed by rgt."""
     replacement = sshd_factory("replacement", client_key=sshd.client_key)  # another box: another host key
     root, box, row = destroyed_vast(tmp_path, cloud_env, vast_fake, sshd)
+    notify_to(root, f"json://{receiver.url.removeprefix('http://')}")
 
     async def go() -> None:
         session = open_session(str(root))
@@ -301,7 +304,8 @@ def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_
             new_id = session.instance(INSTANCE).id
             assert new_id not in (None, VAST_ID)
             assert steps(session) == ["checkpoint_home", "approved", "preempted", "decided", "quoted", "decided",
-                                      "renting", "trusted", "rented", "pushed", "launching", "launched"]
+                                      "renting", "trusted", "rented", "pushed", "notified", "launching", "launched",
+                                      "notified"]
             launched = [e for e in session.db.events(kind=EventKind.LAUNCHED)]
             assert [(e.detail["provider_id"], e.detail["replaces"]) for e in launched] == [(new_id, VAST_ID)]
             trusted = [e for e in session.db.events(kind=EventKind.HOST_KEY_TRUSTED)]
@@ -317,6 +321,9 @@ def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_
             session.close()
 
     asyncio.run(go())
+    said = [request.body.decode() for request in receiver.wait_for(2)]
+    assert "recovery of r1 rented 5001" in said[0] and 'id = \\"5001\\" under [instances.box]' in said[0], said
+    assert "r1 was preempted and relaunched" in said[1], said
 
 
 def test_rgt_down_cannot_destroy_the_replacement_before_its_results_are_home_nor_forget_it_with_a_lost_database(

@@ -150,3 +150,27 @@ def wait_gone(path: Path, timeout: float = 30.0) -> None:
     while path.exists():
         assert time.monotonic() < deadline, f"{path} is still there"
         time.sleep(0.05)
+
+
+def kill_group(pgid_file: Path, sig: int, timeout: float = 30.0) -> None:
+    """Send `sig` to the process group the job's `pgid` marker names; returns once no live (non-zombie) process of
+    it is left, so a liveness look that follows sees the job gone."""
+    group = int(wait_file(pgid_file).strip())
+    os.killpg(group, sig)
+    deadline = time.monotonic() + timeout
+    while _group_members(group):
+        assert time.monotonic() < deadline, f"process group {group} still alive after signal {sig}"
+        time.sleep(0.05)
+
+
+def _group_members(group: int) -> list[int]:
+    """The live (not zombie) processes of a process group, read from /proc."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            found.append(int(stat.parent.name))
+    return found

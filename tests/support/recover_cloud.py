@@ -8,11 +8,9 @@ exit 143) and changes the fake's instance as the provider's API then shows it.""
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from remote_gpu_trainer.services.recover import approval
 from remote_gpu_trainer.services.session import Session
 from remote_gpu_trainer.services.watch.liveness import RunState
 from remote_gpu_trainer.services.watch.watched_state import watched_run_state
-from support.helpers import FIXTURES, INSTANCE, RUN, toml_string, wait_exists, wait_file, write_project
+from support.helpers import FIXTURES, INSTANCE, RUN, kill_group, toml_string, wait_exists, wait_file, write_project
 from support.sshd_fixtures import Sshd, free_port
 
 TRAINER = FIXTURES / "resumable_trainer.py"
@@ -96,27 +94,9 @@ def hold(box: Path, step: int | None) -> None:
         path.write_text(str(step))
 
 
-def kill_job(box: Path, sig: signal.Signals, timeout: float = 30.0) -> None:
+def kill_job(box: Path, sig: signal.Signals) -> None:
     """What the provider does to the job: `sig` to its process group; returns once no process of it is left."""
-    group = int(wait_file(box / "job" / ".rgt" / RUN / "pgid").strip())
-    os.killpg(group, sig)
-    deadline = time.monotonic() + timeout
-    while _members(group):
-        assert time.monotonic() < deadline, f"process group {group} still alive after {sig.name}"
-        time.sleep(0.05)
-
-
-def _members(group: int) -> list[int]:
-    """The live (not zombie) processes of a process group, read from /proc."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z" and int(fields[2]) == group:
-            found.append(int(stat.parent.name))
-    return found
+    kill_group(box / "job" / ".rgt" / RUN / "pgid", sig)
 
 
 def exit_code(box: Path) -> str:

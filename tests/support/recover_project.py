@@ -35,12 +35,17 @@ def project(root: Path, *, restarts: int = 3, apprise: str | None = None) -> Pat
     write_project(root, command, roster=("seed0",), extra_run=limits,
                   instance_body='provider = "sim"\ninterruptible = true')
     if apprise is not None:
-        secret = root / "apprise.txt"
-        secret.write_text(apprise + "\n")
-        secret.chmod(0o600)
-        with open(root / "rgt.toml", "a", encoding="utf-8") as handle:
-            handle.write('\n[notify]\napprise_file = "apprise.txt"\n')
+        notify_to(root, apprise)
     return root
+
+
+def notify_to(root: Path, apprise: str) -> None:
+    """[notify] through an apprise URL kept in a private file (never in rgt.toml)."""
+    secret = root / "apprise.txt"
+    secret.write_text(apprise + "\n")
+    secret.chmod(0o600)
+    with open(root / "rgt.toml", "a", encoding="utf-8") as handle:
+        handle.write('\n[notify]\napprise_file = "apprise.txt"\n')
 
 
 def disk(root: Path) -> Path:
