@@ -395,3 +395,34 @@ def test_a_replacement_quoted_above_max_price_per_hour_is_never_rented(
             session.close()
 
     asyncio.run(go())
+
+
+def test_a_pod_stopped_after_its_job_was_seen_dead_is_not_preempted(
+        tmp_path: Path, cloud_env: Path, runpod_fake: FakeRunPod, sshd: Sshd) -> None:
+    """The job was killed on a running pod and a watcher saw it dead (not preempted: a person reads its log); RunPod
+    later stops the idle pod. That stop took nothing from the run, so nobody calls it preempted and recovery starts
+    nothing."""
+    runpod_fake.add_pod(POD_ID, "RUNNING", cost=0.44)
+    box = tmp_path / "box"
+    root = project(tmp_path / "p", box, "runpod", POD_ID, runpod_fake.url)
+
+    async def go() -> None:
+        session = open_session(str(root))
+        try:
+            await box_back(session, cloud_env, sshd)
+            await launched_holding(session, sshd, box, at_step=2)
+            approve(session)
+            kill_job(box, signal.SIGKILL)
+            dead = (await report_overview(session)).runs[0]  # the dashboard's look, kept as the last state seen
+            assert dead.liveness == "dead" and not dead.liveness_detail.startswith("preempted"), dead
+            runpod_fake.set_status(POD_ID, "EXITED")
+            await box_away(session, cloud_env, sshd)
+            stopped = await seen(session)
+            assert stopped.liveness.state == "unknown" and not is_preempted(stopped.liveness), stopped.liveness
+            assert await recover_run(session, RUN) is None
+            assert [r for r in runpod_fake.requests() if r.method != "GET"] == []
+        finally:
+            await session.close_transports()
+            session.close()
+
+    asyncio.run(go())

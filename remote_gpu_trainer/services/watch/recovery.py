@@ -84,6 +84,11 @@ def _remember(session: Session, run_id: str, liveness: Liveness | None) -> SeenS
     return seen
 
 
+def last_seen(session: Session, run_id: str) -> SeenState | None:
+    """The last liveness state a watcher saw for the run (None: none recorded, or the file is damaged)."""
+    return _read_seen(session.project.state_dir / "recovery" / f"{run_id}.state.json")
+
+
 def _read_seen(path: Path) -> SeenState | None:
     data = read_regular(path)
     try:

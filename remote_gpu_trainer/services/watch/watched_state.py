@@ -16,6 +16,7 @@ from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.providers.base import InstanceStatus
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.instances import instance_status
+from remote_gpu_trainer.services.watch import recovery
 from remote_gpu_trainer.services.watch.liveness import RunState, run_state
 from remote_gpu_trainer.state.events import EventKind
 
@@ -38,11 +39,19 @@ def with_provider_word(session: Session, run_id: str, state: RunState, status: I
 
 def _taken(session: Session, run_id: str, status: InstanceStatus) -> str | None:
     """The provider's state for an interruptible box it stopped or took while rgt did not (None otherwise)."""
-    if status.state not in preemption.TAKEN_STATES:
+    if status.state not in preemption.TAKEN_STATES or _ended_before(session, run_id):
         return None
     instance = run_config(session, run_id).instance
     interruptible = session.instance(instance).preemptible or preemption.interruptible_status(status.detail)
     return status.state if interruptible and not put_down_since_launch(session, run_id, instance) else None
+
+
+def _ended_before(session: Session, run_id: str) -> bool:
+    """A watcher last saw the job ended on its own (finished, or dead but not preempted): a box stopped after that
+    did not take the run from anyone."""
+    seen = recovery.last_seen(session, run_id)
+    return seen is not None and (seen.state == "finished"
+                                 or (seen.state == "dead" and not seen.detail.startswith(preemption.PREEMPTED)))
 
 
 def launch_seq(session: Session, run_id: str) -> int:
