@@ -83,6 +83,9 @@ async def run(session: Session, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+RELAUNCHED, UNDERWAY = "relaunched", "underway"  # what recovery did for a watched run (`recovered`)
+
+
 async def watch(session: Session, args: argparse.Namespace) -> int:
     """Print the run's state changes and alerts until the job is over (finished, dead or preempted; exit 0
     only for finished with its follow-ups done); `--once`: one pass, exit 1 when the box could not be asked or
@@ -98,6 +101,7 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
         printers.print_json(schemas.watch_document(run_id, iso_z(session.clock()), state.liveness, shown))
         return EXIT_FAILED if watched_state.unanswered(state) else EXIT_OK
     last: tuple[str, str] | None = None
+    said: set[str] = set()  # recovery's lines already printed: a wait is said once, not at every pass
     ticker = ProgressTicker(args.progress_every)
     while True:
         state, alerts = await _watch_pass(session, run_id)
@@ -111,8 +115,10 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
                   f"({escape_control(state.liveness.detail)})", flush=True)
             last = current
         followed = await _progress_or_follow_up(session, run_id, state, ticker)
-        if await recovered(session, run_id, state) and not args.once:
-            last = None  # the relaunched run is watched on, from its new launch
+        recovery = await recovered(session, run_id, state, said)
+        if recovery and not args.once:  # relaunched, or its box is coming back: watched on
+            if recovery == RELAUNCHED:
+                last = None  # the relaunched run is watched on, from its new launch
             await asyncio.sleep(args.interval)
             continue
         if args.once:
@@ -124,12 +130,15 @@ async def watch(session: Session, args: argparse.Namespace) -> int:
         await asyncio.sleep(args.interval)
 
 
-async def recovered(session: Session, run_id: str, state: RunState) -> bool:
+async def recovered(session: Session, run_id: str, state: RunState, said: set[str] | None = None) -> str:
     """A run with `runs.<id>.recover`: while it runs, its newest checkpoint kept home when due
     (services/recover/checkpoint_home.py); once preempted, handed to recovery (services/recover/run.py). What either
-    did is printed. True when the run was relaunched. Nothing is imported for a run without limits."""
+    did is printed (a line in `said` is not printed again). RELAUNCHED when the run was relaunched, UNDERWAY while
+    recovery waits for its box to come back or started it again, "" otherwise. Nothing is imported for a run without
+    limits."""
     if run_config(session, run_id).recover is None:
-        return False
+        return ""
+    from remote_gpu_trainer.audits.recover import Step
     from remote_gpu_trainer.services.recover.checkpoint_home import watcher_lines
     from remote_gpu_trainer.services.recover.run import recover_run
 
@@ -137,9 +146,15 @@ async def recovered(session: Session, run_id: str, state: RunState) -> bool:
         print(f"{iso_z(session.clock())} {line}", flush=True)
     outcome = await recover_run(session, run_id, state)
     if outcome is None:
-        return False
-    print(f"{iso_z(session.clock())} {escape_control(outcome.line())}", flush=True)
-    return outcome.relaunched
+        return ""
+    line = escape_control(outcome.line())
+    if said is None or line not in said:
+        print(f"{iso_z(session.clock())} {line}", flush=True)
+    if said is not None:
+        said.add(line)
+    if outcome.relaunched:
+        return RELAUNCHED
+    return UNDERWAY if outcome.step in (Step.WAIT, Step.START_BOX) else ""
 
 
 async def _resume(session: Session, args: argparse.Namespace) -> int:

@@ -14,6 +14,8 @@ import asyncio
 import json
 import shutil
 import signal
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -426,3 +428,45 @@ def test_a_pod_stopped_after_its_job_was_seen_dead_is_not_preempted(
             session.close()
 
     asyncio.run(go())
+
+
+def test_rgt_watch_follows_an_outbid_run_until_its_box_is_back_and_the_relaunch_finishes(
+        tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`rgt watch RUN` over the outbid box: it says the wait once, keeps watching while vast.ai holds the box, and once
+    the bid wins again it relaunches the run there and follows it to the end (exit 0)."""
+    row = vast_fake.add_instance(VAST_ID)
+    box = tmp_path / "box"
+    root = project(tmp_path / "p", box, "vastai", VAST_ID, vast_fake.url)
+
+    async def launched(session: Session) -> None:
+        await box_back(session, cloud_env, sshd)
+        await launched_holding(session, sshd, box, at_step=2)
+        approve(session)
+
+    session = open_session(str(root))
+    try:
+        asyncio.run(launched(session))
+        kill_job(box, signal.SIGKILL)
+        row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+        asyncio.run(box_away(session, cloud_env, sshd))
+        codes: list[int] = []
+        watcher = threading.Thread(target=lambda: codes.append(main(["watch", RUN, str(root), "--interval", "0.2"])))
+        watcher.start()
+        deadline = time.monotonic() + 60
+        while "decided" not in steps(session):  # the watch saw the preemption and recovery chose to wait
+            assert time.monotonic() < deadline and watcher.is_alive(), steps(session)
+            time.sleep(0.1)
+        time.sleep(1.0)  # a few more passes while the box is away: the wait is not said again
+        row.update(actual_status="running", status_msg="success, running")
+        hold(box, None)
+        asyncio.run(box_back(session, cloud_env, sshd))
+        watcher.join(120)
+        assert not watcher.is_alive() and codes == [0], codes
+    finally:
+        session.close()
+    out = capsys.readouterr().out
+    assert out.count("recovery wait: the provider says the box is resuming") == 1, out
+    assert "recovery relaunched: relaunched on box, restart 1" in out and f"run {RUN}: finished" in out, out
+    assert "finished from step 2" in (box / "job" / "train.log").read_text()
+    assert {r.method for r in vast_fake.requests()} == {"GET"}
