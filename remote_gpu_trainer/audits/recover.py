@@ -19,6 +19,7 @@ from remote_gpu_trainer.config.recover import RecoverLimits
 
 BACK_STATES = ("running",)  # the preempted box answers again: resume there
 COMING_STATES = ("pending", "starting", "restarting", "resuming")  # the provider is bringing it back: wait
+GOING_STATES = ("stopping", "terminating")  # the provider is taking it down: wait for where it ends
 
 
 class Step(StrEnum):
@@ -57,6 +58,7 @@ class RecoveryFacts:
     box_startable: bool = False  # the provider can start the stopped box again through its API (RunPod, vast.ai)
     put_down: str = ""  # rgt down stopped or tore down the box since the run's launch: what it wrote (a person decided)
     rented: str = ""  # the box recovery already rented since the run's launch (one rent per launch), "" if none
+    box_reclaimed: bool = False  # the provider's own word says it took the box (Lambda's `preempted`, state unknown)
 
 
 @dataclass(frozen=True)
@@ -74,18 +76,29 @@ def decide(facts: RecoveryFacts) -> Decision:
         return Decision(Step.REFUSED, tuple(refused))
     if facts.box_state in BACK_STATES and facts.box_holds_run:
         return Decision(Step.RESUME_HERE, ("the preempted box is back and still holds the run",))
-    if facts.box_state in COMING_STATES:
+    if facts.box_state in COMING_STATES + GOING_STATES:
         return Decision(Step.WAIT, (f"the provider says the box is {facts.box_state}: waiting for it",))
     if facts.box_state == "stopped" and facts.box_startable:
         return Decision(Step.START_BOX, ("the provider stopped the box: it is started again within the limits, and "
                                          "the run resumes there once it answers",))
+    if facts.box_state == "terminated" or facts.box_reclaimed:
+        return _rent(facts)
+    if facts.box_state == "unknown":
+        return Decision(Step.WAIT, ("the provider's answer is unknown: nothing is rented while the box may still "
+                                    "be there",))
+    unread = " but its run cannot be read" if facts.box_state in BACK_STATES else ""
+    return Decision(Step.REFUSED, (f"the box is {facts.box_state}{unread}: recovery neither relaunches there nor "
+                                   "rents another while it is there; a person decides",))
+
+
+def _rent(facts: RecoveryFacts) -> Decision:
+    """The box is gone: rent an equivalent one, once per launch of the run."""
     if facts.rented:
         return Decision(Step.REFUSED, (f"the box recovery rented for this launch, {facts.rented}, is "
                                        f"{facts.box_state} and does not hold the run: one rent per launch, a person "
                                        "decides",))
-    return Decision(Step.RENT, (f"the box is {facts.box_state}"
-                                + ("" if facts.box_state not in BACK_STATES else " but no longer holds the run")
-                                + ": an equivalent box is rented within the limits",))
+    return Decision(Step.RENT, (f"the box is {'reclaimed by its provider' if facts.box_reclaimed else 'terminated'}: "
+                                "an equivalent box is rented within the limits",))
 
 
 def refusals(facts: RecoveryFacts) -> list[str]:

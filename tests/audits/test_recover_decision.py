@@ -20,11 +20,29 @@ FACTS = RecoveryFacts(run_id="r1", preempted=True, limits=LIMITS, approval=Appro
 
 def test_a_preempted_run_on_a_box_that_is_back_resumes_there() -> None:
     assert decide(FACTS).step == Step.RESUME_HERE
-    assert decide(replace(FACTS, box_state="pending")).step == Step.WAIT
-    for gone in ("terminated", "unknown", "stopped"):
-        assert decide(replace(FACTS, box_state=gone, box_holds_run=False)).step == Step.RENT
-    assert decide(replace(FACTS, box_holds_run=False)).step == Step.RENT  # up again, but its disk is a new one
+    for coming in ("pending", "resuming", "stopping", "terminating"):
+        assert decide(replace(FACTS, box_state=coming, box_holds_run=False)).step == Step.WAIT
     assert decide(replace(FACTS, preempted=False)).step == Step.NONE
+
+
+def test_a_box_is_rented_only_once_it_is_gone_and_once_per_launch() -> None:
+    gone = replace(FACTS, box_state="terminated", box_holds_run=False)
+    assert decide(gone).step == Step.RENT
+    assert decide(replace(FACTS, box_state="unknown", box_holds_run=False, box_reclaimed=True)).step == Step.RENT
+    again = decide(replace(gone, rented="5001"))
+    assert again.step == Step.REFUSED and "one rent per launch" in again.reasons[0]
+    unknown = decide(replace(FACTS, box_state="unknown", box_holds_run=False))  # no answer is not a gone box
+    assert unknown.step == Step.WAIT and "nothing is rented while the box may still be there" in unknown.reasons[0]
+    unread = decide(replace(FACTS, box_holds_run=False))  # running, but its run cannot be read (a new host key)
+    assert unread.step == Step.REFUSED and "but its run cannot be read" in unread.reasons[0]
+    stopped = replace(FACTS, box_state="stopped", box_holds_run=False)
+    assert decide(stopped).step == Step.REFUSED  # a stopped box rgt cannot start: a person decides
+    assert decide(replace(stopped, box_startable=True)).step == Step.START_BOX
+
+
+def test_a_box_a_person_put_down_is_never_recovered() -> None:
+    decision = decide(replace(FACTS, box_state="stopped", box_startable=True, put_down="gpu stopped"))
+    assert decision.step == Step.REFUSED and "a person put the box down" in decision.reasons[0]
 
 
 @pytest.mark.parametrize(("change", "reason"), [

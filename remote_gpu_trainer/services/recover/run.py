@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from remote_gpu_trainer.audits.preemption import SIGNAL_EXITS, is_preempted
+from remote_gpu_trainer.audits.preemption import SIGNAL_EXITS, is_preempted, preempted_word, provider_words
 from remote_gpu_trainer.audits.recover import Decision, RecoveryFacts, Step, decide
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
 from remote_gpu_trainer.fsutil import run_lock
@@ -119,7 +119,8 @@ async def gather_facts(session: Session, run: RunConfig) -> RecoveryFacts:
         restarts_used=restarts_used(session, run.id, approval.seq), spent=spent(session, run.id),
         now=session.clock(), box_state=box_state(status), box_holds_run=state.liveness.state != "unknown",
         box_startable=startable(session, run.instance),
-        put_down=put_down_since_launch(session, run.id, run.instance), rented=rented_since_launch(session, run.id))
+        put_down=put_down_since_launch(session, run.id, run.instance), rented=rented_since_launch(session, run.id),
+        box_reclaimed=status.state == "unknown" and preempted_word(provider_words(status.detail)) is not None)
 
 
 def _may_be_preempted(session: Session, run: RunConfig, seen: RunState) -> bool:
