@@ -21,7 +21,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from remote_gpu_trainer import text
-from remote_gpu_trainer.errors import RgtError, VerbFailed
+from remote_gpu_trainer.errors import RgtError
 from remote_gpu_trainer.providers.cloud.client import LaunchOverBudget, Quotes
 from remote_gpu_trainer.providers.cloud.provider import CloudProvider, stopped_storage_per_hour
 from remote_gpu_trainer.providers.cloud.types import CloudInstance, GpuRequest
@@ -73,8 +73,8 @@ async def cloud_quote(provider: CloudProvider, request: GpuRequest) -> tuple[flo
     assert isinstance(client, Quotes)
     try:
         quote = await client.quote(request)
-    except VerbFailed as exc:  # nothing rentable under the ceiling now
-        return None, str(exc)
+    except (RgtError, OSError) as exc:  # nothing rentable under the ceiling now, or no answer: no price, no rent
+        return None, provider.redact(str(exc))
     return quote.price, quote.text
 
 
