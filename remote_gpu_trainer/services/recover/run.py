@@ -187,8 +187,8 @@ async def _rent_and_resume(session: Session, run: RunConfig, facts: RecoveryFact
         return await _failed(session, run, f"renting a replacement failed: {escape_control(str(exc))}")
     rented = session.instance(run.instance).id or "?"
     await _notify(session, run, f"rgt: recovery of {run.id} rented {rented}",
-                  f"{escape_control(quoted.text)}; it bills until `rgt down`; to name it in rgt.toml: id = \"{rented}\" under "
-                  f"[instances.{run.instance}]")
+                  f"{escape_control(quoted.text)}; it bills until `rgt down`; to name it in rgt.toml: "
+                  f"id = \"{rented}\" under [instances.{run.instance}]")
     return await _resume_here(session, run, facts)
 
 
