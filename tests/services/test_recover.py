@@ -99,8 +99,9 @@ def test_a_preempted_run_resumes_on_its_box_once_approved_and_its_evidence_opens
     assert "r1 was preempted and relaunched" in titles[1] and "restart 1 of 3" in titles[1]
 
 
-def test_max_restarts_stops_recovery_and_a_stale_approval_recovers_nothing(tmp_path: Path) -> None:
-    root = project(tmp_path / "p", restarts=1)
+def test_max_restarts_stops_recovery_and_a_stale_approval_recovers_nothing(
+        tmp_path: Path, receiver: Receiver) -> None:  # noqa: F811 (the fixture)
+    root = project(tmp_path / "p", restarts=1, apprise=f"json://{receiver.url.removeprefix('http://')}")
 
     async def go() -> None:
         session = open_session(str(root))
@@ -134,6 +135,9 @@ def test_max_restarts_stops_recovery_and_a_stale_approval_recovers_nothing(tmp_p
             session.close()
 
     asyncio.run(go())
+    said = [request.body.decode() for request in receiver.wait_for(3)]
+    assert "r1 was preempted and relaunched" in said[0], said
+    assert "r1 was preempted and is not recovered" in said[1] and "1 of 1 restart(s) used" in said[1], said
 
 
 def test_two_watchers_recover_one_preemption_once(tmp_path: Path) -> None:
