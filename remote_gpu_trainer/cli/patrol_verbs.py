@@ -95,6 +95,10 @@ async def tick(roots: list[Path], notify: bool) -> int:
     return EXIT_OK
 
 
+_SAID: set[tuple[str, str]] = set()  # (project, line): recovery's lines this patrol already printed
+MAX_SAID = 1000
+
+
 async def _after(found: patrolling.Look, notify: bool) -> list[str]:
     """A project's follow-ups and notifications; its failure is a message, never the end of the patrol."""
     try:
@@ -121,6 +125,9 @@ async def _recover(found: patrolling.Look) -> list[str]:
             continue
         lines += await watcher_lines(session, run_id, state.liveness.state)
         outcome = await recover_run(session, run_id, state)
-        if outcome is not None:
-            lines.append(outcome.line())
+        if outcome is not None and (key := (str(found.root), outcome.line())) not in _SAID:
+            if len(_SAID) >= MAX_SAID:
+                _SAID.clear()
+            _SAID.add(key)  # a wait or a refusal is said once per patrol, not at every look
+            lines.append(key[1])
     return lines

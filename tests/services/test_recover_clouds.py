@@ -470,3 +470,42 @@ def test_rgt_watch_follows_an_outbid_run_until_its_box_is_back_and_the_relaunch_
     assert "recovery relaunched: relaunched on box, restart 1" in out and f"run {RUN}: finished" in out, out
     assert "finished from step 2" in (box / "job" / "train.log").read_text()
     assert {r.method for r in vast_fake.requests()} == {"GET"}
+
+
+def test_the_patrol_says_the_wait_once_and_relaunches_the_outbid_run_when_its_box_is_back(
+        tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`rgt watch --all` looks at the project at each tick: while vast.ai holds the outbid box, recovery waits and the
+    patrol says so once; at the tick after the bid won, it relaunches the run there."""
+    row = vast_fake.add_instance(VAST_ID)
+    box = tmp_path / "box"
+    root = project(tmp_path / "p", box, "vastai", VAST_ID, vast_fake.url)
+
+    async def launched(session: Session) -> None:
+        await box_back(session, cloud_env, sshd)
+        await launched_holding(session, sshd, box, at_step=2)
+        approve(session)
+
+    session = open_session(str(root))
+    try:
+        asyncio.run(launched(session))
+        kill_job(box, signal.SIGKILL)
+        row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+        asyncio.run(box_away(session, cloud_env, sshd))
+        said = []
+        for _ in range(2):  # two ticks while the box is away
+            main(["watch", "--all", str(root), "--once"])
+            said.append(capsys.readouterr().err)
+        wait = "r1: recovery wait: the provider says the box is resuming"
+        assert wait in said[0] and wait not in said[1], said
+        row.update(actual_status="running", status_msg="success, running")
+        hold(box, None)
+        asyncio.run(box_back(session, cloud_env, sshd))
+        main(["watch", "--all", str(root), "--once"])
+        assert "r1: recovery relaunched: relaunched on box, restart 1" in capsys.readouterr().err
+        asyncio.run(wait_for_liveness(session))
+        assert "finished from step 2" in (box / "job" / "train.log").read_text()
+        assert {r.method for r in vast_fake.requests()} == {"GET"}
+    finally:
+        asyncio.run(session.close_transports())
+        session.close()
