@@ -57,8 +57,8 @@ class RecoveryFacts:
     box_holds_run: bool  # the box answers and still holds the run's files (its disk is back)
     box_startable: bool = False  # the provider can start the stopped box again through its API (RunPod, vast.ai)
     put_down: str = ""  # rgt down stopped or tore down the box since the run's launch: what it wrote (a person decided)
-    rented: str = ""  # the box recovery already rented since the run's launch (one rent per launch), "" if none
-    box_reclaimed: bool = False  # the provider's own word says it took the box (Lambda's `preempted`, state unknown)
+    rented: str = ""  # the box recovery already began to rent or start since the run's launch (one per launch)
+    box_reclaimed: bool = False  # the provider's own word says it took the box (Lambda's `preempted`) while listing it
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,15 @@ def decide(facts: RecoveryFacts) -> Decision:
     if facts.box_state in COMING_STATES + GOING_STATES:
         return Decision(Step.WAIT, (f"the provider says the box is {facts.box_state}: waiting for it",))
     if facts.box_state == "stopped" and facts.box_startable:
+        if facts.rented:
+            return _once(facts)
         return Decision(Step.START_BOX, ("the provider stopped the box: it is started again within the limits, and "
                                          "the run resumes there once it answers",))
-    if facts.box_state == "terminated" or facts.box_reclaimed:
+    if facts.box_reclaimed and facts.box_state != "terminated":
+        return Decision(Step.REFUSED, (f"the provider says it took the box but still lists it ({facts.box_state}), "
+                                       "and it may bill until terminated: recovery rents nothing beside it; pull what "
+                                       "it holds, terminate it with `rgt down`, then `rgt up`",))
+    if facts.box_state == "terminated":
         return _rent(facts)
     if facts.box_state == "unknown":
         return Decision(Step.WAIT, ("the provider's answer is unknown: nothing is rented while the box may still "
@@ -94,11 +100,14 @@ def decide(facts: RecoveryFacts) -> Decision:
 def _rent(facts: RecoveryFacts) -> Decision:
     """The box is gone: rent an equivalent one, once per launch of the run."""
     if facts.rented:
-        return Decision(Step.REFUSED, (f"the box recovery rented for this launch, {facts.rented}, is "
-                                       f"{facts.box_state} and does not hold the run: one rent per launch, a person "
-                                       "decides",))
-    return Decision(Step.RENT, (f"the box is {'reclaimed by its provider' if facts.box_reclaimed else 'terminated'}: "
-                                "an equivalent box is rented within the limits",))
+        return _once(facts)
+    return Decision(Step.RENT, ("the box is terminated: an equivalent box is rented within the limits",))
+
+
+def _once(facts: RecoveryFacts) -> Decision:
+    """Recovery rents or starts at most one box per launch of the run: a second one is a person's decision."""
+    return Decision(Step.REFUSED, (f"recovery already rented or started {facts.rented} for this launch, and the box "
+                                   f"is {facts.box_state} without the run: one box per launch, a person decides",))
 
 
 def refusals(facts: RecoveryFacts) -> list[str]:

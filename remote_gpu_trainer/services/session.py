@@ -146,6 +146,16 @@ class Session:
             self._transports[name] = self.provider(name).transport(self.instance(name))
         return self._transports[name]
 
+    async def forget_transport(self, name: str) -> None:
+        """Close and drop the instance's transport: its box changed (recovery rented a replacement or started it
+        again), so the next use connects where the provider says the box is now."""
+        transport = self._transports.pop(name, None)
+        if transport is not None:
+            try:
+                await transport.close()
+            except (RgtError, OSError):
+                pass
+
     def has_transport(self, name: str) -> bool:
         return name in self._transports
 

@@ -28,9 +28,10 @@ def test_a_preempted_run_on_a_box_that_is_back_resumes_there() -> None:
 def test_a_box_is_rented_only_once_it_is_gone_and_once_per_launch() -> None:
     gone = replace(FACTS, box_state="terminated", box_holds_run=False)
     assert decide(gone).step == Step.RENT
-    assert decide(replace(FACTS, box_state="unknown", box_holds_run=False, box_reclaimed=True)).step == Step.RENT
+    listed = decide(replace(FACTS, box_state="unknown", box_holds_run=False, box_reclaimed=True))
+    assert listed.step == Step.REFUSED and "still lists it" in listed.reasons[0]  # it may bill: nothing beside it
     again = decide(replace(gone, rented="5001"))
-    assert again.step == Step.REFUSED and "one rent per launch" in again.reasons[0]
+    assert again.step == Step.REFUSED and "one box per launch" in again.reasons[0]
     unknown = decide(replace(FACTS, box_state="unknown", box_holds_run=False))  # no answer is not a gone box
     assert unknown.step == Step.WAIT and "nothing is rented while the box may still be there" in unknown.reasons[0]
     unread = decide(replace(FACTS, box_holds_run=False))  # running, but its run cannot be read (a new host key)
@@ -38,6 +39,7 @@ def test_a_box_is_rented_only_once_it_is_gone_and_once_per_launch() -> None:
     stopped = replace(FACTS, box_state="stopped", box_holds_run=False)
     assert decide(stopped).step == Step.REFUSED  # a stopped box rgt cannot start: a person decides
     assert decide(replace(stopped, box_startable=True)).step == Step.START_BOX
+    assert decide(replace(stopped, box_startable=True, rented="pod1")).step == Step.REFUSED  # started once already
 
 
 def test_a_box_a_person_put_down_is_never_recovered() -> None:

@@ -194,9 +194,14 @@ def test_a_run_without_limits_or_not_preempted_is_left_alone(tmp_path: Path) -> 
 
 
 def test_a_run_whose_lock_another_rgt_holds_is_left_to_it_and_nothing_is_said_or_written(tmp_path: Path) -> None:
-    """A pull (or a teardown, or another watcher) holds the run's lock: recovery does nothing this look, writes no
-    decision and gives the watcher no line to print; once the lock is free, the next look recovers."""
+    """A pull (or a teardown, or another watcher) holds the run's lock, or another run's on the same box (its own
+    recovery may be renting or starting that box): recovery does nothing this look, writes no decision and gives the
+    watcher no line to print; once the locks are free, the next look recovers."""
     root = project(tmp_path / "p")
+    with open(root / "rgt.toml", "a", encoding="utf-8") as handle:  # a second run on the same box
+        handle.write(f'\n[runs.r2]\ninstance = "{INSTANCE}"\nworkdir = "/workspace/job2"\ncommand = "true"\n'
+                     'log = "train.log"\nremote_root = "/workspace/rgt/r2"\nroster = ["seed0"]\n'
+                     'required = ["best.pth"]\n')
 
     async def go() -> None:
         session = open_session(str(root))
@@ -204,6 +209,8 @@ def test_a_run_whose_lock_another_rgt_holds_is_left_to_it_and_nothing_is_said_or
             seen = await launched_and_preempted(session, root)
             approval.approve(session, RUN, session.project.run(RUN).recover, PERSON)
             with run_lock(session.project.state_dir, RUN, "pulling"):
+                assert await recover_run(session, RUN, seen) is None
+            with run_lock(session.project.state_dir, "r2", "recovering"):  # another run on the same box
                 assert await recover_run(session, RUN, seen) is None
             assert [e.detail["step"] for e in session.db.events(run_id=RUN, kind=EventKind.RECOVER)] == ["approved"]
             assert len(launches(session)) == 1

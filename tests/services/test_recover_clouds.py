@@ -11,6 +11,7 @@ or ever stop or destroy anything (the fakes log every request: no DELETE, no sto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import signal
@@ -31,6 +32,7 @@ from remote_gpu_trainer.services.evidence.verbs import pull_run, verify_run
 from remote_gpu_trainer.services.gate import gate_view
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.opening import open_session
+from remote_gpu_trainer.services.recover import approval
 from remote_gpu_trainer.services.recover.checkpoint_home import keep_home
 from remote_gpu_trainer.services.recover.ledger import spent
 from remote_gpu_trainer.services.recover.run import recover_run
@@ -276,9 +278,8 @@ async def replaced(session: Session, fake: FakeVast, row: dict[str, Any], box: P
     row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
     waiting = await recover_run(session, RUN, await seen(session))
     assert waiting is not None and waiting.step == Step.WAIT, waiting
-    fake.deleted.add(VAST_ID)  # destroyed, its disk with it
+    fake.deleted.add(VAST_ID)  # destroyed, its disk with it (the session's connection to it is left open)
     shutil.rmtree(box)
-    await session.close_transports()
     gone = await seen(session)
     assert is_preempted(gone.liveness) and (await instance_status(session, INSTANCE)).state == "terminated"
     hold(box, relaunch_holds_at)
@@ -312,6 +313,7 @@ def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_
             assert [(e.detail["provider_id"], e.detail["replaces"]) for e in launched] == [(new_id, VAST_ID)]
             trusted = [e for e in session.db.events(kind=EventKind.HOST_KEY_TRUSTED)]
             assert [e.actor for e in trusted] == ["user", "rgt:recover"]
+            assert replacement.logins() >= 1  # pushed to and relaunched on the new box, not over the old connection
             await finished_and_gated(session, box, resumed_from=1)
             assert (await instance_status(session, INSTANCE)).provider_id == new_id
             assert spent(session, RUN) > 0
@@ -508,4 +510,125 @@ def test_the_patrol_says_the_wait_once_and_relaunches_the_outbid_run_when_its_bo
         assert {r.method for r in vast_fake.requests()} == {"GET"}
     finally:
         asyncio.run(session.close_transports())
+        session.close()
+
+
+def test_a_stop_a_person_asked_for_is_never_undone_even_unconfirmed_or_from_the_console(
+        tmp_path: Path, cloud_env: Path, runpod_fake: FakeRunPod, vast_fake: FakeVast, sshd: Sshd) -> None:
+    """`rgt down --stop` interrupted before RunPod confirmed the stop (only the request is in the event log), and a
+    vast.ai box stopped from its console (`intended_status` stopped): neither box is called preempted, and recovery
+    starts neither."""
+    runpod_fake.add_pod(POD_ID, "RUNNING", cost=0.44)
+    runpod_fake.actions_take_effect = False  # RunPod moves the pod later
+    box = tmp_path / "box"
+    root = project(tmp_path / "p", box, "runpod", POD_ID, runpod_fake.url)
+
+    async def interrupted_stop() -> None:
+        session = open_session(str(root))
+        try:
+            await box_back(session, cloud_env, sshd)
+            await launched_holding(session, sshd, box, at_step=2)
+            approve(session)
+            shown = await teardown.plan(session, INSTANCE, "stop", accept_loss=(RUN,))
+            stopping = asyncio.create_task(teardown.execute(session, INSTANCE, POD_ID, shown.lines,
+                                                            action_id="stop", accept_loss=(RUN,)))
+            while not [r for r in runpod_fake.requests() if r.method == "POST"]:
+                await asyncio.sleep(0.02)
+            stopping.cancel()  # the person pressed Ctrl-C while rgt waited for the confirmation
+            with contextlib.suppress(asyncio.CancelledError):
+                await stopping
+            assert [e.kind for e in session.db.events() if e.kind in TEARDOWN] == []  # never confirmed
+            kill_job(box, signal.SIGTERM)  # then RunPod stops it
+            runpod_fake.set_status(POD_ID, "EXITED")
+            await box_away(session, cloud_env, sshd)
+            stopped = await seen(session)
+            assert not is_preempted(stopped.liveness), stopped.liveness
+            assert await recover_run(session, RUN) is None
+            assert [r.body for r in runpod_fake.requests() if r.method != "GET"] == [{"action": "stop"}]
+        finally:
+            await session.close_transports()
+            session.close()
+
+    asyncio.run(interrupted_stop())
+
+    row = vast_fake.add_instance(VAST_ID)
+    vast_box = tmp_path / "vast-box"
+    vast_root = project(tmp_path / "vast", vast_box, "vastai", VAST_ID, vast_fake.url)
+
+    async def console_stop() -> None:
+        session = open_session(str(vast_root))
+        try:
+            await box_back(session, cloud_env, sshd)
+            await launched_holding(session, sshd, vast_box, at_step=2)
+            approve(session)
+            kill_job(vast_box, signal.SIGKILL)
+            row.update(actual_status="stopped", intended_status="stopped", cur_state="stopped")
+            await box_away(session, cloud_env, sshd)
+            stopped = await seen(session)
+            assert not is_preempted(stopped.liveness), stopped.liveness
+            assert await recover_run(session, RUN) is None
+            assert {r.method for r in vast_fake.requests()} == {"GET"}
+        finally:
+            await session.close_transports()
+            session.close()
+
+    asyncio.run(console_stop())
+
+
+def test_a_rent_that_failed_after_the_create_is_not_made_again(
+        tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd) -> None:
+    """vast.ai made the box but it never came up (it reads stopped): the attempt is recorded as failed and said, and
+    at the next look recovery rents no second box for the same launch (the first may bill): a person decides."""
+    root, box, row = destroyed_vast(tmp_path, cloud_env, vast_fake, sshd)
+
+    async def never_up() -> None:
+        while not (new := [i for i in vast_fake.instances if i != VAST_ID]):
+            await asyncio.sleep(0.05)
+        vast_fake.instances[new[0]].update(actual_status="stopped", intended_status="stopped")
+
+    async def go() -> None:
+        session = open_session(str(root))
+        try:
+            await launched_holding(session, sshd, box, at_step=2)
+            await keep_home(session, RUN)
+            approve(session)
+            kill_job(box, signal.SIGKILL)
+            row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+            await recover_run(session, RUN, await seen(session))
+            vast_fake.deleted.add(VAST_ID)
+            await session.close_transports()
+            broken = asyncio.create_task(never_up())
+            failed = await recover_run(session, RUN, await seen(session))
+            await broken
+            assert failed is not None and failed.step == Step.REFUSED and "renting a replacement failed" in \
+                failed.reasons[0], failed
+            vast_fake.deleted.add(next(i for i in vast_fake.instances if i != VAST_ID))  # gone too, later
+            again = await recover_run(session, RUN, await seen(session))
+            assert again is not None and again.step == Step.REFUSED and "one box per launch" in again.reasons[0], again
+            rents = [r for r in vast_fake.requests() if r.method == "PUT"]
+            assert len(rents) == 1 and launches(session) == 1, rents
+        finally:
+            await session.close_transports()
+            session.close()
+
+    asyncio.run(go())
+
+
+def test_an_edit_of_what_recovery_may_rent_makes_the_approval_stale(tmp_path: Path, vast_fake: FakeVast) -> None:
+    """The approval of an instance with `launch` says recovery trusts the first host key of a box it rents; a change
+    of what it may rent (GPU, image, ceiling, spot) asks a person again."""
+    root = rent_project(tmp_path / "p", tmp_path / "box", VAST_ID, vast_fake.url)
+    session = open_session(str(root))
+    try:
+        prompt = approval.approval_prompt(session, RUN)
+        assert any("trusted at its first host key" in line for line in prompt), prompt
+        approve(session)
+        limits = session.project.run(RUN).recover
+        assert limits is not None and approval.check_approval(session, session.project.run(RUN), limits).ok
+        text = (root / "rgt.toml").read_text().replace('image = "pytorch/pytorch"', 'image = "someone/else"')
+        (root / "rgt.toml").write_text(text)
+        session.project = load_project(root / "rgt.toml")
+        stale = approval.check_approval(session, session.project.run(RUN), limits)
+        assert not stale.ok and "changed since person:/dev/pts/test approved" in stale.reason, stale
+    finally:
         session.close()

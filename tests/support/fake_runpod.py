@@ -33,6 +33,7 @@ class FakeRunPod(FakeCloud):
         self.pods: dict[str, dict[str, Any]] = {}
         self.volumes: dict[str, dict[str, Any]] = {}
         self._next = 1
+        self.actions_take_effect = True  # False: an action is accepted and the pod moves later (set_status)
 
     def error_body(self, status: int, message: str) -> Any:
         return {"title": HTTPStatus(status).phrase, "status": status, "detail": message}
@@ -112,7 +113,8 @@ class FakeRunPod(FakeCloud):
         if action == "terminate":
             self.deleted.add(pod["id"])
             return Reply(204)
-        self.set_status(pod["id"], {"stop": "EXITED", "start": "RUNNING", "restart": "RUNNING"}[action])
+        if self.actions_take_effect:
+            self.set_status(pod["id"], {"stop": "EXITED", "start": "RUNNING", "restart": "RUNNING"}[action])
         return Reply(200, self.served(pod))
 
     def _create(self, body: Any) -> Reply:

@@ -150,12 +150,12 @@ async def _resume_plan(session: Session, run_id: str, hours: float) -> tuple[Req
 def _recover_plan(session: Session, run_id: str) -> tuple[RequestPlan, Binding]:
     """A person's approval of the run's recovery limits as rgt.toml states them now (services/recover/approval.py):
     the material is the limits and the launch configuration they bind, so an edit of either sends it back."""
-    from remote_gpu_trainer.services.recover.approval import approval_prompt, launch_binding
+    from remote_gpu_trainer.services.recover.approval import approval_prompt, binding
 
     run = run_config(session, run_id)
     lines = approval_prompt(session, run_id)  # refuses a run without limits, in one line
     assert run.recover is not None
-    plan = RequestPlan(lines=lines, material=(f"limits {run.recover.canonical()}", f"binding {launch_binding(run)}"))
+    plan = RequestPlan(lines=lines, material=(f"limits {run.recover.canonical()}", f"binding {binding(session, run)}"))
     return plan, {"provider_id": None, "launches": launches_of(session, [run_id])}
 
 

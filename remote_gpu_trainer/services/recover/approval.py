@@ -14,6 +14,7 @@ A lost or reset state database holds no approval, so nothing is recovered until 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from typing import TYPE_CHECKING
@@ -26,7 +27,7 @@ from remote_gpu_trainer.state import events
 from remote_gpu_trainer.state.events import Event, EventKind
 
 if TYPE_CHECKING:
-    from remote_gpu_trainer.config.project import RunConfig
+    from remote_gpu_trainer.config.project import LaunchConstraint, RunConfig
     from remote_gpu_trainer.config.recover import RecoverLimits
     from remote_gpu_trainer.services.session import Session
 
@@ -34,12 +35,22 @@ BOUND_KEYS = tuple(key for key in LOCATION_KEYS if key != "instance")
 APPROVED, REVOKED = "approved", "revoked"
 
 
-def launch_binding(run: RunConfig) -> str:
-    """The digest of the run's launch configuration as rgt.toml states it (BOUND_KEYS)."""
+def launch_binding(run: RunConfig, launch: LaunchConstraint | None = None) -> str:
+    """The digest of the run's launch configuration as rgt.toml states it (BOUND_KEYS), and of what its instance's
+    `launch` table says recovery may rent (when it has one: the approval's prompt says a box it rents is trusted at
+    its first host key, so an edit of that table asks again)."""
     run = run.as_configured()
-    values = {key: list(value) if isinstance(value, tuple) else value
-              for key in BOUND_KEYS for value in (getattr(run, key),)}
+    values: dict[str, object] = {key: list(value) if isinstance(value, tuple) else value
+                                 for key in BOUND_KEYS for value in (getattr(run, key),)}
+    if launch is not None:
+        values["launch"] = json.loads(json.dumps(dataclasses.asdict(launch)))
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def binding(session: Session, run: RunConfig) -> str:
+    """The run's launch binding with its instance's `launch` table as rgt.toml states it now."""
+    instance = session.project.instances.get(run.instance)
+    return launch_binding(run, instance.launch if instance is not None else None)
 
 
 def approval_prompt(session: Session, run_id: str) -> tuple[str, ...]:
@@ -69,7 +80,7 @@ def approve(session: Session, run_id: str, shown: RecoverLimits, actor: str) -> 
     currency = session.profile(run.instance).pricing.currency
     return events.recover_step(session.db, run_id=run_id, instance=run.instance, step=APPROVED, actor=actor,
                                 summary=f"recovery of {run_id} approved: " + "; ".join(limits.lines(currency)),
-                                detail={"limits": json.loads(limits.canonical()), "binding": launch_binding(run)})
+                                detail={"limits": json.loads(limits.canonical()), "binding": binding(session, run)})
 
 
 def revoke(session: Session, run_id: str, actor: str) -> Event:
@@ -94,7 +105,7 @@ def check_approval(session: Session, run: RunConfig, limits: RecoverLimits) -> A
                                     "continue the run where its launch put it")
     if latest.detail.get("limits") != json.loads(limits.canonical()):
         return ApprovalCheck(False, f"runs.{run.id}.recover changed since {latest.actor} approved it: stale ({where})")
-    if latest.detail.get("binding") != launch_binding(run):
+    if latest.detail.get("binding") != binding(session, run):
         return ApprovalCheck(False, f"the launch configuration of {run.id} changed since {latest.actor} approved its "
                                     f"recovery: stale ({where})")
     return ApprovalCheck(True, seq=latest.seq)

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 RENTED = "rented"  # the step of a box rented by recovery: its meter counts toward max_spend
 STARTED = "started"  # the step of a stopped box recovery started again: its meter from then counts toward max_spend
-BILLED_STEPS = (RENTED, STARTED)
+RENTING, STARTING = "renting", "starting"  # written before the provider call: it may have billed even if it failed
+BILLED_STEPS = (RENTING, RENTED, STARTING, STARTED)
 PREEMPTED = "preempted"  # the step that keeps a watcher's sight of the provider's preemption word for this launch
 
 
@@ -62,11 +63,12 @@ def seen_preempted(session: Session, run_id: str) -> str | None:
 
 
 def rented_since_launch(session: Session, run_id: str) -> str:
-    """The box recovery rented since the run's current launch ("" if none): recovery rents at most one per launch."""
+    """The box recovery began to rent or start since the run's current launch ("" if none), counted from the step
+    written before the provider call (a create that timed out may still have made a box): at most one per launch."""
     after = launch_seq(session, run_id)
-    return next((str(event.detail.get("provider_id", "")) for event in
+    return next((str(event.detail.get("provider_id") or "a box") for event in
                  reversed(session.db.events(run_id=run_id, kind=EventKind.RECOVER))
-                 if event.seq > after and event.detail.get("step") == RENTED), "")
+                 if event.seq > after and event.detail.get("step") in BILLED_STEPS), "")
 
 
 def history(session: Session, run_id: str) -> list[dict[str, object]]:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 ACTOR = "rgt:recover"
 READY_TIMEOUT_S = 600.0  # how long a rented box may take to answer running before recovery says it failed
 READY_POLL_S = 2.0
+PRICE_TOLERANCE = 1e-6  # a created box's price above the quote by more than rounding is over budget
 
 
 def cloud_request(session: Session, run: RunConfig, facts: RecoveryFacts,
@@ -91,7 +92,13 @@ async def rent_cloud(session: Session, run: RunConfig, facts: RecoveryFacts, req
         _record(session, run, exc.instance, price, replaced, EventKind.LAUNCH_OVER_BUDGET)
         raise RgtError(f"OVER BUDGET: {provider.name} created {exc.instance.provider_id} above the quoted "
                        f"{text.price(price)}/h; it bills now and is left to `rgt down`") from exc
+    if created.price_per_hour is not None and created.price_per_hour > price * (1 + PRICE_TOLERANCE):
+        _record(session, run, created, price, replaced, EventKind.LAUNCH_OVER_BUDGET)
+        raise RgtError(f"OVER BUDGET: {provider.name} created {created.provider_id} at "
+                       f"{text.price(created.price_per_hour)}/h, above the quoted {text.price(price)}/h; it bills now "
+                       "and is left to `rgt down`")
     _record(session, run, created, price, replaced, EventKind.LAUNCHED)
+    await session.forget_transport(run.instance)  # the instance is the new box now: no connection to the old one
     await _wait_running(session, run.instance, created.provider_id)
     await _trust_first_key(session, run, facts)
     return created

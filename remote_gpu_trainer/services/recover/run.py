@@ -24,13 +24,14 @@ Recovery never stops, terminates or deletes anything, and never calls services/t
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from remote_gpu_trainer.audits.preemption import SIGNAL_EXITS, is_preempted, preempted_word, provider_words
 from remote_gpu_trainer.audits.recover import Decision, RecoveryFacts, Step, decide
 from remote_gpu_trainer.errors import ConfigError, RgtError, VerbFailed
-from remote_gpu_trainer.fsutil import run_lock
+from remote_gpu_trainer.fsutil import run_locks
 from remote_gpu_trainer.services.bindings import run_config
 from remote_gpu_trainer.services.instances import instance_status
 from remote_gpu_trainer.services.launch.launch import launch_run
@@ -81,11 +82,21 @@ async def recover_run(session: Session, run_id: str, seen: RunState | None = Non
     run = run_config(session, run_id)
     if run.recover is None or session.read_only or (seen is not None and not _may_be_preempted(session, run, seen)):
         return None
-    try:
-        with run_lock(session.project.state_dir, run_id, "recovering"):
+    with contextlib.ExitStack() as stack:
+        try:  # every run on the box: two runs' recoveries never rent or start two boxes for one preemption
+            stack.enter_context(run_locks(session.project.state_dir, _runs_on_box(session, run), "recovering"))
+        except VerbFailed:
+            return None  # the holder (a pull, a teardown, another watcher's recovery) acts; the next look asks again
+        try:
             return await _recover_locked(session, run)
-    except VerbFailed:
-        return None  # the holder (a pull, a teardown, another watcher's recovery) acts; the next look asks again
+        except (RgtError, OSError) as exc:  # a provider or a box that failed mid-way: said, never a watcher's crash
+            return await _failed(session, run, f"recovery stopped: {escape_control(str(exc))}")
+
+
+def _runs_on_box(session: Session, run: RunConfig) -> list[str]:
+    """The runs rgt.toml puts on the run's instance (where their launches put them), the run itself included."""
+    return [run.id, *(other for other in session.project.runs
+                      if other != run.id and run_config(session, other).instance == run.instance)]
 
 
 async def _recover_locked(session: Session, run: RunConfig) -> Outcome | None:
@@ -223,6 +234,10 @@ async def _failed(session: Session, run: RunConfig, reason: str) -> Outcome:
 async def _resume_here(session: Session, run: RunConfig, facts: RecoveryFacts) -> Outcome:
     """Relaunch the run on its box, recorded as restart N under the approval."""
     restart = facts.restarts_used + 1
+    assert run.recover is not None
+    standing = check_approval(session, run, run.recover)  # asked again: a rent may have taken minutes
+    if not standing.ok or standing.seq != facts.approval.seq:
+        return await _failed(session, run, f"the approval no longer stands: {standing.reason or 'another one'}")
     mark: dict[str, object] = {"approval": facts.approval.seq, "restart": restart}
     events.recover_step(session.db, run_id=run.id, instance=run.instance, step=LAUNCHING, actor=ACTOR,
                         summary=f"recovery of {run.id}: relaunching on {run.instance} (restart {restart})",
@@ -248,7 +263,7 @@ async def _notify(session: Session, run: RunConfig, title: str, body: str) -> No
         found = channels(session.project.root, session.project.notify)
         if found is None:
             return
-        delivery = await send(found, title, body)
+        delivery = await send(found, escape_control(title), escape_control(body, keep_newlines=True))
         outcome: dict[str, object] = {"taken": delivery.taken, "unconfirmed": delivery.unconfirmed}
     except ConfigError as exc:
         outcome = {"error": str(exc)}

@@ -64,6 +64,7 @@ async def start_stopped(session: Session, run: RunConfig, facts: RecoveryFacts, 
     provider = session.provider(run.instance)
     assert isinstance(provider, CloudProvider)
     await provider.start(session.instance(run.instance))
+    await session.forget_transport(run.instance)  # a started box may answer at another address
     status = await instance_status(session, run.instance)
     if status.state not in ("running", "pending"):
         raise RgtError(f"{provider_id} reads {status.state} after the start, not starting")

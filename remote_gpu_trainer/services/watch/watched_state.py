@@ -20,7 +20,8 @@ from remote_gpu_trainer.services.watch import recovery
 from remote_gpu_trainer.services.watch.liveness import RunState, run_state
 from remote_gpu_trainer.state.events import EventKind
 
-PUT_DOWN_KINDS = (EventKind.TORN_DOWN, EventKind.STOPPED, EventKind.TEARDOWN_UNCONFIRMED)
+PUT_DOWN_KINDS = (EventKind.ACTION, EventKind.TORN_DOWN, EventKind.STOPPED, EventKind.TEARDOWN_UNCONFIRMED)
+TEARDOWN_ACTIONS = ("stop", "terminate")
 
 if TYPE_CHECKING:
     from remote_gpu_trainer.services.session import Session
@@ -39,11 +40,18 @@ def with_provider_word(session: Session, run_id: str, state: RunState, status: I
 
 def _taken(session: Session, run_id: str, status: InstanceStatus) -> str | None:
     """The provider's state for an interruptible box it stopped or took while rgt did not (None otherwise)."""
-    if status.state not in preemption.TAKEN_STATES or _ended_before(session, run_id):
+    if status.state not in preemption.TAKEN_STATES or _ended_before(session, run_id) or _stopped_by_owner(status):
         return None
     instance = run_config(session, run_id).instance
     interruptible = session.instance(instance).preemptible or preemption.interruptible_status(status.detail)
     return status.state if interruptible and not put_down_since_launch(session, run_id, instance) else None
+
+
+def _stopped_by_owner(status: InstanceStatus) -> bool:
+    """The provider says its owner asked for the stop (vast.ai's `intended_status` stopped: the console, the CLI or
+    rgt); a preemption leaves the intent `running`."""
+    api = status.detail.get("api")
+    return isinstance(api, dict) and api.get("intended_status") == "stopped"
 
 
 def _ended_before(session: Session, run_id: str) -> bool:
@@ -61,11 +69,13 @@ def launch_seq(session: Session, run_id: str) -> int:
 
 
 def put_down_since_launch(session: Session, run_id: str, instance: str) -> str:
-    """What `rgt down` wrote when it stopped or tore down the run's box after its current launch ("" if nothing): a
-    box a person put down is neither preempted nor one recovery starts or replaces."""
+    """What `rgt down` wrote when it asked to stop or tear down the run's box after its current launch, or saw it
+    done ("" if nothing): a box a person put down is neither preempted nor one recovery starts or replaces, even when
+    the stop's confirmation never came (interrupted, timed out)."""
     after = launch_seq(session, run_id)
     found = [event for kind in PUT_DOWN_KINDS for event in session.db.events(kind=kind)
-             if event.instance == instance and event.seq > after]
+             if event.instance == instance and event.seq > after
+             and (kind != EventKind.ACTION or event.detail.get("action") in TEARDOWN_ACTIONS)]
     return max(found, key=lambda event: event.seq).summary if found else ""
 
 
