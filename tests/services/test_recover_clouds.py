@@ -43,15 +43,19 @@ from support import fake_clouds
 from support.fake_clouds import FakeRunPod, FakeVast
 from support.helpers import INSTANCE, RUN, wait_for_liveness
 from support.recover_cloud import (
+    OUTBID,
     approve,
+    bid_won,
     box_away,
     box_back,
     checkpoint,
     exit_code,
     hold,
     kill_job,
+    launched_approved,
     launched_holding,
     loopback_key,
+    outbid,
     project,
     rent_project,
     seen,
@@ -65,7 +69,6 @@ runpod_fake = fake_clouds.runpod_fake
 cloud_env = fake_clouds.cloud_env
 
 VAST_ID, POD_ID = "7", "pod1"
-OUTBID = "Instance outbid, paused"
 TEARDOWN = (EventKind.TORN_DOWN, EventKind.STOPPED, EventKind.TEARDOWN_UNCONFIRMED)
 
 
@@ -107,16 +110,16 @@ def test_an_outbid_vast_box_is_waited_for_and_the_run_resumes_there_once_when_th
             approve(first)
 
             kill_job(box, signal.SIGKILL)  # outbid: paused at once, no signal the job could catch
-            row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+            outbid(row)
             await box_away(first, box_home, sshd)
-            outbid = await seen(first)
-            assert outbid.liveness.detail == f"preempted: the provider says '{OUTBID}'", outbid.liveness
-            waiting = await recover_run(first, RUN, outbid)
+            paused = await seen(first)
+            assert paused.liveness.detail == f"preempted: the provider says '{OUTBID}'", paused.liveness
+            waiting = await recover_run(first, RUN, paused)
             assert waiting is not None and waiting.step == Step.WAIT and not waiting.relaunched, waiting
             assert "the provider says the box is resuming" in waiting.reasons[0]
             assert steps(first) == ["approved", "preempted", "decided"] and launches(first) == 1
 
-            row.update(actual_status="running", status_msg="success, running")  # the bid won: same GPU, same disk
+            bid_won(row)  # the bid won: same GPU, same disk
             hold(box, None)
             for session in (first, second):
                 await box_back(session, box_home, sshd)
@@ -138,18 +141,21 @@ def test_an_outbid_vast_box_is_waited_for_and_the_run_resumes_there_once_when_th
     asyncio.run(go())
 
 
+def spot_pod(tmp_path: Path, fake: FakeRunPod, *, restarts: int = 3) -> tuple[Path, Path]:
+    """A running RunPod pod at 0.44/h and the project whose interruptible instance it is."""
+    fake.add_pod(POD_ID, "RUNNING", cost=0.44)
+    box = tmp_path / "box"
+    return project(tmp_path / "p", box, "runpod", POD_ID, fake.url, restarts=restarts), box
+
+
 def test_an_interrupted_runpod_spot_pod_is_started_again_within_the_limits_and_the_run_resumes_there(
         tmp_path: Path, cloud_env: Path, runpod_fake: FakeRunPod, sshd: Sshd) -> None:
-    runpod_fake.add_pod(POD_ID, "RUNNING", cost=0.44)
-    box = tmp_path / "box"
-    root = project(tmp_path / "p", box, "runpod", POD_ID, runpod_fake.url)
+    root, box = spot_pod(tmp_path, runpod_fake)
 
     async def go() -> None:
         session = open_session(str(root))
         try:
-            await box_back(session, cloud_env, sshd)
-            await launched_holding(session, sshd, box, at_step=2)
-            approve(session)
+            await launched_approved(session, cloud_env, sshd, box)
 
             kill_job(box, signal.SIGTERM)  # RunPod's interruption: SIGTERM, then the pod is EXITED
             assert exit_code(box) == "143"
@@ -181,16 +187,12 @@ def test_an_interrupted_runpod_spot_pod_is_started_again_within_the_limits_and_t
 
 def test_a_stale_approval_or_a_pod_rgt_down_stopped_is_never_started_by_recovery(
         tmp_path: Path, cloud_env: Path, runpod_fake: FakeRunPod, sshd: Sshd) -> None:
-    runpod_fake.add_pod(POD_ID, "RUNNING", cost=0.44)
-    box = tmp_path / "box"
-    root = project(tmp_path / "p", box, "runpod", POD_ID, runpod_fake.url, restarts=1)
+    root, box = spot_pod(tmp_path, runpod_fake, restarts=1)
 
     async def go() -> None:
         session = open_session(str(root))
         try:
-            await box_back(session, cloud_env, sshd)
-            await launched_holding(session, sshd, box, at_step=2)
-            approve(session)
+            await launched_approved(session, cloud_env, sshd, box)
             text = (root / "rgt.toml").read_text().replace("max_restarts = 1", "max_restarts = 5")
             (root / "rgt.toml").write_text(text)  # more restarts than the person approved
             session.project = load_project(root / "rgt.toml")
@@ -214,16 +216,12 @@ def test_a_pod_a_person_stopped_with_rgt_down_is_not_preempted_and_never_started
     """The person gives up the running run's results and stops the pod through the gate: its job gets SIGTERM (exit
     143) and the pod goes EXITED, as an interruption would leave it; but rgt down wrote the stop, so nobody calls it
     preempted and recovery, approved or not, starts nothing."""
-    runpod_fake.add_pod(POD_ID, "RUNNING", cost=0.44)
-    box = tmp_path / "box"
-    root = project(tmp_path / "p", box, "runpod", POD_ID, runpod_fake.url)
+    root, box = spot_pod(tmp_path, runpod_fake)
 
     async def go() -> None:
         session = open_session(str(root))
         try:
-            await box_back(session, cloud_env, sshd)
-            await launched_holding(session, sshd, box, at_step=2)
-            approve(session)
+            await launched_approved(session, cloud_env, sshd, box)
             shown = await teardown.plan(session, INSTANCE, "stop", accept_loss=(RUN,))
 
             async def pod_stops() -> None:  # what RunPod does on the stop: SIGTERM to the job, then EXITED
@@ -275,7 +273,7 @@ async def replaced(session: Session, fake: FakeVast, row: dict[str, Any], box: P
     assert kept is not None and [c.path for c in kept.copied] == ["ckpt_001.pt"], kept
     approve(session)
     kill_job(box, signal.SIGKILL)
-    row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+    outbid(row)
     waiting = await recover_run(session, RUN, await seen(session))
     assert waiting is not None and waiting.step == Step.WAIT, waiting
     fake.deleted.add(VAST_ID)  # destroyed, its disk with it (the session's connection to it is left open)
@@ -383,7 +381,7 @@ def test_a_replacement_quoted_above_max_price_per_hour_is_never_rented(
             await launched_holding(session, sshd, box, at_step=2)
             approve(session)
             kill_job(box, signal.SIGKILL)
-            row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+            outbid(row)
             await recover_run(session, RUN, await seen(session))
             vast_fake.deleted.add(VAST_ID)
             await session.close_transports()
@@ -406,16 +404,12 @@ def test_a_pod_stopped_after_its_job_was_seen_dead_is_not_preempted(
     """The job was killed on a running pod and a watcher saw it dead (not preempted: a person reads its log); RunPod
     later stops the idle pod. That stop took nothing from the run, so nobody calls it preempted and recovery starts
     nothing."""
-    runpod_fake.add_pod(POD_ID, "RUNNING", cost=0.44)
-    box = tmp_path / "box"
-    root = project(tmp_path / "p", box, "runpod", POD_ID, runpod_fake.url)
+    root, box = spot_pod(tmp_path, runpod_fake)
 
     async def go() -> None:
         session = open_session(str(root))
         try:
-            await box_back(session, cloud_env, sshd)
-            await launched_holding(session, sshd, box, at_step=2)
-            approve(session)
+            await launched_approved(session, cloud_env, sshd, box)
             kill_job(box, signal.SIGKILL)
             dead = (await report_overview(session)).runs[0]  # the dashboard's look, kept as the last state seen
             assert dead.liveness == "dead" and not dead.liveness_detail.startswith("preempted"), dead
@@ -432,26 +426,26 @@ def test_a_pod_stopped_after_its_job_was_seen_dead_is_not_preempted(
     asyncio.run(go())
 
 
+def outbid_run(tmp_path: Path, home: Path, fake: FakeVast, server: Sshd) -> tuple[Path, Path, dict[str, Any], Session]:
+    """A run launched on a vast.ai box, recovery approved, then the box outbid and away; the session left open."""
+    row = fake.add_instance(VAST_ID)
+    box = tmp_path / "box"
+    root = project(tmp_path / "p", box, "vastai", VAST_ID, fake.url)
+    session = open_session(str(root))
+    asyncio.run(launched_approved(session, home, server, box))
+    kill_job(box, signal.SIGKILL)
+    outbid(row)
+    asyncio.run(box_away(session, home, server))
+    return root, box, row, session
+
+
 def test_rgt_watch_follows_an_outbid_run_until_its_box_is_back_and_the_relaunch_finishes(
         tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd,
         capsys: pytest.CaptureFixture[str]) -> None:
     """`rgt watch RUN` over the outbid box: it says the wait once, keeps watching while vast.ai holds the box, and once
     the bid wins again it relaunches the run there and follows it to the end (exit 0)."""
-    row = vast_fake.add_instance(VAST_ID)
-    box = tmp_path / "box"
-    root = project(tmp_path / "p", box, "vastai", VAST_ID, vast_fake.url)
-
-    async def launched(session: Session) -> None:
-        await box_back(session, cloud_env, sshd)
-        await launched_holding(session, sshd, box, at_step=2)
-        approve(session)
-
-    session = open_session(str(root))
+    root, box, row, session = outbid_run(tmp_path, cloud_env, vast_fake, sshd)
     try:
-        asyncio.run(launched(session))
-        kill_job(box, signal.SIGKILL)
-        row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
-        asyncio.run(box_away(session, cloud_env, sshd))
         codes: list[int] = []
         watcher = threading.Thread(target=lambda: codes.append(main(["watch", RUN, str(root), "--interval", "0.2"])))
         watcher.start()
@@ -460,7 +454,7 @@ def test_rgt_watch_follows_an_outbid_run_until_its_box_is_back_and_the_relaunch_
             assert time.monotonic() < deadline and watcher.is_alive(), steps(session)
             time.sleep(0.1)
         time.sleep(1.0)  # a few more passes while the box is away: the wait is not said again
-        row.update(actual_status="running", status_msg="success, running")
+        bid_won(row)
         hold(box, None)
         asyncio.run(box_back(session, cloud_env, sshd))
         watcher.join(120)
@@ -479,28 +473,15 @@ def test_the_patrol_says_the_wait_once_and_relaunches_the_outbid_run_when_its_bo
         capsys: pytest.CaptureFixture[str]) -> None:
     """`rgt watch --all` looks at the project at each tick: while vast.ai holds the outbid box, recovery waits and the
     patrol says so once; at the tick after the bid won, it relaunches the run there."""
-    row = vast_fake.add_instance(VAST_ID)
-    box = tmp_path / "box"
-    root = project(tmp_path / "p", box, "vastai", VAST_ID, vast_fake.url)
-
-    async def launched(session: Session) -> None:
-        await box_back(session, cloud_env, sshd)
-        await launched_holding(session, sshd, box, at_step=2)
-        approve(session)
-
-    session = open_session(str(root))
+    root, box, row, session = outbid_run(tmp_path, cloud_env, vast_fake, sshd)
     try:
-        asyncio.run(launched(session))
-        kill_job(box, signal.SIGKILL)
-        row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
-        asyncio.run(box_away(session, cloud_env, sshd))
         said = []
         for _ in range(2):  # two ticks while the box is away
             main(["watch", "--all", str(root), "--once"])
             said.append(capsys.readouterr().err)
         wait = "r1: recovery wait: the provider says the box is resuming"
         assert wait in said[0] and wait not in said[1], said
-        row.update(actual_status="running", status_msg="success, running")
+        bid_won(row)
         hold(box, None)
         asyncio.run(box_back(session, cloud_env, sshd))
         main(["watch", "--all", str(root), "--once"])
@@ -526,9 +507,7 @@ def test_a_stop_a_person_asked_for_is_never_undone_even_unconfirmed_or_from_the_
     async def interrupted_stop() -> None:
         session = open_session(str(root))
         try:
-            await box_back(session, cloud_env, sshd)
-            await launched_holding(session, sshd, box, at_step=2)
-            approve(session)
+            await launched_approved(session, cloud_env, sshd, box)
             shown = await teardown.plan(session, INSTANCE, "stop", accept_loss=(RUN,))
             stopping = asyncio.create_task(teardown.execute(session, INSTANCE, POD_ID, shown.lines,
                                                             action_id="stop", accept_loss=(RUN,)))
@@ -558,9 +537,7 @@ def test_a_stop_a_person_asked_for_is_never_undone_even_unconfirmed_or_from_the_
     async def console_stop() -> None:
         session = open_session(str(vast_root))
         try:
-            await box_back(session, cloud_env, sshd)
-            await launched_holding(session, sshd, vast_box, at_step=2)
-            approve(session)
+            await launched_approved(session, cloud_env, sshd, vast_box)
             kill_job(vast_box, signal.SIGKILL)
             row.update(actual_status="stopped", intended_status="stopped", cur_state="stopped")
             await box_away(session, cloud_env, sshd)
@@ -593,7 +570,7 @@ def test_a_rent_that_failed_after_the_create_is_not_made_again(
             await keep_home(session, RUN)
             approve(session)
             kill_job(box, signal.SIGKILL)
-            row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+            outbid(row)
             await recover_run(session, RUN, await seen(session))
             vast_fake.deleted.add(VAST_ID)
             await session.close_transports()

@@ -13,6 +13,7 @@ import signal
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from remote_gpu_trainer.services.instances import instance_status, trust_host_key
 from remote_gpu_trainer.services.launch.launch import launch_run
@@ -26,6 +27,7 @@ from support.sshd_fixtures import Sshd, free_port
 TRAINER = FIXTURES / "resumable_trainer.py"
 ALIAS = "spot-box"
 PERSON = "person:/dev/pts/test"
+OUTBID = "Instance outbid, paused"  # vast.ai's status_msg for an instance that lost its bid
 
 
 def point_alias(home: Path, server: Sshd, port: int) -> None:
@@ -49,25 +51,24 @@ async def box_back(session: Session, home: Path, server: Sshd) -> None:
 
 def project(root: Path, box: Path, provider: str, provider_id: str, api: str, *, restarts: int = 3) -> Path:
     """rgt.toml: the box by provider and id, reached over the alias; interruptible; the run with `recover` limits."""
-    until = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0).isoformat()
-    limits = (f'recover = {{ max_price_per_hour = 1.0, max_spend = 25, max_restarts = {restarts}, '
-              f'until = "{until}" }}')
-    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(TRAINER))} {{out}} {{resume}}"
     body = (f'provider = "{provider}"\nid = "{provider_id}"\napi_base = {toml_string(api)}\nhost = "{ALIAS}"\n'
             "interruptible = true")
-    write_project(root, command, roster=("seed0",), extra_run=limits, instance_body=body, box=box)
-    return root
+    return _write(root, box, body, restarts=restarts, max_price=1.0)
 
 
 def rent_project(root: Path, box: Path, provider_id: str, api: str, *, max_price: float = 1.0) -> Path:
     """rgt.toml for a vast.ai box reached where its API says (no `host`), with the launch constraint `rgt up` rents
     by: what recovery rents a replacement with."""
-    until = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0).isoformat()
-    limits = (f'recover = {{ max_price_per_hour = {max_price}, max_spend = 25, max_restarts = 3, '
-              f'until = "{until}" }}')
-    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(TRAINER))} {{out}} {{resume}}"
     body = (f'provider = "vastai"\nid = "{provider_id}"\napi_base = {toml_string(api)}\n'
             'launch = { gpu = "RTX 4090", max_price_per_hour = 1.0, image = "pytorch/pytorch", interruptible = true }')
+    return _write(root, box, body, restarts=3, max_price=max_price)
+
+
+def _write(root: Path, box: Path, body: str, *, restarts: int, max_price: float) -> Path:
+    until = (datetime.now(UTC) + timedelta(days=1)).replace(microsecond=0).isoformat()
+    limits = (f'recover = {{ max_price_per_hour = {max_price}, max_spend = 25, max_restarts = {restarts}, '
+              f'until = "{until}" }}')
+    command = f"{shlex.quote(sys.executable)} {shlex.quote(str(TRAINER))} {{out}} {{resume}}"
     write_project(root, command, roster=("seed0",), extra_run=limits, instance_body=body, box=box)
     return root
 
@@ -118,6 +119,22 @@ def approve(session: Session) -> None:
     limits = session.project.run(RUN).recover
     assert limits is not None
     approval.approve(session, RUN, limits, PERSON)
+
+
+async def launched_approved(session: Session, home: Path, server: Sshd, box: Path) -> None:
+    """The alias at the box, the run launched and waiting at step 2, and recovery approved by a person."""
+    await box_back(session, home, server)
+    await launched_holding(session, server, box, at_step=2)
+    approve(session)
+
+
+def outbid(row: dict[str, Any]) -> None:
+    """vast.ai's instance once the bid is lost: paused at once, still meant to run, its message saying why."""
+    row.update(actual_status="stopped", intended_status="running", status_msg=OUTBID)
+
+
+def bid_won(row: dict[str, Any]) -> None:
+    row.update(actual_status="running", status_msg="success, running")
 
 
 async def seen(session: Session) -> RunState:
