@@ -289,7 +289,8 @@ async def replaced(session: Session, fake: FakeVast, row: dict[str, Any], box: P
 
 def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_from_the_checkpoint_kept_home(
         tmp_path: Path, cloud_env: Path, vast_fake: FakeVast, sshd: Sshd,
-        sshd_factory: Callable[..., Sshd], receiver: Receiver) -> None:  # noqa: F811 (the fixture)
+        sshd_factory: Callable[..., Sshd], receiver: Receiver,  # noqa: F811 (the fixture)
+        capsys: pytest.CaptureFixture[str]) -> None:
     """The outbid box never comes back: vast.ai destroys it, its disk with it. Recovery rents the cheapest offer under
     the limits through the API (the box rgt.toml's `launch` says), trusts the new box's first host key under the
     person's approval, pushes the checkpoint kept home and relaunches; the run finishes there and its evidence, pulled
@@ -323,6 +324,10 @@ def test_a_destroyed_vast_box_is_replaced_within_the_limits_and_the_run_resumes_
             session.close()
 
     asyncio.run(go())
+    assert main(["status", str(root), "--timeout", "10", "--format", "json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert [(box["name"], box["id"], box["state"]) for box in status["instances"]] == [("box", "5001", "running")]
+    assert status["orphans"] == [] and status["instances"][0]["burn_per_hour"] == 0.35  # the rented box, billing
     said = [request.body.decode() for request in receiver.wait_for(2)]
     assert "recovery of r1 rented 5001" in said[0] and 'id = \\"5001\\" under [instances.box]' in said[0], said
     assert "r1 was preempted and relaunched" in said[1], said
