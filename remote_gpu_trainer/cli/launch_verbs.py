@@ -138,6 +138,7 @@ async def recovered(session: Session, run_id: str, state: RunState, said: set[st
     limits."""
     if run_config(session, run_id).recover is None:
         return ""
+    from remote_gpu_trainer.audits.preemption import is_preempted
     from remote_gpu_trainer.audits.recover import Step
     from remote_gpu_trainer.services.recover.checkpoint_home import watcher_lines
     from remote_gpu_trainer.services.recover.run import recover_run
@@ -145,8 +146,8 @@ async def recovered(session: Session, run_id: str, state: RunState, said: set[st
     for line in await watcher_lines(session, run_id, state.liveness.state):
         print(f"{iso_z(session.clock())} {line}", flush=True)
     outcome = await recover_run(session, run_id, state)
-    if outcome is None:
-        return ""
+    if outcome is None:  # another rgt holds the run's lock, or its box changed since this look: look again
+        return UNDERWAY if is_preempted(state.liveness) else ""
     line = escape_control(outcome.line())
     if said is None or line not in said:
         print(f"{iso_z(session.clock())} {line}", flush=True)

@@ -149,6 +149,8 @@ def birth(path: Path) -> int:
 
 
 def next_second(after: int) -> None:
-    """Wait until the clock's whole second is past `after`."""
-    while int(time.time()) <= after:
+    """Wait until the clock is 50 ms into a whole second past `after`: the file system stamps births with the
+    kernel's coarse clock, which lags time.time() by up to a tick, so a file made right at the boundary would still
+    be born in second `after`."""
+    while time.time() < after + 1.05:
         time.sleep(0.05)
